@@ -1,0 +1,146 @@
+//! ValkeyReplication: one primary with replicas, watched by Sentinel, built from ValkeyNodes.
+
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use crate::cluster::{Phase, SwitchoverStatus};
+use crate::template::{Auth, Tls, ValkeyNodeTemplate};
+
+/// Most data nodes in a ValkeyReplication.
+pub const MAX_REPLICAS: u32 = 32;
+/// Most sentinels.
+pub const MAX_SENTINELS: u32 = 9;
+
+/// A primary and its replicas, with Sentinel electing a new primary when it fails.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[kube(
+    group = "valkey.rs",
+    version = "v1alpha1",
+    kind = "ValkeyReplication",
+    namespaced,
+    status = "ValkeyReplicationStatus",
+    shortname = "vkr",
+    category = "valkey",
+    doc = "A Valkey primary with replicas, watched by Sentinel, built from ValkeyNodes.",
+    printcolumn(name = "Replicas", type_ = "integer", json_path = ".spec.replicas"),
+    printcolumn(name = "Primary", type_ = "string", json_path = ".status.currentPrimary"),
+    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
+    printcolumn(name = "Sentinels", type_ = "integer", json_path = ".status.readySentinels"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    validation = Rule::new("self.metadata.name.size() <= 40").message("ValkeyReplication names are at most 40 characters: member names add a suffix"),
+    validation = Rule::new("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')").message("ValkeyReplication names must start with a letter and hold only lower-case letters, digits and '-'")
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.switchover) || self.switchover.member < self.replicas").message("switchover.member must name an existing data node: members are numbered from 0 to replicas - 1"))]
+pub struct ValkeyReplicationSpec {
+    /// Data nodes, the primary included (1 to 32).
+    #[x_kube(
+        validation = Rule::new("self >= 1").message("replicas counts data nodes including the primary and must be at least 1"),
+        validation = Rule::new("self <= 32").message("replicas must be at most 32")
+    )]
+    pub replicas: i32,
+
+    /// The Sentinel group that watches the primary.
+    #[serde(default)]
+    pub sentinel: SentinelSpec,
+
+    /// The pod every data node runs; changes roll one node at a time, replicas first.
+    #[serde(default)]
+    pub template: ValkeyNodeTemplate,
+
+    /// Client authentication; a password Secret is generated when none is named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<Auth>,
+
+    /// TLS for clients and replication.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<Tls>,
+
+    /// A request to make a given data node the primary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switchover: Option<ReplicationSwitchover>,
+}
+
+/// The Sentinel group.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.quorum <= self.replicas").message("sentinel.quorum cannot exceed sentinel.replicas: no failover could ever be agreed; lower the quorum or add sentinels"))]
+pub struct SentinelSpec {
+    /// Number of sentinels (1 to 9); an odd number of at least 3 survives the loss of one.
+    #[serde(default = "default_sentinels")]
+    #[x_kube(
+        validation = Rule::new("self >= 1").message("sentinel.replicas must be at least 1"),
+        validation = Rule::new("self <= 9").message("sentinel.replicas must be at most 9")
+    )]
+    pub replicas: i32,
+    /// Sentinels that must agree the primary is down before a failover.
+    #[serde(default = "default_quorum")]
+    #[x_kube(validation = Rule::new("self >= 1").message("sentinel.quorum must be at least 1"))]
+    pub quorum: i32,
+    /// Container image for the sentinels; the template's image when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// CPU and memory for each sentinel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+}
+
+impl Default for SentinelSpec {
+    fn default() -> Self {
+        Self {
+            replicas: default_sentinels(),
+            quorum: default_quorum(),
+            image: None,
+            resources: None,
+        }
+    }
+}
+
+fn default_sentinels() -> i32 {
+    3
+}
+
+fn default_quorum() -> i32 {
+    2
+}
+
+/// Make data node `member` the primary. Performed once per `id`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicationSwitchover {
+    /// Identifies the request; change it to ask again.
+    #[x_kube(validation = Rule::new("self.size() > 0").message("switchover.id must not be empty: any unique value, changed for each new request"))]
+    pub id: String,
+    /// Data node index, from 0.
+    #[x_kube(validation = Rule::new("self >= 0").message("switchover.member cannot be negative"))]
+    pub member: i32,
+}
+
+/// Observed state of a ValkeyReplication (topology-controller).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ValkeyReplicationStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+    /// ValkeyNode currently primary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_primary: Option<String>,
+    /// Data nodes ready and, for replicas, linked to the primary.
+    #[serde(default)]
+    pub ready_replicas: i32,
+    /// Sentinels ready and monitoring the primary.
+    #[serde(default)]
+    pub ready_sentinels: i32,
+    /// Outcome of the latest switchover request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switchover: Option<SwitchoverStatus>,
+    /// The spec generation this status reflects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+}

@@ -1,0 +1,256 @@
+//! The pod-level parts of a ValkeyNode spec, shared verbatim by ValkeyCluster and
+//! ValkeyReplication templates so a topology stamps them onto each member unchanged.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Affinity, ResourceRequirements, Toleration, TopologySpreadConstraint,
+};
+use kube::KubeSchema;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::config::ValkeyConfig;
+
+/// The default Valkey image for new nodes.
+pub const DEFAULT_IMAGE: &str = "valkey/valkey:8.1";
+
+/// What runs the node's single pod.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum WorkloadType {
+    /// A StatefulSet with one replica: stable pod name, at-most-one pod semantics.
+    #[default]
+    StatefulSet,
+    /// A Deployment with one replica and the Recreate strategy.
+    Deployment,
+}
+
+/// Which address the node announces to its peers and clients.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum Announce {
+    /// The ClusterIP of the node's own Service: stable across pod restarts (needs service-controller).
+    #[default]
+    Service,
+    /// The pod IP: changes whenever the pod is recreated; for deployments without service-controller.
+    PodIP,
+}
+
+/// What happens to the PVC when its ValkeyNode is deleted.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ReclaimPolicy {
+    /// Keep the PVC (and its data) after the ValkeyNode is gone.
+    #[default]
+    Retain,
+    /// Delete the PVC once the node's pod is gone.
+    Delete,
+}
+
+/// The parts of a ValkeyNode that describe its pod; a topology's `template`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ValkeyNodeTemplate {
+    /// Container image running valkey-server / valkey-sentinel (for example valkey/valkey:8.1).
+    #[serde(default = "default_image")]
+    #[x_kube(validation = Rule::new("self.size() > 0").message("image must name a Valkey container image, such as valkey/valkey:8.1"))]
+    pub image: String,
+
+    /// Image pull policy for the Valkey container (Always, IfNotPresent or Never).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self in ['Always', 'IfNotPresent', 'Never']").message("imagePullPolicy must be Always, IfNotPresent or Never"))]
+    pub image_pull_policy: Option<String>,
+
+    /// StatefulSet or Deployment. Immutable: the two keep their pod and volume differently.
+    #[serde(default)]
+    #[x_kube(
+        validation = Rule::new("self in ['StatefulSet', 'Deployment']").message("workloadType must be StatefulSet or Deployment"),
+        validation = Rule::new("self == oldSelf").message("workloadType is immutable: create a new ValkeyNode with the other workload type and move the data to it")
+    )]
+    pub workload_type: WorkloadType,
+
+    /// Address announced to peers: the node's Service ClusterIP (Service) or its pod IP (PodIP).
+    #[serde(default)]
+    #[x_kube(validation = Rule::new("self in ['Service', 'PodIP']").message("announce must be Service or PodIP"))]
+    pub announce: Announce,
+
+    /// valkey.conf directives (name: value). Directives the operator manages are refused.
+    #[serde(default, skip_serializing_if = "ValkeyConfig::is_empty")]
+    pub config: ValkeyConfig,
+
+    /// A PersistentVolumeClaim for /data. Without it /data is an emptyDir and data lives only
+    /// as long as the pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persistence: Option<Persistence>,
+
+    /// CPU and memory for the Valkey container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+
+    /// Where the pod may run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduling: Option<Scheduling>,
+
+    /// A Prometheus exporter sidecar; absent means none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exporter: Option<Exporter>,
+}
+
+fn default_image() -> String {
+    DEFAULT_IMAGE.to_string()
+}
+
+// By hand so the schema default of an omitted `template` carries the default image.
+impl Default for ValkeyNodeTemplate {
+    fn default() -> Self {
+        Self {
+            image: default_image(),
+            image_pull_policy: None,
+            workload_type: WorkloadType::default(),
+            announce: Announce::default(),
+            config: ValkeyConfig::default(),
+            persistence: None,
+            resources: None,
+            scheduling: None,
+            exporter: None,
+        }
+    }
+}
+
+impl ValkeyConfig {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// An operator-created PersistentVolumeClaim mounted at /data.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("(has(self.storageClassName) ? self.storageClassName : '') == (has(oldSelf.storageClassName) ? oldSelf.storageClassName : '')").message("persistence.storageClassName is immutable: a volume cannot move to another storage class; create a new node instead"),
+    validation = Rule::new("!has(self.autoResize) || !isQuantity(self.size) || !isQuantity(self.autoResize.limit) || quantity(self.autoResize.limit).compareTo(quantity(self.size)) >= 0").message("persistence.autoResize.limit must be at least persistence.size")
+)]
+pub struct Persistence {
+    /// Requested volume size, a Kubernetes quantity such as 10Gi. It can grow, never shrink.
+    #[schemars(length(max = 32))]
+    #[x_kube(
+        validation = Rule::new("isQuantity(self)").message("persistence.size must be a Kubernetes quantity such as 10Gi"),
+        validation = Rule::new("!isQuantity(self) || quantity(self).isGreaterThan(quantity('0'))").message("persistence.size must be larger than zero"),
+        validation = Rule::new("!isQuantity(self) || !isQuantity(oldSelf) || quantity(self).compareTo(quantity(oldSelf)) >= 0").message("persistence.size cannot shrink: volumes only grow, so keep the current size or a larger one")
+    )]
+    pub size: String,
+
+    /// StorageClass of the PVC; the cluster default when absent. Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+
+    /// Retain (default) keeps the PVC after the ValkeyNode is deleted; Delete removes it once
+    /// the pod is gone.
+    #[serde(default)]
+    #[x_kube(validation = Rule::new("self in ['Retain', 'Delete']").message("reclaimPolicy must be Retain or Delete"))]
+    pub reclaim_policy: ReclaimPolicy,
+
+    /// Grow the volume automatically when it fills up (pvc-resizer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_resize: Option<AutoResize>,
+}
+
+/// Automatic growth of a volume by pvc-resizer.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AutoResize {
+    /// Grow once used space exceeds this percentage of capacity (1-99).
+    #[serde(default = "default_used_percent_threshold")]
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 99").message("autoResize.usedPercentThreshold must be between 1 and 99"))]
+    pub used_percent_threshold: i32,
+
+    /// How much to add each time: a quantity (5Gi) or a percentage of the current size (20%).
+    #[serde(default = "default_increase")]
+    #[schemars(length(max = 32))]
+    #[x_kube(validation = Rule::new("isQuantity(self) || self.matches('^[1-9][0-9]?[0-9]?%$')").message("autoResize.increase must be a quantity such as 5Gi or a percentage from 1% to 999% such as 20%"))]
+    pub increase: String,
+
+    /// Never grow beyond this size, a quantity such as 100Gi.
+    #[schemars(length(max = 32))]
+    #[x_kube(validation = Rule::new("isQuantity(self)").message("autoResize.limit must be a Kubernetes quantity such as 100Gi"))]
+    pub limit: String,
+}
+
+fn default_used_percent_threshold() -> i32 {
+    80
+}
+
+fn default_increase() -> String {
+    "20%".to_string()
+}
+
+/// Placement of the node's pod.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Scheduling {
+    /// Labels a Kubernetes node must carry.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// Node and pod (anti-)affinity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    /// Taints the pod tolerates.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    /// How the pod spreads across zones and nodes; topologies add their own per shard.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub topology_spread_constraints: Vec<TopologySpreadConstraint>,
+    /// PriorityClass of the pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
+}
+
+/// A Prometheus exporter sidecar next to Valkey.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Exporter {
+    /// Exporter image (for example oliver006/redis_exporter).
+    #[x_kube(validation = Rule::new("self.size() > 0").message("exporter.image must name an exporter image"))]
+    pub image: String,
+    /// Port the exporter serves /metrics on.
+    #[serde(default = "default_exporter_port")]
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 65535").message("exporter.port must be between 1 and 65535"))]
+    pub port: i32,
+    /// CPU and memory for the exporter container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+}
+
+fn default_exporter_port() -> i32 {
+    9121
+}
+
+/// A key in a Secret in the object's namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    /// Secret name.
+    pub name: String,
+    /// Key inside the Secret.
+    #[serde(default = "default_password_key")]
+    pub key: String,
+}
+
+fn default_password_key() -> String {
+    "password".to_string()
+}
+
+/// Client authentication.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Auth {
+    /// Password of the default user. For topologies, generated into `<name>-auth` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_secret_ref: Option<SecretKeyRef>,
+}
+
+/// TLS for client, replication and cluster-bus traffic.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Tls {
+    /// A kubernetes.io/tls Secret with tls.crt, tls.key and ca.crt.
+    pub secret_name: String,
+}

@@ -1,0 +1,494 @@
+//! Evaluates every CEL rule of the CRDs client-side (kube's `cel` feature), as the API server
+//! would at admission: each rule once accepting and once rejecting, with its message.
+
+use kube::CustomResourceExt;
+use kube::core::cel::Validator;
+use serde_json::{Value, json};
+
+use crd_types::{ValkeyCluster, ValkeyNode, ValkeyReplication};
+
+fn schema<K: CustomResourceExt>() -> Value {
+    let crd = K::crd();
+    let schema = crd.spec.versions[0].schema.as_ref().unwrap();
+    serde_json::to_value(schema.open_api_v3_schema.as_ref().unwrap()).unwrap()
+}
+
+/// The messages of every rule the object breaks (on update when `old` is given).
+fn violations<K: CustomResourceExt>(object: &Value, old: Option<&Value>) -> Vec<String> {
+    match Validator::new().validate(&schema::<K>(), object, old) {
+        Ok(()) => vec![],
+        Err(errors) => errors.into_vec().into_iter().map(|e| e.message).collect(),
+    }
+}
+
+#[track_caller]
+fn accepted<K: CustomResourceExt>(object: &Value, old: Option<&Value>) {
+    let found = violations::<K>(object, old);
+    assert!(found.is_empty(), "expected no violation, got {found:?}");
+}
+
+#[track_caller]
+fn rejected<K: CustomResourceExt>(object: &Value, old: Option<&Value>, message_part: &str) {
+    let found = violations::<K>(object, old);
+    assert!(
+        found.iter().any(|m| m.contains(message_part)),
+        "expected a violation containing {message_part:?}, got {found:?}"
+    );
+}
+
+fn node(spec: Value) -> Value {
+    node_named("cache", spec)
+}
+
+fn node_named(name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "valkey.rs/v1alpha1",
+        "kind": "ValkeyNode",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": spec,
+    })
+}
+
+fn with_persistence(persistence: Value) -> Value {
+    node(json!({"workloadType": "StatefulSet", "persistence": persistence}))
+}
+
+// ---- ValkeyNode -------------------------------------------------------------------------
+
+#[test]
+fn a_full_valid_node_is_accepted_on_create_and_on_a_no_op_update() {
+    let n = node(json!({
+        "mode": "Cluster",
+        "image": "valkey/valkey:8.1",
+        "imagePullPolicy": "IfNotPresent",
+        "workloadType": "Deployment",
+        "announce": "PodIP",
+        "config": {"maxmemory": "1gb", "maxmemory-policy": "allkeys-lru"},
+        "persistence": {
+            "size": "10Gi",
+            "storageClassName": "fast",
+            "reclaimPolicy": "Delete",
+            "autoResize": {"usedPercentThreshold": 85, "increase": "5Gi", "limit": "100Gi"}
+        },
+        "exporter": {"image": "oliver006/redis_exporter:v1.74.0", "port": 9121},
+        "rolloutPolicy": "Gated",
+        "allowedRevision": "abc"
+    }));
+    accepted::<ValkeyNode>(&n, None);
+    accepted::<ValkeyNode>(&n, Some(&n));
+}
+
+#[test]
+fn node_names_must_fit_their_objects() {
+    accepted::<ValkeyNode>(&node_named(&"a".repeat(52), json!({})), None);
+    rejected::<ValkeyNode>(&node_named(&"a".repeat(53), json!({})), None, "at most 52");
+    rejected::<ValkeyNode>(
+        &node_named("9lives", json!({})),
+        None,
+        "start with a letter",
+    );
+    rejected::<ValkeyNode>(
+        &node_named("cache.eu", json!({})),
+        None,
+        "start with a letter",
+    );
+}
+
+#[test]
+fn unknown_enum_values_are_rejected_with_the_allowed_ones() {
+    let cases = [
+        (
+            "mode",
+            "Replica",
+            "mode must be Standalone, Cluster or Sentinel",
+        ),
+        (
+            "workloadType",
+            "DaemonSet",
+            "workloadType must be StatefulSet or Deployment",
+        ),
+        ("announce", "NodeIP", "announce must be Service or PodIP"),
+        (
+            "rolloutPolicy",
+            "Later",
+            "rolloutPolicy must be Immediate or Gated",
+        ),
+        (
+            "imagePullPolicy",
+            "Sometimes",
+            "imagePullPolicy must be Always",
+        ),
+    ];
+    for (field, value, message) in cases {
+        rejected::<ValkeyNode>(&node(json!({ field: value })), None, message);
+    }
+    rejected::<ValkeyNode>(
+        &with_persistence(json!({"size": "1Gi", "reclaimPolicy": "Keep"})),
+        None,
+        "reclaimPolicy must be Retain or Delete",
+    );
+}
+
+#[test]
+fn workload_type_is_immutable() {
+    let old = node(json!({"workloadType": "StatefulSet"}));
+    accepted::<ValkeyNode>(&old, Some(&old));
+    rejected::<ValkeyNode>(
+        &node(json!({"workloadType": "Deployment"})),
+        Some(&old),
+        "workloadType is immutable",
+    );
+}
+
+#[test]
+fn mode_is_immutable() {
+    let old = node(json!({"mode": "Standalone"}));
+    rejected::<ValkeyNode>(
+        &node(json!({"mode": "Cluster"})),
+        Some(&old),
+        "mode is immutable",
+    );
+}
+
+#[test]
+fn empty_image_is_rejected() {
+    rejected::<ValkeyNode>(&node(json!({"image": ""})), None, "image must name");
+}
+
+#[test]
+fn operator_owned_directives_are_rejected() {
+    accepted::<ValkeyNode>(&node(json!({"config": {"maxmemory": "100mb"}})), None);
+    for directive in [
+        "port",
+        "cluster-enabled",
+        "dir",
+        "requirepass",
+        "replicaof",
+        "bind",
+    ] {
+        rejected::<ValkeyNode>(
+            &node(json!({"config": {"maxmemory": "100mb", directive: "x"}})),
+            None,
+            "config sets a directive the operator manages",
+        );
+    }
+}
+
+#[test]
+fn persistence_size_must_be_a_positive_quantity() {
+    accepted::<ValkeyNode>(&with_persistence(json!({"size": "512Mi"})), None);
+    rejected::<ValkeyNode>(
+        &with_persistence(json!({"size": "ten gigs"})),
+        None,
+        "persistence.size must be a Kubernetes quantity",
+    );
+    rejected::<ValkeyNode>(
+        &with_persistence(json!({"size": "0"})),
+        None,
+        "persistence.size must be larger than zero",
+    );
+}
+
+#[test]
+fn persistence_size_only_grows() {
+    let old = with_persistence(json!({"size": "10Gi"}));
+    accepted::<ValkeyNode>(&with_persistence(json!({"size": "20Gi"})), Some(&old));
+    // Same size in another unit is not a shrink.
+    accepted::<ValkeyNode>(&with_persistence(json!({"size": "10240Mi"})), Some(&old));
+    rejected::<ValkeyNode>(
+        &with_persistence(json!({"size": "5Gi"})),
+        Some(&old),
+        "persistence.size cannot shrink",
+    );
+}
+
+#[test]
+fn storage_class_is_immutable() {
+    let old = with_persistence(json!({"size": "1Gi", "storageClassName": "fast"}));
+    accepted::<ValkeyNode>(&old, Some(&old));
+    rejected::<ValkeyNode>(
+        &with_persistence(json!({"size": "1Gi", "storageClassName": "slow"})),
+        Some(&old),
+        "storageClassName is immutable",
+    );
+    rejected::<ValkeyNode>(
+        &with_persistence(json!({"size": "1Gi"})),
+        Some(&old),
+        "storageClassName is immutable",
+    );
+}
+
+#[test]
+fn persistence_cannot_be_added_or_removed() {
+    let without = node(json!({"workloadType": "StatefulSet"}));
+    let with = with_persistence(json!({"size": "1Gi"}));
+    rejected::<ValkeyNode>(
+        &with,
+        Some(&without),
+        "persistence cannot be added or removed",
+    );
+    rejected::<ValkeyNode>(
+        &without,
+        Some(&with),
+        "persistence cannot be added or removed",
+    );
+}
+
+#[test]
+fn auto_resize_is_checked() {
+    let ok = json!({"size": "10Gi", "autoResize": {"usedPercentThreshold": 80, "increase": "20%", "limit": "50Gi"}});
+    accepted::<ValkeyNode>(&with_persistence(ok), None);
+    let cases = [
+        (
+            json!({"usedPercentThreshold": 0, "limit": "50Gi"}),
+            "usedPercentThreshold must be between 1 and 99",
+        ),
+        (
+            json!({"usedPercentThreshold": 100, "limit": "50Gi"}),
+            "usedPercentThreshold must be between 1 and 99",
+        ),
+        (
+            json!({"increase": "lots", "limit": "50Gi"}),
+            "autoResize.increase must be a quantity",
+        ),
+        (
+            json!({"increase": "0%", "limit": "50Gi"}),
+            "autoResize.increase must be a quantity",
+        ),
+        (
+            json!({"limit": "huge"}),
+            "autoResize.limit must be a Kubernetes quantity",
+        ),
+        (
+            json!({"limit": "5Gi"}),
+            "autoResize.limit must be at least persistence.size",
+        ),
+    ];
+    for (auto_resize, message) in cases {
+        rejected::<ValkeyNode>(
+            &with_persistence(json!({"size": "10Gi", "autoResize": auto_resize})),
+            None,
+            message,
+        );
+    }
+}
+
+#[test]
+fn exporter_is_checked() {
+    rejected::<ValkeyNode>(
+        &node(json!({"exporter": {"image": ""}})),
+        None,
+        "exporter.image",
+    );
+    rejected::<ValkeyNode>(
+        &node(json!({"exporter": {"image": "e", "port": 70000}})),
+        None,
+        "exporter.port must be between 1 and 65535",
+    );
+}
+
+// ---- ValkeyCluster ----------------------------------------------------------------------
+
+fn cluster(spec: Value) -> Value {
+    json!({
+        "apiVersion": "valkey.rs/v1alpha1",
+        "kind": "ValkeyCluster",
+        "metadata": {"name": "orders", "namespace": "default"},
+        "spec": spec,
+    })
+}
+
+#[test]
+fn a_valid_cluster_is_accepted() {
+    let c = cluster(json!({
+        "shards": 3,
+        "replicasPerShard": 1,
+        "template": {"image": "valkey/valkey:8.1", "persistence": {"size": "1Gi"}},
+        "switchover": {"id": "1", "shard": 2, "member": 1}
+    }));
+    accepted::<ValkeyCluster>(&c, None);
+    accepted::<ValkeyCluster>(&c, Some(&c));
+}
+
+#[test]
+fn cluster_shape_is_checked() {
+    rejected::<ValkeyCluster>(
+        &cluster(json!({"shards": 0})),
+        None,
+        "shards must be at least 1",
+    );
+    rejected::<ValkeyCluster>(
+        &cluster(json!({"shards": 501})),
+        None,
+        "shards must be at most 500",
+    );
+    rejected::<ValkeyCluster>(
+        &cluster(json!({"shards": 3, "replicasPerShard": -1})),
+        None,
+        "replicasPerShard cannot be negative",
+    );
+    rejected::<ValkeyCluster>(
+        &cluster(json!({"shards": 3, "replicasPerShard": 6})),
+        None,
+        "replicasPerShard must be at most 5",
+    );
+    accepted::<ValkeyCluster>(&cluster(json!({"shards": 1, "replicasPerShard": 0})), None);
+}
+
+#[test]
+fn cluster_names_leave_room_for_members() {
+    let mut c = cluster(json!({"shards": 1}));
+    c["metadata"]["name"] = json!("a".repeat(41));
+    rejected::<ValkeyCluster>(&c, None, "at most 40 characters");
+    c["metadata"]["name"] = json!("Orders");
+    rejected::<ValkeyCluster>(&c, None, "start with a letter");
+}
+
+#[test]
+fn switchover_must_name_an_existing_member() {
+    let base = json!({"shards": 3, "replicasPerShard": 1});
+    let with = |s: Value| {
+        let mut spec = base.clone();
+        spec["switchover"] = s;
+        cluster(spec)
+    };
+    rejected::<ValkeyCluster>(
+        &with(json!({"id": "a", "shard": 3, "member": 0})),
+        None,
+        "switchover.shard must name an existing shard",
+    );
+    rejected::<ValkeyCluster>(
+        &with(json!({"id": "a", "shard": 0, "member": 2})),
+        None,
+        "switchover.member must name an existing member",
+    );
+    rejected::<ValkeyCluster>(
+        &with(json!({"id": "a", "shard": -1, "member": 0})),
+        None,
+        "switchover.shard cannot be negative",
+    );
+    rejected::<ValkeyCluster>(
+        &with(json!({"id": "a", "shard": 0, "member": -1})),
+        None,
+        "switchover.member cannot be negative",
+    );
+    rejected::<ValkeyCluster>(
+        &with(json!({"id": "", "shard": 0, "member": 1})),
+        None,
+        "switchover.id must not be empty",
+    );
+}
+
+#[test]
+fn template_rules_apply_inside_a_cluster() {
+    let old = cluster(
+        json!({"shards": 3, "template": {"workloadType": "StatefulSet", "persistence": {"size": "10Gi"}}}),
+    );
+    rejected::<ValkeyCluster>(
+        &cluster(
+            json!({"shards": 3, "template": {"workloadType": "Deployment", "persistence": {"size": "10Gi"}}}),
+        ),
+        Some(&old),
+        "workloadType is immutable",
+    );
+    rejected::<ValkeyCluster>(
+        &cluster(json!({"shards": 3, "template": {"persistence": {"size": "1Gi"}}})),
+        Some(&old),
+        "persistence.size cannot shrink",
+    );
+    rejected::<ValkeyCluster>(
+        &cluster(json!({"shards": 3, "template": {"config": {"cluster-enabled": "no"}}})),
+        None,
+        "config sets a directive the operator manages",
+    );
+}
+
+// ---- ValkeyReplication ------------------------------------------------------------------
+
+fn replication(spec: Value) -> Value {
+    json!({
+        "apiVersion": "valkey.rs/v1alpha1",
+        "kind": "ValkeyReplication",
+        "metadata": {"name": "sessions", "namespace": "default"},
+        "spec": spec,
+    })
+}
+
+#[test]
+fn a_valid_replication_is_accepted() {
+    let r = replication(json!({
+        "replicas": 3,
+        "sentinel": {"replicas": 3, "quorum": 2},
+        "switchover": {"id": "x", "member": 2}
+    }));
+    accepted::<ValkeyReplication>(&r, None);
+    accepted::<ValkeyReplication>(&r, Some(&r));
+}
+
+#[test]
+fn replication_shape_is_checked() {
+    rejected::<ValkeyReplication>(&replication(json!({"replicas": 0})), None, "at least 1");
+    rejected::<ValkeyReplication>(&replication(json!({"replicas": -1})), None, "at least 1");
+    rejected::<ValkeyReplication>(
+        &replication(json!({"replicas": 33})),
+        None,
+        "replicas must be at most 32",
+    );
+    rejected::<ValkeyReplication>(
+        &replication(json!({"replicas": 2, "sentinel": {"replicas": 3, "quorum": 4}})),
+        None,
+        "sentinel.quorum cannot exceed sentinel.replicas",
+    );
+    rejected::<ValkeyReplication>(
+        &replication(json!({"replicas": 2, "sentinel": {"replicas": 3, "quorum": 0}})),
+        None,
+        "sentinel.quorum must be at least 1",
+    );
+    rejected::<ValkeyReplication>(
+        &replication(json!({"replicas": 2, "sentinel": {"replicas": 0, "quorum": 1}})),
+        None,
+        "sentinel.replicas must be at least 1",
+    );
+    rejected::<ValkeyReplication>(
+        &replication(json!({"replicas": 2, "switchover": {"id": "x", "member": 2}})),
+        None,
+        "switchover.member must name an existing data node",
+    );
+}
+
+// ---- Samples ----------------------------------------------------------------------------
+
+/// Every sample in deploy/samples deserializes into its type and passes admission.
+#[test]
+fn samples_are_admitted() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/samples");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name().unwrap() == "kustomization.yaml" {
+            continue;
+        }
+        let object: Value = serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let found = match object["kind"].as_str().unwrap() {
+            "ValkeyNode" => {
+                serde_json::from_value::<ValkeyNode>(object.clone()).unwrap();
+                violations::<ValkeyNode>(&object, None)
+            }
+            "ValkeyCluster" => {
+                serde_json::from_value::<ValkeyCluster>(object.clone()).unwrap();
+                violations::<ValkeyCluster>(&object, None)
+            }
+            "ValkeyReplication" => {
+                serde_json::from_value::<ValkeyReplication>(object.clone()).unwrap();
+                violations::<ValkeyReplication>(&object, None)
+            }
+            other => panic!("{}: unexpected kind {other}", path.display()),
+        };
+        assert!(found.is_empty(), "{}: {found:?}", path.display());
+        checked += 1;
+    }
+    assert!(
+        checked >= 3,
+        "expected the three samples, checked {checked}"
+    );
+}
