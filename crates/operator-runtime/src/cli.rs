@@ -1,0 +1,111 @@
+//! Command-line flags every controller binary shares.
+
+use std::net::SocketAddr;
+
+use clap::{Args, ValueEnum};
+
+/// Flags shared by every controller; `#[command(flatten)]` this into the binary's `Parser`.
+///
+/// Each flag can also be set from the environment so the Deployment manifests only need
+/// `env:` entries (POD_NAMESPACE and POD_NAME come from the downward API).
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct CommonArgs {
+    /// Log line format. The level comes from RUST_LOG (default: info).
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Address of the HTTP server for /healthz, /readyz and /metrics.
+    #[arg(long, env = "HTTP_ADDR", default_value = "0.0.0.0:8080")]
+    pub http_addr: SocketAddr,
+
+    /// Run only while holding a coordination.k8s.io Lease named after the controller.
+    #[arg(long, env = "LEADER_ELECT")]
+    pub leader_elect: bool,
+
+    /// Namespace of the leader-election Lease (normally the pod's own namespace).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "valkey-operator-system")]
+    pub lease_namespace: String,
+
+    /// Watch only this namespace; unset or empty watches all namespaces.
+    #[arg(long, env = "WATCH_NAMESPACE")]
+    pub watch_namespace: Option<String>,
+}
+
+impl CommonArgs {
+    /// The namespace to restrict watches to, treating an empty value as "all namespaces"
+    /// (an empty WATCH_NAMESPACE is the usual way manifests say "cluster-wide").
+    pub fn watch_namespace(&self) -> Option<&str> {
+        self.watch_namespace.as_deref().filter(|ns| !ns.is_empty())
+    }
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines, for terminals.
+    #[default]
+    Text,
+    /// One JSON object per line, for log pipelines.
+    Json,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        common: CommonArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<CommonArgs, clap::Error> {
+        Cli::try_parse_from(std::iter::once("test").chain(args.iter().copied())).map(|c| c.common)
+    }
+
+    // The environment variables behind these flags are covered in tests/cli_env.rs, which runs
+    // in its own process so that setting them cannot race with other tests.
+    #[test]
+    fn defaults() {
+        let args = parse(&[]).unwrap();
+        assert_eq!(args.log_format, LogFormat::Text);
+        assert_eq!(args.http_addr, "0.0.0.0:8080".parse().unwrap());
+        assert!(!args.leader_elect);
+        assert_eq!(args.lease_namespace, "valkey-operator-system");
+        assert_eq!(args.watch_namespace(), None);
+    }
+
+    #[test]
+    fn flags_override_defaults() {
+        let args = parse(&[
+            "--log-format",
+            "json",
+            "--http-addr",
+            "127.0.0.1:9090",
+            "--leader-elect",
+            "--lease-namespace",
+            "ops",
+            "--watch-namespace",
+            "team-a",
+        ])
+        .unwrap();
+        assert_eq!(args.log_format, LogFormat::Json);
+        assert_eq!(args.http_addr, "127.0.0.1:9090".parse().unwrap());
+        assert!(args.leader_elect);
+        assert_eq!(args.lease_namespace, "ops");
+        assert_eq!(args.watch_namespace(), Some("team-a"));
+    }
+
+    #[test]
+    fn empty_watch_namespace_means_all_namespaces() {
+        let args = parse(&["--watch-namespace", ""]).unwrap();
+        assert_eq!(args.watch_namespace(), None);
+    }
+
+    #[test]
+    fn rejects_invalid_values() {
+        assert!(parse(&["--log-format", "yaml"]).is_err());
+        assert!(parse(&["--http-addr", "not-an-address"]).is_err());
+    }
+}
