@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs the tools `just test` needs, into a cache outside the clone so a warm run installs
+# nothing: rustfmt and clippy (rustup), just (crates.io), kustomize (Go module proxy).
+# Prints the directory to put on PATH. Idempotent.
+set -euo pipefail
+
+cache="${VALKEY_OPERATOR_CACHE:-$HOME/.cache/valkey-operator}"
+bin="$cache/bin"
+just_version="1.43.1"
+kustomize_version="v5.7.1"
+mkdir -p "$bin"
+
+say() { printf 'install-tools: %s\n' "$*" >&2; }
+
+if command -v rustup >/dev/null 2>&1; then
+  missing=()
+  rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || missing+=(rustfmt)
+  rustup component list --installed 2>/dev/null | grep -q '^clippy' || missing+=(clippy)
+  if [ ${#missing[@]} -gt 0 ]; then
+    say "adding rust components: ${missing[*]}"
+    rustup component add "${missing[@]}" >&2
+  fi
+fi
+
+if ! PATH="$bin:$PATH" command -v just >/dev/null 2>&1; then
+  say "building just $just_version (about two minutes, once)"
+  cargo install --locked --quiet --root "$cache" just --version "$just_version" >&2
+fi
+
+if ! PATH="$bin:$PATH" command -v kustomize >/dev/null 2>&1; then
+  say "building kustomize $kustomize_version (about a minute, once)"
+  GOBIN="$bin" GOFLAGS=-mod=mod go install "sigs.k8s.io/kustomize/kustomize/v5@$kustomize_version" >&2
+fi
+
+echo "$bin"
