@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use clap::Parser;
 use crd_types::{FieldManager, ValkeyNode};
-use kube::runtime::{Controller, watcher};
 use operator_runtime::{CommonArgs, Context, RequiredCrd, controller};
 
 /// Runs each ValkeyNode's ConfigMap, PVC and singleton StatefulSet or Deployment, and
@@ -33,10 +32,13 @@ async fn main() -> ExitCode {
 }
 
 async fn run(ctx: Context) -> Result<(), std::convert::Infallible> {
-    let nodes = Controller::new(ctx.watch_api::<ValkeyNode>(), watcher::Config::default());
-    let store = nodes.store();
-    controller::ready_when(&ctx, async move { store.wait_until_ready().await });
     // Domain logic arrives with its issue; until then every change is observed and counted.
-    controller::run(&ctx, nodes, Arc::new(()), controller::observe).await;
+    controller::run_watching::<ValkeyNode, _, _, _, _>(
+        &ctx,
+        |nodes| nodes,
+        Arc::new(()),
+        controller::observe,
+    )
+    .await;
     Ok(())
 }

@@ -9,10 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::NamespaceResourceScope;
 use kube::Resource;
-use kube::runtime::Controller;
 use kube::runtime::controller::{Action, Error as ControllerError};
 use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{Controller, watcher};
 use serde::de::DeserializeOwned;
 
 use crate::{Context, ErrorKind};
@@ -98,6 +99,37 @@ pub async fn run<K, T, R, Fut, E>(
         .run(timed_reconcile, error_policy, shared)
         .for_each(|result| async move { log_outcome(name, result) })
         .await;
+}
+
+/// The common case: one controller for the namespaced resource `K` (honouring
+/// `--watch-namespace`). `configure` adds what it owns or watches besides `K`; the process
+/// reports ready once the watch on `K` has listed. See [`run`] for what is added around
+/// `reconcile`.
+pub async fn run_watching<K, T, R, Fut, E>(
+    ctx: &Context,
+    configure: impl FnOnce(Controller<K>) -> Controller<K>,
+    data: Arc<T>,
+    reconcile: R,
+) where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static,
+    T: Send + Sync + 'static,
+    R: FnMut(Arc<K>, Arc<ReconcileContext<T>>) -> Fut,
+    Fut: Future<Output = Result<Action, E>> + Send + 'static,
+    E: std::error::Error + ErrorKind + Send + 'static,
+{
+    let controller = configure(Controller::new(
+        ctx.watch_api::<K>(),
+        watcher::Config::default(),
+    ));
+    let store = controller.store();
+    ready_when(ctx, async move { store.wait_until_ready().await });
+    run(ctx, controller, data, reconcile).await;
 }
 
 fn error_policy<K, T, E>(object: Arc<K>, error: &E, shared: Arc<ReconcileContext<T>>) -> Action
