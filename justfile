@@ -29,7 +29,32 @@ lint:
 
 # Unit tests and CEL rule tests (no cluster needed).
 unit:
-    cargo test --workspace
+    cargo test --workspace --exclude local-cluster
+
+# Valkey 8 from Debian backports and the upstream Kubernetes binaries (cached).
+e2e-deps:
+    bash e2e/setup-valkey.sh
+    bash e2e/k8s/build.sh >/dev/null
+
+# End-to-end tests on the local cluster: real API server, real Valkey, our RBAC.
+e2e: e2e-deps build
+    cargo test -p local-cluster -- --test-threads=1
+
+# Start the local cluster with the operator and a sample (stays up; `just down` stops it).
+up: e2e-deps build
+    cargo run --quiet -p local-cluster -- up
+
+# Local cluster figures (start time, pod start latency, agent RSS) for docs/benchmarks.md.
+bench-local: e2e-deps
+    cargo build --quiet --release -p node-agent -p local-cluster
+    cargo run --quiet --release -p local-cluster --bin bench-local
+
+# Every benchmark.
+bench: bench-local
+
+# Stop everything `just up` started, by PID.
+down:
+    cargo run --quiet -p local-cluster -- down
 
 # Regenerate deploy/crds from crates/crd-types.
 crds:
@@ -70,7 +95,7 @@ smoke: build
     done
 
 # Everything CI runs: the README's test command.
-test: fmt-check lint unit crds-check deploy-check smoke
+test: fmt-check lint unit crds-check deploy-check smoke e2e
 
 # Alias kept for muscle memory.
 ci: test

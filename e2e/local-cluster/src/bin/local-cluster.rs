@@ -1,0 +1,153 @@
+//! `local-cluster up|down|status`: the local Kubernetes behind `just up` / `just down`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use local_cluster::{LocalCluster, Options, operator, process};
+
+/// A real Kubernetes (upstream control plane + our node agent) with real Valkey, on this machine.
+#[derive(Parser)]
+#[command(name = "local-cluster", version)]
+struct Cli {
+    /// Where certificates, kubeconfigs, logs, PIDs and volumes of the run live.
+    #[arg(long, global = true, env = "LOCAL_CLUSTER_DIR", default_value_os_t = default_run_dir())]
+    run_dir: PathBuf,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Start the cluster, install the operator and apply a sample; leaves everything running.
+    Up {
+        /// Kubernetes Nodes the node agent registers.
+        #[arg(long, default_value_t = 3)]
+        nodes: u32,
+        /// Control plane only: no node agent, no operator.
+        #[arg(long)]
+        no_agent: bool,
+        /// kustomize overlay whose CRDs, RBAC and controllers to install.
+        #[arg(long, default_value = "deploy/overlays/all")]
+        overlay: PathBuf,
+        /// Samples to apply after the operator is up (repeatable).
+        #[arg(long, default_values = ["deploy/samples/valkeynode-standalone.yaml"])]
+        sample: Vec<PathBuf>,
+    },
+    /// Stop every process of the run, by PID.
+    Down,
+    /// List the run's processes and whether each still runs.
+    Status,
+}
+
+fn default_run_dir() -> PathBuf {
+    let cache = std::env::var_os("VALKEY_OPERATOR_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
+                .join(".cache/valkey-operator")
+        });
+    cache.join("run/local")
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("local-cluster: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Cmd::Up {
+            nodes,
+            no_agent,
+            overlay,
+            sample,
+        } => {
+            let mut options = Options::new(&cli.run_dir);
+            options.nodes = nodes;
+            options.agent = !no_agent;
+            eprintln!(
+                "local-cluster: starting the control plane in {}",
+                cli.run_dir.display()
+            );
+            let mut cluster = LocalCluster::start(options).await?;
+            if !no_agent {
+                eprintln!(
+                    "local-cluster: installing the operator from {}",
+                    overlay.display()
+                );
+                let controllers = operator::install(&mut cluster, &overlay).await?;
+                let client = cluster.client().await?;
+                for path in &sample {
+                    let yaml = std::fs::read_to_string(path)
+                        .with_context(|| format!("reading {}", path.display()))?;
+                    let mut objects = operator::documents(&yaml)?;
+                    for object in &mut objects {
+                        object
+                            .metadata
+                            .namespace
+                            .get_or_insert_with(|| "default".into());
+                    }
+                    operator::apply_all(&client, &objects).await?;
+                }
+                print_summary(&cluster, &controllers, &sample);
+            } else {
+                println!("export KUBECONFIG={}", cluster.admin_kubeconfig.display());
+            }
+            cluster.detach();
+            Ok(())
+        }
+        Cmd::Down => {
+            let stopped = process::stop_all(&cli.run_dir, Duration::from_secs(10))?;
+            local_cluster::netns::delete_for_run(&cli.run_dir);
+            if stopped.is_empty() {
+                eprintln!(
+                    "local-cluster: nothing running in {}",
+                    cli.run_dir.display()
+                );
+            } else {
+                eprintln!("local-cluster: stopped {}", stopped.join(", "));
+            }
+            Ok(())
+        }
+        Cmd::Status => {
+            for record in process::recorded(&cli.run_dir)? {
+                let state = if record.is_alive() { "running" } else { "gone" };
+                println!("{:<28} pid {:<8} {state}", record.name, record.pid);
+            }
+            Ok(())
+        }
+    }
+}
+
+fn print_summary(
+    cluster: &LocalCluster,
+    controllers: &[operator::RunningController],
+    samples: &[PathBuf],
+) {
+    let names: Vec<&str> = controllers
+        .iter()
+        .map(|c| c.process.binary.as_str())
+        .collect();
+    let run_dir = cluster.layout.run_dir.display();
+    println!("The local cluster is up.");
+    println!("  export KUBECONFIG={}", cluster.admin_kubeconfig.display());
+    println!(
+        "  controllers (local processes, own ServiceAccounts): {}",
+        names.join(", ")
+    );
+    for sample in samples {
+        println!("  applied {}", sample.display());
+    }
+    println!("  kubectl get nodes,pods,valkeynodes -A");
+    println!("  logs: {run_dir}/logs/   stop: just down");
+}

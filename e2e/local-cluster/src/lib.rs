@@ -1,0 +1,373 @@
+//! A real Kubernetes on one machine: upstream etcd, kube-apiserver, kube-controller-manager
+//! and kube-scheduler (built from the Go module proxy by `e2e/k8s/build.sh`) plus our node
+//! agent, which runs pods as local processes on loopback addresses. Used by the e2e tests and
+//! by `just up`.
+//!
+//! Every process is recorded under the run directory and stopped by PID: by
+//! [`LocalCluster::stop`] (also on drop, so a panicking test tears down) or by
+//! `local-cluster down` for a detached run.
+
+pub mod control_plane;
+pub mod kubeconfig;
+pub mod netns;
+pub mod operator;
+pub mod pki;
+pub mod process;
+pub mod ranges;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::core::v1::{Node, ServiceAccount};
+use kube::Api;
+
+use control_plane::Layout;
+use kubeconfig::Credentials;
+use process::Recorded;
+
+/// What to start. Address ranges are claimed per run (see [`ranges`]).
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub run_dir: PathBuf,
+    /// Kubernetes Nodes the agent registers (spread across zone-0..2).
+    pub nodes: u32,
+    /// Start the node agent (off for control-plane-only runs).
+    pub agent: bool,
+}
+
+impl Options {
+    pub fn new(run_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            run_dir: run_dir.into(),
+            nodes: 3,
+            agent: true,
+        }
+    }
+}
+
+/// A running local cluster.
+pub struct LocalCluster {
+    pub layout: Layout,
+    /// Pod and Service address ranges of this run.
+    pub ranges: ranges::Ranges,
+    pub admin_kubeconfig: PathBuf,
+    /// The node agent's test API (partitions, freeze), when the agent runs.
+    pub control_addr: Option<SocketAddr>,
+    /// The network namespace of the kubelet API, when the agent runs.
+    pub kubelet_network: Option<netns::KubeletNetwork>,
+    children: Vec<(Recorded, Child)>,
+    detached: bool,
+}
+
+/// How long a component may take to come up before the start fails.
+const READY_TIMEOUT: Duration = Duration::from_secs(120);
+/// Grace between SIGTERM and SIGKILL at teardown.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+impl LocalCluster {
+    /// Builds what is missing, then starts etcd, the API server, the controller-manager,
+    /// the scheduler and (optionally) the node agent, waiting for each to be usable.
+    pub async fn start(options: Options) -> Result<Self> {
+        let run_dir = &options.run_dir;
+        std::fs::create_dir_all(run_dir)?;
+        if !process::recorded(run_dir)?.is_empty() {
+            bail!(
+                "{} already has running processes; stop them first (local-cluster down --run-dir {})",
+                run_dir.display(),
+                run_dir.display()
+            );
+        }
+        let ranges = ranges::claim(run_dir)?;
+        let bin_dir = kubernetes_binaries()?;
+        let layout = Layout {
+            bin_dir,
+            run_dir: run_dir.clone(),
+            etcd_client_port: control_plane::free_port()?,
+            etcd_peer_port: control_plane::free_port()?,
+            api_port: control_plane::free_port()?,
+            service_cidr: ranges.service_cidr.clone(),
+        };
+        let service_ip = control_plane::first_service_ip(&ranges.service_cidr)?;
+        let clients = [
+            pki::ADMIN,
+            pki::CONTROLLER_MANAGER,
+            pki::SCHEDULER,
+            pki::KUBELET_CLIENT,
+        ];
+        let pki = pki::write(&run_dir.join("pki"), service_ip.into(), &clients)?;
+        let kubeconfig_for = |id: pki::Identity| -> Result<PathBuf> {
+            let path = run_dir.join(format!("{}.kubeconfig", id.file));
+            let (cert, key) = (pki.client_cert(id), pki.client_key(id));
+            let yaml = kubeconfig::render(
+                &layout.api_server_url(),
+                &pki.ca_cert(),
+                id.user,
+                Credentials::Certificate {
+                    cert: &cert,
+                    key: &key,
+                },
+            );
+            std::fs::write(&path, yaml)?;
+            Ok(path)
+        };
+        let admin_kubeconfig = kubeconfig_for(pki::ADMIN)?;
+        let cm_kubeconfig = kubeconfig_for(pki::CONTROLLER_MANAGER)?;
+        let scheduler_kubeconfig = kubeconfig_for(pki::SCHEDULER)?;
+
+        let mut cluster = LocalCluster {
+            layout: layout.clone(),
+            ranges,
+            admin_kubeconfig,
+            control_addr: None,
+            kubelet_network: None,
+            children: Vec::new(),
+            detached: false,
+        };
+        cluster.spawn("etcd", &mut layout.etcd())?;
+        wait_for_tcp(layout.etcd_client_port, "etcd", &cluster).await?;
+        cluster.spawn("kube-apiserver", &mut layout.api_server(&pki))?;
+        let client = cluster.client().await?;
+        cluster.wait_api_ready(&client).await?;
+        cluster.spawn(
+            "kube-controller-manager",
+            &mut layout.controller_manager(&pki, &cm_kubeconfig),
+        )?;
+        cluster.spawn(
+            "kube-scheduler",
+            &mut layout.scheduler(&scheduler_kubeconfig),
+        )?;
+        // Pods cannot be created in a namespace before its default ServiceAccount exists.
+        cluster
+            .wait_for("the default ServiceAccount", || async {
+                let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
+                Ok(accounts.get_opt("default").await?.is_some())
+            })
+            .await?;
+        if options.agent {
+            cluster.start_agent(&options, &client).await?;
+        }
+        Ok(cluster)
+    }
+
+    /// Starts a process that belongs to this run (stopped with it).
+    pub fn spawn_recorded(&mut self, name: &str, command: &mut Command) -> Result<()> {
+        self.spawn(name, command)
+    }
+
+    fn spawn(&mut self, name: &str, command: &mut Command) -> Result<()> {
+        let child = process::spawn(&self.layout.run_dir, name, command)?;
+        self.children.push(child);
+        Ok(())
+    }
+
+    async fn start_agent(&mut self, options: &Options, client: &kube::Client) -> Result<()> {
+        let agent = workspace_binary("node-agent")?;
+        let control_port = control_plane::free_port()?;
+        let network = netns::KubeletNetwork::create(self.ranges.slot, &self.layout.run_dir)?;
+        self.kubelet_network = Some(network.clone());
+        // The namespace is the run's own, so any port there is free.
+        let kubelet_base = 10250;
+        let mut command = Command::new(agent);
+        command
+            .arg(format!("--kubeconfig={}", self.admin_kubeconfig.display()))
+            .arg(format!(
+                "--state-dir={}",
+                self.layout.run_dir.join("agent").display()
+            ))
+            .arg(format!("--nodes={}", options.nodes))
+            .arg(format!("--pod-cidr={}", self.ranges.pod_cidr))
+            .arg(format!("--kubelet-port-base={kubelet_base}"))
+            .arg(format!("--kubelet-address={}", network.kubelet_ip))
+            .arg(format!("--kubelet-netns={}", network.path().display()))
+            .arg(format!("--control-addr=127.0.0.1:{control_port}"))
+            .env(
+                "RUST_LOG",
+                std::env::var("AGENT_LOG").unwrap_or_else(|_| "info".into()),
+            );
+        self.spawn("node-agent", &mut command)?;
+        self.control_addr = Some(SocketAddr::from(([127, 0, 0, 1], control_port)));
+        let expected = options.nodes as usize;
+        self.wait_for("every Node Ready", || async {
+            let nodes: Api<Node> = Api::all(client.clone());
+            let list = nodes.list(&Default::default()).await?;
+            Ok(list.items.iter().filter(|n| node_ready(n)).count() >= expected)
+        })
+        .await
+    }
+
+    /// A client with the admin credentials.
+    pub async fn client(&self) -> Result<kube::Client> {
+        kube_client(&self.admin_kubeconfig).await
+    }
+
+    async fn wait_api_ready(&self, client: &kube::Client) -> Result<()> {
+        self.wait_for("the API server's /readyz", || async {
+            let request = http::Request::get("/readyz").body(Vec::new())?;
+            Ok(client
+                .request_text(request)
+                .await
+                .is_ok_and(|body| body.trim() == "ok"))
+        })
+        .await
+    }
+
+    /// Polls `check` until it is true, failing with the component logs' tail on timeout
+    /// or when a component died meanwhile.
+    pub async fn wait_for<F, Fut>(&self, what: &str, mut check: F) -> Result<()>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<bool>>,
+    {
+        self.wait_for_value(what, || {
+            let checked = check();
+            async move { Ok(checked.await?.then_some(())) }
+        })
+        .await
+    }
+
+    /// Polls `check` until it yields a value; fails like [`LocalCluster::wait_for`].
+    pub async fn wait_for_value<T, F, Fut>(&self, what: &str, mut check: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<Option<T>>>,
+    {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Some(dead) = self.children.iter().find(|(r, _)| !r.is_alive()) {
+                bail!(
+                    "{} exited while waiting for {what}; its log ends:\n{}",
+                    dead.0.name,
+                    self.log_tail(&dead.0.name, 30)
+                );
+            }
+            if let Ok(Some(value)) = check().await {
+                return Ok(value);
+            }
+            if Instant::now() > deadline {
+                bail!("timed out after {READY_TIMEOUT:?} waiting for {what}");
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// The last `lines` lines of a component's log.
+    pub fn log_tail(&self, name: &str, lines: usize) -> String {
+        let path = self.layout.run_dir.join("logs").join(format!("{name}.log"));
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// Leaves the processes running after this value is dropped (`local-cluster up`).
+    pub fn detach(mut self) {
+        self.detached = true;
+    }
+
+    /// Stops every process of the run by PID, newest first.
+    pub fn stop(&mut self) -> Result<()> {
+        let mut failures = Vec::new();
+        while let Some((record, mut child)) = self.children.pop() {
+            if let Err(error) = record.stop(STOP_GRACE) {
+                failures.push(error.to_string());
+            }
+            let _ = child.wait();
+        }
+        // Anything else recorded in the run dir (the operator's controllers, say).
+        if let Err(error) = process::stop_all(&self.layout.run_dir, STOP_GRACE) {
+            failures.push(error.to_string());
+        }
+        if let Some(network) = self.kubelet_network.take() {
+            network.delete();
+        }
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            bail!("{}", failures.join("; "))
+        }
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        if !self.detached
+            && let Err(error) = self.stop()
+        {
+            eprintln!("local-cluster: teardown: {error:#}");
+        }
+    }
+}
+
+/// A kube client from a kubeconfig file.
+pub async fn kube_client(kubeconfig: &Path) -> Result<kube::Client> {
+    let config = kube::config::Kubeconfig::read_from(kubeconfig)?;
+    let config =
+        kube::Config::from_custom_kubeconfig(config, &kube::config::KubeConfigOptions::default())
+            .await?;
+    Ok(kube::Client::try_from(config)?)
+}
+
+fn node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+async fn wait_for_tcp(port: u16, what: &str, cluster: &LocalCluster) -> Result<()> {
+    cluster
+        .wait_for(what, || async move {
+            Ok(tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok())
+        })
+        .await
+}
+
+/// The repository root (this crate is e2e/local-cluster).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The directory with etcd and the Kubernetes binaries: `e2e/k8s/build.sh` builds what is
+/// missing (or points at KUBEBUILDER_ASSETS) and prints it.
+pub fn kubernetes_binaries() -> Result<PathBuf> {
+    let script = repo_root().join("e2e/k8s/build.sh");
+    let output = Command::new("bash")
+        .arg(&script)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("running {}", script.display()))?;
+    if !output.status.success() {
+        bail!("{} failed ({})", script.display(), output.status);
+    }
+    let dir = String::from_utf8(output.stdout)?.trim().to_string();
+    Ok(PathBuf::from(dir))
+}
+
+/// A workspace binary (node-agent, the controllers) by name: in $VALKEY_OPERATOR_BIN_DIR
+/// if set, else next to the running executable (cargo puts test binaries in
+/// target/<profile>/deps and the others in target/<profile>).
+pub fn workspace_binary(name: &str) -> Result<PathBuf> {
+    if let Ok(dir) = std::env::var("VALKEY_OPERATOR_BIN_DIR") {
+        return Ok(PathBuf::from(dir).join(name));
+    }
+    let exe = std::env::current_exe()?;
+    let mut dir = exe.parent();
+    while let Some(d) = dir {
+        let candidate = d.join(name);
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+        if d.file_name().is_some_and(|n| n == "target") {
+            break;
+        }
+        dir = d.parent();
+    }
+    bail!(
+        "cannot find the {name} binary near {}: run `cargo build --workspace --bins` or set VALKEY_OPERATOR_BIN_DIR",
+        exe.display()
+    )
+}

@@ -1,0 +1,448 @@
+//! The local cluster runs real pods: upstream controllers and scheduler, our node agent,
+//! real valkey-server processes. Scenarios run in sequence on one cluster, each in its own
+//! namespace, and the cluster is torn down at the end (checked: no process left).
+
+use std::process::Command;
+use std::time::Duration;
+
+use agent_services::ControlClient;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Pod, Service};
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::{Api, Client};
+use local_cluster::{LocalCluster, Options};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+async fn apply<K>(client: &Client, namespace: &str, object: Value) -> K
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), namespace);
+    let name = object["metadata"]["name"].as_str().unwrap().to_string();
+    api.patch(
+        &name,
+        &PatchParams::apply("e2e").force(),
+        &Patch::Apply(&object),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("applying {name}: {e}"))
+}
+
+async fn namespace(client: &Client, name: &str) {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+    api.patch(name, &PatchParams::apply("e2e"), &Patch::Apply(&ns))
+        .await
+        .unwrap();
+}
+
+/// Pod labels, a PVC and a Service for a single Valkey server named `name`.
+fn valkey_pod_template(name: &str, with_claim: bool) -> Value {
+    let mut volumes = vec![];
+    let mut mounts = vec![];
+    if with_claim {
+        volumes.push(
+            json!({"name": "data", "persistentVolumeClaim": {"claimName": format!("{name}-data")}}),
+        );
+        mounts.push(json!({"name": "data", "mountPath": "/data"}));
+    }
+    json!({
+        "metadata": {"labels": {"app": name}},
+        "spec": {
+            "terminationGracePeriodSeconds": 10,
+            "containers": [{
+                "name": "valkey",
+                "image": "valkey/valkey:8.1",
+                "args": ["--appendonly", "yes", "--appendfsync", "always", "--dir", "/data", "--save", ""],
+                "ports": [{"name": "valkey", "containerPort": 6379}],
+                "readinessProbe": {"tcpSocket": {"port": "valkey"}, "periodSeconds": 1},
+                "volumeMounts": mounts,
+            }],
+            "volumes": volumes,
+        }
+    })
+}
+
+async fn pvc(client: &Client, ns: &str, name: &str, size: &str) {
+    apply::<PersistentVolumeClaim>(client, ns, json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}},
+    }))
+    .await;
+}
+
+async fn service(client: &Client, ns: &str, name: &str) -> String {
+    let svc: Service = apply(
+        client,
+        ns,
+        json!({
+            "apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+            "spec": {"selector": {"app": name}, "publishNotReadyAddresses": true,
+                     "ports": [{"name": "valkey", "port": 6379, "targetPort": "valkey"}]},
+        }),
+    )
+    .await;
+    svc.spec.unwrap().cluster_ip.unwrap()
+}
+
+async fn statefulset(client: &Client, ns: &str, name: &str) {
+    apply::<StatefulSet>(
+        client,
+        ns,
+        json!({
+            "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": name},
+            "spec": {"replicas": 1, "serviceName": name, "selector": {"matchLabels": {"app": name}},
+                     "template": valkey_pod_template(name, true)},
+        }),
+    )
+    .await;
+}
+
+/// The ready pod of `app`, once there is exactly one.
+async fn ready_pod(cluster: &LocalCluster, client: &Client, ns: &str, app: &str) -> Pod {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    cluster
+        .wait_for_value(&format!("a ready pod of {ns}/{app}"), || {
+            let pods = pods.clone();
+            async move {
+                let list = pods
+                    .list(&kube::api::ListParams::default().labels(&format!("app={app}")))
+                    .await?;
+                let ready: Vec<Pod> = list
+                    .items
+                    .into_iter()
+                    .filter(|p| p.metadata.deletion_timestamp.is_none() && pod_ready(p))
+                    .collect();
+                Ok((ready.len() == 1).then(|| ready[0].clone()))
+            }
+        })
+        .await
+        .unwrap()
+}
+
+fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn pod_ip(pod: &Pod) -> String {
+    pod.status.as_ref().unwrap().pod_ip.clone().unwrap()
+}
+
+/// `valkey-cli -h <host> <args>`, its trimmed output.
+fn cli(host: &str, args: &[&str]) -> String {
+    let output = Command::new("valkey-cli")
+        .args(["-h", host, "-p", "6379"])
+        .args(args)
+        .output()
+        .expect("valkey-cli runs");
+    String::from_utf8_lossy(&output.stdout).trim().to_string()
+}
+
+/// Live processes whose command line, root or working directory mentions `needle`: the run
+/// dir appears in every component's arguments, and pods run chrooted below it.
+fn processes_mentioning(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        let link = |name: &str| {
+            std::fs::read_link(entry.path().join(name))
+                .map(|p| p.display().to_string())
+                .unwrap_or_default()
+        };
+        if [cmdline.clone(), link("root"), link("cwd")]
+            .iter()
+            .any(|s| s.contains(needle))
+        {
+            found.push(format!(
+                "{}: {cmdline}",
+                entry.file_name().to_string_lossy()
+            ));
+        }
+    }
+    found
+}
+
+/// `valkey-cli -h <host> <args>` with `input` on stdin (for `-x`: values too long for argv).
+fn cli_stdin(host: &str, args: &[&str], input: &str) -> String {
+    use std::io::Write;
+    let mut child = Command::new("valkey-cli")
+        .args(["-h", host, "-p", "6379"])
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("valkey-cli runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&output.stdout).trim().to_string()
+}
+
+#[tokio::test]
+async fn local_cluster_runs_real_pods() {
+    let run = tempfile::tempdir().unwrap();
+    let cluster = LocalCluster::start(Options::new(run.path())).await.unwrap();
+    let client = cluster.client().await.unwrap();
+
+    statefulset_pod_survives_deletion(&cluster, &client).await;
+    deployment_pod_and_unknown_image(&cluster, &client).await;
+    volume_grows_and_reports_usage(&cluster, &client).await;
+    partition_cuts_and_heals_replication(&cluster, &client).await;
+
+    let recorded = local_cluster::process::recorded(run.path()).unwrap();
+    let mut cluster = cluster;
+    cluster.stop().unwrap();
+    assert!(recorded.iter().all(|r| !r.is_alive()), "{recorded:?}");
+    let leftovers = processes_mentioning(&run.path().display().to_string());
+    assert!(
+        leftovers.is_empty(),
+        "processes of the run survive: {leftovers:?}"
+    );
+}
+
+async fn statefulset_pod_survives_deletion(cluster: &LocalCluster, client: &Client) {
+    let ns = "sts";
+    namespace(client, ns).await;
+    pvc(client, ns, "cache-data", "1Gi").await;
+    let service_ip = service(client, ns, "cache").await;
+    statefulset(client, ns, "cache").await;
+
+    let pod = ready_pod(cluster, client, ns, "cache").await;
+    assert_eq!(pod.metadata.name.as_deref(), Some("cache-0"));
+    let first_ip = pod_ip(&pod);
+    assert_eq!(cli(&first_ip, &["PING"]), "PONG");
+    assert_eq!(cli(&service_ip, &["PING"]), "PONG");
+    assert_eq!(cli(&service_ip, &["SET", "greeting", "hello"]), "OK");
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let old_uid = pod.metadata.uid.clone();
+    pods.delete("cache-0", &DeleteParams::default())
+        .await
+        .unwrap();
+    let replacement = cluster
+        .wait_for_value("cache-0 to be recreated and ready", || {
+            let pods = pods.clone();
+            let old_uid = old_uid.clone();
+            async move {
+                let pod = pods.get_opt("cache-0").await?;
+                Ok(pod.filter(|p| p.metadata.uid != old_uid && pod_ready(p)))
+            }
+        })
+        .await
+        .unwrap();
+    assert_eq!(replacement.metadata.name.as_deref(), Some("cache-0"));
+    let services: Api<Service> = Api::namespaced(client.clone(), ns);
+    let still = services
+        .get("cache")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .cluster_ip
+        .unwrap();
+    assert_eq!(still, service_ip, "the Service keeps its ClusterIP");
+    assert_eq!(
+        cli(&service_ip, &["GET", "greeting"]),
+        "hello",
+        "the key survived the pod"
+    );
+    assert_eq!(cli(&pod_ip(&replacement), &["GET", "greeting"]), "hello");
+}
+
+async fn deployment_pod_and_unknown_image(cluster: &LocalCluster, client: &Client) {
+    let ns = "deploy";
+    namespace(client, ns).await;
+    let service_ip = service(client, ns, "cache").await;
+    apply::<Deployment>(client, ns, json!({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "cache"},
+        "spec": {"replicas": 1, "strategy": {"type": "Recreate"}, "selector": {"matchLabels": {"app": "cache"}},
+                 "template": valkey_pod_template("cache", false)},
+    }))
+    .await;
+    let pod = ready_pod(cluster, client, ns, "cache").await;
+    assert_eq!(cli(&pod_ip(&pod), &["PING"]), "PONG");
+    assert_eq!(cli(&service_ip, &["PING"]), "PONG");
+
+    apply::<Pod>(
+        client,
+        ns,
+        json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mystery"},
+            "spec": {"containers": [{"name": "app", "image": "example.invalid/mystery:1"}]},
+        }),
+    )
+    .await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let waiting = cluster
+        .wait_for_value("mystery to report why it waits", || {
+            let pods = pods.clone();
+            async move {
+                let pod = pods.get("mystery").await?;
+                let status = pod.status.unwrap_or_default();
+                let waiting = status
+                    .container_statuses
+                    .unwrap_or_default()
+                    .into_iter()
+                    .find_map(|c| c.state.and_then(|s| s.waiting));
+                Ok(waiting
+                    .filter(|w| w.reason.is_some())
+                    .map(|w| (status.phase, w)))
+            }
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        waiting.0.as_deref(),
+        Some("Pending"),
+        "never a fake Running"
+    );
+    assert_eq!(waiting.1.reason.as_deref(), Some("ImageNotMapped"));
+    assert!(
+        waiting
+            .1
+            .message
+            .unwrap_or_default()
+            .contains("example.invalid/mystery:1")
+    );
+}
+
+async fn volume_grows_and_reports_usage(cluster: &LocalCluster, client: &Client) {
+    let ns = "sts";
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    let capacity = |claim: &PersistentVolumeClaim| {
+        claim
+            .status
+            .as_ref()
+            .and_then(|s| s.capacity.as_ref())
+            .and_then(|c| c.get("storage"))
+            .map(|q| q.0.clone())
+    };
+    assert_eq!(
+        capacity(&claims.get("cache-data").await.unwrap()).as_deref(),
+        Some("1Gi")
+    );
+    let grow = json!({"spec": {"resources": {"requests": {"storage": "2Gi"}}}});
+    claims
+        .patch("cache-data", &PatchParams::default(), &Patch::Merge(&grow))
+        .await
+        .unwrap();
+    cluster
+        .wait_for("the claim to report 2Gi", || {
+            let claims = claims.clone();
+            async move { Ok(capacity(&claims.get("cache-data").await?).as_deref() == Some("2Gi")) }
+        })
+        .await
+        .unwrap();
+
+    // Write ~1 MiB so usage is clearly non-zero, then read it back through the node proxy.
+    let pod = ready_pod(cluster, client, ns, "cache").await;
+    assert_eq!(
+        cli_stdin(&pod_ip(&pod), &["-x", "SET", "blob"], &"x".repeat(1 << 20)),
+        "OK"
+    );
+    let node = pod.spec.unwrap().node_name.unwrap();
+    let used = cluster
+        .wait_for_value("volume usage in /stats/summary", || {
+            let client = client.clone();
+            let node = node.clone();
+            async move {
+                let request =
+                    http::Request::get(format!("/api/v1/nodes/{node}/proxy/stats/summary"))
+                        .body(Vec::new())?;
+                let summary: Value = serde_json::from_str(&client.request_text(request).await?)?;
+                let volume = summary["pods"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .flat_map(|p| p["volume"].as_array().into_iter().flatten())
+                    .find(|v| v["pvcRef"]["name"] == "cache-data")
+                    .cloned();
+                Ok(volume.and_then(|v| {
+                    let used = v["usedBytes"].as_u64()?;
+                    let capacity = v["capacityBytes"].as_u64()?;
+                    (used >= 1 << 20 && capacity == 2 << 30).then_some(used)
+                }))
+            }
+        })
+        .await
+        .unwrap();
+    assert!(used < 2 << 30);
+}
+
+async fn partition_cuts_and_heals_replication(cluster: &LocalCluster, client: &Client) {
+    let ns = "net";
+    namespace(client, ns).await;
+    let primary_ip = service(client, ns, "primary").await;
+    service(client, ns, "replica").await;
+    for name in ["primary", "replica"] {
+        apply::<StatefulSet>(client, ns, json!({
+            "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": name},
+            "spec": {"replicas": 1, "serviceName": name, "selector": {"matchLabels": {"app": name}},
+                     "template": valkey_pod_template(name, false)},
+        }))
+        .await;
+    }
+    let primary = ready_pod(cluster, client, ns, "primary").await;
+    let replica = ready_pod(cluster, client, ns, "replica").await;
+    let replica_ip = pod_ip(&replica);
+    assert_eq!(cli(&replica_ip, &["REPLICAOF", &primary_ip, "6379"]), "OK");
+    let link = |want: &'static str| {
+        let replica_ip = replica_ip.clone();
+        move || {
+            let replica_ip = replica_ip.clone();
+            async move {
+                Ok(cli(&replica_ip, &["INFO", "replication"])
+                    .contains(&format!("master_link_status:{want}")))
+            }
+        }
+    };
+    cluster
+        .wait_for("the replica to link up", link("up"))
+        .await
+        .unwrap();
+    assert_eq!(cli(&primary_ip, &["SET", "before", "1"]), "OK");
+
+    let control = ControlClient::new(cluster.control_addr.unwrap());
+    let (a, b) = (
+        format!("{ns}/{}", primary.metadata.name.unwrap()),
+        format!("{ns}/{}", replica.metadata.name.unwrap()),
+    );
+    control.cut(&a, &b).await.unwrap();
+    cluster
+        .wait_for("the cut to drop the link", link("down"))
+        .await
+        .unwrap();
+    // Still down a little later: the replica cannot reconnect through the cut.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(cli(&replica_ip, &["INFO", "replication"]).contains("master_link_status:down"));
+    assert_eq!(cli(&primary_ip, &["SET", "during", "1"]), "OK");
+
+    control.heal(&a, &b).await.unwrap();
+    cluster
+        .wait_for("the link to heal", link("up"))
+        .await
+        .unwrap();
+    cluster
+        .wait_for("the write made during the cut to arrive", || {
+            let replica_ip = replica_ip.clone();
+            async move { Ok(cli(&replica_ip, &["GET", "during"]) == "1") }
+        })
+        .await
+        .unwrap();
+}
