@@ -10,7 +10,7 @@
 //!
 //! Wiring in the node agent (each runs until its shutdown future resolves):
 //!
-//! ```ignore
+//! ```text
 //! let partitions = Partitions::new();
 //! tokio::try_join!(
 //!     run_service_proxy(client.clone(), partitions.clone(), shutdown()),

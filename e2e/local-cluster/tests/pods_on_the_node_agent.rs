@@ -445,4 +445,34 @@ async fn partition_cuts_and_heals_replication(cluster: &LocalCluster, client: &C
         })
         .await
         .unwrap();
+
+    // A frozen pod holds its connections but answers nothing until thawed.
+    let primary_pod_ip = pod_ip(&ready_pod(cluster, client, ns, "primary").await);
+    control.freeze(&a).await.unwrap();
+    assert!(
+        !answers_ping(&primary_pod_ip, Duration::from_secs(2)).await,
+        "a frozen pod answered"
+    );
+    control.thaw(&a).await.unwrap();
+    assert!(
+        answers_ping(&primary_pod_ip, Duration::from_secs(10)).await,
+        "the thawed pod is silent"
+    );
+}
+
+/// Whether a PING over a raw connection gets +PONG within `timeout`.
+async fn answers_ping(ip: &str, timeout: Duration) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let attempt = async {
+        let mut stream = tokio::net::TcpStream::connect((ip, 6379)).await.ok()?;
+        stream.write_all(b"PING\r\n").await.ok()?;
+        let mut reply = [0u8; 7];
+        stream.read_exact(&mut reply).await.ok()?;
+        Some(&reply == b"+PONG\r\n")
+    };
+    tokio::time::timeout(timeout, attempt)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(false)
 }
