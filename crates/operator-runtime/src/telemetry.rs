@@ -28,7 +28,12 @@ pub fn init(format: LogFormat) -> Result<(), TelemetryError> {
     let registry = tracing_subscriber::registry().with(filter);
     match format {
         LogFormat::Text => registry
-            .with(tracing_subscriber::fmt::layer().with_writer(std::io::stdout))
+            // Colour only on a terminal: log files and `kubectl logs` get plain text.
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+                    .with_writer(std::io::stdout),
+            )
             .try_init()?,
         LogFormat::Json => registry
             .with(

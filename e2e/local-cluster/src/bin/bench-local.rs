@@ -12,14 +12,16 @@ use serde_json::json;
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    let run = std::env::temp_dir().join(format!("bench-local-{}", std::process::id()));
+    let base = std::env::temp_dir().join(format!("bench-local-{}", std::process::id()));
     let started = Instant::now();
-    let mut options = Options::new(&run);
+    let mut options = Options::new(base.join("control-plane"));
     options.agent = false;
     let plane = LocalCluster::start(options).await?;
     let control_plane = started.elapsed();
     drop(plane);
 
+    // A fresh run dir: a reused etcd would skip namespace and ServiceAccount creation.
+    let run = base.join("with-agent");
     let started = Instant::now();
     let cluster = LocalCluster::start(Options::new(&run)).await?;
     let with_agent = started.elapsed();
@@ -28,6 +30,8 @@ async fn main() -> Result<()> {
     let one = start_pods(&cluster, &client, "one", 1).await?;
     let twenty = start_pods(&cluster, &client, "twenty", 20).await?;
     let rss = agent_rss_kib(&run)?;
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&base);
 
     println!("| measurement | value |");
     println!("|---|---|");
