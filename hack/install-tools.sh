@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the tools `just test` needs, into a cache outside the clone so a warm run installs
-# nothing: rustfmt and clippy (rustup), just (crates.io), kustomize (Go module proxy).
+# nothing: rustfmt and clippy (rustup), just (crates.io), kustomize (Go module proxy), and
+# kubectl (built from the pinned Kubernetes sources) when the machine has none.
 # Prints the directory to put on PATH. Idempotent.
 set -euo pipefail
 
@@ -30,6 +31,13 @@ fi
 if ! PATH="$bin:$PATH" command -v kustomize >/dev/null 2>&1; then
   say "building kustomize $kustomize_version (about a minute, once)"
   GOBIN="$bin" GOFLAGS=-mod=mod go install "sigs.k8s.io/kustomize/kustomize/v5@$kustomize_version" >&2
+fi
+
+# kubectl is only for people poking at `just up`; the tests use the API directly.
+if ! PATH="$bin:$PATH" command -v kubectl >/dev/null 2>&1; then
+  say "building kubectl from the pinned Kubernetes sources (a few minutes, once)"
+  k8s_bin="$(bash "$(dirname "$0")/../e2e/k8s/build.sh" kubectl)"
+  ln -sf "$k8s_bin/kubectl" "$bin/kubectl"
 fi
 
 echo "$bin"

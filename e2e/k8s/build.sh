@@ -22,8 +22,8 @@ all=(kube-apiserver kube-controller-manager kube-scheduler etcd)
 if (($#)); then wanted=("$@"); else wanted=("${all[@]}"); fi
 for b in "${wanted[@]}"; do
   case "$b" in
-    kube-apiserver | kube-controller-manager | kube-scheduler | etcd) ;;
-    *) echo "build.sh: unknown binary '$b' (want one of: ${all[*]})" >&2; exit 2 ;;
+    kube-apiserver | kube-controller-manager | kube-scheduler | etcd | kubectl) ;;
+    *) echo "build.sh: unknown binary '$b' (want one of: ${all[*]} kubectl)" >&2; exit 2 ;;
   esac
 done
 
@@ -73,6 +73,7 @@ declare -A pkg_of=(
   [kube-apiserver]=k8s.io/kubernetes/cmd/kube-apiserver
   [kube-controller-manager]=k8s.io/kubernetes/cmd/kube-controller-manager
   [kube-scheduler]=k8s.io/kubernetes/cmd/kube-scheduler
+  [kubectl]=k8s.io/kubernetes/cmd/kubectl
   [etcd]=go.etcd.io/etcd/server/v3
 )
 
