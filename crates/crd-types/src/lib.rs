@@ -13,6 +13,7 @@ pub mod config;
 pub mod crds;
 pub mod names;
 pub mod node;
+pub mod quantity;
 pub mod replication;
 pub mod template;
 

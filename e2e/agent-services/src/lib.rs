@@ -28,7 +28,6 @@ mod backends;
 mod control;
 mod partitions;
 mod proxy;
-mod quantity;
 mod stats;
 mod storage;
 

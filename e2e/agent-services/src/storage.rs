@@ -33,7 +33,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::Error;
-use crate::quantity::parse_quantity;
+/// A storage quantity in bytes, rounded up.
+fn parse_quantity(q: &str) -> Option<u128> {
+    crd_types::quantity::parse(q).ok().map(|a| a.whole_units())
+}
 
 pub const STORAGE_CLASS: &str = "local-dir";
 pub const PROVISIONER: &str = "local.valkey-operator.dev/dir";

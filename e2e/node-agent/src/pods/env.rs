@@ -1,6 +1,7 @@
 //! Container environment: env/envFrom resolution, downward API field values
 //! and Kubernetes `$(VAR)` expansion.
 
+use crd_types::quantity;
 use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::{
@@ -299,46 +300,20 @@ pub fn resource_value(
         (None, "limits", "memory") => NODE_MEMORY.into(),
         (None, _, _) => "0".into(),
     };
-    let value = parse_quantity(&raw).ok_or_else(|| format!("bad quantity {raw:?}"))?;
-    let divisor = match &sel.divisor {
-        Some(d) => parse_quantity(&d.0).ok_or_else(|| format!("bad divisor {:?}", d.0))?,
-        None => 1.0,
+    let nano = |q: &str, what: &str| {
+        quantity::parse(q)
+            .map(|a| a.nano_units())
+            .map_err(|e| format!("bad {what}: {e}"))
     };
-    if divisor <= 0.0 {
+    let value = nano(&raw, "quantity")?;
+    let divisor = match &sel.divisor {
+        Some(d) => nano(&d.0, "divisor")?,
+        None => 1_000_000_000,
+    };
+    if divisor == 0 {
         return Err("divisor must be positive".into());
     }
-    Ok(format!("{}", (value / divisor).ceil() as i64))
-}
-
-/// Parses a Kubernetes quantity into a plain number.
-pub fn parse_quantity(q: &str) -> Option<f64> {
-    let q = q.trim();
-    let split = q
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
-        .unwrap_or(q.len());
-    let (num, suffix) = q.split_at(split);
-    let n: f64 = num.parse().ok()?;
-    let mult = match suffix {
-        "" => 1.0,
-        "n" => 1e-9,
-        "u" => 1e-6,
-        "m" => 1e-3,
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        "P" => 1e15,
-        "E" => 1e18,
-        "Ki" => 1024.0,
-        "Mi" => 1024.0 * 1024.0,
-        "Gi" => 1024.0 * 1024.0 * 1024.0,
-        "Ti" => 1024f64.powi(4),
-        "Pi" => 1024f64.powi(5),
-        "Ei" => 1024f64.powi(6),
-        s if s.starts_with('e') || s.starts_with('E') => 10f64.powi(s[1..].parse().ok()?),
-        _ => return None,
-    };
-    Some(n * mult)
+    Ok(value.div_ceil(divisor).to_string())
 }
 
 /// Failure to build a container's environment; the container waits with
@@ -594,15 +569,6 @@ pub(crate) mod tests {
             field_value(&pod, &facts(), &sel).unwrap(),
             "app=\"web\"\ntier=\"db \\\"x\\\"\"\n"
         );
-    }
-
-    #[test]
-    fn quantities() {
-        assert_eq!(parse_quantity("500m"), Some(0.5));
-        assert_eq!(parse_quantity("1Gi"), Some(1073741824.0));
-        assert_eq!(parse_quantity("2"), Some(2.0));
-        assert_eq!(parse_quantity("1e3"), Some(1000.0));
-        assert_eq!(parse_quantity("x"), None);
     }
 
     #[test]

@@ -349,8 +349,8 @@ impl VolumeCtx<'_> {
             .capacity
             .as_ref()
             .and_then(|c| c.get("storage"))
-            .and_then(|q| env::parse_quantity(&q.0))
-            .unwrap_or(0.0) as u64;
+            .and_then(|q| crd_types::quantity::parse(&q.0).ok())
+            .map_or(0, |a| u64::try_from(a.whole_units()).unwrap_or(u64::MAX));
         let path = PathBuf::from(path);
         std::fs::create_dir_all(&path).map_err(|e| format!("creating {}: {e}", path.display()))?;
         Ok((path, capacity))
