@@ -368,7 +368,7 @@ fn hand_lease_to(lease: &LeaseStore, holder: &str) {
 }
 
 fn wait_until(what: &str, child: &mut Child, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(15);
+    let deadline = Instant::now() + Duration::from_secs(60);
     while !done() {
         if Instant::now() > deadline {
             let _ = child.kill();
