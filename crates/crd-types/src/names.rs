@@ -109,6 +109,43 @@ pub fn generated_auth_secret_name(topology: &str) -> String {
     format!("{topology}-auth")
 }
 
+/// Values of the [`labels::COMPONENT`] label on the objects of a ValkeyNode: what runs in
+/// its pod.
+pub mod components {
+    use crate::node::Mode;
+
+    /// A valkey-server (mode Standalone or Cluster).
+    pub const SERVER: &str = "server";
+    /// A valkey-sentinel (mode Sentinel).
+    pub const SENTINEL: &str = "sentinel";
+
+    /// The component of a node in `mode`.
+    pub const fn for_mode(mode: Mode) -> &'static str {
+        match mode {
+            Mode::Standalone | Mode::Cluster => SERVER,
+            Mode::Sentinel => SENTINEL,
+        }
+    }
+}
+
+/// Port numbers and names of a ValkeyNode's pod and Service.
+///
+/// The Service's `targetPort`s are these names, so the pod's `containerPort`s must carry
+/// exactly these names (node-controller) for the Service (service-controller) to reach them.
+pub mod ports {
+    /// Client port of valkey-server (modes Standalone and Cluster).
+    pub const VALKEY: i32 = 6379;
+    pub const VALKEY_NAME: &str = "valkey";
+    /// Cluster bus (mode Cluster): always the client port + 10000.
+    pub const CLUSTER_BUS: i32 = VALKEY + 10000;
+    pub const CLUSTER_BUS_NAME: &str = "cluster-bus";
+    /// Port of valkey-sentinel (mode Sentinel).
+    pub const SENTINEL: i32 = 26379;
+    pub const SENTINEL_NAME: &str = "sentinel";
+    /// The exporter sidecar's /metrics; the number is `exporter.port`.
+    pub const METRICS_NAME: &str = "metrics";
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,5 +204,31 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), all.len());
         assert!(names.iter().all(|n| n.starts_with("valkey-operator/")));
+    }
+
+    #[test]
+    fn port_names_are_valid_container_port_names() {
+        // IANA_SVC_NAME: at most 15 characters, lower-case letters, digits and '-'.
+        for name in [
+            ports::VALKEY_NAME,
+            ports::CLUSTER_BUS_NAME,
+            ports::SENTINEL_NAME,
+            ports::METRICS_NAME,
+        ] {
+            assert!(name.len() <= 15, "{name}");
+            assert!(
+                name.chars().all(|c| c.is_ascii_lowercase() || c == '-'),
+                "{name}"
+            );
+        }
+        assert_eq!(ports::CLUSTER_BUS, 16379);
+    }
+
+    #[test]
+    fn component_follows_the_mode() {
+        use crate::node::Mode;
+        assert_eq!(components::for_mode(Mode::Standalone), components::SERVER);
+        assert_eq!(components::for_mode(Mode::Cluster), components::SERVER);
+        assert_eq!(components::for_mode(Mode::Sentinel), components::SENTINEL);
     }
 }

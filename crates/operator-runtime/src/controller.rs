@@ -21,6 +21,16 @@ use crate::{Context, ErrorKind};
 /// How long to wait before retrying an object whose reconcile failed.
 pub const RETRY_AFTER_ERROR: Duration = Duration::from_secs(10);
 
+/// How often every object is reconciled again without any change: a safety net for missed
+/// watch events, not a polling loop (controllers react to their watches).
+pub const RESYNC_INTERVAL: Duration = Duration::from_secs(300);
+
+/// The action for a successful reconcile: look again after [`RESYNC_INTERVAL`] unless a
+/// watch event comes first.
+pub fn resync() -> Action {
+    Action::requeue(RESYNC_INTERVAL)
+}
+
 /// What a reconcile function receives next to the object: the process [`Context`] and
 /// the controller's own shared state.
 pub struct ReconcileContext<T> {
