@@ -1,0 +1,831 @@
+//! Renders a node's valkey.conf (or sentinel.conf) from its spec.
+//!
+//! The user's `config` comes first, the operator-owned directives last, so ours win even if
+//! an owned directive slipped past admission (Valkey keeps the last occurrence).
+//!
+//! `bind` is never rendered: in the official image Valkey binds 0.0.0.0 inside the pod's own
+//! network namespace, which is exactly the pod IP plus loopback; the local node agent (pods
+//! share the host network there) appends `--bind <podIP>` itself. Pinning an address in the
+//! file would break one of the two.
+
+use crd_types::ValkeyNode;
+use crd_types::ValkeyNodeSpec;
+use crd_types::names::ports;
+use crd_types::node::Mode;
+use crd_types::template::Announce;
+
+/// Where the ConfigMap is mounted (read-only).
+pub const CONFIG_DIR: &str = "/etc/valkey";
+/// The data directory: the PVC or an emptyDir.
+pub const DATA_DIR: &str = "/data";
+/// File name of a server's config.
+pub const SERVER_CONFIG_FILE: &str = "valkey.conf";
+/// File name of a sentinel's config.
+pub const SENTINEL_CONFIG_FILE: &str = "sentinel.conf";
+/// Environment variable carrying the pod IP (downward API) in every container.
+pub const POD_IP_ENV: &str = "POD_IP";
+
+const HEADER: &str = "# Rendered by valkey-operator (node-controller); edits are overwritten.\n";
+
+/// `sentinel <sub>` directives the operator or the topology controller owns in Sentinel mode.
+const SENTINEL_OWNED_SUBCOMMANDS: &[&str] = &[
+    "announce-ip",
+    "announce-port",
+    "auth-pass",
+    "auth-user",
+    "config-epoch",
+    "current-epoch",
+    "known-replica",
+    "known-sentinel",
+    "known-slave",
+    "leader-epoch",
+    "monitor",
+    "myid",
+];
+
+/// Why a spec's config cannot be rendered. The controller reports it as `ConfigValid=False`
+/// (reason [`ConfigError::reason`]) and an Event; nothing is rolled out.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// Directives the operator manages, as the user spelled them.
+    #[error(
+        "config sets directives the operator manages: {}; remove them (the operator renders these itself)",
+        .0.join(", ")
+    )]
+    OwnedDirectives(Vec<String>),
+    /// Directives that are not valid valkey.conf lines: `(name, why)`.
+    #[error("config has invalid directives: {}", describe(.0))]
+    InvalidDirectives(Vec<(String, String)>),
+}
+
+fn describe(problems: &[(String, String)]) -> String {
+    problems
+        .iter()
+        .map(|(name, why)| format!("{name:?} ({why})"))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl ConfigError {
+    /// CamelCase reason for the ConfigValid condition and the Event.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ConfigError::OwnedDirectives(_) => "OwnedDirective",
+            ConfigError::InvalidDirectives(_) => "InvalidDirective",
+        }
+    }
+}
+
+/// A rendered config file plus what must go on the command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenderedConfig {
+    /// `valkey.conf` or `sentinel.conf`.
+    pub file_name: &'static str,
+    /// The file's content.
+    pub text: String,
+    /// Extra arguments after the config file: with `announce: PodIP` the address is only
+    /// known at runtime, so it comes from `$(POD_IP)` (expanded by Kubernetes in args).
+    pub args: Vec<String>,
+}
+
+/// What rendering decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rendered {
+    Config(RenderedConfig),
+    /// `announce: Service` but service-controller has not published the ClusterIP yet: the
+    /// node must not start announcing anything else, so nothing is created until it does.
+    WaitingForEndpoint,
+}
+
+/// The ClusterIP service-controller published for `node`, if any.
+pub fn cluster_ip(node: &ValkeyNode) -> Option<&str> {
+    node.status
+        .as_ref()?
+        .endpoint
+        .as_ref()?
+        .cluster_ip
+        .as_deref()
+        .filter(|ip| !ip.is_empty() && *ip != "None")
+}
+
+/// Config file name for `mode`.
+pub fn file_name(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Sentinel => SENTINEL_CONFIG_FILE,
+        Mode::Standalone | Mode::Cluster => SERVER_CONFIG_FILE,
+    }
+}
+
+/// Checks the user's directives; the first error class found wins (owned before invalid,
+/// because an owned directive is the more actionable message).
+pub fn validate(spec: &ValkeyNodeSpec) -> Result<(), ConfigError> {
+    let config = &spec.template.config;
+    let mut owned: Vec<String> = config
+        .owned_directives()
+        .into_iter()
+        .map(str::to_string)
+        .collect();
+    let mut invalid = Vec::new();
+    let mut seen = std::collections::BTreeMap::<String, &str>::new();
+    for (name, value) in &config.0 {
+        let words: Vec<&str> = name.split(' ').collect();
+        if words.iter().any(|w| !is_name_word(w)) {
+            invalid.push((
+                name.clone(),
+                "a directive name is letters, digits, '-', '_' or '.'".to_string(),
+            ));
+            continue;
+        }
+        let lower = name.to_ascii_lowercase();
+        match (spec.mode, words.as_slice()) {
+            (_, [_]) => {}
+            (Mode::Sentinel, [first, sub]) if first.eq_ignore_ascii_case("sentinel") => {
+                if SENTINEL_OWNED_SUBCOMMANDS.contains(&sub.to_ascii_lowercase().as_str()) {
+                    owned.push(name.clone());
+                }
+            }
+            _ => {
+                invalid.push((
+                    name.clone(),
+                    "only Sentinel mode takes two-word directives, as 'sentinel <option>'"
+                        .to_string(),
+                ));
+                continue;
+            }
+        }
+        if let Some(first) = seen.insert(lower, name) {
+            invalid.push((name.clone(), format!("also set as {first:?}")));
+        }
+        if let Err(why) = split_args(value) {
+            invalid.push((name.clone(), why));
+        }
+    }
+    if !owned.is_empty() {
+        owned.sort();
+        owned.dedup();
+        return Err(ConfigError::OwnedDirectives(owned));
+    }
+    if !invalid.is_empty() {
+        return Err(ConfigError::InvalidDirectives(invalid));
+    }
+    Ok(())
+}
+
+/// Renders the node's config, or says it must wait for its Service's ClusterIP.
+///
+/// `cluster_ip` is `status.endpoint.clusterIP` (see [`cluster_ip`]); it is only used with
+/// `announce: Service`.
+pub fn render(spec: &ValkeyNodeSpec, cluster_ip: Option<&str>) -> Result<Rendered, ConfigError> {
+    validate(spec)?;
+    let announce_ip = match spec.template.announce {
+        Announce::Service => match cluster_ip {
+            Some(ip) => Some(ip),
+            None => return Ok(Rendered::WaitingForEndpoint),
+        },
+        Announce::PodIP => None,
+    };
+
+    let mut text = String::from(HEADER);
+    if !spec.template.config.is_empty() {
+        text.push_str("\n# User directives (spec.config)\n");
+    }
+    for (name, value) in &spec.template.config.0 {
+        // validate() proved every value splits.
+        let args = split_args(value).unwrap_or_default();
+        push_line(&mut text, name, &args);
+    }
+    text.push_str("\n# Operator-owned directives\n");
+
+    let pod_ip = format!("$({POD_IP_ENV})");
+    let mut args = Vec::new();
+    match spec.mode {
+        Mode::Standalone | Mode::Cluster => {
+            push(&mut text, "port", &ports::VALKEY.to_string());
+            push(&mut text, "dir", DATA_DIR);
+            push(&mut text, "protected-mode", "no");
+            let (ip_directive, port_directive) = if spec.mode == Mode::Cluster {
+                push(&mut text, "cluster-enabled", "yes");
+                push(&mut text, "cluster-config-file", "/data/nodes.conf");
+                push(&mut text, "cluster-port", &ports::CLUSTER_BUS.to_string());
+                push(
+                    &mut text,
+                    "cluster-announce-bus-port",
+                    &ports::CLUSTER_BUS.to_string(),
+                );
+                ("cluster-announce-ip", "cluster-announce-port")
+            } else {
+                ("replica-announce-ip", "replica-announce-port")
+            };
+            push(&mut text, port_directive, &ports::VALKEY.to_string());
+            match announce_ip {
+                Some(ip) => push(&mut text, ip_directive, ip),
+                None => args.extend([format!("--{ip_directive}"), pod_ip]),
+            }
+        }
+        Mode::Sentinel => {
+            push(&mut text, "port", &ports::SENTINEL.to_string());
+            push(&mut text, "dir", DATA_DIR);
+            push(&mut text, "protected-mode", "no");
+            push(
+                &mut text,
+                "sentinel announce-port",
+                &ports::SENTINEL.to_string(),
+            );
+            match announce_ip {
+                Some(ip) => push(&mut text, "sentinel announce-ip", ip),
+                None => args.extend(["--sentinel".to_string(), "announce-ip".to_string(), pod_ip]),
+            }
+            text.push_str(
+                "# 'sentinel monitor' and the rest of the monitoring state are written at runtime by\n\
+                 # topology-controller (SENTINEL MONITOR / SET) and persisted by Sentinel itself.\n",
+            );
+        }
+    }
+    Ok(Rendered::Config(RenderedConfig {
+        file_name: file_name(spec.mode),
+        text,
+        args,
+    }))
+}
+
+fn push(text: &mut String, name: &str, value: &str) {
+    push_line(text, name, &[value.to_string()]);
+}
+
+fn push_line(text: &mut String, name: &str, args: &[String]) {
+    text.push_str(name);
+    if args.is_empty() {
+        // `save ""`: an explicitly empty argument.
+        text.push_str(" \"\"");
+    }
+    for arg in args {
+        text.push(' ');
+        text.push_str(&quote(arg));
+    }
+    text.push('\n');
+}
+
+fn is_name_word(w: &str) -> bool {
+    !w.is_empty()
+        && w.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// Splits a `config` value into arguments exactly as Valkey's `sdssplitargs` splits a
+/// valkey.conf line, so users write values as they would in valkey.conf
+/// (`client-output-buffer-limit: normal 0 0 0`, `save: ""`, `rename-command: "FLUSHALL" ""`).
+/// Every argument is then re-quoted by [`quote`] on one line, so no value can inject a
+/// second directive.
+pub fn split_args(value: &str) -> Result<Vec<String>, String> {
+    let b = value.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    loop {
+        while i < b.len() && is_c_space(b[i]) {
+            i += 1;
+        }
+        if i >= b.len() {
+            return Ok(out);
+        }
+        let mut cur = Vec::new();
+        let mut in_double = false;
+        let mut in_single = false;
+        loop {
+            if in_double {
+                match b.get(i) {
+                    None => return Err("unbalanced double quotes".into()),
+                    Some(b'\\')
+                        if i + 3 < b.len()
+                            && b[i + 1] == b'x'
+                            && b[i + 2].is_ascii_hexdigit()
+                            && b[i + 3].is_ascii_hexdigit() =>
+                    {
+                        let hex = std::str::from_utf8(&b[i + 2..i + 4]).unwrap_or("0");
+                        cur.push(u8::from_str_radix(hex, 16).unwrap_or(0));
+                        i += 3;
+                    }
+                    Some(b'\\') if i + 1 < b.len() => {
+                        i += 1;
+                        cur.push(match b[i] {
+                            b'n' => b'\n',
+                            b'r' => b'\r',
+                            b't' => b'\t',
+                            b'b' => 0x08,
+                            b'a' => 0x07,
+                            c => c,
+                        });
+                    }
+                    Some(b'"') => {
+                        if b.get(i + 1).is_some_and(|c| !is_c_space(*c)) {
+                            return Err("a closing quote must be followed by a space".into());
+                        }
+                        i += 1;
+                        break;
+                    }
+                    Some(c) => cur.push(*c),
+                }
+            } else if in_single {
+                match b.get(i) {
+                    None => return Err("unbalanced single quotes".into()),
+                    Some(b'\\') if b.get(i + 1) == Some(&b'\'') => {
+                        i += 1;
+                        cur.push(b'\'');
+                    }
+                    Some(b'\'') => {
+                        if b.get(i + 1).is_some_and(|c| !is_c_space(*c)) {
+                            return Err("a closing quote must be followed by a space".into());
+                        }
+                        i += 1;
+                        break;
+                    }
+                    Some(c) => cur.push(*c),
+                }
+            } else {
+                match b.get(i) {
+                    None | Some(b' ' | b'\n' | b'\r' | b'\t') => break,
+                    Some(b'"') => in_double = true,
+                    Some(b'\'') => in_single = true,
+                    Some(c) => cur.push(*c),
+                }
+            }
+            i += 1;
+        }
+        match String::from_utf8(cur) {
+            Ok(s) => out.push(s),
+            Err(_) => return Err("a \\x escape makes the value invalid UTF-8".into()),
+        }
+    }
+}
+
+fn is_c_space(c: u8) -> bool {
+    matches!(c, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c)
+}
+
+/// One argument as valkey.conf reads it back unchanged: bare when it is plain printable
+/// ASCII, double-quoted with escapes otherwise.
+pub fn quote(arg: &str) -> String {
+    let plain = !arg.is_empty()
+        && arg
+            .bytes()
+            .all(|c| c.is_ascii_graphic() && !matches!(c, b'"' | b'\'' | b'\\'));
+    if plain {
+        return arg.to_string();
+    }
+    let mut out = String::from("\"");
+    for ch in arg.chars() {
+        match ch {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_ascii_control() => out.push_str(&format!("\\x{:02x}", c as u8)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Directives that take effect through `CONFIG SET` on a running server, without a restart.
+///
+/// A change touching only these could be applied live instead of rolling the pod. Kept to
+/// settings that are mutable in Valkey 7.2+/8 and whose runtime change is routine:
+/// memory and eviction (`maxmemory*`), client limits (`maxclients`, `timeout`,
+/// `tcp-keepalive`, `client-output-buffer-limit`, `client-query-buffer-limit`), the event
+/// loop (`hz`, `dynamic-hz`), diagnostics (`slowlog-*`, `latency-*`, `loglevel`),
+/// `notify-keyspace-events`, persistence tuning (`save`, `appendonly`, `appendfsync`,
+/// `auto-aof-rewrite-*`, ...: `CONFIG SET appendonly yes` is also the safe way to turn AOF
+/// on, since a restart with a fresh AOF would start empty), replication tuning
+/// (`repl-*`, `min-replicas-*`), `lazyfree-*`, active defrag and encoding thresholds,
+/// and the cluster timeouts. Everything else (modules, `databases`, `io-threads`, ACL
+/// files, ...) needs a restart.
+pub fn is_live_directive(name: &str) -> bool {
+    const EXACT: &[&str] = &[
+        "activedefrag",
+        "active-expire-effort",
+        "appendfsync",
+        "appendonly",
+        "aof-rewrite-incremental-fsync",
+        "busy-reply-threshold",
+        "client-output-buffer-limit",
+        "client-query-buffer-limit",
+        "cluster-allow-reads-when-down",
+        "cluster-allow-replica-migration",
+        "cluster-migration-barrier",
+        "cluster-node-timeout",
+        "cluster-replica-validity-factor",
+        "cluster-require-full-coverage",
+        "dynamic-hz",
+        "hash-max-listpack-entries",
+        "hash-max-listpack-value",
+        "hll-sparse-max-bytes",
+        "hz",
+        "list-compress-depth",
+        "list-max-listpack-size",
+        "loglevel",
+        "lua-time-limit",
+        "maxclients",
+        "no-appendfsync-on-rewrite",
+        "notify-keyspace-events",
+        "proto-max-bulk-len",
+        "rdb-save-incremental-fsync",
+        "replica-lazy-flush",
+        "replica-read-only",
+        "replica-serve-stale-data",
+        "save",
+        "set-max-intset-entries",
+        "set-max-listpack-entries",
+        "set-max-listpack-value",
+        "stream-node-max-bytes",
+        "stream-node-max-entries",
+        "tcp-keepalive",
+        "timeout",
+        "zset-max-listpack-entries",
+        "zset-max-listpack-value",
+    ];
+    const PREFIXES: &[&str] = &[
+        "active-defrag-",
+        "auto-aof-rewrite-",
+        "latency-",
+        "lazyfree-",
+        "maxmemory",
+        "min-replicas-",
+        "repl-backlog-",
+        "repl-diskless-",
+        "repl-timeout",
+        "slowlog-",
+    ];
+    let name = name.to_ascii_lowercase();
+    EXACT.contains(&name.as_str()) || PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    use crd_types::config::ValkeyConfig;
+
+    fn spec(mode: Mode, announce: Announce, config: &[(&str, &str)]) -> ValkeyNodeSpec {
+        let mut spec = ValkeyNodeSpec {
+            mode,
+            ..Default::default()
+        };
+        spec.template.announce = announce;
+        spec.template.config = ValkeyConfig(
+            config
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<BTreeMap<_, _>>(),
+        );
+        spec
+    }
+
+    fn config(r: Result<Rendered, ConfigError>) -> RenderedConfig {
+        match r.expect("renders") {
+            Rendered::Config(c) => c,
+            Rendered::WaitingForEndpoint => panic!("waiting for endpoint"),
+        }
+    }
+
+    /// The directive lines, comments and blank lines dropped.
+    fn lines(text: &str) -> Vec<&str> {
+        text.lines()
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .collect()
+    }
+
+    #[test]
+    fn standalone_with_service_announce() {
+        let s = spec(
+            Mode::Standalone,
+            Announce::Service,
+            &[("maxmemory", "1gb"), ("appendonly", "yes")],
+        );
+        let c = config(render(&s, Some("10.96.0.7")));
+        assert_eq!(c.file_name, "valkey.conf");
+        assert!(c.args.is_empty());
+        assert_eq!(
+            lines(&c.text),
+            [
+                "appendonly yes",
+                "maxmemory 1gb",
+                "port 6379",
+                "dir /data",
+                "protected-mode no",
+                "replica-announce-port 6379",
+                "replica-announce-ip 10.96.0.7",
+            ]
+        );
+    }
+
+    #[test]
+    fn cluster_with_service_announce() {
+        let s = spec(Mode::Cluster, Announce::Service, &[]);
+        let c = config(render(&s, Some("10.96.0.8")));
+        assert_eq!(
+            lines(&c.text),
+            [
+                "port 6379",
+                "dir /data",
+                "protected-mode no",
+                "cluster-enabled yes",
+                "cluster-config-file /data/nodes.conf",
+                "cluster-port 16379",
+                "cluster-announce-bus-port 16379",
+                "cluster-announce-port 6379",
+                "cluster-announce-ip 10.96.0.8",
+            ]
+        );
+        assert!(!c.text.contains("# User directives"));
+    }
+
+    #[test]
+    fn pod_ip_announce_goes_to_the_command_line() {
+        let c = config(render(&spec(Mode::Cluster, Announce::PodIP, &[]), None));
+        assert_eq!(c.args, ["--cluster-announce-ip", "$(POD_IP)"]);
+        assert!(!c.text.contains("announce-ip"));
+        assert!(c.text.contains("cluster-announce-port 6379\n"));
+
+        let c = config(render(&spec(Mode::Standalone, Announce::PodIP, &[]), None));
+        assert_eq!(c.args, ["--replica-announce-ip", "$(POD_IP)"]);
+
+        let c = config(render(&spec(Mode::Sentinel, Announce::PodIP, &[]), None));
+        assert_eq!(c.args, ["--sentinel", "announce-ip", "$(POD_IP)"]);
+    }
+
+    #[test]
+    fn pod_ip_announce_ignores_a_published_cluster_ip() {
+        let c = config(render(
+            &spec(Mode::Standalone, Announce::PodIP, &[]),
+            Some("10.96.0.9"),
+        ));
+        assert!(!c.text.contains("10.96.0.9"));
+    }
+
+    #[test]
+    fn service_announce_without_cluster_ip_waits() {
+        for mode in [Mode::Standalone, Mode::Cluster, Mode::Sentinel] {
+            assert_eq!(
+                render(&spec(mode, Announce::Service, &[]), None),
+                Ok(Rendered::WaitingForEndpoint)
+            );
+        }
+    }
+
+    #[test]
+    fn cluster_ip_is_read_from_the_endpoint_status() {
+        use crd_types::node::{EndpointStatus, ValkeyNodeStatus};
+        let mut node = ValkeyNode::new("a", ValkeyNodeSpec::default());
+        assert_eq!(cluster_ip(&node), None);
+        node.status = Some(ValkeyNodeStatus {
+            endpoint: Some(EndpointStatus {
+                cluster_ip: Some("None".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        assert_eq!(cluster_ip(&node), None, "a headless Service has no address");
+        node.status
+            .as_mut()
+            .unwrap()
+            .endpoint
+            .as_mut()
+            .unwrap()
+            .cluster_ip = Some("10.0.0.1".into());
+        assert_eq!(cluster_ip(&node), Some("10.0.0.1"));
+    }
+
+    #[test]
+    fn sentinel_config() {
+        let s = spec(
+            Mode::Sentinel,
+            Announce::Service,
+            &[("sentinel resolve-hostnames", "yes")],
+        );
+        let c = config(render(&s, Some("10.96.0.10")));
+        assert_eq!(c.file_name, "sentinel.conf");
+        assert_eq!(
+            lines(&c.text),
+            [
+                "sentinel resolve-hostnames yes",
+                "port 26379",
+                "dir /data",
+                "protected-mode no",
+                "sentinel announce-port 26379",
+                "sentinel announce-ip 10.96.0.10",
+            ]
+        );
+        assert!(c.text.contains("sentinel monitor"), "leaves a note");
+    }
+
+    #[test]
+    fn owned_directives_are_refused_in_any_case() {
+        let s = spec(
+            Mode::Standalone,
+            Announce::Service,
+            &[("Port", "7000"), ("maxmemory", "1gb"), ("DIR", "/tmp")],
+        );
+        let err = render(&s, Some("10.0.0.1")).unwrap_err();
+        assert_eq!(
+            err,
+            ConfigError::OwnedDirectives(vec!["DIR".into(), "Port".into()])
+        );
+        assert_eq!(err.reason(), "OwnedDirective");
+        assert!(err.to_string().contains("DIR, Port"), "{err}");
+    }
+
+    #[test]
+    fn owned_directives_are_refused_before_waiting_for_the_endpoint() {
+        let s = spec(
+            Mode::Cluster,
+            Announce::Service,
+            &[("cluster-enabled", "no")],
+        );
+        assert!(matches!(
+            render(&s, None),
+            Err(ConfigError::OwnedDirectives(_))
+        ));
+    }
+
+    #[test]
+    fn sentinel_state_directives_are_owned() {
+        let s = spec(
+            Mode::Sentinel,
+            Announce::PodIP,
+            &[
+                ("sentinel monitor", "m 1.2.3.4 6379 2"),
+                ("SENTINEL myid", "x"),
+            ],
+        );
+        assert_eq!(
+            render(&s, None).unwrap_err(),
+            ConfigError::OwnedDirectives(vec!["SENTINEL myid".into(), "sentinel monitor".into()])
+        );
+    }
+
+    #[test]
+    fn invalid_names_and_values_are_refused() {
+        let s = spec(
+            Mode::Standalone,
+            Announce::PodIP,
+            &[
+                ("max memory", "1gb"),
+                ("bad\nname", "x"),
+                ("maxmemory-policy", "\"allkeys-lru"),
+                ("timeout", "'0'x"),
+                ("Hz", "10"),
+                ("hz", "20"),
+            ],
+        );
+        let err = render(&s, None).unwrap_err();
+        assert_eq!(err.reason(), "InvalidDirective");
+        let ConfigError::InvalidDirectives(problems) = err else {
+            unreachable!()
+        };
+        let names: Vec<&str> = problems.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "bad\nname",
+                "hz",
+                "max memory",
+                "maxmemory-policy",
+                "timeout"
+            ]
+        );
+    }
+
+    #[test]
+    fn values_are_split_like_valkey_conf_and_requoted() {
+        let s = spec(
+            Mode::Standalone,
+            Announce::PodIP,
+            &[
+                ("client-output-buffer-limit", "normal 0 0 0"),
+                ("save", ""),
+                ("rename-command", "FLUSHALL \"\""),
+                ("notify-keyspace-events", "'KEA'"),
+                ("syslog-ident", "\"my \\\"valkey\\\"\""),
+            ],
+        );
+        let c = config(render(&s, None));
+        let l = lines(&c.text);
+        assert_eq!(
+            &l[..5],
+            [
+                "client-output-buffer-limit normal 0 0 0",
+                "notify-keyspace-events KEA",
+                "rename-command FLUSHALL \"\"",
+                "save \"\"",
+                "syslog-ident \"my \\\"valkey\\\"\"",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_newline_in_a_value_cannot_inject_a_directive() {
+        let s = spec(
+            Mode::Standalone,
+            Announce::PodIP,
+            &[("maxmemory", "1gb\nport 7000")],
+        );
+        let c = config(render(&s, None));
+        // Same line: Valkey refuses the extra arguments instead of changing the port.
+        assert!(c.text.contains("maxmemory 1gb port 7000\n"));
+        let s = spec(
+            Mode::Standalone,
+            Announce::PodIP,
+            &[("maxmemory", "\"1gb\nport 7000\"")],
+        );
+        let c = config(render(&s, None));
+        assert!(c.text.contains("maxmemory \"1gb\\nport 7000\"\n"));
+        assert_eq!(
+            lines(&c.text)
+                .iter()
+                .filter(|l| l.starts_with("port"))
+                .count(),
+            1
+        );
+    }
+
+    #[test]
+    fn split_args_follows_sdssplitargs() {
+        let ok = |v: &str| split_args(v).unwrap();
+        assert_eq!(ok(""), Vec::<String>::new());
+        assert_eq!(ok("  a  b\t c "), ["a", "b", "c"]);
+        assert_eq!(ok("\"a b\" 'c d'"), ["a b", "c d"]);
+        assert_eq!(ok("\"\\x41\\n\\t\\\\\""), ["A\n\t\\"]);
+        assert_eq!(ok("'it\\'s'"), ["it's"]);
+        assert_eq!(ok("a\"b c\""), ["ab c"]);
+        assert_eq!(ok("\"\""), [""]);
+        assert!(split_args("\"a").is_err());
+        assert!(split_args("'a").is_err());
+        assert!(split_args("\"a\"b").is_err());
+        assert!(split_args("\"\\xff\"").is_err());
+    }
+
+    #[test]
+    fn quote_round_trips_through_split_args() {
+        for arg in [
+            "plain",
+            "",
+            "a b",
+            "q\"uote",
+            "back\\slash",
+            "nl\n",
+            "tab\t",
+            "\u{1}",
+            "ü",
+            "'",
+        ] {
+            let quoted = quote(arg);
+            assert_eq!(split_args(&quoted).unwrap(), [arg], "{quoted}");
+        }
+        assert_eq!(quote("1gb"), "1gb");
+        assert_eq!(quote("a b"), "\"a b\"");
+    }
+
+    #[test]
+    fn rendering_is_deterministic() {
+        let s = spec(Mode::Cluster, Announce::Service, &[("b", "2"), ("a", "1")]);
+        assert_eq!(
+            render(&s, Some("10.0.0.1")),
+            render(&s.clone(), Some("10.0.0.1"))
+        );
+    }
+
+    #[test]
+    fn live_directives() {
+        for live in [
+            "maxmemory",
+            "maxmemory-policy",
+            "MaxMemory-Samples",
+            "timeout",
+            "hz",
+            "slowlog-log-slower-than",
+            "slowlog-max-len",
+            "latency-monitor-threshold",
+            "notify-keyspace-events",
+            "appendfsync",
+            "save",
+            "lazyfree-lazy-eviction",
+            "repl-backlog-size",
+        ] {
+            assert!(is_live_directive(live), "{live}");
+        }
+        for restart in [
+            "databases",
+            "io-threads",
+            "loadmodule",
+            "rename-command",
+            "port",
+            "cluster-enabled",
+            "aclfile",
+            "always-show-logo",
+        ] {
+            assert!(!is_live_directive(restart), "{restart}");
+        }
+    }
+}

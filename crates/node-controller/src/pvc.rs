@@ -1,0 +1,202 @@
+//! The operator-created PVC behind /data.
+//!
+//! Created by node-controller rather than through a StatefulSet volumeClaimTemplate, so the
+//! same claim works for a Deployment, survives a workload re-creation, and its size can grow
+//! (templates are immutable).
+//!
+//! Field ownership: node-controller applies `spec.resources.requests.storage` under
+//! `valkey-operator/node` until pvc-resizer lands; then that field moves to
+//! `valkey-operator/pvc-resizer` and node-controller stops sending it on an existing claim.
+//! Until then [`storage_request`] keeps it from ever undoing a growth made by someone else.
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+
+use crd_types::ValkeyNode;
+use crd_types::names;
+use crd_types::template::{Persistence, ReclaimPolicy};
+use k8s_openapi::api::core::v1::{
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, VolumeResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::ResourceExt;
+
+use crate::meta;
+use crd_types::quantity;
+
+/// The PVC to apply for `node`, or `None` without `persistence` (then /data is an emptyDir).
+///
+/// `live` is the claim as it exists, so a larger live request is kept ([`storage_request`]).
+pub fn pvc(
+    node: &ValkeyNode,
+    live: Option<&PersistentVolumeClaim>,
+) -> Option<PersistentVolumeClaim> {
+    let persistence = node.spec.template.persistence.as_ref()?;
+    let name = node.name_any();
+    // Retain: no owner reference, or the garbage collector would delete the claim (and with
+    // it the data) together with the ValkeyNode. Delete: owned, so it goes once the node is
+    // gone; the pvc-protection finalizer holds it until the pod has stopped using it.
+    let owner_references = match persistence.reclaim_policy {
+        ReclaimPolicy::Delete => meta::owner_reference(node).map(|o| vec![o]),
+        ReclaimPolicy::Retain => None,
+    };
+    Some(PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(names::pvc_name(&name)),
+            namespace: node.namespace(),
+            labels: Some(meta::labels(node)),
+            owner_references,
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".to_string()]),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([(
+                    "storage".to_string(),
+                    storage_request(persistence, live),
+                )])),
+                ..Default::default()
+            }),
+            storage_class_name: persistence.storage_class_name.clone(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+}
+
+/// The storage request to apply: the larger of the spec's size and the live claim's request,
+/// because a volume never shrinks (the API server refuses it) and a live request above the
+/// spec means someone (pvc-resizer, an admin) grew it on purpose. Equal values keep the spec's
+/// spelling so an unchanged spec applies an identical object.
+pub fn storage_request(
+    persistence: &Persistence,
+    live: Option<&PersistentVolumeClaim>,
+) -> Quantity {
+    let spec = Quantity(persistence.size.clone());
+    let Some(live) = live_request(live) else {
+        return spec;
+    };
+    match quantity::compare(&live.0, &spec.0) {
+        Ok(Ordering::Greater) => live.clone(),
+        // Spec larger or equal; an unparsable side: the spec (admission proved it parses).
+        _ => spec,
+    }
+}
+
+fn live_request(live: Option<&PersistentVolumeClaim>) -> Option<&Quantity> {
+    live?
+        .spec
+        .as_ref()?
+        .resources
+        .as_ref()?
+        .requests
+        .as_ref()?
+        .get("storage")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::meta::fixtures;
+    use crd_types::ValkeyNodeSpec;
+    use crd_types::names::labels;
+
+    fn node(size: &str, reclaim: ReclaimPolicy, class: Option<&str>) -> ValkeyNode {
+        let mut spec = ValkeyNodeSpec::default();
+        spec.template.persistence = Some(Persistence {
+            size: size.into(),
+            storage_class_name: class.map(str::to_string),
+            reclaim_policy: reclaim,
+            auto_resize: None,
+        });
+        fixtures::node("cache", spec)
+    }
+
+    fn live(request: &str) -> PersistentVolumeClaim {
+        PersistentVolumeClaim {
+            spec: Some(PersistentVolumeClaimSpec {
+                resources: Some(VolumeResourceRequirements {
+                    requests: Some(BTreeMap::from([(
+                        "storage".to_string(),
+                        Quantity(request.into()),
+                    )])),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn request(p: &PersistentVolumeClaim) -> &str {
+        &p.spec
+            .as_ref()
+            .unwrap()
+            .resources
+            .as_ref()
+            .unwrap()
+            .requests
+            .as_ref()
+            .unwrap()["storage"]
+            .0
+    }
+
+    #[test]
+    fn no_persistence_no_claim() {
+        assert!(pvc(&fixtures::node("a", ValkeyNodeSpec::default()), None).is_none());
+    }
+
+    #[test]
+    fn claim_from_spec() {
+        let p = pvc(&node("10Gi", ReclaimPolicy::Retain, Some("fast")), None).unwrap();
+        assert_eq!(p.metadata.name.as_deref(), Some("cache-data"));
+        assert_eq!(p.metadata.namespace.as_deref(), Some("prod"));
+        assert_eq!(p.labels()[labels::NODE], "cache");
+        let spec = p.spec.as_ref().unwrap();
+        assert_eq!(
+            spec.access_modes.as_deref(),
+            Some(&["ReadWriteOnce".to_string()][..])
+        );
+        assert_eq!(spec.storage_class_name.as_deref(), Some("fast"));
+        assert_eq!(request(&p), "10Gi");
+    }
+
+    #[test]
+    fn default_class_is_left_to_the_cluster() {
+        let p = pvc(&node("1Gi", ReclaimPolicy::Retain, None), None).unwrap();
+        assert_eq!(p.spec.unwrap().storage_class_name, None);
+    }
+
+    #[test]
+    fn retain_is_not_owned_delete_is() {
+        let p = pvc(&node("1Gi", ReclaimPolicy::Retain, None), None).unwrap();
+        assert_eq!(p.metadata.owner_references, None);
+        let p = pvc(&node("1Gi", ReclaimPolicy::Delete, None), None).unwrap();
+        let owners = p.metadata.owner_references.unwrap();
+        assert_eq!(owners.len(), 1);
+        assert_eq!(owners[0].uid, "uid-cache");
+    }
+
+    #[test]
+    fn never_shrinks() {
+        let n = node("10Gi", ReclaimPolicy::Retain, None);
+        // Grown by pvc-resizer beyond the spec: keep it.
+        assert_eq!(request(&pvc(&n, Some(&live("12Gi"))).unwrap()), "12Gi");
+        // Spec grew: apply the spec.
+        assert_eq!(request(&pvc(&n, Some(&live("8Gi"))).unwrap()), "10Gi");
+        // Same value, other spelling: the spec's spelling.
+        assert_eq!(request(&pvc(&n, Some(&live("10240Mi"))).unwrap()), "10Gi");
+        // Unreadable live value: the spec.
+        assert_eq!(request(&pvc(&n, Some(&live("lots"))).unwrap()), "10Gi");
+        // A live claim without requests: the spec.
+        let empty = PersistentVolumeClaim::default();
+        assert_eq!(request(&pvc(&n, Some(&empty)).unwrap()), "10Gi");
+    }
+
+    #[test]
+    fn same_spec_same_object() {
+        let n = node("5Gi", ReclaimPolicy::Delete, Some("ssd"));
+        assert_eq!(pvc(&n, None), pvc(&n.clone(), None));
+    }
+}

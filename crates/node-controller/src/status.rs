@@ -1,0 +1,549 @@
+//! `status.workload` and the conditions node-controller owns (WorkloadReady, RollPending,
+//! ConfigValid), built from the live workload and pod.
+
+use crd_types::conditions::{Desired, transition, types};
+use crd_types::node::WorkloadStatus;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+
+use crate::config::ConfigError;
+use crate::meta::REVISION_ANNOTATION;
+use crate::revision::RollDecision;
+use crate::workload::VALKEY_CONTAINER;
+
+/// The live workload, either kind.
+#[derive(Debug, Clone, Copy)]
+pub enum LiveWorkload<'a> {
+    StatefulSet(&'a StatefulSet),
+    Deployment(&'a Deployment),
+}
+
+impl<'a> LiveWorkload<'a> {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            LiveWorkload::StatefulSet(_) => "StatefulSet",
+            LiveWorkload::Deployment(_) => "Deployment",
+        }
+    }
+
+    pub fn name(&self) -> String {
+        match self {
+            LiveWorkload::StatefulSet(s) => s.name_any(),
+            LiveWorkload::Deployment(d) => d.name_any(),
+        }
+    }
+
+    pub fn template(&self) -> Option<&'a PodTemplateSpec> {
+        match self {
+            LiveWorkload::StatefulSet(s) => s.spec.as_ref().map(|s| &s.template),
+            LiveWorkload::Deployment(d) => d.spec.as_ref().map(|s| &s.template),
+        }
+    }
+}
+
+/// The pod that is the node right now, among the pods selected by `valkey.rs/node`: one not
+/// being deleted if any (a Deployment's replacement while the old pod terminates), the newest
+/// first; a terminating one only when nothing else exists.
+pub fn current_pod(pods: &[Pod]) -> Option<&Pod> {
+    let key = |p: &&Pod| {
+        (
+            p.metadata.deletion_timestamp.is_none(),
+            p.metadata.creation_timestamp.clone(),
+            p.name_any(),
+        )
+    };
+    pods.iter().max_by_key(key)
+}
+
+fn valkey_status(pod: &Pod) -> Option<&ContainerStatus> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == VALKEY_CONTAINER)
+}
+
+/// Whether the valkey container passes its readiness probe. The pod's Ready condition is not
+/// used: a sidecar (the exporter) must not make the node look down.
+pub fn is_ready(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none() && valkey_status(pod).is_some_and(|c| c.ready)
+}
+
+/// `status.workload` from the live workload and current pod.
+///
+/// `restarts` counts the valkey container only: it is what tells whether the data process
+/// restarted. `revision` is the pod's own annotation (copied from the template it was made
+/// from), not the workload's, so it stays at the old revision until the new pod exists.
+pub fn workload_status(
+    live: Option<LiveWorkload<'_>>,
+    pod: Option<&Pod>,
+    desired_revision: Option<&str>,
+    observed_generation: Option<i64>,
+) -> WorkloadStatus {
+    let pod_status = pod.and_then(|p| p.status.as_ref());
+    WorkloadStatus {
+        kind: live.map(|w| w.kind().to_string()),
+        name: live.map(|w| w.name()),
+        pod_name: pod.map(|p| p.name_any()),
+        pod_ip: pod_status.and_then(|s| s.pod_ip.clone()),
+        node_name: pod
+            .and_then(|p| p.spec.as_ref())
+            .and_then(|s| s.node_name.clone()),
+        ready: pod.is_some_and(is_ready),
+        revision: pod.and_then(|p| p.annotations().get(REVISION_ANNOTATION).cloned()),
+        desired_revision: desired_revision.map(str::to_string),
+        restarts: pod.and_then(valkey_status).map_or(0, |c| c.restart_count),
+        observed_generation,
+    }
+}
+
+/// What the reconcile saw, for the conditions.
+#[derive(Debug, Clone, Copy)]
+pub struct Observed<'a> {
+    /// The config check: `Err` when the spec's config cannot be rendered.
+    pub config: Result<(), &'a ConfigError>,
+    /// `announce: Service` and no ClusterIP yet.
+    pub waiting_for_endpoint: bool,
+    /// Whether the workload exists.
+    pub workload_exists: bool,
+    /// The current pod.
+    pub pod: Option<&'a Pod>,
+    /// The roll gate's decision; `None` when there is no desired template (config invalid or
+    /// waiting for the endpoint).
+    pub roll: Option<&'a RollDecision>,
+    /// The status built by [`workload_status`].
+    pub workload: &'a WorkloadStatus,
+}
+
+/// The three conditions node-controller owns, with `lastTransitionTime` kept while a status
+/// does not change.
+pub fn conditions(
+    current: &[Condition],
+    observed: &Observed<'_>,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Vec<Condition> {
+    [
+        config_valid(observed),
+        workload_ready(observed),
+        roll_pending(observed),
+    ]
+    .into_iter()
+    .map(|d| transition(current, d, generation, now))
+    .collect()
+}
+
+fn config_valid<'a>(o: &Observed<'a>) -> Desired<'a> {
+    match o.config {
+        Ok(()) => Desired {
+            type_: types::CONFIG_VALID,
+            status: true,
+            reason: "Valid",
+            message: "the spec renders to a valid config".into(),
+        },
+        Err(e) => Desired {
+            type_: types::CONFIG_VALID,
+            status: false,
+            reason: e.reason(),
+            message: e.to_string(),
+        },
+    }
+}
+
+fn workload_ready<'a>(o: &Observed<'a>) -> Desired<'a> {
+    let not_ready = |reason: &'a str, message: String| Desired {
+        type_: types::WORKLOAD_READY,
+        status: false,
+        reason,
+        message,
+    };
+    if !o.workload_exists {
+        return match (o.config, o.waiting_for_endpoint) {
+            (Err(_), _) => not_ready(
+                "ConfigInvalid",
+                "no workload: the config is invalid, see ConfigValid".into(),
+            ),
+            (Ok(()), true) => not_ready(
+                "WaitingForEndpoint",
+                "no workload yet: announce is Service and the node's Service has no ClusterIP \
+                 yet (status.endpoint.clusterIP, written by service-controller)"
+                    .into(),
+            ),
+            (Ok(()), false) => not_ready("WorkloadMissing", "the workload is being created".into()),
+        };
+    }
+    let Some(pod) = o.pod else {
+        return not_ready("PodMissing", "the workload has no pod yet".into());
+    };
+    if pod.metadata.deletion_timestamp.is_some() {
+        return not_ready(
+            "PodTerminating",
+            format!("pod {} is terminating", pod.name_any()),
+        );
+    }
+    if o.workload.ready {
+        return Desired {
+            type_: types::WORKLOAD_READY,
+            status: true,
+            reason: "PodReady",
+            message: format!("pod {} answers PING", pod.name_any()),
+        };
+    }
+    let waiting = valkey_status(pod)
+        .and_then(|c| c.state.as_ref())
+        .and_then(|s| s.waiting.as_ref());
+    if let Some(w) = waiting {
+        return not_ready(
+            "ContainerWaiting",
+            format!(
+                "container valkey of pod {} is waiting: {} {}",
+                pod.name_any(),
+                w.reason.as_deref().unwrap_or("unknown"),
+                w.message.as_deref().unwrap_or("")
+            )
+            .trim_end()
+            .to_string(),
+        );
+    }
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    if phase == Some("Pending") {
+        return not_ready("PodPending", format!("pod {} is pending", pod.name_any()));
+    }
+    not_ready(
+        "PodNotReady",
+        format!(
+            "pod {} does not answer PING with PONG yet (starting or loading its data)",
+            pod.name_any()
+        ),
+    )
+}
+
+fn roll_pending<'a>(o: &Observed<'a>) -> Desired<'a> {
+    let up_to_date = |reason: &'a str, message: String| Desired {
+        type_: types::ROLL_PENDING,
+        status: false,
+        reason,
+        message,
+    };
+    match o.roll {
+        None => up_to_date("NoDesiredRevision", "no template to roll to".into()),
+        Some(RollDecision::HoldAt {
+            reason, message, ..
+        }) => Desired {
+            type_: types::ROLL_PENDING,
+            status: true,
+            reason,
+            message: message.clone(),
+        },
+        Some(RollDecision::ApplyNow) => {
+            let w = o.workload;
+            if w.revision.is_some() && w.revision == w.desired_revision {
+                up_to_date(
+                    "UpToDate",
+                    format!(
+                        "the pod runs revision {}",
+                        w.revision.as_deref().unwrap_or_default()
+                    ),
+                )
+            } else {
+                up_to_date(
+                    "Rolling",
+                    format!(
+                        "revision {} is applied; the pod is being replaced",
+                        w.desired_revision.as_deref().unwrap_or("unknown")
+                    ),
+                )
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    use crd_types::conditions::{TRUE, find};
+    use k8s_openapi::api::core::v1::{ContainerState, ContainerStateWaiting, PodSpec, PodStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+    fn at(s: i64) -> Timestamp {
+        Timestamp::from_second(s).unwrap()
+    }
+
+    fn pod(name: &str, created: i64, ready: bool) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                creation_timestamp: Some(Time(at(created))),
+                annotations: Some(BTreeMap::from([(
+                    REVISION_ANNOTATION.to_string(),
+                    "rev1".to_string(),
+                )])),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                node_name: Some("worker-1".into()),
+                ..Default::default()
+            }),
+            status: Some(PodStatus {
+                phase: Some("Running".into()),
+                pod_ip: Some("10.1.0.4".into()),
+                container_statuses: Some(vec![
+                    ContainerStatus {
+                        name: "valkey".into(),
+                        ready,
+                        restart_count: 2,
+                        ..Default::default()
+                    },
+                    ContainerStatus {
+                        name: "exporter".into(),
+                        ready: false,
+                        restart_count: 7,
+                        ..Default::default()
+                    },
+                ]),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn sts(name: &str) -> StatefulSet {
+        StatefulSet {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn status_from_statefulset_and_pod() {
+        let s = sts("cache");
+        let p = pod("cache-0", 1, true);
+        let w = workload_status(
+            Some(LiveWorkload::StatefulSet(&s)),
+            Some(&p),
+            Some("rev2"),
+            Some(4),
+        );
+        assert_eq!(
+            w,
+            WorkloadStatus {
+                kind: Some("StatefulSet".into()),
+                name: Some("cache".into()),
+                pod_name: Some("cache-0".into()),
+                pod_ip: Some("10.1.0.4".into()),
+                node_name: Some("worker-1".into()),
+                ready: true,
+                revision: Some("rev1".into()),
+                desired_revision: Some("rev2".into()),
+                restarts: 2,
+                observed_generation: Some(4),
+            }
+        );
+    }
+
+    #[test]
+    fn status_without_workload_or_pod() {
+        let w = workload_status(None, None, None, Some(1));
+        assert_eq!(
+            w,
+            WorkloadStatus {
+                observed_generation: Some(1),
+                ..Default::default()
+            }
+        );
+        let d = Deployment {
+            metadata: ObjectMeta {
+                name: Some("cache".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let w = workload_status(Some(LiveWorkload::Deployment(&d)), None, Some("r"), None);
+        assert_eq!(w.kind.as_deref(), Some("Deployment"));
+        assert_eq!(w.pod_name, None);
+        assert!(!w.ready);
+    }
+
+    #[test]
+    fn readiness_is_the_valkey_containers() {
+        // The exporter is not ready in the fixture; the node still is.
+        assert!(is_ready(&pod("a", 1, true)));
+        assert!(!is_ready(&pod("a", 1, false)));
+        let mut terminating = pod("a", 1, true);
+        terminating.metadata.deletion_timestamp = Some(Time(at(5)));
+        assert!(!is_ready(&terminating));
+    }
+
+    #[test]
+    fn current_pod_prefers_live_and_new() {
+        let mut old = pod("cache-abc", 1, true);
+        old.metadata.deletion_timestamp = Some(Time(at(9)));
+        let new = pod("cache-def", 5, false);
+        let older_live = pod("cache-ghi", 2, true);
+        let pods = vec![old.clone(), new.clone(), older_live];
+        assert_eq!(current_pod(&pods).unwrap().name_any(), "cache-def");
+        assert_eq!(
+            current_pod(std::slice::from_ref(&old)).unwrap().name_any(),
+            "cache-abc"
+        );
+        assert!(current_pod(&[]).is_none());
+    }
+
+    fn observed<'a>(
+        w: &'a WorkloadStatus,
+        pod: Option<&'a Pod>,
+        roll: Option<&'a RollDecision>,
+    ) -> Observed<'a> {
+        Observed {
+            config: Ok(()),
+            waiting_for_endpoint: false,
+            workload_exists: true,
+            pod,
+            roll,
+            workload: w,
+        }
+    }
+
+    fn get<'a>(c: &'a [Condition], t: &str) -> &'a Condition {
+        find(c, t).unwrap()
+    }
+
+    #[test]
+    fn all_good() {
+        let p = pod("cache-0", 1, true);
+        let mut w = workload_status(None, Some(&p), Some("rev1"), Some(1));
+        w.kind = Some("StatefulSet".into());
+        let roll = RollDecision::ApplyNow;
+        let c = conditions(&[], &observed(&w, Some(&p), Some(&roll)), Some(1), at(10));
+        assert_eq!(c.len(), 3);
+        assert_eq!(get(&c, types::CONFIG_VALID).status, TRUE);
+        assert_eq!(get(&c, types::WORKLOAD_READY).reason, "PodReady");
+        let rp = get(&c, types::ROLL_PENDING);
+        assert_eq!(
+            (rp.status.as_str(), rp.reason.as_str()),
+            ("False", "UpToDate")
+        );
+        // Re-observing the same keeps the clocks.
+        let again = conditions(&c, &observed(&w, Some(&p), Some(&roll)), Some(2), at(99));
+        assert!(again.iter().all(|x| x.last_transition_time == Time(at(10))));
+    }
+
+    #[test]
+    fn invalid_config() {
+        let w = WorkloadStatus::default();
+        let err = ConfigError::OwnedDirectives(vec!["port".into()]);
+        let o = Observed {
+            config: Err(&err),
+            workload_exists: false,
+            ..observed(&w, None, None)
+        };
+        let c = conditions(&[], &o, None, at(1));
+        let cv = get(&c, types::CONFIG_VALID);
+        assert_eq!(
+            (cv.status.as_str(), cv.reason.as_str()),
+            ("False", "OwnedDirective")
+        );
+        assert!(cv.message.contains("port"));
+        assert_eq!(get(&c, types::WORKLOAD_READY).reason, "ConfigInvalid");
+        assert_eq!(get(&c, types::ROLL_PENDING).reason, "NoDesiredRevision");
+    }
+
+    #[test]
+    fn waiting_for_endpoint() {
+        let w = WorkloadStatus::default();
+        let o = Observed {
+            waiting_for_endpoint: true,
+            workload_exists: false,
+            ..observed(&w, None, None)
+        };
+        let c = conditions(&[], &o, None, at(1));
+        assert_eq!(get(&c, types::CONFIG_VALID).status, TRUE);
+        assert_eq!(get(&c, types::WORKLOAD_READY).reason, "WaitingForEndpoint");
+    }
+
+    #[test]
+    fn workload_ready_reasons() {
+        let w = WorkloadStatus::default();
+        let reason = |o: Observed<'_>| {
+            let c = conditions(&[], &o, None, at(1));
+            get(&c, types::WORKLOAD_READY).reason.clone()
+        };
+        assert_eq!(
+            reason(Observed {
+                workload_exists: false,
+                ..observed(&w, None, None)
+            }),
+            "WorkloadMissing"
+        );
+        assert_eq!(reason(observed(&w, None, None)), "PodMissing");
+
+        let loading = pod("cache-0", 1, false);
+        assert_eq!(reason(observed(&w, Some(&loading), None)), "PodNotReady");
+
+        let mut crashing = pod("cache-0", 1, false);
+        crashing
+            .status
+            .as_mut()
+            .unwrap()
+            .container_statuses
+            .as_mut()
+            .unwrap()[0]
+            .state = Some(ContainerState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some("CrashLoopBackOff".into()),
+                message: None,
+            }),
+            ..Default::default()
+        });
+        let c = conditions(&[], &observed(&w, Some(&crashing), None), None, at(1));
+        let wr = get(&c, types::WORKLOAD_READY);
+        assert_eq!(wr.reason, "ContainerWaiting");
+        assert!(wr.message.ends_with("CrashLoopBackOff"), "{}", wr.message);
+
+        let mut pending = pod("cache-0", 1, false);
+        pending.status.as_mut().unwrap().phase = Some("Pending".into());
+        pending.status.as_mut().unwrap().container_statuses = None;
+        assert_eq!(reason(observed(&w, Some(&pending), None)), "PodPending");
+
+        let mut terminating = pod("cache-0", 1, true);
+        terminating.metadata.deletion_timestamp = Some(Time(at(3)));
+        assert_eq!(
+            reason(observed(&w, Some(&terminating), None)),
+            "PodTerminating"
+        );
+    }
+
+    #[test]
+    fn roll_pending_follows_the_gate() {
+        let p = pod("cache-0", 1, true);
+        let w = workload_status(None, Some(&p), Some("rev2"), None);
+        let hold = crate::revision::decide(
+            crate::revision::Live::At(Some("rev1")),
+            "rev2",
+            crd_types::node::RolloutPolicy::Gated,
+            None,
+        );
+        let c = conditions(&[], &observed(&w, Some(&p), Some(&hold)), None, at(1));
+        let rp = get(&c, types::ROLL_PENDING);
+        assert_eq!(rp.status, TRUE);
+        assert_eq!(rp.reason, crate::revision::ROLL_PENDING_REASON);
+        assert!(rp.message.contains("rev2"));
+
+        let now = RollDecision::ApplyNow;
+        let c2 = conditions(&c, &observed(&w, Some(&p), Some(&now)), None, at(5));
+        let rp = get(&c2, types::ROLL_PENDING);
+        assert_eq!(
+            (rp.status.as_str(), rp.reason.as_str()),
+            ("False", "Rolling")
+        );
+        assert_eq!(rp.last_transition_time, Time(at(5)));
+    }
+}
