@@ -1,11 +1,24 @@
 //! node-controller: runs each ValkeyNode as a ConfigMap, an operator-created PVC and a
 //! singleton StatefulSet or Deployment, and writes `status.workload`.
+//!
+//! The pure builders live in the library (`node_controller::*`); [`reconcile`] fetches,
+//! applies them with server-side apply, publishes Events and writes the status.
+
+mod error;
+mod reconcile;
 
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
+use crd_types::names::labels;
 use crd_types::{FieldManager, ValkeyNode};
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
 use operator_runtime::{CommonArgs, Context, RequiredCrd, controller};
 
 /// Runs each ValkeyNode's ConfigMap, PVC and singleton StatefulSet or Deployment, and
@@ -31,13 +44,49 @@ async fn main() -> ExitCode {
     .await
 }
 
+/// The ValkeyNode an object labelled `valkey.rs/node` belongs to (same namespace).
+fn labelled_node<K: Resource>(object: K) -> Option<ObjectRef<ValkeyNode>> {
+    let node = object.labels().get(labels::NODE)?.clone();
+    let namespace = object.namespace()?;
+    Some(ObjectRef::new(&node).within(&namespace))
+}
+
 async fn run(ctx: Context) -> Result<(), std::convert::Infallible> {
-    // Domain logic arrives with its issue; until then every change is observed and counted.
+    let reporter = Reporter {
+        controller: ctx.name.into(),
+        instance: std::env::var("POD_NAME").ok(),
+    };
+    let state = reconcile::State {
+        recorder: Recorder::new(ctx.client.clone(), reporter),
+    };
+    // Only the operator's own objects are watched (the builders label every one of them).
+    let ours = watcher::Config::default().labels(&format!(
+        "{}={}",
+        labels::MANAGED_BY,
+        labels::MANAGED_BY_VALUE
+    ));
+    // Pods: readiness, IP and restarts go into status.workload as they change.
+    let node_pods = watcher::Config::default().labels(labels::NODE);
+    let (statefulsets, deployments, config_maps, claims, pods) = (
+        ctx.watch_api::<StatefulSet>(),
+        ctx.watch_api::<Deployment>(),
+        ctx.watch_api::<ConfigMap>(),
+        ctx.watch_api::<PersistentVolumeClaim>(),
+        ctx.watch_api::<Pod>(),
+    );
     controller::run_watching::<ValkeyNode, _, _, _, _>(
         &ctx,
-        |nodes| nodes,
-        Arc::new(()),
-        controller::observe,
+        |nodes| {
+            nodes
+                .owns(statefulsets, ours.clone())
+                .owns(deployments, ours.clone())
+                .owns(config_maps, ours.clone())
+                // By label, not owner: a Retain claim has no owner reference.
+                .watches(claims, ours, labelled_node)
+                .watches(pods, node_pods, labelled_node)
+        },
+        Arc::new(state),
+        reconcile::reconcile,
     )
     .await;
     Ok(())

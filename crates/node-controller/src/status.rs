@@ -1,10 +1,11 @@
 //! `status.workload` and the conditions node-controller owns (WorkloadReady, RollPending,
 //! ConfigValid), built from the live workload and pod.
 
-use crd_types::conditions::{Desired, transition, types};
+use crd_types::ValkeyNodeStatus;
+use crd_types::conditions::{Desired, find, transition, types};
 use crd_types::node::WorkloadStatus;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{ContainerStatus, PersistentVolumeClaim, Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -112,6 +113,10 @@ pub struct Observed<'a> {
     pub workload_exists: bool,
     /// The current pod.
     pub pod: Option<&'a Pod>,
+    /// The node's PVC as it exists (None without persistence or before it is created).
+    pub claim: Option<&'a PersistentVolumeClaim>,
+    /// The claim names a StorageClass that does not exist.
+    pub storage_class_missing: bool,
     /// The roll gate's decision; `None` when there is no desired template (config invalid or
     /// waiting for the endpoint).
     pub roll: Option<&'a RollDecision>,
@@ -193,6 +198,13 @@ fn workload_ready<'a>(o: &Observed<'a>) -> Desired<'a> {
             message: format!("pod {} answers PING", pod.name_any()),
         };
     }
+    // A claim that is not bound keeps the pod unschedulable; say so rather than "pending".
+    if let Some(message) = o
+        .claim
+        .and_then(|c| claim_not_bound(c, o.storage_class_missing))
+    {
+        return not_ready(REASON_CLAIM_NOT_BOUND, message);
+    }
     let waiting = valkey_status(pod)
         .and_then(|c| c.state.as_ref())
         .and_then(|s| s.waiting.as_ref());
@@ -220,6 +232,67 @@ fn workload_ready<'a>(o: &Observed<'a>) -> Desired<'a> {
             pod.name_any()
         ),
     )
+}
+
+/// Reason of `WorkloadReady=False` while the node's PVC is not bound.
+pub const REASON_CLAIM_NOT_BOUND: &str = "ClaimNotBound";
+
+/// Why `claim` keeps the pod from starting, or `None` once it is bound.
+pub fn claim_not_bound(claim: &PersistentVolumeClaim, class_missing: bool) -> Option<String> {
+    let phase = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("Pending");
+    if phase == "Bound" {
+        return None;
+    }
+    let class = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.as_deref())
+        .map_or_else(
+            || "the cluster's default StorageClass".to_string(),
+            |c| format!("StorageClass {c:?}"),
+        );
+    let why = if class_missing {
+        format!("{class} does not exist; create it or recreate the node with an existing class")
+    } else {
+        format!("waiting for a volume from {class}")
+    };
+    Some(format!(
+        "PersistentVolumeClaim {} is {phase}, not Bound: {why}; the pod cannot start until it binds",
+        claim.name_any()
+    ))
+}
+
+/// The status node-controller applies: `workload` and its three conditions, nothing else.
+pub fn desired(
+    current: Option<&ValkeyNodeStatus>,
+    workload: WorkloadStatus,
+    observed: &Observed<'_>,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> ValkeyNodeStatus {
+    let current = current.map(|s| s.conditions.as_slice()).unwrap_or_default();
+    ValkeyNodeStatus {
+        workload: Some(workload),
+        conditions: conditions(current, observed, generation, now),
+        ..Default::default()
+    }
+}
+
+/// Whether `desired` differs from what the node's status already says.
+pub fn needs_update(current: Option<&ValkeyNodeStatus>, desired: &ValkeyNodeStatus) -> bool {
+    let live_workload = current.and_then(|s| s.workload.as_ref());
+    if live_workload != desired.workload.as_ref() {
+        return true;
+    }
+    let live = current.map(|s| s.conditions.as_slice()).unwrap_or_default();
+    desired
+        .conditions
+        .iter()
+        .any(|c| find(live, &c.type_) != Some(c))
 }
 
 fn roll_pending<'a>(o: &Observed<'a>) -> Desired<'a> {
@@ -407,6 +480,8 @@ mod tests {
             waiting_for_endpoint: false,
             workload_exists: true,
             pod,
+            claim: None,
+            storage_class_missing: false,
             roll,
             workload: w,
         }
@@ -519,6 +594,116 @@ mod tests {
             reason(observed(&w, Some(&terminating), None)),
             "PodTerminating"
         );
+    }
+
+    #[test]
+    fn an_unbound_claim_is_named_as_the_reason() {
+        use k8s_openapi::api::core::v1::{PersistentVolumeClaimSpec, PersistentVolumeClaimStatus};
+        let w = WorkloadStatus::default();
+        let mut pending = pod("cache-0", 1, false);
+        pending.status.as_mut().unwrap().phase = Some("Pending".into());
+        let mut claim = PersistentVolumeClaim {
+            metadata: ObjectMeta {
+                name: Some("cache-data".into()),
+                ..Default::default()
+            },
+            spec: Some(PersistentVolumeClaimSpec {
+                storage_class_name: Some("does-not-exist".into()),
+                ..Default::default()
+            }),
+            status: Some(PersistentVolumeClaimStatus {
+                phase: Some("Pending".into()),
+                ..Default::default()
+            }),
+        };
+        let o = Observed {
+            claim: Some(&claim),
+            storage_class_missing: true,
+            ..observed(&w, Some(&pending), None)
+        };
+        let c = conditions(&[], &o, None, at(1));
+        let wr = get(&c, types::WORKLOAD_READY);
+        assert_eq!(
+            (wr.status.as_str(), wr.reason.as_str()),
+            ("False", REASON_CLAIM_NOT_BOUND)
+        );
+        assert!(wr.message.contains("cache-data"), "{}", wr.message);
+        assert!(
+            wr.message
+                .contains("StorageClass \"does-not-exist\" does not exist"),
+            "{}",
+            wr.message
+        );
+        let o = Observed {
+            claim: Some(&claim),
+            ..observed(&w, Some(&pending), None)
+        };
+        let c = conditions(&[], &o, None, at(1));
+        assert!(
+            get(&c, types::WORKLOAD_READY)
+                .message
+                .contains("waiting for a volume")
+        );
+
+        claim.status.as_mut().unwrap().phase = Some("Bound".into());
+        let o = Observed {
+            claim: Some(&claim),
+            ..observed(&w, Some(&pending), None)
+        };
+        let c = conditions(&[], &o, None, at(1));
+        assert_eq!(get(&c, types::WORKLOAD_READY).reason, "PodPending");
+    }
+
+    #[test]
+    fn desired_status_is_applied_only_when_it_changes() {
+        let p = pod("cache-0", 1, true);
+        let w = workload_status(None, Some(&p), Some("rev1"), Some(1));
+        let roll = RollDecision::ApplyNow;
+        let first = desired(
+            None,
+            w.clone(),
+            &observed(&w, Some(&p), Some(&roll)),
+            Some(1),
+            at(10),
+        );
+        let json = serde_json::to_value(&first).unwrap();
+        let keys: Vec<&String> = json.as_object().unwrap().keys().collect();
+        assert_eq!(
+            keys,
+            ["conditions", "workload"],
+            "only node-controller's fields"
+        );
+        assert!(needs_update(None, &first));
+        // Another controller's condition and endpoint next to ours do not count.
+        let mut live = first.clone();
+        live.conditions.push(Condition {
+            type_: types::ENDPOINT_READY.into(),
+            status: TRUE.into(),
+            reason: "ServiceReady".into(),
+            message: String::new(),
+            observed_generation: None,
+            last_transition_time: Time(at(1)),
+        });
+        live.endpoint = Some(Default::default());
+        let again = desired(
+            Some(&live),
+            w.clone(),
+            &observed(&w, Some(&p), Some(&roll)),
+            Some(1),
+            at(50),
+        );
+        assert!(!needs_update(Some(&live), &again));
+        // The pod going unready is an update.
+        let unready = pod("cache-0", 1, false);
+        let w2 = workload_status(None, Some(&unready), Some("rev1"), Some(1));
+        let changed = desired(
+            Some(&live),
+            w2.clone(),
+            &observed(&w2, Some(&unready), Some(&roll)),
+            Some(1),
+            at(60),
+        );
+        assert!(needs_update(Some(&live), &changed));
     }
 
     #[test]

@@ -7,8 +7,12 @@
 //! can be left half-done by an operator restart. Parallel because OrderedReady refuses to
 //! replace a pod that is not Ready, which would wedge a roll that fixes a crash-looping pod.
 //!
-//! Deployment: replicas 1 and `strategy: Recreate`: the old pod is gone before the new one
-//! starts, so two Valkeys never share the ReadWriteOnce volume or the announce address.
+//! Deployment: replicas 1 and `strategy: Recreate`: on a template roll the old pod is gone
+//! before the new one starts. Recreate orders rollouts only: when the pod itself is deleted
+//! or evicted, the ReplicaSet creates the replacement at once, and on the same Kubernetes node
+//! it can mount the ReadWriteOnce volume while the old Valkey still writes its shutdown
+//! snapshot (the e2e test sees the new one load an empty /data). StatefulSet, which waits for
+//! the old pod to be gone, is the default for that reason.
 
 use crd_types::ValkeyNode;
 use crd_types::names::{self, ports};

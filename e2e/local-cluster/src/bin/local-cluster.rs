@@ -87,6 +87,7 @@ async fn run(cli: Cli) -> Result<()> {
                 );
                 let controllers = operator::install(&mut cluster, &overlay).await?;
                 let client = cluster.client().await?;
+                let mut nodes = Vec::new();
                 for path in &sample {
                     let yaml = std::fs::read_to_string(path)
                         .with_context(|| format!("reading {}", path.display()))?;
@@ -96,10 +97,17 @@ async fn run(cli: Cli) -> Result<()> {
                             .metadata
                             .namespace
                             .get_or_insert_with(|| "default".into());
+                        if object
+                            .types
+                            .as_ref()
+                            .is_some_and(|t| t.kind == "ValkeyNode")
+                        {
+                            nodes.push(object.metadata.name.clone().unwrap_or_default());
+                        }
                     }
                     operator::apply_all(&client, &objects).await?;
                 }
-                print_summary(&cluster, &controllers, &sample);
+                print_summary(&cluster, &controllers, &sample, &nodes);
             } else {
                 println!("export KUBECONFIG={}", cluster.admin_kubeconfig.display());
             }
@@ -133,6 +141,7 @@ fn print_summary(
     cluster: &LocalCluster,
     controllers: &[operator::RunningController],
     samples: &[PathBuf],
+    valkey_nodes: &[String],
 ) {
     let names: Vec<&str> = controllers
         .iter()
@@ -149,5 +158,10 @@ fn print_summary(
         println!("  applied {}", sample.display());
     }
     println!("  kubectl get nodes,pods,valkeynodes -A");
+    for node in valkey_nodes {
+        println!(
+            "  valkey-cli -h \"$(kubectl get vkn {node} -o jsonpath='{{.status.endpoint.clusterIP}}')\" ping"
+        );
+    }
     println!("  logs: {run_dir}/logs/   stop: just down");
 }
