@@ -14,6 +14,7 @@ pub mod operator;
 pub mod pki;
 pub mod process;
 pub mod ranges;
+pub mod testing;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -5,7 +5,6 @@
 //! node while a healthy node stays healthy.
 
 use std::collections::BTreeMap;
-use std::process::Command;
 
 use crd_types::conditions::{self, types};
 use crd_types::config::ValkeyConfig;
@@ -17,24 +16,10 @@ use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Service}
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client, ResourceExt};
-use local_cluster::{LocalCluster, Options, operator};
+use local_cluster::testing::{cluster_with_operator, events_about, valkey_cli};
+use local_cluster::{LocalCluster, operator};
 
 const NS: &str = "default";
-
-/// `valkey-cli -h <host> <args>`, its trimmed output.
-fn cli(host: &str, args: &[&str]) -> String {
-    let output = Command::new("valkey-cli")
-        .args(["-h", host, "-p", "6379"])
-        .args(args)
-        .output()
-        .expect("valkey-cli runs");
-    let stdout = String::from_utf8_lossy(&output.stdout).trim().to_string();
-    if stdout.is_empty() {
-        // An error (connection refused...) is on stderr; keep it in the assertion's output.
-        return String::from_utf8_lossy(&output.stderr).trim().to_string();
-    }
-    stdout
-}
 
 fn node(name: &str, workload_type: WorkloadType, class: Option<&str>) -> ValkeyNode {
     ValkeyNode::new(
@@ -91,20 +76,6 @@ async fn ready_node(
     Ok((same_ip && fresh).then_some((workload, cluster_ip)))
 }
 
-async fn events_about(events: &Api<Event>, node: &str, reason: &str) -> anyhow::Result<Vec<Event>> {
-    Ok(events
-        .list(&Default::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|e| {
-            e.reason.as_deref() == Some(reason)
-                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(node)
-                && e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("ValkeyNode")
-        })
-        .collect())
-}
-
 struct Apis {
     nodes: Api<ValkeyNode>,
     pods: Api<Pod>,
@@ -126,9 +97,7 @@ impl Apis {
 #[tokio::test]
 async fn nodes_run_real_valkey_pods_that_survive_deletion() {
     let run = tempfile::tempdir().unwrap();
-    let mut cluster = LocalCluster::start(Options::new(run.path())).await.unwrap();
-    let overlay = local_cluster::repo_root().join("deploy/overlays/all");
-    let controllers = operator::install(&mut cluster, &overlay).await.unwrap();
+    let (mut cluster, controllers) = cluster_with_operator(run.path(), true).await.unwrap();
     let client = cluster.client().await.unwrap();
     let apis = Apis::new(&client);
 
@@ -186,16 +155,16 @@ async fn statefulset_node(cluster: &LocalCluster, client: &Client, apis: &Apis) 
     }
 
     // Served through the Service, with the spec's config and announcing the ClusterIP.
-    assert_eq!(cli(&cluster_ip, &["PING"]), "PONG");
+    assert_eq!(valkey_cli(&cluster_ip, &["PING"]), "PONG");
     assert_eq!(
-        cli(&cluster_ip, &["CONFIG", "GET", "maxmemory"]),
+        valkey_cli(&cluster_ip, &["CONFIG", "GET", "maxmemory"]),
         "maxmemory\n104857600"
     );
     assert_eq!(
-        cli(&cluster_ip, &["CONFIG", "GET", "replica-announce-ip"]),
+        valkey_cli(&cluster_ip, &["CONFIG", "GET", "replica-announce-ip"]),
         format!("replica-announce-ip\n{cluster_ip}")
     );
-    assert_eq!(cli(&cluster_ip, &["SET", "greeting", "hello"]), "OK");
+    assert_eq!(valkey_cli(&cluster_ip, &["SET", "greeting", "hello"]), "OK");
 
     // What it is made of: owned ConfigMap, StatefulSet and (reclaimPolicy Delete) PVC.
     let node_uid = created.uid().unwrap();
@@ -226,9 +195,11 @@ async fn statefulset_node(cluster: &LocalCluster, client: &Client, apis: &Apis) 
     );
     cluster
         .wait_for("a WorkloadCreated Event", || async {
-            Ok(!events_about(&apis.events, name, "WorkloadCreated")
-                .await?
-                .is_empty())
+            Ok(
+                !events_about(&apis.events, "ValkeyNode", name, "WorkloadCreated")
+                    .await?
+                    .is_empty(),
+            )
         })
         .await
         .unwrap();
@@ -259,7 +230,7 @@ async fn statefulset_node(cluster: &LocalCluster, client: &Client, apis: &Apis) 
         .unwrap();
     assert_eq!(live_ip, cluster_ip, "the Service keeps its ClusterIP");
     assert_eq!(
-        cli(&cluster_ip, &["GET", "greeting"]),
+        valkey_cli(&cluster_ip, &["GET", "greeting"]),
         "hello",
         "the key survived the pod"
     );
@@ -283,17 +254,20 @@ async fn deployment_node(cluster: &LocalCluster, apis: &Apis) {
         .await
         .unwrap();
     assert_eq!(workload.kind.as_deref(), Some("Deployment"));
-    assert_eq!(cli(&cluster_ip, &["PING"]), "PONG");
+    assert_eq!(valkey_cli(&cluster_ip, &["PING"]), "PONG");
     assert_eq!(
-        cli(&cluster_ip, &["CONFIG", "GET", "maxmemory"]),
+        valkey_cli(&cluster_ip, &["CONFIG", "GET", "maxmemory"]),
         "maxmemory\n104857600"
     );
-    assert_eq!(cli(&cluster_ip, &["SET", "greeting", "deployed"]), "OK");
+    assert_eq!(
+        valkey_cli(&cluster_ip, &["SET", "greeting", "deployed"]),
+        "OK"
+    );
     // Unlike a StatefulSet, a ReplicaSet creates the replacement of a deleted pod at once
     // (Recreate only orders rollouts), so the new Valkey can load /data before the old one
     // has written its shutdown snapshot: seen here as an empty dataset. Only what is on disk
     // before the delete is certain to survive; see docs/architecture.md.
-    assert_eq!(cli(&cluster_ip, &["SAVE"]), "OK");
+    assert_eq!(valkey_cli(&cluster_ip, &["SAVE"]), "OK");
 
     let pod_name = workload.pod_name.unwrap();
     let old_uid = apis.pods.get(&pod_name).await.unwrap().uid().unwrap();
@@ -309,7 +283,7 @@ async fn deployment_node(cluster: &LocalCluster, apis: &Apis) {
         .unwrap();
     assert_ne!(after.pod_name.as_deref(), Some(pod_name.as_str()));
     assert_eq!(ip_after, cluster_ip);
-    assert_eq!(cli(&cluster_ip, &["GET", "greeting"]), "deployed");
+    assert_eq!(valkey_cli(&cluster_ip, &["GET", "greeting"]), "deployed");
 }
 
 /// (d) a claim on a StorageClass that does not exist stays Pending, and the node says why
@@ -346,10 +320,12 @@ async fn unbound_claim(cluster: &LocalCluster, client: &Client, apis: &Apis) {
     );
     let event = cluster
         .wait_for_value("a ClaimNotBound Event", || async {
-            Ok(events_about(&apis.events, name, "ClaimNotBound")
-                .await?
-                .into_iter()
-                .next())
+            Ok(
+                events_about(&apis.events, "ValkeyNode", name, "ClaimNotBound")
+                    .await?
+                    .into_iter()
+                    .next(),
+            )
         })
         .await
         .unwrap();
@@ -389,5 +365,5 @@ async fn unbound_claim(cluster: &LocalCluster, client: &Client, apis: &Apis) {
         .unwrap()
         .cluster_ip
         .unwrap();
-    assert_eq!(cli(&cluster_ip, &["GET", "greeting"]), "hello");
+    assert_eq!(valkey_cli(&cluster_ip, &["GET", "greeting"]), "hello");
 }

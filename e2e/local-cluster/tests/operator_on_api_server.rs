@@ -12,7 +12,8 @@ use k8s_openapi::api::authorization::v1::{
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use local_cluster::{LocalCluster, Options, kube_client, operator};
+use local_cluster::testing::cluster_with_operator;
+use local_cluster::{kube_client, operator};
 use serde_json::{Value, json};
 
 /// Creates `object` untyped, so values our Rust types would refuse still reach the API server.
@@ -65,11 +66,7 @@ async fn allowed(client: &Client, verb: &str, group: &str, resource: &str) -> bo
 #[tokio::test]
 async fn operator_installs_and_the_api_judges_input_as_documented() {
     let run = tempfile::tempdir().unwrap();
-    let mut options = Options::new(run.path());
-    options.agent = false;
-    let mut cluster = LocalCluster::start(options).await.unwrap();
-    let overlay = local_cluster::repo_root().join("deploy/overlays/all");
-    let controllers = operator::install(&mut cluster, &overlay).await.unwrap();
+    let (mut cluster, controllers) = cluster_with_operator(run.path(), false).await.unwrap();
     assert_eq!(controllers.len(), 4, "{controllers:?}");
     let client = cluster.client().await.unwrap();
 

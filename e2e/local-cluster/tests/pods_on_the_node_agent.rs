@@ -10,6 +10,7 @@ use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Pod, Service};
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, Client};
+use local_cluster::testing::valkey_cli;
 use local_cluster::{LocalCluster, Options};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -137,16 +138,6 @@ fn pod_ip(pod: &Pod) -> String {
     pod.status.as_ref().unwrap().pod_ip.clone().unwrap()
 }
 
-/// `valkey-cli -h <host> <args>`, its trimmed output.
-fn cli(host: &str, args: &[&str]) -> String {
-    let output = Command::new("valkey-cli")
-        .args(["-h", host, "-p", "6379"])
-        .args(args)
-        .output()
-        .expect("valkey-cli runs");
-    String::from_utf8_lossy(&output.stdout).trim().to_string()
-}
-
 /// Live processes whose command line, root or working directory mentions `needle`: the run
 /// dir appears in every component's arguments, and pods run chrooted below it.
 fn processes_mentioning(needle: &str) -> Vec<String> {
@@ -226,9 +217,9 @@ async fn statefulset_pod_survives_deletion(cluster: &LocalCluster, client: &Clie
     let pod = ready_pod(cluster, client, ns, "cache").await;
     assert_eq!(pod.metadata.name.as_deref(), Some("cache-0"));
     let first_ip = pod_ip(&pod);
-    assert_eq!(cli(&first_ip, &["PING"]), "PONG");
-    assert_eq!(cli(&service_ip, &["PING"]), "PONG");
-    assert_eq!(cli(&service_ip, &["SET", "greeting", "hello"]), "OK");
+    assert_eq!(valkey_cli(&first_ip, &["PING"]), "PONG");
+    assert_eq!(valkey_cli(&service_ip, &["PING"]), "PONG");
+    assert_eq!(valkey_cli(&service_ip, &["SET", "greeting", "hello"]), "OK");
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let old_uid = pod.metadata.uid.clone();
@@ -258,11 +249,14 @@ async fn statefulset_pod_survives_deletion(cluster: &LocalCluster, client: &Clie
         .unwrap();
     assert_eq!(still, service_ip, "the Service keeps its ClusterIP");
     assert_eq!(
-        cli(&service_ip, &["GET", "greeting"]),
+        valkey_cli(&service_ip, &["GET", "greeting"]),
         "hello",
         "the key survived the pod"
     );
-    assert_eq!(cli(&pod_ip(&replacement), &["GET", "greeting"]), "hello");
+    assert_eq!(
+        valkey_cli(&pod_ip(&replacement), &["GET", "greeting"]),
+        "hello"
+    );
 }
 
 async fn deployment_pod_and_unknown_image(cluster: &LocalCluster, client: &Client) {
@@ -276,8 +270,8 @@ async fn deployment_pod_and_unknown_image(cluster: &LocalCluster, client: &Clien
     }))
     .await;
     let pod = ready_pod(cluster, client, ns, "cache").await;
-    assert_eq!(cli(&pod_ip(&pod), &["PING"]), "PONG");
-    assert_eq!(cli(&service_ip, &["PING"]), "PONG");
+    assert_eq!(valkey_cli(&pod_ip(&pod), &["PING"]), "PONG");
+    assert_eq!(valkey_cli(&service_ip, &["PING"]), "PONG");
 
     apply::<Pod>(
         client,
@@ -401,13 +395,16 @@ async fn partition_cuts_and_heals_replication(cluster: &LocalCluster, client: &C
     let primary = ready_pod(cluster, client, ns, "primary").await;
     let replica = ready_pod(cluster, client, ns, "replica").await;
     let replica_ip = pod_ip(&replica);
-    assert_eq!(cli(&replica_ip, &["REPLICAOF", &primary_ip, "6379"]), "OK");
+    assert_eq!(
+        valkey_cli(&replica_ip, &["REPLICAOF", &primary_ip, "6379"]),
+        "OK"
+    );
     let link = |want: &'static str| {
         let replica_ip = replica_ip.clone();
         move || {
             let replica_ip = replica_ip.clone();
             async move {
-                Ok(cli(&replica_ip, &["INFO", "replication"])
+                Ok(valkey_cli(&replica_ip, &["INFO", "replication"])
                     .contains(&format!("master_link_status:{want}")))
             }
         }
@@ -416,7 +413,7 @@ async fn partition_cuts_and_heals_replication(cluster: &LocalCluster, client: &C
         .wait_for("the replica to link up", link("up"))
         .await
         .unwrap();
-    assert_eq!(cli(&primary_ip, &["SET", "before", "1"]), "OK");
+    assert_eq!(valkey_cli(&primary_ip, &["SET", "before", "1"]), "OK");
 
     let control = ControlClient::new(cluster.control_addr.unwrap());
     let (a, b) = (
@@ -430,8 +427,8 @@ async fn partition_cuts_and_heals_replication(cluster: &LocalCluster, client: &C
         .unwrap();
     // Still down a little later: the replica cannot reconnect through the cut.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(cli(&replica_ip, &["INFO", "replication"]).contains("master_link_status:down"));
-    assert_eq!(cli(&primary_ip, &["SET", "during", "1"]), "OK");
+    assert!(valkey_cli(&replica_ip, &["INFO", "replication"]).contains("master_link_status:down"));
+    assert_eq!(valkey_cli(&primary_ip, &["SET", "during", "1"]), "OK");
 
     control.heal(&a, &b).await.unwrap();
     cluster
@@ -441,7 +438,7 @@ async fn partition_cuts_and_heals_replication(cluster: &LocalCluster, client: &C
     cluster
         .wait_for("the write made during the cut to arrive", || {
             let replica_ip = replica_ip.clone();
-            async move { Ok(cli(&replica_ip, &["GET", "during"]) == "1") }
+            async move { Ok(valkey_cli(&replica_ip, &["GET", "during"]) == "1") }
         })
         .await
         .unwrap();

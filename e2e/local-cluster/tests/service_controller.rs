@@ -13,7 +13,8 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
-use local_cluster::{LocalCluster, Options, operator};
+use local_cluster::operator;
+use local_cluster::testing::{cluster_with_operator, events_about};
 use serde_json::json;
 
 const NODE: &str = "shard-0-0";
@@ -41,28 +42,10 @@ async fn recorded_endpoint(
     Ok((ready && recorded.as_deref() == Some(live_ip.as_str())).then_some((live_ip, uid)))
 }
 
-async fn events_about(events: &Api<Event>, reason: &str) -> anyhow::Result<Vec<Event>> {
-    Ok(events
-        .list(&Default::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|e| {
-            e.reason.as_deref() == Some(reason)
-                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(NODE)
-                && e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("ValkeyNode")
-        })
-        .collect())
-}
-
 #[tokio::test]
 async fn each_node_gets_a_service_that_comes_back_and_goes_with_the_node() {
     let run = tempfile::tempdir().unwrap();
-    let mut options = Options::new(run.path());
-    options.agent = false;
-    let mut cluster = LocalCluster::start(options).await.unwrap();
-    let overlay = local_cluster::repo_root().join("deploy/overlays/all");
-    let controllers = operator::install(&mut cluster, &overlay).await.unwrap();
+    let (mut cluster, controllers) = cluster_with_operator(run.path(), false).await.unwrap();
     let client = cluster.client().await.unwrap();
     let nodes: Api<ValkeyNode> = Api::namespaced(client.clone(), "default");
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
@@ -170,7 +153,9 @@ async fn each_node_gets_a_service_that_comes_back_and_goes_with_the_node() {
     assert_eq!(endpoint.observed_generation, node.metadata.generation);
     cluster
         .wait_for("a ServiceCreated Event", || async {
-            Ok(!events_about(&events, "ServiceCreated").await?.is_empty())
+            Ok(!events_about(&events, "ValkeyNode", NODE, "ServiceCreated")
+                .await?
+                .is_empty())
         })
         .await
         .unwrap();
@@ -210,7 +195,7 @@ async fn each_node_gets_a_service_that_comes_back_and_goes_with_the_node() {
     };
     let changed = cluster
         .wait_for_value("an AnnounceAddressChanged Event", || async {
-            let found = events_about(&events, "AnnounceAddressChanged").await?;
+            let found = events_about(&events, "ValkeyNode", NODE, "AnnounceAddressChanged").await?;
             Ok(found.into_iter().find(|e| {
                 e.note
                     .as_deref()
