@@ -175,6 +175,11 @@ pub fn validate(spec: &ValkeyNodeSpec) -> Result<(), ConfigError> {
 ///
 /// `cluster_ip` is `status.endpoint.clusterIP` (see [`cluster_ip`]); it is only used with
 /// `announce: Service`.
+/// Server directives rendered unless the user sets them: an append-only file, so a process
+/// crash or restart loses at most the last second of acknowledged writes rather than
+/// everything since the last snapshot.
+pub const SERVER_DEFAULTS: &[(&str, &str)] = &[("appendonly", "yes"), ("appendfsync", "everysec")];
+
 pub fn render(spec: &ValkeyNodeSpec, cluster_ip: Option<&str>) -> Result<Rendered, ConfigError> {
     validate(spec)?;
     let announce_ip = match spec.template.announce {
@@ -186,6 +191,14 @@ pub fn render(spec: &ValkeyNodeSpec, cluster_ip: Option<&str>) -> Result<Rendere
     };
 
     let mut text = String::from(HEADER);
+    if spec.mode != Mode::Sentinel {
+        text.push_str("\n# Durability defaults (spec.config overrides them)\n");
+        for (name, value) in SERVER_DEFAULTS {
+            if !spec.template.config.0.contains_key(*name) {
+                push(&mut text, name, value);
+            }
+        }
+    }
     if !spec.template.config.is_empty() {
         text.push_str("\n# User directives (spec.config)\n");
     }
@@ -509,6 +522,8 @@ mod tests {
         assert_eq!(
             lines(&c.text),
             [
+                // The user set appendonly, so only the other default is rendered.
+                "appendfsync everysec",
                 "appendonly yes",
                 "maxmemory 1gb",
                 "port 6379",
@@ -521,12 +536,35 @@ mod tests {
     }
 
     #[test]
+    fn durability_defaults_yield_to_the_user() {
+        let defaults = config(render(
+            &spec(Mode::Cluster, Announce::Service, &[]),
+            Some("10.96.0.8"),
+        ));
+        assert!(lines(&defaults.text).starts_with(&["appendonly yes", "appendfsync everysec"]));
+        let user = spec(Mode::Standalone, Announce::Service, &[("appendonly", "no")]);
+        let user_text = config(render(&user, Some("10.96.0.8"))).text;
+        let rendered: Vec<&str> = lines(&user_text)
+            .into_iter()
+            .filter(|l| l.starts_with("appendonly"))
+            .collect();
+        assert_eq!(rendered, ["appendonly no"]);
+        let sentinel = config(render(
+            &spec(Mode::Sentinel, Announce::Service, &[]),
+            Some("10.96.0.8"),
+        ));
+        assert!(!sentinel.text.contains("appendonly"));
+    }
+
+    #[test]
     fn cluster_with_service_announce() {
         let s = spec(Mode::Cluster, Announce::Service, &[]);
         let c = config(render(&s, Some("10.96.0.8")));
         assert_eq!(
             lines(&c.text),
             [
+                "appendonly yes",
+                "appendfsync everysec",
                 "port 6379",
                 "dir /data",
                 "protected-mode no",
@@ -712,8 +750,9 @@ mod tests {
         );
         let c = config(render(&s, None));
         let l = lines(&c.text);
+        // After the two durability defaults.
         assert_eq!(
-            &l[..5],
+            &l[2..7],
             [
                 "client-output-buffer-limit normal 0 0 0",
                 "notify-keyspace-events KEA",
