@@ -1,9 +1,11 @@
-//! Helpers the e2e tests share: a cluster with the operator installed, valkey-cli, Events.
+//! Helpers the e2e tests share: a cluster with the operator installed, valkey-cli, Events,
+//! stopping and restarting a controller.
 
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 
@@ -58,4 +60,60 @@ pub async fn events_about(
                 && regarding.and_then(|r| r.kind.as_deref()) == Some(kind)
         })
         .collect())
+}
+
+/// Stops the recorded process `name` of the run by PID (SIGTERM, then SIGKILL after
+/// `grace`) and forgets it, so [`LocalCluster::wait_for`] does not take its exit for a
+/// crash. For an outage of a controller started by [`cluster_with_operator`].
+pub fn stop_process(cluster: &mut LocalCluster, name: &str, grace: Duration) -> Result<()> {
+    let index = cluster
+        .children
+        .iter()
+        .position(|(record, _)| record.name == name)
+        .with_context(|| format!("no running process named {name}"))?;
+    let (record, mut child) = cluster.children.remove(index);
+    record.stop(grace)?;
+    child.wait()?;
+    Ok(())
+}
+
+/// Starts a controller stopped by [`stop_process`] again, as [`operator::install`] started
+/// it: the same binary, environment and ServiceAccount kubeconfig (its token lasts a day),
+/// on a new HTTP port. Waits for its /readyz.
+pub async fn restart_controller(
+    cluster: &mut LocalCluster,
+    controller: &RunningController,
+) -> Result<RunningController> {
+    let process = &controller.process;
+    let binary = crate::workspace_binary(&process.binary)?;
+    let http_port = crate::control_plane::free_port()?;
+    let http_addr = format!("127.0.0.1:{http_port}");
+    let mut command = Command::new(binary);
+    command
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default());
+    for (name, value) in &process.env {
+        command.env(name, value);
+    }
+    command
+        .env("KUBECONFIG", &controller.kubeconfig)
+        .env("LOG_FORMAT", "text")
+        .env("HTTP_ADDR", &http_addr)
+        .env("POD_NAMESPACE", &process.namespace)
+        .env("POD_NAME", format!("{}-local", process.binary));
+    cluster.spawn_recorded(&process.binary, &mut command)?;
+    cluster
+        .wait_for(
+            &format!("{} /readyz after a restart", process.binary),
+            || {
+                let http_addr = http_addr.clone();
+                async move { Ok(operator::http_get(&http_addr, "/readyz").await.is_some()) }
+            },
+        )
+        .await?;
+    Ok(RunningController {
+        process: process.clone(),
+        http_addr,
+        kubeconfig: controller.kubeconfig.clone(),
+    })
 }
