@@ -1,13 +1,20 @@
 //! Helpers the e2e tests share: a cluster with the operator installed, valkey-cli, Events,
 //! stopping and restarting a controller.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use crd_types::conditions::{self, types};
+use crd_types::config::ValkeyConfig;
+use crd_types::node::WorkloadStatus;
+use crd_types::template::{Persistence, ReclaimPolicy, ValkeyNodeTemplate, WorkloadType};
+use crd_types::{ValkeyNode, ValkeyNodeSpec};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
-use kube::Api;
+use kube::{Api, ResourceExt};
 
 use crate::operator::{self, RunningController};
 use crate::{LocalCluster, Options};
@@ -116,4 +123,75 @@ pub async fn restart_controller(
         http_addr,
         kubeconfig: controller.kubeconfig.clone(),
     })
+}
+
+/// A ValkeyNode fixture: `maxmemory 100mb`, and a 1Gi volume (reclaimPolicy Delete, in
+/// `storage_class` or the default class) when `persistent`.
+pub fn valkey_node(
+    name: &str,
+    workload_type: WorkloadType,
+    persistent: bool,
+    storage_class: Option<&str>,
+) -> ValkeyNode {
+    ValkeyNode::new(
+        name,
+        ValkeyNodeSpec {
+            template: ValkeyNodeTemplate {
+                workload_type,
+                config: ValkeyConfig(BTreeMap::from([(
+                    "maxmemory".to_string(),
+                    "100mb".to_string(),
+                )])),
+                persistence: persistent.then(|| Persistence {
+                    size: "1Gi".into(),
+                    storage_class_name: storage_class.map(str::to_string),
+                    reclaim_policy: ReclaimPolicy::Delete,
+                    auto_resize: None,
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    )
+}
+
+/// The node's status.workload and ClusterIP once WorkloadReady is True, the workload says
+/// ready with the pod IP of the live pod it names, and that pod is not `not_uid` (a
+/// deleted one).
+pub async fn ready_node(
+    nodes: &Api<ValkeyNode>,
+    pods: &Api<Pod>,
+    name: &str,
+    not_uid: Option<&str>,
+) -> Result<Option<(WorkloadStatus, String)>> {
+    let status = nodes.get_status(name).await?.status.unwrap_or_default();
+    let Some(workload) = status.workload.clone() else {
+        return Ok(None);
+    };
+    let Some(cluster_ip) = status.endpoint.and_then(|e| e.cluster_ip) else {
+        return Ok(None);
+    };
+    if !conditions::is_true(&status.conditions, types::WORKLOAD_READY)
+        || !workload.ready
+        || workload.pod_ip.is_none()
+    {
+        return Ok(None);
+    }
+    let Some(pod) = pods
+        .get_opt(workload.pod_name.as_deref().unwrap_or(""))
+        .await?
+    else {
+        return Ok(None);
+    };
+    let same_ip = pod.status.as_ref().and_then(|s| s.pod_ip.as_ref()) == workload.pod_ip.as_ref();
+    let fresh = not_uid.is_none_or(|old| pod.uid().as_deref() != Some(old));
+    Ok((same_ip && fresh).then_some((workload, cluster_ip)))
+}
+
+/// The pod's Ready condition is True.
+pub fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }

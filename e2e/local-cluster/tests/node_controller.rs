@@ -4,77 +4,20 @@
 //! (Kubernetes restarts it, not the operator); a claim that cannot bind is reported on the
 //! node while a healthy node stays healthy.
 
-use std::collections::BTreeMap;
-
+use crd_types::ValkeyNode;
 use crd_types::conditions::{self, types};
-use crd_types::config::ValkeyConfig;
-use crd_types::node::WorkloadStatus;
-use crd_types::template::{Persistence, ReclaimPolicy, ValkeyNodeTemplate, WorkloadType};
-use crd_types::{ValkeyNode, ValkeyNodeSpec};
+use crd_types::template::WorkloadType;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client, ResourceExt};
-use local_cluster::testing::{cluster_with_operator, events_about, valkey_cli};
+use local_cluster::testing::{
+    cluster_with_operator, events_about, ready_node, valkey_cli, valkey_node,
+};
 use local_cluster::{LocalCluster, operator};
 
 const NS: &str = "default";
-
-fn node(name: &str, workload_type: WorkloadType, class: Option<&str>) -> ValkeyNode {
-    ValkeyNode::new(
-        name,
-        ValkeyNodeSpec {
-            template: ValkeyNodeTemplate {
-                workload_type,
-                config: ValkeyConfig(BTreeMap::from([(
-                    "maxmemory".to_string(),
-                    "100mb".to_string(),
-                )])),
-                persistence: Some(Persistence {
-                    size: "1Gi".into(),
-                    storage_class_name: class.map(str::to_string),
-                    reclaim_policy: ReclaimPolicy::Delete,
-                    auto_resize: None,
-                }),
-                ..Default::default()
-            },
-            ..Default::default()
-        },
-    )
-}
-
-/// The node's status.workload and ClusterIP once WorkloadReady is True, the workload says
-/// ready with a pod IP, and the pod it names is not `not_uid` (a deleted one).
-async fn ready_node(
-    nodes: &Api<ValkeyNode>,
-    pods: &Api<Pod>,
-    name: &str,
-    not_uid: Option<&str>,
-) -> anyhow::Result<Option<(WorkloadStatus, String)>> {
-    let status = nodes.get_status(name).await?.status.unwrap_or_default();
-    let Some(workload) = status.workload.clone() else {
-        return Ok(None);
-    };
-    let Some(cluster_ip) = status.endpoint.and_then(|e| e.cluster_ip) else {
-        return Ok(None);
-    };
-    if !conditions::is_true(&status.conditions, types::WORKLOAD_READY)
-        || !workload.ready
-        || workload.pod_ip.is_none()
-    {
-        return Ok(None);
-    }
-    let Some(pod) = pods
-        .get_opt(workload.pod_name.as_deref().unwrap_or(""))
-        .await?
-    else {
-        return Ok(None);
-    };
-    let same_ip = pod.status.as_ref().and_then(|s| s.pod_ip.as_ref()) == workload.pod_ip.as_ref();
-    let fresh = not_uid.is_none_or(|old| pod.uid().as_deref() != Some(old));
-    Ok((same_ip && fresh).then_some((workload, cluster_ip)))
-}
 
 struct Apis {
     nodes: Api<ValkeyNode>,
@@ -129,7 +72,7 @@ async fn statefulset_node(cluster: &LocalCluster, client: &Client, apis: &Apis) 
         .nodes
         .create(
             &PostParams::default(),
-            &node(name, WorkloadType::StatefulSet, None),
+            &valkey_node(name, WorkloadType::StatefulSet, true, None),
         )
         .await
         .unwrap();
@@ -243,7 +186,7 @@ async fn deployment_node(cluster: &LocalCluster, apis: &Apis) {
     apis.nodes
         .create(
             &PostParams::default(),
-            &node(name, WorkloadType::Deployment, None),
+            &valkey_node(name, WorkloadType::Deployment, true, None),
         )
         .await
         .unwrap();
@@ -293,7 +236,12 @@ async fn unbound_claim(cluster: &LocalCluster, client: &Client, apis: &Apis) {
     apis.nodes
         .create(
             &PostParams::default(),
-            &node(name, WorkloadType::StatefulSet, Some("does-not-exist")),
+            &valkey_node(
+                name,
+                WorkloadType::StatefulSet,
+                true,
+                Some("does-not-exist"),
+            ),
         )
         .await
         .unwrap();

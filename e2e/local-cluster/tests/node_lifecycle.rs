@@ -4,13 +4,8 @@
 //! grows with the spec; replication set up through Service addresses heals by itself after
 //! the primary's pod is replaced.
 
-use std::collections::BTreeMap;
-
-use crd_types::conditions::{self, types};
-use crd_types::config::ValkeyConfig;
-use crd_types::node::WorkloadStatus;
-use crd_types::template::{Persistence, ReclaimPolicy, ValkeyNodeTemplate, WorkloadType};
-use crd_types::{ValkeyNode, ValkeyNodeSpec};
+use crd_types::ValkeyNode;
+use crd_types::template::WorkloadType;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::api::events::v1::Event;
@@ -19,7 +14,8 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use local_cluster::operator::{self, RunningController};
 use local_cluster::testing::{
-    cluster_with_operator, events_about, restart_controller, stop_process, valkey_cli,
+    cluster_with_operator, events_about, pod_ready, ready_node, restart_controller, stop_process,
+    valkey_cli, valkey_node,
 };
 use local_cluster::{LocalCluster, process};
 
@@ -27,68 +23,6 @@ const NS: &str = "default";
 const NAME: &str = "cache";
 /// The controllers whose outage scenario 1 simulates.
 const STOPPED: [&str; 2] = ["node-controller", "service-controller"];
-
-fn node(name: &str, persistence: bool) -> ValkeyNode {
-    ValkeyNode::new(
-        name,
-        ValkeyNodeSpec {
-            template: ValkeyNodeTemplate {
-                workload_type: WorkloadType::StatefulSet,
-                config: ValkeyConfig(BTreeMap::from([(
-                    "maxmemory".to_string(),
-                    "100mb".to_string(),
-                )])),
-                persistence: persistence.then(|| Persistence {
-                    size: "1Gi".into(),
-                    storage_class_name: None,
-                    reclaim_policy: ReclaimPolicy::Delete,
-                    auto_resize: None,
-                }),
-                ..Default::default()
-            },
-            ..Default::default()
-        },
-    )
-}
-
-/// The node's status.workload and ClusterIP once WorkloadReady is True, the workload says
-/// ready with the pod IP of the live pod it names, and that pod is not `not_uid`.
-async fn ready_node(
-    nodes: &Api<ValkeyNode>,
-    pods: &Api<Pod>,
-    name: &str,
-    not_uid: Option<&str>,
-) -> anyhow::Result<Option<(WorkloadStatus, String)>> {
-    let status = nodes.get_status(name).await?.status.unwrap_or_default();
-    let Some(workload) = status.workload.clone() else {
-        return Ok(None);
-    };
-    let Some(cluster_ip) = status.endpoint.and_then(|e| e.cluster_ip) else {
-        return Ok(None);
-    };
-    if !conditions::is_true(&status.conditions, types::WORKLOAD_READY)
-        || !workload.ready
-        || workload.pod_ip.is_none()
-    {
-        return Ok(None);
-    }
-    let Some(pod) = pods
-        .get_opt(workload.pod_name.as_deref().unwrap_or(""))
-        .await?
-    else {
-        return Ok(None);
-    };
-    let same_ip = pod.status.as_ref().and_then(|s| s.pod_ip.as_ref()) == workload.pod_ip.as_ref();
-    let fresh = not_uid.is_none_or(|old| pod.uid().as_deref() != Some(old));
-    Ok((same_ip && fresh).then_some((workload, cluster_ip)))
-}
-
-fn pod_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
 
 /// `field:value` lines of an INFO section.
 fn info_field(info: &str, field: &str) -> Option<String> {
@@ -178,7 +112,10 @@ async fn operator_outage(
     apis: &Apis,
 ) -> String {
     apis.nodes
-        .create(&PostParams::default(), &node(NAME, true))
+        .create(
+            &PostParams::default(),
+            &valkey_node(NAME, WorkloadType::StatefulSet, true, None),
+        )
         .await
         .unwrap();
     let (_, cluster_ip) = cluster
@@ -391,7 +328,10 @@ async fn persistence_grows(cluster: &LocalCluster, apis: &Apis) {
 async fn replication_through_services(cluster: &LocalCluster, apis: &Apis) {
     for name in ["primary", "replica"] {
         apis.nodes
-            .create(&PostParams::default(), &node(name, false))
+            .create(
+                &PostParams::default(),
+                &valkey_node(name, WorkloadType::StatefulSet, false, None),
+            )
             .await
             .unwrap();
     }

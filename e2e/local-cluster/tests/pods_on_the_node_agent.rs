@@ -10,7 +10,7 @@ use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Pod, Service};
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, Client};
-use local_cluster::testing::valkey_cli;
+use local_cluster::testing::{pod_ready, valkey_cli};
 use local_cluster::{LocalCluster, Options};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -125,13 +125,6 @@ async fn ready_pod(cluster: &LocalCluster, client: &Client, ns: &str, app: &str)
         })
         .await
         .unwrap()
-}
-
-fn pod_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 fn pod_ip(pod: &Pod) -> String {
