@@ -122,6 +122,25 @@ impl ValkeyConfig {
 }
 
 /// An operator-created PersistentVolumeClaim mounted at /data.
+/// How many pods may mount a node's volume at once.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum AccessMode {
+    /// One pod in the whole cluster: the fence against two servers on one data directory.
+    #[default]
+    ReadWriteOncePod,
+    /// One Kubernetes node; two pods on that node could share it.
+    ReadWriteOnce,
+}
+
+impl AccessMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ReadWriteOncePod => "ReadWriteOncePod",
+            Self::ReadWriteOnce => "ReadWriteOnce",
+        }
+    }
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
@@ -147,6 +166,17 @@ pub struct Persistence {
     #[serde(default)]
     #[x_kube(validation = Rule::new("self in ['Retain', 'Delete']").message("reclaimPolicy must be Retain or Delete"))]
     pub reclaim_policy: ReclaimPolicy,
+
+    /// ReadWriteOncePod (default) lets only one pod in the whole cluster use the volume, so a
+    /// replacement pod cannot open the data while the old server is still writing it (a
+    /// Deployment creates the replacement at once). ReadWriteOnce is for storage whose
+    /// provisioner does not offer ReadWriteOncePod (non-CSI volumes). Immutable.
+    #[serde(default)]
+    #[x_kube(
+        validation = Rule::new("self in ['ReadWriteOncePod', 'ReadWriteOnce']").message("persistence.accessMode must be ReadWriteOncePod or ReadWriteOnce"),
+        validation = Rule::new("self == oldSelf").message("persistence.accessMode is immutable: a claim's access mode cannot change; create a new node instead")
+    )]
+    pub access_mode: AccessMode,
 
     /// Grow the volume automatically when it fills up (pvc-resizer).
     #[serde(default, skip_serializing_if = "Option::is_none")]

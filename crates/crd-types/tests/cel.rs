@@ -219,6 +219,26 @@ fn storage_class_is_immutable() {
 }
 
 #[test]
+fn access_mode_is_an_enum_and_immutable() {
+    let old = with_persistence(json!({"size": "1Gi", "accessMode": "ReadWriteOncePod"}));
+    accepted::<ValkeyNode>(&old, Some(&old));
+    accepted::<ValkeyNode>(
+        &with_persistence(json!({"size": "1Gi", "accessMode": "ReadWriteOnce"})),
+        None,
+    );
+    rejected::<ValkeyNode>(
+        &with_persistence(json!({"size": "1Gi", "accessMode": "ReadWriteMany"})),
+        None,
+        "persistence.accessMode must be ReadWriteOncePod or ReadWriteOnce",
+    );
+    rejected::<ValkeyNode>(
+        &with_persistence(json!({"size": "1Gi", "accessMode": "ReadWriteOnce"})),
+        Some(&old),
+        "persistence.accessMode is immutable",
+    );
+}
+
+#[test]
 fn persistence_cannot_be_added_or_removed() {
     let without = node(json!({"workloadType": "StatefulSet"}));
     let with = with_persistence(json!({"size": "1Gi"}));

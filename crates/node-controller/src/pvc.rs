@@ -50,7 +50,7 @@ pub fn pvc(
             ..Default::default()
         },
         spec: Some(PersistentVolumeClaimSpec {
-            access_modes: Some(vec!["ReadWriteOnce".to_string()]),
+            access_modes: Some(access_modes(persistence, live)),
             resources: Some(VolumeResourceRequirements {
                 requests: Some(BTreeMap::from([(
                     "storage".to_string(),
@@ -63,6 +63,14 @@ pub fn pvc(
         }),
         ..Default::default()
     })
+}
+
+/// The claim's access modes: the spec's, except that an existing claim keeps its own (they are
+/// immutable, and a claim made before `accessMode` existed is ReadWriteOnce).
+fn access_modes(persistence: &Persistence, live: Option<&PersistentVolumeClaim>) -> Vec<String> {
+    live.and_then(|claim| claim.spec.as_ref()?.access_modes.clone())
+        .filter(|modes| !modes.is_empty())
+        .unwrap_or_else(|| vec![persistence.access_mode.as_str().to_string()])
 }
 
 /// The storage request to apply: the larger of the spec's size and the live claim's request,
@@ -108,7 +116,7 @@ mod tests {
             size: size.into(),
             storage_class_name: class.map(str::to_string),
             reclaim_policy: reclaim,
-            auto_resize: None,
+            ..Default::default()
         });
         fixtures::node("cache", spec)
     }
@@ -156,10 +164,28 @@ mod tests {
         let spec = p.spec.as_ref().unwrap();
         assert_eq!(
             spec.access_modes.as_deref(),
-            Some(&["ReadWriteOnce".to_string()][..])
+            Some(&["ReadWriteOncePod".to_string()][..])
         );
         assert_eq!(spec.storage_class_name.as_deref(), Some("fast"));
         assert_eq!(request(&p), "10Gi");
+    }
+
+    #[test]
+    fn an_existing_claim_keeps_its_access_modes() {
+        let n = node("1Gi", ReclaimPolicy::Retain, None);
+        let mut existing = live("1Gi");
+        existing.spec.as_mut().unwrap().access_modes = Some(vec!["ReadWriteOnce".into()]);
+        let p = pvc(&n, Some(&existing)).unwrap();
+        assert_eq!(
+            p.spec.unwrap().access_modes,
+            Some(vec!["ReadWriteOnce".to_string()])
+        );
+        // Without live modes (or without a claim), the spec's mode.
+        let p = pvc(&n, Some(&live("1Gi"))).unwrap();
+        assert_eq!(
+            p.spec.unwrap().access_modes,
+            Some(vec!["ReadWriteOncePod".to_string()])
+        );
     }
 
     #[test]

@@ -146,7 +146,7 @@ pub fn valkey_node(
                     size: "1Gi".into(),
                     storage_class_name: storage_class.map(str::to_string),
                     reclaim_policy: ReclaimPolicy::Delete,
-                    auto_resize: None,
+                    ..Default::default()
                 }),
                 ..Default::default()
             },

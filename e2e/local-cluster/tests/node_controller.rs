@@ -6,11 +6,12 @@
 
 use crd_types::ValkeyNode;
 use crd_types::conditions::{self, types};
+use crd_types::names::labels;
 use crd_types::template::WorkloadType;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use local_cluster::testing::{
     cluster_with_operator, events_about, ready_node, valkey_cli, valkey_node,
@@ -124,6 +125,10 @@ async fn statefulset_node(cluster: &LocalCluster, client: &Client, apis: &Apis) 
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
     let claim = claims.get("cache-data").await.unwrap();
     assert!(owned_by_node(claim.owner_references()), "{claim:?}");
+    assert_eq!(
+        claim.spec.as_ref().and_then(|s| s.access_modes.clone()),
+        Some(vec!["ReadWriteOncePod".to_string()])
+    );
     assert_eq!(claim.status.and_then(|s| s.phase).as_deref(), Some("Bound"));
     let managers: Vec<String> = claim
         .metadata
@@ -206,11 +211,13 @@ async fn deployment_node(cluster: &LocalCluster, apis: &Apis) {
         valkey_cli(&cluster_ip, &["SET", "greeting", "deployed"]),
         "OK"
     );
-    // Unlike a StatefulSet, a ReplicaSet creates the replacement of a deleted pod at once
-    // (Recreate only orders rollouts), so the new Valkey can load /data before the old one
-    // has written its shutdown snapshot: seen here as an empty dataset. Only what is on disk
-    // before the delete is certain to survive; see docs/architecture.md.
-    assert_eq!(valkey_cli(&cluster_ip, &["SAVE"]), "OK");
+    // No SAVE first: what a client was told is written must survive the delete.
+    for i in 0..200 {
+        assert_eq!(
+            valkey_cli(&cluster_ip, &["SET", &format!("k{i}"), "v"]),
+            "OK"
+        );
+    }
 
     let pod_name = workload.pod_name.unwrap();
     let old_uid = apis.pods.get(&pod_name).await.unwrap().uid().unwrap();
@@ -218,6 +225,27 @@ async fn deployment_node(cluster: &LocalCluster, apis: &Apis) {
         .delete(&pod_name, &DeleteParams::default())
         .await
         .unwrap();
+    // The ReplicaSet creates the replacement at once (Recreate only orders rollouts); the
+    // ReadWriteOncePod claim keeps it unscheduled until the old pod is gone, so two servers
+    // never share /data.
+    let selector = ListParams::default().labels(&format!("{}={name}", labels::NODE));
+    loop {
+        let pods = apis.pods.list(&selector).await.unwrap().items;
+        if !pods
+            .iter()
+            .any(|p| p.uid().as_deref() == Some(old_uid.as_str()))
+        {
+            break;
+        }
+        for replacement in pods.iter().filter(|p| p.uid().as_deref() != Some(&old_uid)) {
+            let scheduled = replacement.spec.as_ref().and_then(|s| s.node_name.as_ref());
+            assert!(
+                scheduled.is_none(),
+                "a replacement was scheduled while the old pod still held the volume: {replacement:?}"
+            );
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     let (after, ip_after) = cluster
         .wait_for_value("the Deployment's pod to come back ready", || {
             ready_node(&apis.nodes, &apis.pods, name, Some(&old_uid))
@@ -227,6 +255,7 @@ async fn deployment_node(cluster: &LocalCluster, apis: &Apis) {
     assert_ne!(after.pod_name.as_deref(), Some(pod_name.as_str()));
     assert_eq!(ip_after, cluster_ip);
     assert_eq!(valkey_cli(&cluster_ip, &["GET", "greeting"]), "deployed");
+    assert_eq!(valkey_cli(&cluster_ip, &["DBSIZE"]), "201");
 }
 
 /// (d) a claim on a StorageClass that does not exist stays Pending, and the node says why
