@@ -48,6 +48,7 @@ async fn nodes_run_real_valkey_pods_that_survive_deletion() {
     statefulset_node(&cluster, &client, &apis).await;
     deployment_node(&cluster, &apis).await;
     unbound_claim(&cluster, &client, &apis).await;
+    owned_directive_in_another_case(&cluster, &client, &apis).await;
 
     // --- The controller never failed a reconcile on the way.
     let node_controller = controllers
@@ -343,4 +344,62 @@ async fn unbound_claim(cluster: &LocalCluster, client: &Client, apis: &Apis) {
         .cluster_ip
         .unwrap();
     assert_eq!(valkey_cli(&cluster_ip, &["GET", "greeting"]), "hello");
+}
+
+/// (e) `Port` slips past the admission rule (CEL map keys are matched exactly), so the
+/// node-controller refuses it: ConfigValid False/OwnedDirective, a Warning Event, no
+/// workload; the healthy node keeps serving.
+async fn owned_directive_in_another_case(cluster: &LocalCluster, client: &Client, apis: &Apis) {
+    let name = "shouty";
+    let mut node = valkey_node(name, WorkloadType::StatefulSet, false, None);
+    node.spec
+        .template
+        .config
+        .0
+        .insert("Port".to_string(), "7000".to_string());
+    apis.nodes
+        .create(&PostParams::default(), &node)
+        .await
+        .unwrap();
+    let condition = cluster
+        .wait_for_value("ConfigValid False/OwnedDirective", || async {
+            let status = apis
+                .nodes
+                .get_status(name)
+                .await?
+                .status
+                .unwrap_or_default();
+            Ok(conditions::find(&status.conditions, types::CONFIG_VALID)
+                .filter(|c| c.status == "False" && c.reason == "OwnedDirective")
+                .cloned())
+        })
+        .await
+        .unwrap();
+    assert!(condition.message.contains("Port"), "{}", condition.message);
+    let event = cluster
+        .wait_for_value("a ConfigInvalid Event", || async {
+            Ok(
+                events_about(&apis.events, "ValkeyNode", name, "ConfigInvalid")
+                    .await?
+                    .into_iter()
+                    .next(),
+            )
+        })
+        .await
+        .unwrap();
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), NS);
+    assert!(statefulsets.get_opt(name).await.unwrap().is_none());
+
+    let status = apis
+        .nodes
+        .get_status("cache")
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    assert!(conditions::is_true(
+        &status.conditions,
+        types::WORKLOAD_READY
+    ));
 }
