@@ -1,16 +1,22 @@
-//! topology-controller: builds ValkeyClusters and ValkeyReplications from ValkeyNodes and
-//! talks to Valkey (MEET, slots, replication, failover, sentinel); writes `status.valkey` on
-//! each node and the topologies' status.
+//! topology-controller: builds ValkeyClusters from ValkeyNodes and talks to Valkey (MEET,
+//! slots, replication, failover); writes `status.valkey` on each member and the cluster's
+//! status. ValkeyReplication is observed only, until its issue.
+
+mod error;
+mod reconcile;
+mod valkey;
 
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
+use crd_types::names::labels;
 use crd_types::{FieldManager, ValkeyCluster, ValkeyNode, ValkeyReplication};
+use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::{Controller, watcher};
 use operator_runtime::{CommonArgs, Context, RequiredCrd, controller};
 
-/// Builds ValkeyClusters and ValkeyReplications from ValkeyNodes and drives Valkey to match.
+/// Builds ValkeyClusters from ValkeyNodes and drives Valkey to match.
 #[derive(Parser)]
 #[command(name = "topology-controller", version)]
 struct Cli {
@@ -37,7 +43,17 @@ async fn main() -> ExitCode {
 }
 
 async fn run(ctx: Context) -> Result<(), std::convert::Infallible> {
-    let clusters = Controller::new(ctx.watch_api::<ValkeyCluster>(), watcher::Config::default());
+    let reporter = Reporter {
+        controller: ctx.name.into(),
+        instance: std::env::var("POD_NAME").ok(),
+    };
+    let state = reconcile::State {
+        recorder: Recorder::new(ctx.client.clone(), reporter),
+    };
+    // Members: their readiness, address and revisions arrive as ValkeyNode status changes.
+    let members = watcher::Config::default().labels(labels::CLUSTER);
+    let clusters = Controller::new(ctx.watch_api::<ValkeyCluster>(), watcher::Config::default())
+        .owns(ctx.watch_api::<ValkeyNode>(), members);
     let replications = Controller::new(
         ctx.watch_api::<ValkeyReplication>(),
         watcher::Config::default(),
@@ -47,9 +63,8 @@ async fn run(ctx: Context) -> Result<(), std::convert::Infallible> {
         cluster_store.wait_until_ready().await?;
         replication_store.wait_until_ready().await
     });
-    // Domain logic arrives with its issue; until then every change is observed and counted.
     tokio::join!(
-        controller::run(&ctx, clusters, Arc::new(()), controller::observe),
+        controller::run(&ctx, clusters, Arc::new(state), reconcile::reconcile),
         controller::run(&ctx, replications, Arc::new(()), controller::observe),
     );
     Ok(())

@@ -1,0 +1,9 @@
+//! topology-controller's building blocks: parsers for what Valkey reports, slot planning, the
+//! member ValkeyNodes and the step planner. No I/O here, so every decision is unit-tested
+//! from fixtures.
+
+pub mod cluster_nodes;
+pub mod members;
+pub mod plan;
+pub mod slots;
+pub mod status;

@@ -1,0 +1,582 @@
+//! One reconcile of a ValkeyCluster: fetch the cluster and its member ValkeyNodes, apply the
+//! members the spec asks for, ask every member's Valkey what it sees, let the planner pick
+//! the one next step, carry it out, and write status. Nothing is remembered between
+//! reconciles: the next one starts from what Valkey and the API server say.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crd_types::cluster::Phase;
+use crd_types::names::{labels, ports};
+use crd_types::template::Announce;
+use crd_types::{ValkeyCluster, ValkeyNode, ValkeyNodeStatus};
+use futures::future::join_all;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, ListParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Api, Resource, ResourceExt};
+use operator_runtime::apply;
+use operator_runtime::controller::ReconcileContext;
+use topology_controller::cluster_nodes::{ClusterView, ReplicationInfo, server_version};
+use topology_controller::members::{self, Position};
+use topology_controller::plan::{self, Address, Desired, Member, Reply, Revisions, Step};
+use topology_controller::slots::Move;
+use topology_controller::status::{self, Inputs};
+
+use crate::error::{Error, Op};
+use crate::valkey::{Conn, SlotState};
+
+/// How soon to look again after a step was carried out, while waiting, and when idle. Idle
+/// still polls: a failover inside Valkey changes no Kubernetes object.
+const AFTER_STEP: Duration = Duration::from_secs(1);
+const WHILE_WAITING: Duration = Duration::from_secs(5);
+const WHEN_IDLE: Duration = Duration::from_secs(30);
+/// Slot moves stop after this long so status and the rest of the plan get a turn.
+const MIGRATION_BUDGET: Duration = Duration::from_secs(20);
+/// Keys per GETKEYSINSLOT / MIGRATE batch.
+const MIGRATE_BATCH: u32 = 500;
+/// How long a failover may take before it is reported as not done.
+const FAILOVER_WAIT: Duration = Duration::from_secs(20);
+
+pub struct State {
+    pub recorder: Recorder,
+}
+
+/// A member ValkeyNode with what its Valkey answered.
+struct Asked {
+    member: Member,
+    node: ValkeyNode,
+    conn: Option<Conn>,
+    version: Option<String>,
+}
+
+pub async fn reconcile(
+    cached: Arc<ValkeyCluster>,
+    ctx: Arc<ReconcileContext<State>>,
+) -> Result<Action, Error> {
+    let name = cached.name_any();
+    let ns = cached.namespace().ok_or_else(|| Error::MissingField {
+        kind: "ValkeyCluster",
+        name: name.clone(),
+        field: "metadata.namespace",
+    })?;
+    let client = ctx.runtime.client.clone();
+    let manager = ctx.runtime.field_manager;
+    let clusters: Api<ValkeyCluster> = Api::namespaced(client.clone(), &ns);
+    let nodes: Api<ValkeyNode> = Api::namespaced(client, &ns);
+
+    // --- Fetch.
+    let Some(cluster) = clusters.get_opt(&name).await.map_err(Error::api(
+        Op::ReadCluster,
+        "ValkeyCluster",
+        &ns,
+        &name,
+    ))?
+    else {
+        return Ok(Action::await_change());
+    };
+    if cluster.meta().deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let uid = cluster.uid().unwrap_or_default();
+    let listed = nodes
+        .list(&ListParams::default().labels(&format!("{}={name}", labels::CLUSTER)))
+        .await
+        .map_err(Error::api(Op::ListMembers, "ValkeyCluster", &ns, &name))?
+        .items;
+    let (mut owned, foreign): (Vec<ValkeyNode>, Vec<ValkeyNode>) = listed
+        .into_iter()
+        .partition(|n| n.owner_references().iter().any(|o| o.uid == uid));
+
+    // --- Members the spec asks for: create the missing, update the changed.
+    for at in members::positions(&cluster) {
+        let member_name = plan::member_name(&name, at);
+        if foreign.iter().any(|n| n.name_any() == member_name) {
+            continue; // reported below, never taken over
+        }
+        let live = owned.iter().position(|n| n.name_any() == member_name);
+        let allowed = live.and_then(|i| owned[i].spec.allowed_revision.clone());
+        let built = members::member(&cluster, at, allowed);
+        if live.is_some_and(|i| !needs_apply(&built, &owned[i])) {
+            continue;
+        }
+        let applied = apply::apply(&nodes, &member_name, &built, manager)
+            .await
+            .map_err(Error::api(Op::ApplyMember, "ValkeyNode", &ns, &member_name))?;
+        match live {
+            Some(i) => owned[i] = applied,
+            None => owned.push(applied),
+        }
+    }
+
+    // --- Ask every member's Valkey.
+    let desired = desired(&cluster);
+    let mut asked: Vec<Asked> = join_all(owned.into_iter().filter_map(|node| {
+        let at = members::position_of(&node)?;
+        Some(ask(node, at))
+    }))
+    .await;
+    asked.sort_by_key(|a| a.member.at);
+    let members: Vec<Member> = asked.iter().map(|a| a.member.clone()).collect();
+
+    // --- Decide and act.
+    let recorded = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.switchover.as_ref())
+        .filter(|s| s.outcome != "Pending")
+        .map(|s| s.id.as_str());
+    let mut step = plan::next_step(&desired, &members, recorded);
+    if let Some(n) = foreign.first() {
+        step = Step::Wait(format!(
+            "ValkeyNode {} exists but does not belong to this cluster; rename or delete it",
+            n.name_any()
+        ));
+    }
+    let survey = plan::survey(&desired, &members);
+
+    // --- Status first, so it says what is about to happen (a migration can take a while):
+    // each member's status.valkey, then the cluster's.
+    for a in &asked {
+        let Some(valkey) = status::member_status(&a.member, a.version.as_deref()) else {
+            continue;
+        };
+        let live = a.node.status.as_ref().and_then(|s| s.valkey.as_ref());
+        if status::member_status_changed(live, &valkey) {
+            let body = ValkeyNodeStatus {
+                valkey: Some(valkey),
+                ..Default::default()
+            };
+            apply::apply_status(&nodes, &a.member.name, &body, manager)
+                .await
+                .map_err(Error::api(
+                    Op::ApplyMemberStatus,
+                    "ValkeyNode",
+                    &ns,
+                    &a.member.name,
+                ))?;
+        }
+    }
+    let cluster_status = |step_error: Option<&str>| {
+        status::cluster_status(Inputs {
+            desired: &desired,
+            members: &members,
+            survey: &survey,
+            step: &step,
+            step_error,
+            switchover: plan::switchover_outcome(&desired, &members),
+            current: cluster.status.as_ref(),
+            generation: cluster.metadata.generation,
+            now: Timestamp::now(),
+        })
+    };
+    let planned = cluster_status(None);
+    if cluster.status.as_ref() != Some(&planned) {
+        apply::apply_status(&clusters, &name, &planned, manager)
+            .await
+            .map_err(Error::api(
+                Op::ApplyClusterStatus,
+                "ValkeyCluster",
+                &ns,
+                &name,
+            ))?;
+    }
+
+    // --- Act.
+    let outcome = execute(&step, &asked, &cluster, &nodes, manager).await;
+    let step_error = outcome.err();
+    if let Some(e) = &step_error {
+        tracing::warn!(cluster = %name, step = %status::describe(&step), error = %e, "step failed");
+        let failed = cluster_status(Some(e));
+        apply::apply_status(&clusters, &name, &failed, manager)
+            .await
+            .map_err(Error::api(
+                Op::ApplyClusterStatus,
+                "ValkeyCluster",
+                &ns,
+                &name,
+            ))?;
+    }
+    publish_step(&ctx.data.recorder, &cluster, &step, step_error.as_deref())
+        .await
+        .map_err(Error::api(Op::PublishEvent, "ValkeyCluster", &ns, &name))?;
+    for a in asked {
+        if let Some(conn) = a.conn {
+            conn.close().await;
+        }
+    }
+    let ready = planned.phase == Some(Phase::Ready);
+    Ok(Action::requeue(match (&step, &step_error) {
+        (_, Some(_)) | (Step::Wait(_), _) => WHILE_WAITING,
+        // Idle but not ready: a replica is still syncing, say; look again soon.
+        (Step::Idle, _) if !ready => WHILE_WAITING,
+        (Step::Idle, _) => WHEN_IDLE,
+        _ => AFTER_STEP,
+    }))
+}
+
+fn desired(cluster: &ValkeyCluster) -> Desired {
+    let name = cluster.name_any();
+    Desired {
+        cluster: name.clone(),
+        shards: cluster.spec.shards.max(0) as u32,
+        replicas_per_shard: cluster.spec.replicas_per_shard.max(0) as u32,
+        switchover: cluster.spec.switchover.as_ref().map(|s| {
+            let at = Position {
+                shard: s.shard.max(0) as u32,
+                member: s.member.max(0) as u32,
+            };
+            (s.id.clone(), plan::member_name(&name, at))
+        }),
+    }
+}
+
+/// Whether the live member differs from what would be applied: spec, our labels, owner.
+/// Compared as JSON so an unchanged member costs no API request.
+fn needs_apply(built: &ValkeyNode, live: &ValkeyNode) -> bool {
+    let spec = |n: &ValkeyNode| serde_json::to_value(&n.spec).ok();
+    let labels_kept = built
+        .labels()
+        .iter()
+        .all(|(k, v)| live.labels().get(k) == Some(v));
+    spec(built) != spec(live) || !labels_kept || live.owner_references().is_empty()
+}
+
+/// Where the member's Valkey is reached: the address it announces.
+fn address(node: &ValkeyNode) -> Option<Address> {
+    let status = node.status.as_ref()?;
+    let ip = match node.spec.template.announce {
+        Announce::Service => status.endpoint.as_ref()?.cluster_ip.clone(),
+        Announce::PodIP => status.workload.as_ref()?.pod_ip.clone(),
+    }?;
+    if ip.is_empty() || ip == "None" {
+        return None;
+    }
+    Some(Address {
+        ip,
+        port: ports::VALKEY as u16,
+        bus_port: ports::CLUSTER_BUS as u16,
+    })
+}
+
+async fn ask(node: ValkeyNode, at: Position) -> Asked {
+    let workload = node.status.as_ref().and_then(|s| s.workload.as_ref());
+    let mut member = Member {
+        name: node.name_any(),
+        at,
+        address: address(&node),
+        ready: workload.is_some_and(|w| w.ready),
+        revisions: Revisions {
+            desired: workload.and_then(|w| w.desired_revision.clone()),
+            running: workload.and_then(|w| w.revision.clone()),
+            allowed: node.spec.allowed_revision.clone(),
+            observed: workload.and_then(|w| w.observed_generation) == node.metadata.generation,
+        },
+        reply: None,
+    };
+    let mut asked = Asked {
+        member: member.clone(),
+        node,
+        conn: None,
+        version: None,
+    };
+    let Some(address) = &member.address else {
+        return asked;
+    };
+    let conn = match Conn::connect(&address.ip, address.port, None).await {
+        Ok(conn) => conn,
+        Err(e) => {
+            tracing::debug!(member = %member.name, error = %e, "member does not answer");
+            return asked;
+        }
+    };
+    let answered = async {
+        let view = ClusterView::parse(&conn.cluster_nodes().await?).map_err(to_fred)?;
+        let replication =
+            ReplicationInfo::parse(&conn.info("replication").await?).map_err(to_fred)?;
+        let version = server_version(&conn.info("server").await?).ok();
+        Ok::<_, fred::error::Error>((Reply { view, replication }, version))
+    }
+    .await;
+    match answered {
+        Ok((reply, version)) => {
+            member.reply = Some(reply);
+            asked.member = member;
+            asked.version = version;
+            asked.conn = Some(conn);
+        }
+        Err(e) => {
+            tracing::debug!(member = %member.name, error = %e, "member answered badly");
+            conn.close().await;
+        }
+    }
+    asked
+}
+
+fn to_fred(e: impl std::fmt::Display) -> fred::error::Error {
+    fred::error::Error::new(fred::error::ErrorKind::Parse, e.to_string())
+}
+
+/// Carries out `step`. Errors are messages for status: the next reconcile looks again.
+async fn execute(
+    step: &Step,
+    asked: &[Asked],
+    cluster: &ValkeyCluster,
+    nodes: &Api<ValkeyNode>,
+    manager: &str,
+) -> Result<(), String> {
+    let conn = |name: &str| {
+        asked
+            .iter()
+            .find(|a| a.member.name == name)
+            .and_then(|a| a.conn.as_ref())
+            .ok_or_else(|| format!("{name} does not answer"))
+    };
+    let fail = |what: String| move |e: fred::error::Error| format!("{what}: {e}");
+    match step {
+        Step::Wait(_) | Step::Idle => Ok(()),
+        Step::Meet { via, targets } => {
+            let from = conn(via)?;
+            for t in targets {
+                from.meet(&t.ip, t.port, t.bus_port)
+                    .await
+                    .map_err(fail(format!("MEET {}:{} via {via}", t.ip, t.port)))?;
+            }
+            Ok(())
+        }
+        Step::Forget { node_id, on } => {
+            // All together, inside the 60 s ban that keeps gossip from bringing it back.
+            let results = join_all(on.iter().map(|m| async move {
+                conn(m)?
+                    .forget(node_id)
+                    .await
+                    .map_err(fail(format!("FORGET on {m}")))
+            }))
+            .await;
+            results.into_iter().collect()
+        }
+        Step::AddSlots(assign) => {
+            for (member, ranges) in assign {
+                conn(member)?
+                    .add_slots_ranges(ranges)
+                    .await
+                    .map_err(fail(format!("ADDSLOTSRANGE on {member}")))?;
+            }
+            Ok(())
+        }
+        Step::FixOpenSlot {
+            slot,
+            source,
+            target,
+        } => {
+            let moves = [Move {
+                slots: (*slot, *slot),
+                from: source.clone(),
+                to: target.clone(),
+            }];
+            migrate(&moves, asked).await.map(drop)
+        }
+        Step::Stabilize { slot, on } => {
+            for m in on {
+                conn(m)?
+                    .set_slot(*slot, SlotState::Stable)
+                    .await
+                    .map_err(fail(format!("SETSLOT {slot} STABLE on {m}")))?;
+            }
+            Ok(())
+        }
+        Step::Replicate { member, primary_id } => conn(member)?
+            .replicate(primary_id)
+            .await
+            .map_err(fail(format!("REPLICATE on {member}"))),
+        Step::Migrate(moves) => migrate(moves, asked).await.map(drop),
+        Step::Remove(names) => {
+            for n in names {
+                nodes
+                    .delete(n, &DeleteParams::default())
+                    .await
+                    .map_err(|e| format!("deleting ValkeyNode {n}: {e}"))?;
+            }
+            Ok(())
+        }
+        Step::Failover { member, .. } => {
+            let c = conn(member)?;
+            c.failover()
+                .await
+                .map_err(fail(format!("CLUSTER FAILOVER on {member}")))?;
+            let started = Instant::now();
+            while started.elapsed() < FAILOVER_WAIT {
+                if c.role().await.is_ok_and(|r| r == "master") {
+                    return Ok(());
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(format!(
+                "{member} did not become primary within {}s",
+                FAILOVER_WAIT.as_secs()
+            ))
+        }
+        Step::AllowRoll { member, revision } => {
+            let a = asked
+                .iter()
+                .find(|a| &a.member.name == member)
+                .ok_or_else(|| format!("{member} is gone"))?;
+            let built = members::member(cluster, a.member.at, Some(revision.clone()));
+            apply::apply(nodes, member, &built, manager)
+                .await
+                .map(drop)
+                .map_err(|e| format!("opening the roll gate of {member}: {e}"))?;
+            Ok(())
+        }
+    }
+}
+
+/// Moves slots one at a time: target IMPORTING, source MIGRATING, keys in batches with
+/// MIGRATE, then SETSLOT NODE on target, source and every other primary. Stops after
+/// [`MIGRATION_BUDGET`]; a slot cut off midway stays open and is finished by the next
+/// reconcile ([`Step::FixOpenSlot`]). Returns the number of slots moved.
+async fn migrate(moves: &[Move<String>], asked: &[Asked]) -> Result<usize, String> {
+    let by_name: BTreeMap<&str, &Asked> =
+        asked.iter().map(|a| (a.member.name.as_str(), a)).collect();
+    let end = |name: &str| -> Result<(&Conn, String, Address), String> {
+        let a = by_name
+            .get(name)
+            .ok_or_else(|| format!("{name} is no member"))?;
+        let conn = a
+            .conn
+            .as_ref()
+            .ok_or_else(|| format!("{name} does not answer"))?;
+        let id = a
+            .member
+            .id()
+            .ok_or_else(|| format!("{name} has no node id"))?
+            .to_string();
+        let address = a
+            .member
+            .address
+            .clone()
+            .ok_or_else(|| format!("{name} has no address"))?;
+        Ok((conn, id, address))
+    };
+    let primaries: Vec<&Conn> = asked
+        .iter()
+        .filter(|a| {
+            a.member
+                .reply
+                .as_ref()
+                .is_some_and(|r| r.view.myself().flags.primary)
+        })
+        .filter_map(|a| a.conn.as_ref())
+        .collect();
+    let started = Instant::now();
+    let mut moved = 0;
+    for m in moves {
+        let (source, source_id, _) = end(&m.from)?;
+        let (target, target_id, target_address) = end(&m.to)?;
+        for slot in m.slots.0..=m.slots.1 {
+            if started.elapsed() > MIGRATION_BUDGET {
+                return Ok(moved);
+            }
+            let at = |what: &str| format!("slot {slot} {} -> {}: {what}", m.from, m.to);
+            target
+                .set_slot(slot, SlotState::Importing(&source_id))
+                .await
+                .map_err(|e| format!("{}: {e}", at("SETSLOT IMPORTING")))?;
+            source
+                .set_slot(slot, SlotState::Migrating(&target_id))
+                .await
+                .map_err(|e| format!("{}: {e}", at("SETSLOT MIGRATING")))?;
+            loop {
+                let keys = source
+                    .keys_in_slot(slot, MIGRATE_BATCH)
+                    .await
+                    .map_err(|e| format!("{}: {e}", at("GETKEYSINSLOT")))?;
+                if keys.is_empty() {
+                    break;
+                }
+                source
+                    .migrate(&target_address.ip, target_address.port, keys)
+                    .await
+                    .map_err(|e| format!("{}: {e}", at("MIGRATE")))?;
+            }
+            // Target first: once it owns the slot, the source's redirects point at it.
+            target
+                .set_slot(slot, SlotState::Node(&target_id))
+                .await
+                .map_err(|e| format!("{}: {e}", at("SETSLOT NODE on target")))?;
+            // A source that gave away its last slot may already have turned into a replica of
+            // the target (cluster-allow-replica-migration) and refuse SETSLOT: it knows anyway.
+            if let Err(e) = source.set_slot(slot, SlotState::Node(&target_id)).await
+                && !e.details().contains("only with masters")
+            {
+                return Err(format!("{}: {e}", at("SETSLOT NODE on source")));
+            }
+            // Best effort, all at once: gossip spreads the new owner anyway.
+            join_all(
+                primaries
+                    .iter()
+                    .map(|other| other.set_slot(slot, SlotState::Node(&target_id))),
+            )
+            .await;
+            moved += 1;
+        }
+    }
+    Ok(moved)
+}
+
+/// Event reasons.
+pub const MEMBERS_MET: &str = "MembersMet";
+pub const NODE_FORGOTTEN: &str = "NodeForgotten";
+pub const SLOTS_ASSIGNED: &str = "SlotsAssigned";
+pub const SLOT_REPAIRED: &str = "SlotRepaired";
+pub const REPLICA_ATTACHED: &str = "ReplicaAttached";
+pub const SLOTS_MIGRATING: &str = "SlotsMigrating";
+pub const MEMBERS_REMOVED: &str = "MembersRemoved";
+pub const FAILOVER: &str = "Failover";
+pub const ROLLING: &str = "Rolling";
+pub const STEP_FAILED: &str = "StepFailed";
+
+/// One Event per step carried out (none for waiting or idle: status says those).
+async fn publish_step(
+    recorder: &Recorder,
+    cluster: &ValkeyCluster,
+    step: &Step,
+    error: Option<&str>,
+) -> Result<(), kube::Error> {
+    let reason = match step {
+        Step::Wait(_) | Step::Idle => return Ok(()),
+        _ if error.is_some() => STEP_FAILED,
+        Step::Meet { .. } => MEMBERS_MET,
+        Step::Forget { .. } => NODE_FORGOTTEN,
+        Step::AddSlots(_) => SLOTS_ASSIGNED,
+        Step::FixOpenSlot { .. } | Step::Stabilize { .. } => SLOT_REPAIRED,
+        Step::Replicate { .. } => REPLICA_ATTACHED,
+        Step::Migrate(_) => SLOTS_MIGRATING,
+        Step::Remove(_) => MEMBERS_REMOVED,
+        Step::Failover { .. } => FAILOVER,
+        Step::AllowRoll { .. } => ROLLING,
+    };
+    let mut note = status::describe(step);
+    if let Some(e) = error {
+        note = format!("{note}: {e}");
+    }
+    note.truncate(1000);
+    recorder
+        .publish(
+            &Event {
+                type_: if error.is_some() {
+                    EventType::Warning
+                } else {
+                    EventType::Normal
+                },
+                reason: reason.into(),
+                note: Some(note),
+                action: "Reconcile".into(),
+                secondary: None,
+            },
+            &cluster.object_ref(&()),
+        )
+        .await
+}

@@ -1,0 +1,397 @@
+//! The status topology-controller writes: the ValkeyCluster's (phase, shards, conditions,
+//! switchover outcome) and each member's `status.valkey`.
+
+use crd_types::cluster::{MemberStatus, Phase, ShardStatus, SwitchoverStatus, ValkeyClusterStatus};
+use crd_types::conditions::{self, Desired as Wanted, types};
+use crd_types::node::ValkeyStatus;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
+use crate::plan::{Desired, FailoverReason, Member, Step, Survey};
+use crate::slots::{self, SLOTS};
+
+/// `status.valkey` of a member that answered; `version` from INFO server.
+pub fn member_status(member: &Member, version: Option<&str>) -> Option<ValkeyStatus> {
+    let reply = member.reply.as_ref()?;
+    let me = reply.view.myself();
+    let link = reply.replication.primary.as_ref();
+    Some(ValkeyStatus {
+        node_id: Some(me.id.clone()),
+        role: Some(reply.replication.role),
+        primary_node_id: me.primary_id.clone(),
+        replication_offset: Some(match link {
+            Some(link) => link.repl_offset,
+            None => reply.replication.repl_offset,
+        }),
+        link_up: link.map(|l| l.link_up),
+        version: version.map(str::to_string),
+    })
+}
+
+/// Whether `new` says something `old` did not, ignoring the replication offset: it moves
+/// with every write, and writing it on every poll would cost an API request per member each
+/// time. The offset is refreshed whenever anything else changes.
+pub fn member_status_changed(old: Option<&ValkeyStatus>, new: &ValkeyStatus) -> bool {
+    let Some(old) = old else { return true };
+    let strip = |s: &ValkeyStatus| ValkeyStatus {
+        replication_offset: None,
+        ..s.clone()
+    };
+    strip(old) != strip(new)
+}
+
+/// A person's description of a step, for the Progressing condition and Events.
+pub fn describe(step: &Step) -> String {
+    match step {
+        Step::Wait(why) => format!("waiting: {why}"),
+        Step::Meet { via, targets } => {
+            let who: Vec<String> = targets
+                .iter()
+                .map(|a| format!("{}:{}", a.ip, a.port))
+                .collect();
+            format!("{via} meets {}", who.join(", "))
+        }
+        Step::Forget { node_id, on } => {
+            format!("forgetting removed node {node_id} on {}", on.join(", "))
+        }
+        Step::AddSlots(assign) => {
+            let parts: Vec<String> = assign
+                .iter()
+                .map(|(m, r)| format!("{} to {m}", slots::format_ranges(r).join(",")))
+                .collect();
+            format!("assigning slots {}", parts.join("; "))
+        }
+        Step::FixOpenSlot {
+            slot,
+            source,
+            target,
+        } => format!("finishing the interrupted move of slot {slot} from {source} to {target}"),
+        Step::Stabilize { slot, on } => {
+            format!("clearing the open slot {slot} on {}", on.join(", "))
+        }
+        Step::Replicate { member, primary_id } => {
+            format!("{member} replicates {primary_id}")
+        }
+        Step::Migrate(moves) => {
+            let count: usize = moves.iter().map(|m| slots::slot_count(&[m.slots])).sum();
+            format!("moving {count} slots")
+        }
+        Step::Remove(names) => format!("removing {}", names.join(", ")),
+        Step::Failover { member, reason } => {
+            let why = match reason {
+                FailoverReason::Roll => "before its primary restarts",
+                FailoverReason::Removal => "before its primary is removed",
+                FailoverReason::Switchover => "as requested by spec.switchover",
+            };
+            format!("{member} takes over its shard {why}")
+        }
+        Step::AllowRoll { member, revision } => format!("{member} restarts into {revision}"),
+        Step::Idle => "the cluster is as specified".to_string(),
+    }
+}
+
+/// Everything the cluster status is computed from.
+pub struct Inputs<'a> {
+    pub desired: &'a Desired,
+    pub members: &'a [Member],
+    pub survey: &'a Survey,
+    pub step: &'a Step,
+    /// What went wrong executing the step, if anything.
+    pub step_error: Option<&'a str>,
+    /// Switchover outcome from [`crate::plan::switchover_outcome`].
+    pub switchover: Option<Result<String, String>>,
+    pub current: Option<&'a ValkeyClusterStatus>,
+    pub generation: Option<i64>,
+    pub now: Timestamp,
+}
+
+pub fn cluster_status(i: Inputs) -> ValkeyClusterStatus {
+    let wanted_shards = i.desired.shards as usize;
+    let ready_shards = i
+        .survey
+        .shards
+        .iter()
+        .filter(|s| (s.index as usize) < wanted_shards && s.ready)
+        .count();
+    let complete = i.survey.slots_assigned == SLOTS as usize && i.survey.open_slots == 0;
+    let wanted_members = i.members.iter().filter(|m| i.desired.wants(m.at));
+    let unwell: Vec<&str> = wanted_members
+        .clone()
+        .filter(|m| !m.ready || m.reply.is_none())
+        .map(|m| m.name.as_str())
+        .collect();
+    let rolling = wanted_members.clone().any(|m| {
+        m.revisions.desired != m.revisions.running
+            || (m.revisions.allowed.is_some()
+                && m.revisions.allowed == m.revisions.desired
+                && !m.ready)
+    });
+    // The shape Valkey has differs from the spec's: shards serving slots, or members.
+    let reshaping = i
+        .survey
+        .shards
+        .iter()
+        .filter(|s| !s.slots.is_empty())
+        .count()
+        != wanted_shards
+        || i.members.iter().any(|m| !i.desired.wants(m.at));
+    let all_there =
+        wanted_members.count() == (i.desired.shards * (1 + i.desired.replicas_per_shard)) as usize;
+    let ready = matches!(i.step, Step::Idle)
+        && complete
+        && ready_shards == wanted_shards
+        && all_there
+        && i.step_error.is_none();
+    let ever_formed = i.survey.slots_assigned > 0;
+    let phase = if ready {
+        Phase::Ready
+    } else if !ever_formed {
+        Phase::Creating
+    } else if i.step.is_scaling() || !all_there || reshaping {
+        Phase::Scaling
+    } else if rolling || matches!(i.step, Step::AllowRoll { .. } | Step::Failover { .. }) {
+        Phase::Updating
+    } else {
+        Phase::Degraded
+    };
+
+    let current_conditions = i.current.map(|c| c.conditions.as_slice()).unwrap_or(&[]);
+    let progress = match i.step_error {
+        Some(e) => format!("{}; failed: {e}", describe(i.step)),
+        None => describe(i.step),
+    };
+    let unwell_message = if unwell.is_empty() {
+        format!("{ready_shards} of {wanted_shards} shards ready")
+    } else {
+        format!("not ready: {}", unwell.join(", "))
+    };
+    let wanted = [
+        Wanted {
+            type_: types::READY,
+            status: ready,
+            reason: if ready {
+                "ClusterReady"
+            } else {
+                phase_reason(phase)
+            },
+            message: if ready {
+                format!("{wanted_shards} shards, all {SLOTS} slots served")
+            } else {
+                progress.clone()
+            },
+        },
+        Wanted {
+            type_: types::PROGRESSING,
+            status: !matches!(i.step, Step::Idle | Step::Wait(_)),
+            reason: match i.step {
+                Step::Idle => "Idle",
+                Step::Wait(_) => "Waiting",
+                _ => phase_reason(phase),
+            },
+            message: progress,
+        },
+        Wanted {
+            type_: types::DEGRADED,
+            status: ever_formed && (!unwell.is_empty() || ready_shards < wanted_shards),
+            reason: if unwell.is_empty() {
+                "ShardsNotReady"
+            } else {
+                "MembersNotReady"
+            },
+            message: unwell_message,
+        },
+        Wanted {
+            type_: types::SLOTS_ASSIGNED,
+            status: complete,
+            reason: if complete {
+                "AllSlotsAssigned"
+            } else {
+                "SlotsMissing"
+            },
+            message: format!(
+                "{} of {SLOTS} slots assigned, {} open",
+                i.survey.slots_assigned, i.survey.open_slots
+            ),
+        },
+    ];
+    let conditions = wanted
+        .into_iter()
+        .map(|w| conditions::transition(current_conditions, w, i.generation, i.now))
+        .collect();
+
+    ValkeyClusterStatus {
+        phase: Some(phase),
+        ready_shards: ready_shards as i32,
+        slots_assigned: i.survey.slots_assigned as i32,
+        shards: i
+            .survey
+            .shards
+            .iter()
+            .map(|s| ShardStatus {
+                index: s.index as i32,
+                primary: s.primary.clone(),
+                slots: slots::format_ranges(&s.slots),
+                members: s
+                    .members
+                    .iter()
+                    .map(|(name, role, ready)| MemberStatus {
+                        name: name.clone(),
+                        role: *role,
+                        ready: *ready,
+                    })
+                    .collect(),
+            })
+            .collect(),
+        switchover: switchover_status(&i),
+        observed_generation: i.generation,
+        conditions,
+    }
+}
+
+fn phase_reason(phase: Phase) -> &'static str {
+    match phase {
+        Phase::Creating => "Creating",
+        Phase::Ready => "Ready",
+        Phase::Scaling => "Scaling",
+        Phase::Updating => "Updating",
+        Phase::Degraded => "Degraded",
+        Phase::Failed => "Failed",
+    }
+}
+
+/// The outcome of the current request; a finished outcome is kept as it was.
+fn switchover_status(i: &Inputs) -> Option<SwitchoverStatus> {
+    let (id, _) = i.desired.switchover.as_ref()?;
+    if let Some(done) = i.current.and_then(|c| c.switchover.as_ref())
+        && &done.id == id
+        && done.outcome != "Pending"
+    {
+        return Some(done.clone());
+    }
+    let finished = |outcome: &str, message: String| SwitchoverStatus {
+        id: id.clone(),
+        outcome: outcome.to_string(),
+        message,
+        finished_at: Some(Time(i.now)),
+    };
+    Some(match &i.switchover {
+        Some(Ok(message)) => finished("Succeeded", message.clone()),
+        Some(Err(message)) => finished("Failed", message.clone()),
+        None => SwitchoverStatus {
+            id: id.clone(),
+            outcome: "Pending".to_string(),
+            message: match i.step {
+                Step::Failover {
+                    reason: FailoverReason::Switchover,
+                    member,
+                } => format!("{member} is taking over"),
+                _ => "waiting for the target to be an in-sync replica".to_string(),
+            },
+            finished_at: None,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::ShardSurvey;
+
+    fn desired() -> Desired {
+        Desired {
+            cluster: "c".into(),
+            shards: 1,
+            replicas_per_shard: 0,
+            switchover: Some(("s1".into(), "c-0-0".into())),
+        }
+    }
+
+    fn inputs<'a>(
+        d: &'a Desired,
+        survey: &'a Survey,
+        step: &'a Step,
+        current: Option<&'a ValkeyClusterStatus>,
+    ) -> Inputs<'a> {
+        Inputs {
+            desired: d,
+            members: &[],
+            survey,
+            step,
+            step_error: None,
+            switchover: None,
+            current,
+            generation: Some(3),
+            now: Timestamp::from_second(1_000).unwrap(),
+        }
+    }
+
+    #[test]
+    fn a_cluster_without_slots_is_creating_and_not_ready() {
+        let d = desired();
+        let step = Step::Wait("forming".into());
+        let s = cluster_status(inputs(&d, &Survey::default(), &step, None));
+        assert_eq!(s.phase, Some(Phase::Creating));
+        assert!(!conditions::is_true(&s.conditions, types::READY));
+        assert!(!conditions::is_true(&s.conditions, types::DEGRADED));
+        assert_eq!(s.observed_generation, Some(3));
+        assert_eq!(s.switchover.unwrap().outcome, "Pending");
+    }
+
+    #[test]
+    fn missing_members_are_not_ready_even_with_every_slot() {
+        let d = desired();
+        let survey = Survey {
+            slots_assigned: SLOTS as usize,
+            open_slots: 0,
+            shards: vec![ShardSurvey {
+                index: 0,
+                slots: vec![(0, 16383)],
+                ready: true,
+                ..Default::default()
+            }],
+        };
+        // No member in `members`: the spec's one member does not exist.
+        let s = cluster_status(inputs(&d, &survey, &Step::Idle, None));
+        assert_eq!(s.phase, Some(Phase::Scaling));
+        assert!(conditions::is_true(&s.conditions, types::SLOTS_ASSIGNED));
+        assert!(!conditions::is_true(&s.conditions, types::READY));
+    }
+
+    #[test]
+    fn a_finished_switchover_is_kept_as_it_was() {
+        let d = desired();
+        let done = ValkeyClusterStatus {
+            switchover: Some(SwitchoverStatus {
+                id: "s1".into(),
+                outcome: "Succeeded".into(),
+                message: "done".into(),
+                finished_at: None,
+            }),
+            ..Default::default()
+        };
+        let survey = Survey::default();
+        let mut i = inputs(&d, &survey, &Step::Idle, Some(&done));
+        i.switchover = Some(Err("later trouble".into()));
+        assert_eq!(cluster_status(i).switchover, done.switchover);
+    }
+
+    #[test]
+    fn the_offset_alone_does_not_rewrite_member_status() {
+        let old = ValkeyStatus {
+            node_id: Some("a".into()),
+            replication_offset: Some(1),
+            ..Default::default()
+        };
+        let moved = ValkeyStatus {
+            replication_offset: Some(99),
+            ..old.clone()
+        };
+        assert!(!member_status_changed(Some(&old), &moved));
+        let promoted = ValkeyStatus {
+            role: Some(crd_types::node::Role::Primary),
+            ..moved
+        };
+        assert!(member_status_changed(Some(&old), &promoted));
+        assert!(member_status_changed(None, &promoted));
+    }
+}
