@@ -142,7 +142,12 @@ pub fn cluster_status(i: Inputs) -> ValkeyClusterStatus {
         && ready_shards == wanted_shards
         && all_there
         && i.step_error.is_none();
-    let ever_formed = i.survey.slots_assigned > 0;
+    // Creating until the first Ready: replicas syncing after formation are not a degradation.
+    let was_ready_before = i
+        .current
+        .and_then(|c| c.phase)
+        .is_some_and(|p| p != Phase::Creating);
+    let ever_formed = i.survey.slots_assigned > 0 && was_ready_before;
     let phase = if ready {
         Phase::Ready
     } else if !ever_formed {
@@ -192,7 +197,7 @@ pub fn cluster_status(i: Inputs) -> ValkeyClusterStatus {
         },
         Wanted {
             type_: types::DEGRADED,
-            status: ever_formed && (!unwell.is_empty() || ready_shards < wanted_shards),
+            status: ever_formed && !ready && (!unwell.is_empty() || ready_shards < wanted_shards),
             reason: if unwell.is_empty() {
                 "ShardsNotReady"
             } else {
@@ -350,8 +355,12 @@ mod tests {
                 ..Default::default()
             }],
         };
+        let was_ready = ValkeyClusterStatus {
+            phase: Some(Phase::Ready),
+            ..Default::default()
+        };
         // No member in `members`: the spec's one member does not exist.
-        let s = cluster_status(inputs(&d, &survey, &Step::Idle, None));
+        let s = cluster_status(inputs(&d, &survey, &Step::Idle, Some(&was_ready)));
         assert_eq!(s.phase, Some(Phase::Scaling));
         assert!(conditions::is_true(&s.conditions, types::SLOTS_ASSIGNED));
         assert!(!conditions::is_true(&s.conditions, types::READY));
