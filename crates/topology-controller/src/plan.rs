@@ -610,7 +610,10 @@ fn roll(s: &Snapshot) -> Option<Step> {
     if let Some(busy) = wanted.iter().find(|m| {
         m.revisions.desired.is_some() && m.revisions.allowed == m.revisions.desired && !settled(m)
     }) {
-        return Some(Step::Wait(format!("{} is restarting", busy.name)));
+        return Some(Step::Wait(format!(
+            "{} must be ready and in sync before the next member rolls",
+            busy.name
+        )));
     }
     let pending: Vec<&Member> = wanted
         .iter()

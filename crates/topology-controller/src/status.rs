@@ -120,12 +120,9 @@ pub fn cluster_status(i: Inputs) -> ValkeyClusterStatus {
         .filter(|m| !m.ready || m.reply.is_none())
         .map(|m| m.name.as_str())
         .collect();
-    let rolling = wanted_members.clone().any(|m| {
-        m.revisions.desired != m.revisions.running
-            || (m.revisions.allowed.is_some()
-                && m.revisions.allowed == m.revisions.desired
-                && !m.ready)
-    });
+    let rolling = wanted_members
+        .clone()
+        .any(|m| m.revisions.desired != m.revisions.running);
     // The shape Valkey has differs from the spec's: shards serving slots, or members.
     let reshaping = i
         .survey
