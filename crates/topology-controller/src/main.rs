@@ -3,6 +3,7 @@
 //! status. ValkeyReplication is observed only, until its issue.
 
 mod error;
+mod migrate;
 mod reconcile;
 mod valkey;
 

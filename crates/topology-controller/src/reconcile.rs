@@ -3,7 +3,6 @@
 //! the one next step, carry it out, and write status. Nothing is remembered between
 //! reconciles: the next one starts from what Valkey and the API server say.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,6 +25,7 @@ use topology_controller::slots::Move;
 use topology_controller::status::{self, Inputs};
 
 use crate::error::{Error, Op};
+use crate::migrate::{self, End};
 use crate::valkey::{Conn, SlotState};
 
 /// How soon to look again after a step was carried out, while waiting, and when idle. Idle
@@ -33,10 +33,6 @@ use crate::valkey::{Conn, SlotState};
 const AFTER_STEP: Duration = Duration::from_secs(1);
 const WHILE_WAITING: Duration = Duration::from_secs(5);
 const WHEN_IDLE: Duration = Duration::from_secs(30);
-/// Slot moves stop after this long so status and the rest of the plan get a turn.
-const MIGRATION_BUDGET: Duration = Duration::from_secs(20);
-/// Keys per GETKEYSINSLOT / MIGRATE batch.
-const MIGRATE_BATCH: u32 = 500;
 /// How long a failover may take before it is reported as not done.
 const FAILOVER_WAIT: Duration = Duration::from_secs(20);
 
@@ -376,7 +372,7 @@ async fn execute(
                 from: source.clone(),
                 to: target.clone(),
             }];
-            migrate(&moves, asked).await.map(drop)
+            migrate::migrate(&moves, &ends(asked)).await.map(drop)
         }
         Step::Stabilize { slot, on } => {
             for m in on {
@@ -391,7 +387,7 @@ async fn execute(
             .replicate(primary_id)
             .await
             .map_err(fail(format!("REPLICATE on {member}"))),
-        Step::Migrate(moves) => migrate(moves, asked).await.map(drop),
+        Step::Migrate(moves) => migrate::migrate(moves, &ends(asked)).await.map(drop),
         Step::Remove(names) => {
             for n in names {
                 nodes
@@ -433,97 +429,20 @@ async fn execute(
     }
 }
 
-/// Moves slots one at a time: target IMPORTING, source MIGRATING, keys in batches with
-/// MIGRATE, then SETSLOT NODE on target, source and every other primary. Stops after
-/// [`MIGRATION_BUDGET`]; a slot cut off midway stays open and is finished by the next
-/// reconcile ([`Step::FixOpenSlot`]). Returns the number of slots moved.
-async fn migrate(moves: &[Move<String>], asked: &[Asked]) -> Result<usize, String> {
-    let by_name: BTreeMap<&str, &Asked> =
-        asked.iter().map(|a| (a.member.name.as_str(), a)).collect();
-    let end = |name: &str| -> Result<(&Conn, String, Address), String> {
-        let a = by_name
-            .get(name)
-            .ok_or_else(|| format!("{name} is no member"))?;
-        let conn = a
-            .conn
-            .as_ref()
-            .ok_or_else(|| format!("{name} does not answer"))?;
-        let id = a
-            .member
-            .id()
-            .ok_or_else(|| format!("{name} has no node id"))?
-            .to_string();
-        let address = a
-            .member
-            .address
-            .clone()
-            .ok_or_else(|| format!("{name} has no address"))?;
-        Ok((conn, id, address))
-    };
-    let primaries: Vec<&Conn> = asked
+/// The members that answered, as migration ends.
+fn ends(asked: &[Asked]) -> Vec<End<'_>> {
+    asked
         .iter()
-        .filter(|a| {
-            a.member
-                .reply
-                .as_ref()
-                .is_some_and(|r| r.view.myself().flags.primary)
+        .filter_map(|a| {
+            Some(End {
+                name: &a.member.name,
+                conn: a.conn.as_ref()?,
+                id: a.member.id()?,
+                address: a.member.address.as_ref()?,
+                primary: a.member.reply.as_ref()?.view.myself().flags.primary,
+            })
         })
-        .filter_map(|a| a.conn.as_ref())
-        .collect();
-    let started = Instant::now();
-    let mut moved = 0;
-    for m in moves {
-        let (source, source_id, _) = end(&m.from)?;
-        let (target, target_id, target_address) = end(&m.to)?;
-        for slot in m.slots.0..=m.slots.1 {
-            if started.elapsed() > MIGRATION_BUDGET {
-                return Ok(moved);
-            }
-            let at = |what: &str| format!("slot {slot} {} -> {}: {what}", m.from, m.to);
-            target
-                .set_slot(slot, SlotState::Importing(&source_id))
-                .await
-                .map_err(|e| format!("{}: {e}", at("SETSLOT IMPORTING")))?;
-            source
-                .set_slot(slot, SlotState::Migrating(&target_id))
-                .await
-                .map_err(|e| format!("{}: {e}", at("SETSLOT MIGRATING")))?;
-            loop {
-                let keys = source
-                    .keys_in_slot(slot, MIGRATE_BATCH)
-                    .await
-                    .map_err(|e| format!("{}: {e}", at("GETKEYSINSLOT")))?;
-                if keys.is_empty() {
-                    break;
-                }
-                source
-                    .migrate(&target_address.ip, target_address.port, keys)
-                    .await
-                    .map_err(|e| format!("{}: {e}", at("MIGRATE")))?;
-            }
-            // Target first: once it owns the slot, the source's redirects point at it.
-            target
-                .set_slot(slot, SlotState::Node(&target_id))
-                .await
-                .map_err(|e| format!("{}: {e}", at("SETSLOT NODE on target")))?;
-            // A source that gave away its last slot may already have turned into a replica of
-            // the target (cluster-allow-replica-migration) and refuse SETSLOT: it knows anyway.
-            if let Err(e) = source.set_slot(slot, SlotState::Node(&target_id)).await
-                && !e.details().contains("only with masters")
-            {
-                return Err(format!("{}: {e}", at("SETSLOT NODE on source")));
-            }
-            // Best effort, all at once: gossip spreads the new owner anyway.
-            join_all(
-                primaries
-                    .iter()
-                    .map(|other| other.set_slot(slot, SlotState::Node(&target_id))),
-            )
-            .await;
-            moved += 1;
-        }
-    }
-    Ok(moved)
+        .collect()
 }
 
 /// Event reasons.
