@@ -33,7 +33,7 @@ enum Cmd {
         #[arg(long, default_value = "deploy/overlays/all")]
         overlay: PathBuf,
         /// Samples to apply after the operator is up (repeatable).
-        #[arg(long, default_values = ["deploy/samples/valkeynode-standalone.yaml"])]
+        #[arg(long, default_values = ["deploy/samples/valkeycluster.yaml"])]
         sample: Vec<PathBuf>,
     },
     /// Stop every process of the run, by PID.
@@ -88,6 +88,7 @@ async fn run(cli: Cli) -> Result<()> {
                 let controllers = operator::install(&mut cluster, &overlay).await?;
                 let client = cluster.client().await?;
                 let mut nodes = Vec::new();
+                let mut clusters = Vec::new();
                 for path in &sample {
                     let yaml = std::fs::read_to_string(path)
                         .with_context(|| format!("reading {}", path.display()))?;
@@ -97,17 +98,16 @@ async fn run(cli: Cli) -> Result<()> {
                             .metadata
                             .namespace
                             .get_or_insert_with(|| "default".into());
-                        if object
-                            .types
-                            .as_ref()
-                            .is_some_and(|t| t.kind == "ValkeyNode")
-                        {
-                            nodes.push(object.metadata.name.clone().unwrap_or_default());
+                        let name = object.metadata.name.clone().unwrap_or_default();
+                        match object.types.as_ref().map(|t| t.kind.as_str()) {
+                            Some("ValkeyNode") => nodes.push(name),
+                            Some("ValkeyCluster") => clusters.push(name),
+                            _ => {}
                         }
                     }
                     operator::apply_all(&client, &objects).await?;
                 }
-                print_summary(&cluster, &controllers, &sample, &nodes);
+                print_summary(&cluster, &controllers, &sample, &nodes, &clusters);
             } else {
                 println!("export KUBECONFIG={}", cluster.admin_kubeconfig.display());
             }
@@ -142,6 +142,7 @@ fn print_summary(
     controllers: &[operator::RunningController],
     samples: &[PathBuf],
     valkey_nodes: &[String],
+    valkey_clusters: &[String],
 ) {
     let names: Vec<&str> = controllers
         .iter()
@@ -157,10 +158,18 @@ fn print_summary(
     for sample in samples {
         println!("  applied {}", sample.display());
     }
-    println!("  kubectl get nodes,pods,valkeynodes -A");
+    println!("  kubectl get nodes,pods,valkeynodes,valkeyclusters -A");
     for node in valkey_nodes {
         println!(
             "  valkey-cli -h \"$(kubectl get vkn {node} -o jsonpath='{{.status.endpoint.clusterIP}}')\" ping"
+        );
+    }
+    for cluster in valkey_clusters {
+        println!(
+            "  kubectl wait vkc/{cluster} --for=jsonpath='{{.status.phase}}'=Ready --timeout=3m"
+        );
+        println!(
+            "  valkey-cli -c -h \"$(kubectl get vkn {cluster}-0-0 -o jsonpath='{{.status.endpoint.clusterIP}}')\" set hello world"
         );
     }
     println!("  logs: {run_dir}/logs/   stop: just down");
