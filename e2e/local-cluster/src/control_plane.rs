@@ -16,6 +16,17 @@ pub const DISABLED_CONTROLLERS: &[&str] = &[
     "endpointslice-mirroring-controller",
 ];
 
+/// Every request at level Metadata (user, verb, object, status code, timestamps; no
+/// bodies). RequestReceived is omitted, so a request is one ResponseComplete event and a
+/// watch adds one ResponseStarted event when it opens.
+pub const AUDIT_POLICY: &str = "\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+";
+
 /// Where the binaries are and the ports and ranges a run uses.
 #[derive(Debug, Clone)]
 pub struct Layout {
@@ -106,6 +117,24 @@ impl Layout {
         .arg("--profiling=false")
         .arg("--v=1");
         cmd
+    }
+
+    /// Opt-in audit logging (benchmarks count API requests per user from it): writes
+    /// [`AUDIT_POLICY`] into the run directory and points `api_server` at it. Returns the
+    /// path of the log, one JSON event per line.
+    pub fn enable_audit(&self, api_server: &mut Command) -> Result<PathBuf> {
+        let policy = self.run_dir.join("audit-policy.yaml");
+        let log = self.run_dir.join("audit.log");
+        std::fs::write(&policy, AUDIT_POLICY)
+            .with_context(|| format!("writing {}", policy.display()))?;
+        api_server
+            .arg(format!("--audit-policy-file={}", policy.display()))
+            .arg(format!("--audit-log-path={}", log.display()))
+            // One JSON line per event, written as it happens, never rotated.
+            .arg("--audit-log-format=json")
+            .arg("--audit-log-mode=blocking")
+            .arg("--audit-log-maxsize=0");
+        Ok(log)
     }
 
     pub fn controller_manager(&self, pki: &PkiPaths, kubeconfig: &Path) -> Command {
@@ -210,6 +239,24 @@ mod tests {
         for disabled in DISABLED_CONTROLLERS {
             assert!(controllers.contains(&format!("-{disabled}")));
         }
+    }
+
+    #[test]
+    fn audit_logging_is_opt_in() {
+        let run = tempfile::tempdir().unwrap();
+        let layout = Layout {
+            run_dir: run.path().into(),
+            ..layout()
+        };
+        let pki = PkiPaths { dir: "/p".into() };
+        let mut cmd = layout.api_server(&pki);
+        assert!(!args(&cmd).iter().any(|a| a.starts_with("--audit")));
+        let log = layout.enable_audit(&mut cmd).unwrap();
+        let args = args(&cmd);
+        let policy = run.path().join("audit-policy.yaml");
+        assert!(args.contains(&format!("--audit-policy-file={}", policy.display())));
+        assert!(args.contains(&format!("--audit-log-path={}", log.display())));
+        assert_eq!(std::fs::read_to_string(policy).unwrap(), AUDIT_POLICY);
     }
 
     #[test]

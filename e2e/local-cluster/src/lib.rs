@@ -37,6 +37,9 @@ pub struct Options {
     pub nodes: u32,
     /// Start the node agent (off for control-plane-only runs).
     pub agent: bool,
+    /// Have the API server write an audit log (see [`control_plane::AUDIT_POLICY`]); off by
+    /// default, it is for benchmarks.
+    pub audit: bool,
 }
 
 impl Options {
@@ -45,6 +48,7 @@ impl Options {
             run_dir: run_dir.into(),
             nodes: 3,
             agent: true,
+            audit: false,
         }
     }
 }
@@ -59,6 +63,8 @@ pub struct LocalCluster {
     pub control_addr: Option<SocketAddr>,
     /// The network namespace of the kubelet API, when the agent runs.
     pub kubelet_network: Option<netns::KubeletNetwork>,
+    /// The API server's audit log (JSON lines), when [`Options::audit`] asked for one.
+    pub audit_log: Option<PathBuf>,
     children: Vec<(Recorded, Child)>,
     detached: bool,
 }
@@ -118,18 +124,24 @@ impl LocalCluster {
         let cm_kubeconfig = kubeconfig_for(pki::CONTROLLER_MANAGER)?;
         let scheduler_kubeconfig = kubeconfig_for(pki::SCHEDULER)?;
 
+        let mut api_server = layout.api_server(&pki);
+        let audit_log = match options.audit {
+            true => Some(layout.enable_audit(&mut api_server)?),
+            false => None,
+        };
         let mut cluster = LocalCluster {
             layout: layout.clone(),
             ranges,
             admin_kubeconfig,
             control_addr: None,
             kubelet_network: None,
+            audit_log,
             children: Vec::new(),
             detached: false,
         };
         cluster.spawn("etcd", &mut layout.etcd())?;
         wait_for_tcp(layout.etcd_client_port, "etcd", &cluster).await?;
-        cluster.spawn("kube-apiserver", &mut layout.api_server(&pki))?;
+        cluster.spawn("kube-apiserver", &mut api_server)?;
         let client = cluster.client().await?;
         cluster.wait_api_ready(&client).await?;
         cluster.spawn(
