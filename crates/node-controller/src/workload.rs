@@ -340,8 +340,10 @@ fn valkey_container(node: &ValkeyNode, rendered: &RenderedConfig) -> Container {
         resources: t.resources.clone(),
         security_context: Some(restricted()),
         // Valkey listens before it loads its data, so this passes early; the generous
-        // budget covers slow volume attach and start-up, never killing a slow start.
-        startup_probe: Some(tcp_probe(port_name, 5, 3, 120)),
+        // budget (10 minutes) covers slow volume attach and start-up, never killing a slow
+        // start. Every second, because the first check at container start always misses and
+        // the period is then what a new pod waits to be Ready (bench-nodes: 5 s at 5 s).
+        startup_probe: Some(tcp_probe(port_name, 1, 1, 600)),
         // Alive = accepting connections, which a server busy loading does: never restart a
         // loading server. Six misses in a row (a minute) before a restart.
         liveness_probe: Some(tcp_probe(port_name, 10, 5, 6)),
