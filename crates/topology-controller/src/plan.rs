@@ -629,13 +629,24 @@ fn roll(s: &Snapshot) -> Option<Step> {
     }
     // Only a healthy cluster rolls: every wanted member answering, ready and settled, except
     // those waiting for their own roll.
-    if let Some(unwell) = wanted.iter().find(|m| {
-        m.reply.is_none() || !m.ready || (!pending.iter().any(|p| p.name == m.name) && !settled(m))
-    }) {
+    let is_pending = |m: &Member| pending.iter().any(|p| p.name == m.name);
+    if let Some(unwell) = wanted
+        .iter()
+        .find(|m| !is_pending(m) && (m.reply.is_none() || !m.ready || !settled(m)))
+    {
         return Some(Step::Wait(format!(
             "{} must be ready before the next member rolls",
             unwell.name
         )));
+    }
+    let is_down = |m: &Member| m.reply.is_none() || !m.ready;
+    // A pending member that is down serves nothing, so its roll costs nothing and may be what
+    // heals it (a bad image reverted: its gate still names the broken revision).
+    if let Some(down) = pending.iter().find(|m| is_down(m)) {
+        return Some(Step::AllowRoll {
+            member: down.name.clone(),
+            revision: down.revisions.desired.clone()?,
+        });
     }
     let is_replica = |m: &Member| {
         m.reply
@@ -673,6 +684,9 @@ pub struct Survey {
     /// Slots some member marks importing or migrating.
     pub open_slots: usize,
     pub shards: Vec<ShardSurvey>,
+    /// Nodes Valkey lists that are no member ("id ip:port"): removed ones not yet
+    /// forgotten, or strangers.
+    pub strangers: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -743,10 +757,18 @@ pub fn survey(desired: &Desired, members: &[Member]) -> Survey {
             }
         })
         .collect();
+    let strangers = s
+        .view
+        .nodes()
+        .iter()
+        .filter(|n| !n.flags.handshake && s.member_with_id(&n.id).is_none())
+        .map(|n| format!("{} {}:{}", n.id, n.ip, n.port))
+        .collect();
     Survey {
         slots_assigned: s.view.assigned_slot_count(),
         open_slots: open.len(),
         shards,
+        strangers,
     }
 }
 

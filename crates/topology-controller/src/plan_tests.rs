@@ -466,6 +466,37 @@ fn no_roll_until_node_controller_has_rendered_every_member() {
 }
 
 #[test]
+fn a_reverted_bad_image_rolls_the_stuck_member_back() {
+    let d = desired(1, 1);
+    let mut sims = formed(1, 1);
+    // c-0-1 was let roll to r2, whose image never starts; the spec went back to r1.
+    sims[1].revisions = Revisions {
+        desired: Some("r1".into()),
+        running: Some("r2".into()),
+        allowed: Some("r2".into()),
+        observed: true,
+    };
+    sims[1].ready = false;
+    sims[1].id = None; // does not answer
+    assert_eq!(
+        step(&d, &sims),
+        Step::AllowRoll {
+            member: "c-0-1".into(),
+            revision: "r1".into()
+        }
+    );
+}
+
+#[test]
+fn a_down_member_that_is_not_pending_holds_the_roll() {
+    let d = desired(1, 1);
+    let mut sims = formed(1, 1);
+    sims[0].revisions.desired = Some("r2".into());
+    sims[1].ready = false;
+    assert!(matches!(step(&d, &sims), Step::Wait(w) if w.contains("c-0-1")));
+}
+
+#[test]
 fn a_primary_without_replicas_rolls_in_place() {
     let d = desired(1, 0);
     let mut sims = formed(1, 0);
@@ -518,4 +549,22 @@ fn two_members_of_a_shard_holding_slots_stops_the_planner() {
     sims[1].slots = vec![(0, 10)];
     sims[0].slots = vec![(11, 16383)];
     assert!(matches!(step(&d, &sims), Step::Wait(w) if w.contains("resolve by hand")));
+}
+
+#[test]
+fn removed_nodes_still_listed_by_valkey_are_strangers_until_forgotten() {
+    let d = desired(1, 1);
+    let mut sims = formed(1, 2);
+    sims[2].flags = "fail?";
+    // c-0-2's ValkeyNode is gone; Valkey still lists it.
+    let m: Vec<Member> = members(&sims).into_iter().take(2).collect();
+    let survey = survey(&d, &m);
+    assert_eq!(survey.strangers.len(), 1);
+    assert!(survey.strangers[0].starts_with(&id(0, 2)));
+    assert!(survey.shards[0].ready);
+    assert!(
+        super::survey(&d, &members(&formed(1, 1)))
+            .strangers
+            .is_empty()
+    );
 }

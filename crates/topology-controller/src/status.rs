@@ -131,11 +131,13 @@ pub fn cluster_status(i: Inputs) -> ValkeyClusterStatus {
         .filter(|s| !s.slots.is_empty())
         .count()
         != wanted_shards
-        || i.members.iter().any(|m| !i.desired.wants(m.at));
+        || i.members.iter().any(|m| !i.desired.wants(m.at))
+        || !i.survey.strangers.is_empty();
     let all_there =
         wanted_members.count() == (i.desired.shards * (1 + i.desired.replicas_per_shard)) as usize;
     let ready = matches!(i.step, Step::Idle)
         && complete
+        && i.survey.strangers.is_empty()
         && ready_shards == wanted_shards
         && all_there
         && i.step_error.is_none();
@@ -162,10 +164,16 @@ pub fn cluster_status(i: Inputs) -> ValkeyClusterStatus {
         Some(e) => format!("{}; failed: {e}", describe(i.step)),
         None => describe(i.step),
     };
-    let unwell_message = if unwell.is_empty() {
-        format!("{ready_shards} of {wanted_shards} shards ready")
-    } else {
+    let unwell_message = if !unwell.is_empty() {
         format!("not ready: {}", unwell.join(", "))
+    } else if !i.survey.strangers.is_empty() {
+        format!(
+            "Valkey lists nodes that are no member (removed ones are forgotten once Valkey \
+             marks them failed): {}",
+            i.survey.strangers.join(", ")
+        )
+    } else {
+        format!("{ready_shards} of {wanted_shards} shards ready")
     };
     let wanted = [
         Wanted {
@@ -194,11 +202,17 @@ pub fn cluster_status(i: Inputs) -> ValkeyClusterStatus {
         },
         Wanted {
             type_: types::DEGRADED,
-            status: ever_formed && !ready && (!unwell.is_empty() || ready_shards < wanted_shards),
-            reason: if unwell.is_empty() {
-                "ShardsNotReady"
-            } else {
+            status: ever_formed
+                && !ready
+                && (!unwell.is_empty()
+                    || ready_shards < wanted_shards
+                    || !i.survey.strangers.is_empty()),
+            reason: if !unwell.is_empty() {
                 "MembersNotReady"
+            } else if !i.survey.strangers.is_empty() {
+                "UnknownNodes"
+            } else {
+                "ShardsNotReady"
             },
             message: unwell_message,
         },
@@ -351,6 +365,7 @@ mod tests {
                 ready: true,
                 ..Default::default()
             }],
+            strangers: vec![],
         };
         let was_ready = ValkeyClusterStatus {
             phase: Some(Phase::Ready),
