@@ -41,6 +41,8 @@ pub struct Revisions {
 pub struct Reply {
     pub view: ClusterView,
     pub replication: ReplicationInfo,
+    /// `CLUSTER SHARDS` as node ids grouped by shard id; `None` when not asked.
+    pub shard_groups: Option<Vec<Vec<String>>>,
 }
 
 /// One existing member ValkeyNode and what it reports.
@@ -687,6 +689,14 @@ pub struct Survey {
     /// Nodes Valkey lists that are no member ("id ip:port"): removed ones not yet
     /// forgotten, or strangers.
     pub strangers: Vec<String>,
+    /// The first way a member's view differs from the anchor's (membership or a slot's
+    /// owner), if any: clients seeded with that member would see another cluster.
+    pub disagreement: Option<String>,
+    /// A member that still files a replica under another shard id than its primary's. Valkey
+    /// 8.0 settles shard ids by gossip after REPLICATE, and a node restarted before that
+    /// refuses its own nodes.conf ("corrupted cluster config file"), so the cluster is not
+    /// Ready until they settle.
+    pub unsettled_shard_ids: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -764,12 +774,36 @@ pub fn survey(desired: &Desired, members: &[Member]) -> Survey {
         .filter(|n| !n.flags.handshake && s.member_with_id(&n.id).is_none())
         .map(|n| format!("{} {}:{}", n.id, n.ip, n.port))
         .collect();
+    let disagreement = s
+        .reachable()
+        .filter(|m| m.name != anchor.name)
+        .find_map(|m| s.view.disagreement_with(&m.reply.as_ref().unwrap().view))
+        .map(|d| d.to_string());
     Survey {
         slots_assigned: s.view.assigned_slot_count(),
         open_slots: open.len(),
         shards,
         strangers,
+        disagreement,
+        unsettled_shard_ids: s.reachable().find_map(unsettled_shard_ids),
     }
+}
+
+/// Whether `member` files some replica under another shard id than its primary's.
+fn unsettled_shard_ids(member: &Member) -> Option<String> {
+    let reply = member.reply.as_ref()?;
+    let groups = reply.shard_groups.as_ref()?;
+    let group_of = |id: &str| groups.iter().position(|g| g.iter().any(|n| n == id));
+    reply.view.nodes().iter().find_map(|n| {
+        let primary = n.primary_id.as_deref().filter(|_| n.flags.replica)?;
+        let (mine, theirs) = (group_of(&n.id)?, group_of(primary)?);
+        (mine != theirs).then(|| {
+            format!(
+                "{} still files replica {} apart from its primary {primary}",
+                member.name, n.id
+            )
+        })
+    })
 }
 
 /// The member name of position `at`.

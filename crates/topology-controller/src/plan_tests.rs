@@ -135,6 +135,7 @@ fn members_with(sims: &[Sim], knows: impl Fn(&Sim, &Sim) -> bool) -> Vec<Member>
                 Reply {
                     view: ClusterView::parse(&text.join("\n")).unwrap(),
                     replication: ReplicationInfo::parse(&replication).unwrap(),
+                    shard_groups: None,
                 }
             });
             Member {
@@ -566,5 +567,28 @@ fn removed_nodes_still_listed_by_valkey_are_strangers_until_forgotten() {
         super::survey(&d, &members(&formed(1, 1)))
             .strangers
             .is_empty()
+    );
+}
+
+#[test]
+fn a_replica_filed_under_another_shard_id_is_unsettled() {
+    let d = desired(2, 1);
+    let sims = formed(2, 1);
+    let mut m = members(&sims);
+    let settled = vec![vec![id(0, 0), id(0, 1)], vec![id(1, 0), id(1, 1)]];
+    for member in &mut m {
+        member.reply.as_mut().unwrap().shard_groups = Some(settled.clone());
+    }
+    assert_eq!(survey(&d, &m).unsettled_shard_ids, None);
+    // c-1-1's view still has c-0-1 in a shard of its own.
+    m[3].reply.as_mut().unwrap().shard_groups = Some(vec![
+        vec![id(0, 0)],
+        vec![id(0, 1)],
+        vec![id(1, 0), id(1, 1)],
+    ]);
+    let unsettled = survey(&d, &m).unsettled_shard_ids.unwrap();
+    assert!(
+        unsettled.contains("c-1-1") && unsettled.contains(&id(0, 1)),
+        "{unsettled}"
     );
 }

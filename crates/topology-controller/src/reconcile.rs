@@ -293,7 +293,16 @@ async fn ask(node: ValkeyNode, at: Position) -> Asked {
         let replication =
             ReplicationInfo::parse(&conn.info("replication").await?).map_err(to_fred)?;
         let version = server_version(&conn.info("server").await?).ok();
-        Ok::<_, fred::error::Error>((Reply { view, replication }, version))
+        // Older servers lack CLUSTER SHARDS; then shard ids are not checked.
+        let shard_groups = conn.cluster_shards().await.ok();
+        Ok::<_, fred::error::Error>((
+            Reply {
+                view,
+                replication,
+                shard_groups,
+            },
+            version,
+        ))
     }
     .await;
     match answered {

@@ -138,6 +138,8 @@ pub fn cluster_status(i: Inputs) -> ValkeyClusterStatus {
     let ready = matches!(i.step, Step::Idle)
         && complete
         && i.survey.strangers.is_empty()
+        && i.survey.disagreement.is_none()
+        && i.survey.unsettled_shard_ids.is_none()
         && ready_shards == wanted_shards
         && all_there
         && i.step_error.is_none();
@@ -166,6 +168,10 @@ pub fn cluster_status(i: Inputs) -> ValkeyClusterStatus {
     };
     let unwell_message = if !unwell.is_empty() {
         format!("not ready: {}", unwell.join(", "))
+    } else if let Some(d) = &i.survey.disagreement {
+        format!("members do not agree yet: {d}")
+    } else if let Some(u) = &i.survey.unsettled_shard_ids {
+        format!("shard ids are settling: {u}")
     } else if !i.survey.strangers.is_empty() {
         format!(
             "Valkey lists nodes that are no member (removed ones are forgotten once Valkey \
@@ -186,6 +192,9 @@ pub fn cluster_status(i: Inputs) -> ValkeyClusterStatus {
             },
             message: if ready {
                 format!("{wanted_shards} shards, all {SLOTS} slots served")
+            } else if matches!(i.step, Step::Idle) {
+                // Nothing left to do, yet not ready: say what is still missing.
+                unwell_message.clone()
             } else {
                 progress.clone()
             },
@@ -366,6 +375,8 @@ mod tests {
                 ..Default::default()
             }],
             strangers: vec![],
+            disagreement: None,
+            unsettled_shard_ids: None,
         };
         let was_ready = ValkeyClusterStatus {
             phase: Some(Phase::Ready),

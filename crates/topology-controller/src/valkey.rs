@@ -64,6 +64,13 @@ impl Conn {
         self.cluster(vec!["NODES".into()]).await
     }
 
+    /// `CLUSTER SHARDS` reduced to what the planner needs: the node ids of each shard, as
+    /// this member groups them (by shard id).
+    pub async fn cluster_shards(&self) -> Result<Vec<Vec<String>>, Error> {
+        let reply: Vec<Value> = self.cluster(vec!["SHARDS".into()]).await?;
+        Ok(reply.into_iter().map(shard_node_ids).collect())
+    }
+
     /// `INFO <section>` as text.
     pub async fn info(&self, section: &'static str) -> Result<String, Error> {
         self.raw("INFO", vec![section.into()]).await
@@ -166,4 +173,58 @@ pub enum SlotState<'a> {
     Migrating(&'a str),
     Node(&'a str),
     Stable,
+}
+
+/// The `id`s under `nodes` of one `CLUSTER SHARDS` entry (a map, or in RESP2 a flat array of
+/// keys and values).
+fn shard_node_ids(shard: Value) -> Vec<String> {
+    let Some(nodes) = field(shard, "nodes") else {
+        return Vec::new();
+    };
+    let Value::Array(nodes) = nodes else {
+        return Vec::new();
+    };
+    nodes
+        .into_iter()
+        .filter_map(|node| field(node, "id")?.as_string())
+        .collect()
+}
+
+fn field(value: Value, name: &str) -> Option<Value> {
+    match value {
+        Value::Map(map) => map
+            .inner()
+            .into_iter()
+            .find(|(k, _)| k.as_str() == Some(name))
+            .map(|(_, v)| v),
+        Value::Array(items) => {
+            let mut items = items.into_iter();
+            while let (Some(k), Some(v)) = (items.next(), items.next()) {
+                if k.as_string().as_deref() == Some(name) {
+                    return Some(v);
+                }
+            }
+            None
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_ids_from_a_resp2_shards_entry() {
+        let node =
+            |id: &str| Value::Array(vec!["id".into(), id.into(), "port".into(), 6379.into()]);
+        let shard = Value::Array(vec![
+            "slots".into(),
+            Value::Array(vec![0.into(), 5460.into()]),
+            "nodes".into(),
+            Value::Array(vec![node("a"), node("b")]),
+        ]);
+        assert_eq!(shard_node_ids(shard), vec!["a", "b"]);
+        assert!(shard_node_ids(Value::Null).is_empty());
+    }
 }
