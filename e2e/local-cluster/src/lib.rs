@@ -7,6 +7,7 @@
 //! [`LocalCluster::stop`] (also on drop, so a panicking test tears down) or by
 //! `local-cluster down` for a detached run.
 
+pub mod cluster_testing;
 pub mod control_plane;
 pub mod kubeconfig;
 pub mod netns;
