@@ -54,8 +54,13 @@ bench-nodes: e2e-deps
     cargo build --quiet --release --workspace --bins
     cargo run --quiet --release -p local-cluster --bin bench-nodes
 
+# ValkeyCluster figures (apply to Ready, slot migration, failover) next to valkey-cli's.
+bench-cluster: e2e-deps
+    cargo build --quiet --release --workspace --bins
+    cargo run --quiet --release -p local-cluster --bin bench-cluster
+
 # Every benchmark.
-bench: bench-local bench-nodes
+bench: bench-local bench-nodes bench-cluster
 
 # Stop everything `just up` started, by PID.
 down:

@@ -28,10 +28,11 @@ use crate::error::{Error, Op};
 use crate::migrate::{self, End};
 use crate::valkey::{Conn, SlotState};
 
-/// How soon to look again after a step was carried out, while waiting, and when idle. Idle
+/// How soon to look again after a step was carried out, while waiting (2 s: formation waits on
+/// replication and gossip, and each wait shows in time to Ready), and when idle. Idle
 /// still polls: a failover inside Valkey changes no Kubernetes object.
 const AFTER_STEP: Duration = Duration::from_secs(1);
-const WHILE_WAITING: Duration = Duration::from_secs(5);
+const WHILE_WAITING: Duration = Duration::from_secs(2);
 const WHEN_IDLE: Duration = Duration::from_secs(30);
 /// How long a failover may take before it is reported as not done.
 const FAILOVER_WAIT: Duration = Duration::from_secs(20);
