@@ -26,6 +26,7 @@ use serde_json::json;
 const NS: &str = "default";
 const POLL: Duration = Duration::from_millis(100);
 const LIMIT: Duration = Duration::from_secs(600);
+const CLI_LIMIT: Duration = Duration::from_secs(180);
 
 #[tokio::main]
 async fn main() -> Result<()> {
@@ -53,7 +54,24 @@ async fn main() -> Result<()> {
     eprintln!("bench-cluster: migration by valkey-cli");
     let floor_ips = floor_cluster(&nodes, "flmig", 3, 0).await?;
     load_keys(&floor_ips, "flmig", keys).await?;
-    let cli_migration = cli_scale_out(&nodes, "flmig", &floor_ips[0]).await?;
+    // valkey-cli 8.0.1's rebalance has been seen to stop with a slot left importing here; the
+    // figure is then reported as missing rather than the run hanging.
+    let cli_migration = match tokio::time::timeout(
+        CLI_LIMIT,
+        cli_scale_out(&nodes, "flmig", &floor_ips[0]),
+    )
+    .await
+    {
+        Ok(Ok(m)) => Some(m),
+        Ok(Err(e)) => {
+            eprintln!("bench-cluster: valkey-cli scale-out failed: {e:#}");
+            None
+        }
+        Err(_) => {
+            eprintln!("bench-cluster: valkey-cli scale-out did not finish in {CLI_LIMIT:?}");
+            None
+        }
+    };
 
     eprintln!("bench-cluster: failover");
     let failover = failover(&nodes, &pods, "form").await?;
@@ -74,19 +92,30 @@ async fn main() -> Result<()> {
         "| loading {keys} keys (fred, 256 in flight) | {:.1} s | |",
         secs(load)
     );
+    let floor_total = cli_migration
+        .as_ref()
+        .map_or("not measured".to_string(), |m| {
+            format!("{:.1} s (`add-node` + `rebalance`)", secs(m.total))
+        });
+    let floor_rate = cli_migration
+        .as_ref()
+        .map_or("not measured".to_string(), |m| {
+            format!(
+                "{} keys / {:.1} s = {:.0} keys/s",
+                m.moved_keys,
+                secs(m.moving),
+                rate(m.moved_keys, m.moving)
+            )
+        });
     println!(
-        "| 3 -> 4 shards: new members Ready to 4096 slots each | {:.1} s | {:.1} s (`add-node` + `rebalance`) |",
-        secs(operator_migration.total),
-        secs(cli_migration.total)
+        "| 3 -> 4 shards: new members Ready to 4096 slots each | {:.1} s | {floor_total} |",
+        secs(operator_migration.total)
     );
     println!(
-        "| 3 -> 4 shards: keys moved / time slots were moving | {} keys / {:.1} s = {:.0} keys/s | {} keys / {:.1} s = {:.0} keys/s |",
+        "| 3 -> 4 shards: keys moved / time slots were moving | {} keys / {:.1} s = {:.0} keys/s | {floor_rate} |",
         operator_migration.moved_keys,
         secs(operator_migration.moving),
         rate(operator_migration.moved_keys, operator_migration.moving),
-        cli_migration.moved_keys,
-        secs(cli_migration.moving),
-        rate(cli_migration.moved_keys, cli_migration.moving),
     );
     println!(
         "| failover: primary frozen to the first write accepted on its slots (cluster-node-timeout 15 s) | {:.1} s | |",
@@ -407,6 +436,16 @@ async fn cli_scale_out(nodes: &Api<ValkeyNode>, prefix: &str, existing: &str) ->
         bail!("add-node: {}", String::from_utf8_lossy(&add.stdout));
     }
     let new_id = cli(&new_ip, &["CLUSTER", "MYID"])?;
+    // rebalance right after add-node sees three primaries (the new one is still being
+    // gossiped) and exits 0 having moved nothing: wait until every node knows it.
+    wait("every node to know the new one", || async {
+        let out = Command::new("valkey-cli")
+            .args(["--cluster", "check", &format!("{existing}:6379")])
+            .output()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        Ok((text.contains(&new_ip) && text.contains("All nodes agree")).then_some(()))
+    })
+    .await?;
     let first_move = async {
         loop {
             let (owned, open) = slot_map(existing)?;
@@ -416,31 +455,19 @@ async fn cli_scale_out(nodes: &Api<ValkeyNode>, prefix: &str, existing: &str) ->
             tokio::time::sleep(POLL).await;
         }
     };
-    // rebalance refuses to run until every node agrees about the new member; it leaves the
-    // split within its 2 % threshold, so its own exit is the end.
     let rebalance = async {
-        loop {
-            let out = Command::new("valkey-cli")
-                .args([
-                    "--cluster",
-                    "rebalance",
-                    &format!("{existing}:6379"),
-                    "--cluster-use-empty-masters",
-                ])
-                .output()?;
-            if out.status.success() {
-                return Ok::<_, anyhow::Error>(Instant::now());
-            }
-            let said = String::from_utf8_lossy(&out.stdout);
-            if started.elapsed() > LIMIT {
-                bail!("rebalance: {said}");
-            }
-            eprintln!(
-                "bench-cluster: rebalance not done yet: {}",
-                said.lines().last().unwrap_or_default()
-            );
-            tokio::time::sleep(POLL).await;
+        let out = Command::new("valkey-cli")
+            .args([
+                "--cluster",
+                "rebalance",
+                &format!("{existing}:6379"),
+                "--cluster-use-empty-masters",
+            ])
+            .output()?;
+        if !out.status.success() {
+            bail!("rebalance: {}", String::from_utf8_lossy(&out.stdout));
         }
+        Ok::<_, anyhow::Error>(Instant::now())
     };
     let (first, done) = tokio::join!(first_move, rebalance);
     let (first, done) = (first?, done?);
