@@ -354,8 +354,13 @@ fn form(s: &Snapshot, forming: bool) -> Option<Step> {
 /// Slots left importing or migrating (a migration interrupted by a restart): finish the
 /// move when both ends are members, otherwise clear the markers.
 fn open_slots(s: &Snapshot) -> Option<Step> {
+    // Primaries only: Valkey 8 copies SETSLOT to replicas, which refuse it from us, and a
+    // replica's copy of a marker is its primary's business.
     let (m, slot, from, to) = s.reachable().find_map(|m| {
         let me = m.reply.as_ref().unwrap().view.myself();
+        if !me.flags.primary {
+            return None;
+        }
         let migrating = me
             .migrating
             .first()
@@ -725,8 +730,9 @@ pub fn survey(desired: &Desired, members: &[Member]) -> Survey {
     };
     let open: BTreeSet<u16> = s
         .reachable()
-        .flat_map(|m| {
-            let me = m.reply.as_ref().unwrap().view.myself();
+        .map(|m| m.reply.as_ref().unwrap().view.myself())
+        .filter(|me| me.flags.primary)
+        .flat_map(|me| {
             me.migrating
                 .iter()
                 .chain(&me.importing)

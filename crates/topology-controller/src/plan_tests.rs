@@ -592,3 +592,13 @@ fn a_replica_filed_under_another_shard_id_is_unsettled() {
         "{unsettled}"
     );
 }
+
+#[test]
+fn a_replicas_copy_of_a_slot_marker_is_left_to_its_primary() {
+    let d = desired(2, 1);
+    let mut sims = formed(2, 1);
+    // c-1-1 (a replica) still shows an importing marker its primary no longer has.
+    sims[3].markers = format!("[100-<-{}]", id(0, 0));
+    assert_eq!(step(&d, &sims), Step::Idle);
+    assert_eq!(survey(&d, &members(&sims)).open_slots, 0);
+}
