@@ -519,21 +519,28 @@ fn remove(s: &Snapshot) -> Option<Step> {
             }
             gone.push(m.name.clone());
         } else if holds_slots {
-            return Some(match best_replica(s, m, |r| s.desired.wants(r.at)) {
-                Some(r) => Step::Failover {
-                    member: r.name.clone(),
-                    reason: FailoverReason::Removal,
-                },
-                None => Step::Wait(format!(
-                    "{} is its shard's primary and no wanted replica is in sync to take over",
-                    m.name
-                )),
-            });
+            return Some(hand_over(
+                s,
+                m,
+                FailoverReason::Removal,
+                "is its shard's primary and no wanted replica is in sync to take over",
+            ));
         } else {
             gone.push(m.name.clone());
         }
     }
     (!gone.is_empty()).then_some(Step::Remove(gone))
+}
+
+/// A failover from `primary` to its most caught-up wanted replica, or a wait saying why not.
+fn hand_over(s: &Snapshot, primary: &Member, reason: FailoverReason, no_replica: &str) -> Step {
+    match best_replica(s, primary, |r| s.desired.wants(r.at)) {
+        Some(r) => Step::Failover {
+            member: r.name.clone(),
+            reason,
+        },
+        None => Step::Wait(format!("{} {no_replica}", primary.name)),
+    }
 }
 
 /// The in-sync replica of `primary` with the highest replication offset.
@@ -666,16 +673,12 @@ fn roll(s: &Snapshot) -> Option<Step> {
         .or_else(|| pending.first())?;
     if !is_replica(next) && s.desired.replicas_per_shard > 0 {
         // A primary with replicas never restarts while it serves: hand over first.
-        return Some(match best_replica(s, next, |r| s.desired.wants(r.at)) {
-            Some(r) => Step::Failover {
-                member: r.name.clone(),
-                reason: FailoverReason::Roll,
-            },
-            None => Step::Wait(format!(
-                "{} waits for an in-sync replica to hand over to before it restarts",
-                next.name
-            )),
-        });
+        return Some(hand_over(
+            s,
+            next,
+            FailoverReason::Roll,
+            "waits for an in-sync replica to hand over to before it restarts",
+        ));
     }
     Some(Step::AllowRoll {
         member: next.name.clone(),

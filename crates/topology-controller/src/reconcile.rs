@@ -291,9 +291,10 @@ async fn ask(node: ValkeyNode, at: Position) -> Asked {
     };
     let answered = async {
         let view = ClusterView::parse(&conn.cluster_nodes().await?).map_err(to_fred)?;
-        let replication =
-            ReplicationInfo::parse(&conn.info("replication").await?).map_err(to_fred)?;
-        let version = server_version(&conn.info("server").await?).ok();
+        // Both sections in one reply: the parsers skip what is not theirs.
+        let info = conn.info(&["replication", "server"]).await?;
+        let replication = ReplicationInfo::parse(&info).map_err(to_fred)?;
+        let version = server_version(&info).ok();
         // Older servers lack CLUSTER SHARDS; then shard ids are not checked.
         let shard_groups = conn.cluster_shards().await.ok();
         Ok::<_, fred::error::Error>((

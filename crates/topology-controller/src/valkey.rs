@@ -71,9 +71,10 @@ impl Conn {
         Ok(reply.into_iter().map(shard_node_ids).collect())
     }
 
-    /// `INFO <section>` as text.
-    pub async fn info(&self, section: &'static str) -> Result<String, Error> {
-        self.raw("INFO", vec![section.into()]).await
+    /// `INFO <section> [<section> ...]` as text, in one round trip.
+    pub async fn info(&self, sections: &[&'static str]) -> Result<String, Error> {
+        self.raw("INFO", sections.iter().map(|s| Value::from(*s)).collect())
+            .await
     }
 
     pub async fn meet(&self, ip: &str, port: u16, bus_port: u16) -> Result<(), Error> {
