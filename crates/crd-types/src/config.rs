@@ -45,6 +45,7 @@ pub const OPERATOR_OWNED_DIRECTIVES: &[&str] = &[
     "tls-key-file",
     "tls-port",
     "unixsocket",
+    "user",
 ];
 
 /// valkey.conf directives as `name: value`, e.g. `maxmemory: 2gb`. Rendered before the

@@ -109,6 +109,12 @@ pub fn generated_auth_secret_name(topology: &str) -> String {
     format!("{topology}-auth")
 }
 
+/// The Secret the topology controller generates for the `operator` ACL user when none is
+/// named.
+pub fn generated_operator_secret_name(topology: &str) -> String {
+    format!("{topology}-operator")
+}
+
 /// Values of the [`labels::COMPONENT`] label on the objects of a ValkeyNode: what runs in
 /// its pod.
 pub mod components {
@@ -166,6 +172,7 @@ mod tests {
         assert_eq!(replication_member_name("sessions", 0), "sessions-0");
         assert_eq!(sentinel_member_name("sessions", 2), "sessions-sentinel-2");
         assert_eq!(generated_auth_secret_name("orders"), "orders-auth");
+        assert_eq!(generated_operator_secret_name("orders"), "orders-operator");
     }
 
     #[test]

@@ -254,13 +254,15 @@ fn default_exporter_port() -> i32 {
 }
 
 /// A key in a Secret in the object's namespace.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretKeyRef {
     /// Secret name.
+    #[x_kube(validation = Rule::new("self.size() > 0 && self.size() <= 253 && self.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$')").message("a Secret name is lower-case letters, digits, '-' and '.', at most 253 characters"))]
     pub name: String,
     /// Key inside the Secret.
     #[serde(default = "default_password_key")]
+    #[x_kube(validation = Rule::new("self.size() > 0 && self.size() <= 253 && self.matches('^[-._a-zA-Z0-9]+$')").message("a Secret key is letters, digits, '-', '_' and '.'"))]
     pub key: String,
 }
 
@@ -268,13 +270,22 @@ fn default_password_key() -> String {
     "password".to_string()
 }
 
+/// The ACL user the controllers log in as. Replication authenticates as it too, so changing
+/// the default user's password never breaks replication.
+pub const OPERATOR_USER: &str = "operator";
+
 /// Client authentication.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Auth {
     /// Password of the default user. For topologies, generated into `<name>-auth` when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password_secret_ref: Option<SecretKeyRef>,
+    /// Password of the `operator` ACL user (all commands), which the controllers log in as
+    /// and replicas authenticate to their primary with. For topologies, generated into
+    /// `<name>-operator` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator_secret_ref: Option<SecretKeyRef>,
 }
 
 /// TLS for client, replication and cluster-bus traffic.

@@ -307,6 +307,42 @@ fn exporter_is_checked() {
     );
 }
 
+#[test]
+fn auth_secret_refs_are_checked() {
+    let with_auth = |auth: Value| node(json!({"auth": auth}));
+    accepted::<ValkeyNode>(
+        &with_auth(json!({
+            "passwordSecretRef": {"name": "cache-auth"},
+            "operatorSecretRef": {"name": "cache-operator", "key": "pass.word_1"}
+        })),
+        None,
+    );
+    rejected::<ValkeyNode>(
+        &with_auth(json!({"passwordSecretRef": {"name": ""}})),
+        None,
+        "a Secret name is lower-case letters",
+    );
+    rejected::<ValkeyNode>(
+        &with_auth(json!({"operatorSecretRef": {"name": "Cache_Auth"}})),
+        None,
+        "a Secret name is lower-case letters",
+    );
+    rejected::<ValkeyNode>(
+        &with_auth(json!({"passwordSecretRef": {"name": "a", "key": "pass word"}})),
+        None,
+        "a Secret key is letters, digits",
+    );
+    rejected::<ValkeyCluster>(
+        &cluster(json!({
+            "shards": 3,
+            "template": {},
+            "auth": {"passwordSecretRef": {"name": "a", "key": ""}}
+        })),
+        None,
+        "a Secret key is letters, digits",
+    );
+}
+
 // ---- ValkeyCluster ----------------------------------------------------------------------
 
 fn cluster(spec: Value) -> Value {

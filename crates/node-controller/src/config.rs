@@ -12,7 +12,7 @@ use crd_types::ValkeyNode;
 use crd_types::ValkeyNodeSpec;
 use crd_types::names::ports;
 use crd_types::node::Mode;
-use crd_types::template::Announce;
+use crd_types::template::{Announce, OPERATOR_USER};
 
 /// Where the ConfigMap is mounted (read-only).
 pub const CONFIG_DIR: &str = "/etc/valkey";
@@ -24,6 +24,12 @@ pub const SERVER_CONFIG_FILE: &str = "valkey.conf";
 pub const SENTINEL_CONFIG_FILE: &str = "sentinel.conf";
 /// Environment variable carrying the pod IP (downward API) in every container.
 pub const POD_IP_ENV: &str = "POD_IP";
+/// Environment variable carrying the default user's password (from `auth.passwordSecretRef`).
+/// valkey-cli reads this name itself, so the readiness probe and `kubectl exec valkey-cli`
+/// log in without the password on a command line.
+pub const PASSWORD_ENV: &str = "REDISCLI_AUTH";
+/// Environment variable carrying the `operator` user's password (`auth.operatorSecretRef`).
+pub const OPERATOR_PASSWORD_ENV: &str = "VALKEY_OPERATOR_PASSWORD";
 
 const HEADER: &str = "# Rendered by valkey-operator (node-controller); edits are overwritten.\n";
 
@@ -254,11 +260,53 @@ pub fn render(spec: &ValkeyNodeSpec, cluster_ip: Option<&str>) -> Result<Rendere
             );
         }
     }
+    args.extend(auth_args(spec));
     Ok(Rendered::Config(RenderedConfig {
         file_name: file_name(spec.mode),
         text,
         args,
     }))
+}
+
+/// Passwords go on the command line as `$(VAR)`, expanded by Kubernetes from the Secret, so
+/// they are never in the ConfigMap or the pod spec; Valkey overwrites its process title, so
+/// they do not stay visible in `ps` either. Replication logs in as the `operator` user when
+/// there is one, so a change of the default user's password cannot break it mid-roll.
+fn auth_args(spec: &ValkeyNodeSpec) -> Vec<String> {
+    let Some(auth) = &spec.auth else {
+        return Vec::new();
+    };
+    let mut args = Vec::new();
+    if auth.password_secret_ref.is_some() {
+        args.extend(["--requirepass".to_string(), format!("$({PASSWORD_ENV})")]);
+    }
+    if auth.operator_secret_ref.is_some() {
+        args.extend(
+            [
+                "--user",
+                OPERATOR_USER,
+                "on",
+                &format!(">$({OPERATOR_PASSWORD_ENV})"),
+                "~*",
+                "&*",
+                "+@all",
+            ]
+            .map(String::from),
+        );
+    }
+    if spec.mode != Mode::Sentinel {
+        if auth.operator_secret_ref.is_some() {
+            args.extend([
+                "--masteruser".to_string(),
+                OPERATOR_USER.to_string(),
+                "--masterauth".to_string(),
+                format!("$({OPERATOR_PASSWORD_ENV})"),
+            ]);
+        } else if auth.password_secret_ref.is_some() {
+            args.extend(["--masterauth".to_string(), format!("$({PASSWORD_ENV})")]);
+        }
+    }
+    args
 }
 
 fn push(text: &mut String, name: &str, value: &str) {
@@ -479,6 +527,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use crd_types::config::ValkeyConfig;
+    use crd_types::template::{Auth, SecretKeyRef};
 
     fn spec(mode: Mode, announce: Announce, config: &[(&str, &str)]) -> ValkeyNodeSpec {
         let mut spec = ValkeyNodeSpec {
@@ -531,6 +580,103 @@ mod tests {
                 "protected-mode no",
                 "replica-announce-port 6379",
                 "replica-announce-ip 10.96.0.7",
+            ]
+        );
+    }
+
+    fn with_auth(mode: Mode, password: bool, operator: bool) -> ValkeyNodeSpec {
+        let secret = |name: &str| SecretKeyRef {
+            name: name.into(),
+            key: "password".into(),
+        };
+        let mut s = spec(mode, Announce::Service, &[]);
+        s.auth = Some(Auth {
+            password_secret_ref: password.then(|| secret("app")),
+            operator_secret_ref: operator.then(|| secret("op")),
+        });
+        s
+    }
+
+    #[test]
+    fn passwords_come_from_the_environment_never_the_file() {
+        let c = config(render(
+            &with_auth(Mode::Cluster, true, true),
+            Some("10.96.0.7"),
+        ));
+        assert_eq!(
+            c.args,
+            [
+                "--requirepass",
+                "$(REDISCLI_AUTH)",
+                "--user",
+                "operator",
+                "on",
+                ">$(VALKEY_OPERATOR_PASSWORD)",
+                "~*",
+                "&*",
+                "+@all",
+                "--masteruser",
+                "operator",
+                "--masterauth",
+                "$(VALKEY_OPERATOR_PASSWORD)",
+            ]
+        );
+        assert!(!c.text.contains("pass"), "{}", c.text);
+    }
+
+    #[test]
+    fn replication_uses_the_default_password_without_an_operator_user() {
+        let c = config(render(
+            &with_auth(Mode::Standalone, true, false),
+            Some("10.96.0.7"),
+        ));
+        assert_eq!(
+            c.args,
+            [
+                "--requirepass",
+                "$(REDISCLI_AUTH)",
+                "--masterauth",
+                "$(REDISCLI_AUTH)"
+            ]
+        );
+        let c = config(render(
+            &with_auth(Mode::Standalone, false, true),
+            Some("10.96.0.7"),
+        ));
+        assert_eq!(c.args[0], "--user");
+        assert!(
+            c.args
+                .ends_with(&["--masterauth".into(), "$(VALKEY_OPERATOR_PASSWORD)".into()])
+        );
+    }
+
+    #[test]
+    fn sentinels_get_passwords_but_no_replication_auth() {
+        let c = config(render(
+            &with_auth(Mode::Sentinel, true, true),
+            Some("10.96.0.7"),
+        ));
+        assert!(
+            c.args
+                .starts_with(&["--requirepass".into(), "$(REDISCLI_AUTH)".into()])
+        );
+        assert!(!c.args.iter().any(|a| a.starts_with("--master")));
+    }
+
+    #[test]
+    fn pod_ip_and_auth_args_combine() {
+        let mut s = with_auth(Mode::Cluster, true, false);
+        s.template.announce = Announce::PodIP;
+        let c = config(render(&s, None));
+        assert_eq!(
+            c.args,
+            [
+                "--cluster-announce-ip",
+                "$(POD_IP)",
+                "--requirepass",
+                "$(REDISCLI_AUTH)",
+                "--masterauth",
+                "$(REDISCLI_AUTH)"
             ]
         );
     }

@@ -17,7 +17,7 @@
 use crd_types::ValkeyNode;
 use crd_types::names::{self, ports};
 use crd_types::node::Mode;
-use crd_types::template::Exporter;
+use crd_types::template::{Exporter, OPERATOR_USER, SecretKeyRef};
 use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, DeploymentStrategy, StatefulSet, StatefulSetSpec,
     StatefulSetUpdateStrategy,
@@ -25,14 +25,16 @@ use k8s_openapi::api::apps::v1::{
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
     EnvVarSource, ExecAction, KeyToPath, ObjectFieldSelector, PersistentVolumeClaimVolumeSource,
-    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile, SecurityContext,
-    TCPSocketAction, Volume, VolumeMount,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile, SecretKeySelector,
+    SecurityContext, TCPSocketAction, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
-use crate::config::{CONFIG_DIR, DATA_DIR, POD_IP_ENV, RenderedConfig};
+use crate::config::{
+    CONFIG_DIR, DATA_DIR, OPERATOR_PASSWORD_ENV, PASSWORD_ENV, POD_IP_ENV, RenderedConfig,
+};
 use crate::configmap::{self, CONFIG_VOLUME};
 use crate::{meta, revision};
 
@@ -168,7 +170,7 @@ pub fn pod_template(node: &ValkeyNode, rendered: &RenderedConfig) -> PodTemplate
 
     let mut containers = vec![valkey_container(node, rendered)];
     if let Some(exporter) = &t.exporter {
-        containers.push(exporter_container(mode, exporter));
+        containers.push(exporter_container(node, exporter));
     }
     let init_containers = (mode == Mode::Sentinel).then(|| vec![sentinel_init_container(node)]);
 
@@ -241,13 +243,40 @@ fn field_env(name: &str, path: &str) -> EnvVar {
     }
 }
 
-/// POD_IP, POD_NAME and POD_NAMESPACE from the downward API.
-fn pod_env() -> Vec<EnvVar> {
-    vec![
+fn secret_env(name: &str, secret: &SecretKeyRef) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: secret.name.clone(),
+                key: secret.key.clone(),
+                optional: None,
+            }),
+            ..Default::default()
+        }),
+    }
+}
+
+/// POD_IP, POD_NAME and POD_NAMESPACE from the downward API, then the passwords the
+/// rendered args reference. A missing Secret keeps the container from starting (the pod
+/// waits with CreateContainerConfigError, which the node's status reports); it never starts
+/// a server without its password.
+fn valkey_env(node: &ValkeyNode) -> Vec<EnvVar> {
+    let mut env = vec![
         field_env(POD_IP_ENV, "status.podIP"),
         field_env("POD_NAME", "metadata.name"),
         field_env("POD_NAMESPACE", "metadata.namespace"),
-    ]
+    ];
+    if let Some(auth) = &node.spec.auth {
+        if let Some(secret) = &auth.password_secret_ref {
+            env.push(secret_env(PASSWORD_ENV, secret));
+        }
+        if let Some(secret) = &auth.operator_secret_ref {
+            env.push(secret_env(OPERATOR_PASSWORD_ENV, secret));
+        }
+    }
+    env
 }
 
 fn restricted() -> SecurityContext {
@@ -290,7 +319,8 @@ fn tcp_probe(port: &str, period: i32, timeout: i32, failures: i32) -> Probe {
 /// The readiness check: PING must answer PONG. A loading server answers `-LOADING` and a
 /// dead one nothing, so only a server that can serve reads counts as ready. Exec probes do
 /// not expand `$(VAR)`, hence the shell. `-h $POD_IP` because the local node agent binds
-/// only the pod IP; in a real pod 0.0.0.0 covers it too.
+/// only the pod IP; in a real pod 0.0.0.0 covers it too. With a password, valkey-cli logs
+/// in from the REDISCLI_AUTH variable.
 pub fn readiness_command(mode: Mode) -> Vec<String> {
     let (port, _) = main_port(mode);
     vec![
@@ -335,7 +365,7 @@ fn valkey_container(node: &ValkeyNode, rendered: &RenderedConfig) -> Container {
         command: Some(vec![program.into()]),
         args: Some(args),
         ports: Some(container_ports),
-        env: Some(pod_env()),
+        env: Some(valkey_env(node)),
         volume_mounts: Some(mounts),
         resources: t.resources.clone(),
         security_context: Some(restricted()),
@@ -382,9 +412,27 @@ fn sentinel_init_container(node: &ValkeyNode) -> Container {
     }
 }
 
-fn exporter_container(mode: Mode, exporter: &Exporter) -> Container {
-    let (port, _) = main_port(mode);
+fn exporter_container(node: &ValkeyNode, exporter: &Exporter) -> Container {
+    let (port, _) = main_port(node.spec.mode);
     let mut env = vec![field_env(POD_IP_ENV, "status.podIP")];
+    // The default user when it has a password, else the operator user: either reads INFO.
+    match node
+        .spec
+        .auth
+        .as_ref()
+        .map(|a| (&a.password_secret_ref, &a.operator_secret_ref))
+    {
+        Some((Some(password), _)) => env.push(secret_env("REDIS_PASSWORD", password)),
+        Some((None, Some(operator))) => {
+            env.push(EnvVar {
+                name: "REDIS_USER".into(),
+                value: Some(OPERATOR_USER.into()),
+                value_from: None,
+            });
+            env.push(secret_env("REDIS_PASSWORD", operator));
+        }
+        _ => {}
+    }
     env.push(EnvVar {
         name: "REDIS_ADDR".into(),
         value: Some(format!("redis://$({POD_IP_ENV}):{port}")),
@@ -458,7 +506,7 @@ mod tests {
     use crd_types::ValkeyNodeSpec;
     use crd_types::names::labels;
     use crd_types::node::{EndpointStatus, ValkeyNodeStatus};
-    use crd_types::template::{Announce, Persistence, Scheduling, WorkloadType};
+    use crd_types::template::{Announce, Auth, Persistence, Scheduling, WorkloadType};
     use k8s_openapi::api::core::v1::{ResourceRequirements, Toleration};
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
@@ -833,6 +881,99 @@ mod tests {
             ]
         );
         assert_eq!(e.security_context, Some(restricted()));
+    }
+
+    /// `(name, secret name)` of every env var read from a Secret.
+    fn secret_env_of(c: &Container) -> Vec<(String, String)> {
+        c.env
+            .iter()
+            .flatten()
+            .filter_map(|v| {
+                let r = v.value_from.as_ref()?.secret_key_ref.as_ref()?;
+                Some((v.name.clone(), format!("{}/{}", r.name, r.key)))
+            })
+            .collect()
+    }
+
+    fn secret(name: &str) -> SecretKeyRef {
+        SecretKeyRef {
+            name: name.into(),
+            key: "password".into(),
+        }
+    }
+
+    #[test]
+    fn passwords_reach_the_containers_from_secrets() {
+        let d = build(&node(Mode::Cluster, |s| {
+            s.auth = Some(Auth {
+                password_secret_ref: Some(secret("app")),
+                operator_secret_ref: Some(secret("op")),
+            });
+            s.template.exporter = Some(Exporter {
+                image: "e".into(),
+                port: 9121,
+                resources: None,
+            });
+        }));
+        let v = container(&d, "valkey");
+        assert_eq!(
+            secret_env_of(v),
+            [
+                ("REDISCLI_AUTH".to_string(), "app/password".to_string()),
+                ("VALKEY_OPERATOR_PASSWORD".into(), "op/password".into()),
+            ]
+        );
+        // The args name the variables; Kubernetes expands them.
+        assert!(
+            v.args
+                .as_ref()
+                .unwrap()
+                .contains(&"$(REDISCLI_AUTH)".to_string())
+        );
+        assert_eq!(
+            secret_env_of(container(&d, "exporter")),
+            [("REDIS_PASSWORD".to_string(), "app/password".to_string())]
+        );
+        // The probe's valkey-cli reads REDISCLI_AUTH itself.
+        assert!(!readiness_command(Mode::Cluster).join(" ").contains("-a "));
+
+        let d = build(&node(Mode::Cluster, |s| {
+            s.auth = Some(Auth {
+                password_secret_ref: None,
+                operator_secret_ref: Some(secret("op")),
+            });
+            s.template.exporter = Some(Exporter {
+                image: "e".into(),
+                port: 9121,
+                resources: None,
+            });
+        }));
+        let e = container(&d, "exporter");
+        assert_eq!(
+            secret_env_of(e),
+            [("REDIS_PASSWORD".to_string(), "op/password".to_string())]
+        );
+        assert!(
+            e.env
+                .iter()
+                .flatten()
+                .any(|v| v.name == "REDIS_USER" && v.value.as_deref() == Some("operator"))
+        );
+    }
+
+    #[test]
+    fn auth_changes_move_the_revision() {
+        let plain = node(Mode::Cluster, |_| {});
+        let mut with = plain.clone();
+        with.spec.auth = Some(Auth {
+            password_secret_ref: Some(secret("app")),
+            operator_secret_ref: None,
+        });
+        assert_ne!(
+            build(&plain).workload.template(),
+            build(&with).workload.template()
+        );
+        assert!(secret_env_of(container(&build(&plain), "valkey")).is_empty());
     }
 
     #[test]

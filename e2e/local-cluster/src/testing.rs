@@ -36,11 +36,21 @@ pub async fn cluster_with_operator(
 /// `valkey-cli -h <host> -p 6379 <args>`: its trimmed output, or its error text when it
 /// printed nothing (so a failed assertion shows why).
 pub fn valkey_cli(host: &str, args: &[&str]) -> String {
-    let output = Command::new("valkey-cli")
-        .args(["-h", host, "-p", "6379"])
-        .args(args)
-        .output()
-        .expect("valkey-cli runs");
+    valkey_cli_as(host, None, args)
+}
+
+/// [`valkey_cli`] logged in as `(user, password)`; `None` as the user means the default
+/// user. The password goes through REDISCLI_AUTH, as in the pods.
+pub fn valkey_cli_as(host: &str, login: Option<(Option<&str>, &str)>, args: &[&str]) -> String {
+    let mut command = Command::new("valkey-cli");
+    command.args(["-h", host, "-p", "6379"]);
+    if let Some((user, password)) = login {
+        command.env("REDISCLI_AUTH", password);
+        if let Some(user) = user {
+            command.args(["--user", user]);
+        }
+    }
+    let output = command.args(args).output().expect("valkey-cli runs");
     let stdout = String::from_utf8_lossy(&output.stdout).trim().to_string();
     if stdout.is_empty() {
         return String::from_utf8_lossy(&output.stderr).trim().to_string();

@@ -9,12 +9,16 @@ use crd_types::conditions::{self, types};
 use crd_types::names::labels;
 use crd_types::template::WorkloadType;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Service};
+use std::collections::BTreeMap;
+
+use crd_types::template::{Auth, SecretKeyRef};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use local_cluster::testing::{
-    cluster_with_operator, events_about, ready_node, valkey_cli, valkey_node,
+    cluster_with_operator, events_about, ready_node, valkey_cli, valkey_cli_as, valkey_node,
 };
 use local_cluster::{LocalCluster, operator};
 
@@ -49,6 +53,7 @@ async fn nodes_run_real_valkey_pods_that_survive_deletion() {
     deployment_node(&cluster, &apis).await;
     unbound_claim(&cluster, &client, &apis).await;
     owned_directive_in_another_case(&cluster, &client, &apis).await;
+    authenticated_node(&cluster, &client, &apis).await;
 
     // --- The controller never failed a reconcile on the way.
     let node_controller = controllers
@@ -402,4 +407,96 @@ async fn owned_directive_in_another_case(cluster: &LocalCluster, client: &Client
         &status.conditions,
         types::WORKLOAD_READY
     ));
+}
+
+/// (f) passwords from Secrets: the default user needs its password, the `operator` ACL user
+/// logs in with its own, and neither appears in the ConfigMap or the pod spec. The node
+/// is created before its Secrets exist: it waits (reported on the node) and starts once
+/// they are there.
+async fn authenticated_node(cluster: &LocalCluster, client: &Client, apis: &Apis) {
+    let name = "locked";
+    let (password, operator_password) = ("s3cret with spaces", "--op-pass'\"");
+    let mut node = valkey_node(name, WorkloadType::StatefulSet, false, None);
+    node.spec.auth = Some(Auth {
+        password_secret_ref: Some(SecretKeyRef {
+            name: "locked-auth".into(),
+            key: "password".into(),
+        }),
+        operator_secret_ref: Some(SecretKeyRef {
+            name: "locked-operator".into(),
+            key: "pw".into(),
+        }),
+    });
+    apis.nodes
+        .create(&PostParams::default(), &node)
+        .await
+        .unwrap();
+    let waiting = cluster
+        .wait_for_value("the node to report its missing Secret", || async {
+            let status = apis
+                .nodes
+                .get_status(name)
+                .await?
+                .status
+                .unwrap_or_default();
+            Ok(conditions::find(&status.conditions, types::WORKLOAD_READY)
+                .filter(|c| c.message.contains("CreateContainerConfigError"))
+                .cloned())
+        })
+        .await
+        .unwrap();
+    assert_eq!(waiting.status, "False", "{waiting:?}");
+
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+    for (secret, key, value) in [
+        ("locked-auth", "password", password),
+        ("locked-operator", "pw", operator_password),
+    ] {
+        let s = Secret {
+            metadata: ObjectMeta {
+                name: Some(secret.into()),
+                ..Default::default()
+            },
+            string_data: Some(BTreeMap::from([(key.to_string(), value.to_string())])),
+            ..Default::default()
+        };
+        secrets.create(&PostParams::default(), &s).await.unwrap();
+    }
+    let (_, ip) = cluster
+        .wait_for_value("the authenticated node to be ready", || {
+            ready_node(&apis.nodes, &apis.pods, name, None)
+        })
+        .await
+        .unwrap();
+
+    assert!(
+        valkey_cli(&ip, &["GET", "k"]).starts_with("NOAUTH"),
+        "no password, no access"
+    );
+    let wrong = valkey_cli_as(&ip, Some((None, "wrong")), &["PING"]);
+    assert!(
+        wrong.contains("NOAUTH") || wrong.contains("WRONGPASS"),
+        "{wrong}"
+    );
+    assert_eq!(
+        valkey_cli_as(&ip, Some((None, password)), &["PING"]),
+        "PONG"
+    );
+    let operator = Some((Some("operator"), operator_password));
+    assert_eq!(valkey_cli_as(&ip, operator, &["ACL", "WHOAMI"]), "operator");
+    assert_eq!(
+        valkey_cli_as(&ip, operator, &["CONFIG", "GET", "masteruser"]),
+        "masteruser\noperator"
+    );
+
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
+    let cm = serde_json::to_string(&config_maps.get("locked-config").await.unwrap()).unwrap();
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), NS);
+    let sts = serde_json::to_string(&sts.get(name).await.unwrap()).unwrap();
+    for text in [cm, sts] {
+        assert!(
+            !text.contains("s3cret") && !text.contains("op-pass"),
+            "{text}"
+        );
+    }
 }
