@@ -541,6 +541,15 @@ pub fn server_version(info: &str) -> Result<String, ParseError> {
         .ok_or(ParseError::MissingInfoField("valkey_version"))
 }
 
+/// Whether `CLUSTER INFO` says `cluster_state:ok`: the node serves its slots. A node just
+/// given slots, or one rejoining after a partition, still answers CLUSTERDOWN for a moment.
+pub fn cluster_state_ok(cluster_info: &str) -> Result<bool, ParseError> {
+    InfoFields::parse(cluster_info)?
+        .get("cluster_state")
+        .map(|state| state == "ok")
+        .ok_or(ParseError::MissingInfoField("cluster_state"))
+}
+
 /// `key:value` lines of an INFO reply, in key order.
 struct InfoFields<'a>(BTreeMap<&'a str, &'a str>);
 
@@ -1305,6 +1314,17 @@ mod tests {
         );
         let sentinel = INFO_PRIMARY.replace("role:master", "role:sentinel");
         assert!(ReplicationInfo::parse(&sentinel).is_err());
+    }
+
+    #[test]
+    fn reads_the_cluster_state() {
+        let info = "cluster_enabled:1\r\ncluster_state:ok\r\ncluster_slots_assigned:16384\r\n";
+        assert_eq!(cluster_state_ok(info), Ok(true));
+        assert_eq!(cluster_state_ok("cluster_state:fail\r\n"), Ok(false));
+        assert_eq!(
+            cluster_state_ok("cluster_enabled:1\r\n"),
+            Err(ParseError::MissingInfoField("cluster_state"))
+        );
     }
 
     #[test]

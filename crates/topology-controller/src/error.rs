@@ -14,6 +14,10 @@ pub enum Error {
         field: &'static str,
     },
 
+    /// The system's random source failed (a generated password needs it).
+    #[error("cannot read random bytes for a password: {0}")]
+    Random(String),
+
     #[error("cannot {op} {kind} {namespace}/{name}")]
     Api {
         op: Op,
@@ -34,6 +38,8 @@ pub enum Op {
     ApplyMemberStatus,
     ApplyClusterStatus,
     PublishEvent,
+    ReadSecret,
+    CreateSecret,
 }
 
 impl std::fmt::Display for Op {
@@ -45,6 +51,8 @@ impl std::fmt::Display for Op {
             Op::ApplyMemberStatus => "write status.valkey of",
             Op::ApplyClusterStatus => "write the status of",
             Op::PublishEvent => "publish an Event about",
+            Op::ReadSecret => "read",
+            Op::CreateSecret => "create",
         })
     }
 }
@@ -72,6 +80,7 @@ impl ErrorKind for Error {
     fn kind(&self) -> &'static str {
         match self {
             Error::MissingField { .. } => "invalid_object",
+            Error::Random(_) => "random",
             Error::Api { op, .. } => match op {
                 Op::ReadCluster => "read_cluster",
                 Op::ListMembers => "list_members",
@@ -79,6 +88,8 @@ impl ErrorKind for Error {
                 Op::ApplyMemberStatus => "apply_member_status",
                 Op::ApplyClusterStatus => "apply_cluster_status",
                 Op::PublishEvent => "publish_event",
+                Op::ReadSecret => "read_secret",
+                Op::CreateSecret => "create_secret",
             },
         }
     }

@@ -2,6 +2,7 @@
 //! member ValkeyNodes and the step planner. No I/O here, so every decision is unit-tested
 //! from fixtures.
 
+pub mod auth;
 pub mod cluster_nodes;
 pub mod members;
 pub mod plan;

@@ -5,6 +5,7 @@
 mod error;
 mod migrate;
 mod reconcile;
+mod secrets;
 mod valkey;
 
 use std::process::ExitCode;

@@ -84,7 +84,7 @@ pub fn member(
         spec: ValkeyNodeSpec {
             mode: Mode::Cluster,
             template,
-            auth: cluster.spec.auth.clone(),
+            auth: Some(crate::auth::member_auth(cluster)),
             tls: cluster.spec.tls.clone(),
             rollout_policy: RolloutPolicy::Gated,
             allowed_revision,

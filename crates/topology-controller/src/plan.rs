@@ -43,6 +43,8 @@ pub struct Reply {
     pub replication: ReplicationInfo,
     /// `CLUSTER SHARDS` as node ids grouped by shard id; `None` when not asked.
     pub shard_groups: Option<Vec<Vec<String>>>,
+    /// `CLUSTER INFO` says `cluster_state:ok`; `None` when not asked.
+    pub cluster_state_ok: Option<bool>,
 }
 
 /// One existing member ValkeyNode and what it reports.
@@ -705,6 +707,8 @@ pub struct Survey {
     /// refuses its own nodes.conf ("corrupted cluster config file"), so the cluster is not
     /// Ready until they settle.
     pub unsettled_shard_ids: Option<String>,
+    /// A wanted member whose Valkey says `cluster_state:fail`: it answers CLUSTERDOWN.
+    pub not_serving: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -795,6 +799,11 @@ pub fn survey(desired: &Desired, members: &[Member]) -> Survey {
         strangers,
         disagreement,
         unsettled_shard_ids: s.reachable().find_map(unsettled_shard_ids),
+        not_serving: s
+            .reachable()
+            .filter(|m| desired.wants(m.at))
+            .find(|m| m.reply.as_ref().unwrap().cluster_state_ok == Some(false))
+            .map(|m| m.name.clone()),
     }
 }
 

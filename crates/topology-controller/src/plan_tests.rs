@@ -22,6 +22,8 @@ struct Sim {
     offset: i64,
     /// Open-slot markers on its own line ("[42->-<id>]").
     markers: String,
+    /// What CLUSTER INFO says (`None`: not asked).
+    state_ok: Option<bool>,
 }
 
 fn ip(shard: u32, member: u32) -> String {
@@ -50,6 +52,7 @@ fn sim(shard: u32, member: u32) -> Sim {
         synced: true,
         offset: 100,
         markers: String::new(),
+        state_ok: Some(true),
     }
 }
 
@@ -136,6 +139,7 @@ fn members_with(sims: &[Sim], knows: impl Fn(&Sim, &Sim) -> bool) -> Vec<Member>
                     view: ClusterView::parse(&text.join("\n")).unwrap(),
                     replication: ReplicationInfo::parse(&replication).unwrap(),
                     shard_groups: None,
+                    cluster_state_ok: me.state_ok,
                 }
             });
             Member {
@@ -601,4 +605,18 @@ fn a_replicas_copy_of_a_slot_marker_is_left_to_its_primary() {
     sims[3].markers = format!("[100-<-{}]", id(0, 0));
     assert_eq!(step(&d, &sims), Step::Idle);
     assert_eq!(survey(&d, &members(&sims)).open_slots, 0);
+}
+
+#[test]
+fn a_member_answering_clusterdown_is_reported() {
+    let d = desired(1, 1);
+    let mut sims = formed(1, 1);
+    assert_eq!(survey(&d, &members(&sims)).not_serving, None);
+    sims[0].state_ok = Some(false);
+    assert_eq!(
+        survey(&d, &members(&sims)).not_serving.as_deref(),
+        Some("c-0-0")
+    );
+    sims[0].state_ok = None;
+    assert_eq!(survey(&d, &members(&sims)).not_serving, None);
 }

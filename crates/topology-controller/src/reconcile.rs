@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 
 use crd_types::cluster::Phase;
 use crd_types::names::{labels, ports};
-use crd_types::template::Announce;
+use crd_types::template::{Announce, OPERATOR_USER};
 use crd_types::{ValkeyCluster, ValkeyNode, ValkeyNodeStatus};
 use futures::future::join_all;
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams};
 use kube::runtime::controller::Action;
@@ -18,7 +19,9 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Resource, ResourceExt};
 use operator_runtime::apply;
 use operator_runtime::controller::ReconcileContext;
-use topology_controller::cluster_nodes::{ClusterView, ReplicationInfo, server_version};
+use topology_controller::cluster_nodes::{
+    ClusterView, ReplicationInfo, cluster_state_ok, server_version,
+};
 use topology_controller::members::{self, Position};
 use topology_controller::plan::{self, Address, Desired, Member, Reply, Revisions, Step};
 use topology_controller::slots::Move;
@@ -26,7 +29,8 @@ use topology_controller::status::{self, Inputs};
 
 use crate::error::{Error, Op};
 use crate::migrate::{self, End};
-use crate::valkey::{Conn, SlotState};
+use crate::secrets;
+use crate::valkey::{Conn, Login, SlotState};
 
 /// How soon to look again after a step was carried out, while waiting (2 s: formation waits on
 /// replication and gossip, and each wait shows in time to Ready), and when idle. Idle
@@ -62,7 +66,8 @@ pub async fn reconcile(
     let client = ctx.runtime.client.clone();
     let manager = ctx.runtime.field_manager;
     let clusters: Api<ValkeyCluster> = Api::namespaced(client.clone(), &ns);
-    let nodes: Api<ValkeyNode> = Api::namespaced(client, &ns);
+    let nodes: Api<ValkeyNode> = Api::namespaced(client.clone(), &ns);
+    let secrets: Api<Secret> = Api::namespaced(client, &ns);
 
     // --- Fetch.
     let Some(cluster) = clusters.get_opt(&name).await.map_err(Error::api(
@@ -86,6 +91,13 @@ pub async fn reconcile(
     let (mut owned, foreign): (Vec<ValkeyNode>, Vec<ValkeyNode>) = listed
         .into_iter()
         .partition(|n| n.owner_references().iter().any(|o| o.uid == uid));
+
+    // --- Passwords before members, so a member's pod finds its Secrets when it starts.
+    let passwords = secrets::prepare(&secrets, &cluster).await?;
+    let login = passwords.operator.as_ref().ok().map(|password| Login {
+        user: OPERATOR_USER.to_string(),
+        password: password.clone(),
+    });
 
     // --- Members the spec asks for: create the missing, update the changed.
     for at in members::positions(&cluster) {
@@ -112,7 +124,7 @@ pub async fn reconcile(
     let desired = desired(&cluster);
     let mut asked: Vec<Asked> = join_all(owned.into_iter().filter_map(|node| {
         let at = members::position_of(&node)?;
-        Some(ask(node, at))
+        Some(ask(node, at, login.as_ref()))
     }))
     .await;
     asked.sort_by_key(|a| a.member.at);
@@ -131,6 +143,21 @@ pub async fn reconcile(
             "ValkeyNode {} exists but does not belong to this cluster; rename or delete it",
             n.name_any()
         ));
+    }
+    // Without the operator's password nothing was asked, so nothing may be done; a missing
+    // default password explains why members wait.
+    match (&passwords.operator, &passwords.default_problem) {
+        (Err(why), _) => {
+            step = Step::Wait(format!(
+                "cannot log in to the members: {why} (spec.auth.operatorSecretRef)"
+            ))
+        }
+        (Ok(_), Some(why)) if matches!(step, Step::Wait(_)) => {
+            step = Step::Wait(format!(
+                "members cannot start: {why} (spec.auth.passwordSecretRef)"
+            ))
+        }
+        _ => {}
     }
     let survey = plan::survey(&desired, &members);
 
@@ -258,7 +285,7 @@ fn address(node: &ValkeyNode) -> Option<Address> {
     })
 }
 
-async fn ask(node: ValkeyNode, at: Position) -> Asked {
+async fn ask(node: ValkeyNode, at: Position, login: Option<&Login>) -> Asked {
     let workload = node.status.as_ref().and_then(|s| s.workload.as_ref());
     let mut member = Member {
         name: node.name_any(),
@@ -279,10 +306,10 @@ async fn ask(node: ValkeyNode, at: Position) -> Asked {
         conn: None,
         version: None,
     };
-    let Some(address) = &member.address else {
+    let (Some(address), Some(login)) = (&member.address, login) else {
         return asked;
     };
-    let conn = match Conn::connect(&address.ip, address.port, None).await {
+    let conn = match Conn::connect(&address.ip, address.port, login).await {
         Ok(conn) => conn,
         Err(e) => {
             tracing::debug!(member = %member.name, error = %e, "member does not answer");
@@ -297,11 +324,13 @@ async fn ask(node: ValkeyNode, at: Position) -> Asked {
         let version = server_version(&info).ok();
         // Older servers lack CLUSTER SHARDS; then shard ids are not checked.
         let shard_groups = conn.cluster_shards().await.ok();
+        let cluster_state_ok = cluster_state_ok(&conn.cluster_info().await?).map_err(to_fred)?;
         Ok::<_, fred::error::Error>((
             Reply {
                 view,
                 replication,
                 shard_groups,
+                cluster_state_ok: Some(cluster_state_ok),
             },
             version,
         ))

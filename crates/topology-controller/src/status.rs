@@ -140,6 +140,7 @@ pub fn cluster_status(i: Inputs) -> ValkeyClusterStatus {
         && i.survey.strangers.is_empty()
         && i.survey.disagreement.is_none()
         && i.survey.unsettled_shard_ids.is_none()
+        && i.survey.not_serving.is_none()
         && ready_shards == wanted_shards
         && all_there
         && i.step_error.is_none();
@@ -170,6 +171,8 @@ pub fn cluster_status(i: Inputs) -> ValkeyClusterStatus {
         format!("not ready: {}", unwell.join(", "))
     } else if let Some(d) = &i.survey.disagreement {
         format!("members do not agree yet: {d}")
+    } else if let Some(m) = &i.survey.not_serving {
+        format!("{m} says cluster_state:fail (it answers CLUSTERDOWN)")
     } else if let Some(u) = &i.survey.unsettled_shard_ids {
         format!("shard ids are settling: {u}")
     } else if !i.survey.strangers.is_empty() {
@@ -377,6 +380,7 @@ mod tests {
             strangers: vec![],
             disagreement: None,
             unsettled_shard_ids: None,
+            not_serving: None,
         };
         let was_ready = ValkeyClusterStatus {
             phase: Some(Phase::Ready),
@@ -387,6 +391,25 @@ mod tests {
         assert_eq!(s.phase, Some(Phase::Scaling));
         assert!(conditions::is_true(&s.conditions, types::SLOTS_ASSIGNED));
         assert!(!conditions::is_true(&s.conditions, types::READY));
+    }
+
+    #[test]
+    fn a_member_answering_clusterdown_keeps_the_cluster_from_ready() {
+        let d = desired();
+        let survey = Survey {
+            slots_assigned: SLOTS as usize,
+            shards: vec![ShardSurvey {
+                index: 0,
+                slots: vec![(0, 16383)],
+                ready: true,
+                ..Default::default()
+            }],
+            not_serving: Some("c-0-0".into()),
+            ..Default::default()
+        };
+        let s = cluster_status(inputs(&d, &survey, &Step::Idle, None));
+        let ready = conditions::find(&s.conditions, types::READY).unwrap();
+        assert_eq!(ready.status, "False");
     }
 
     #[test]

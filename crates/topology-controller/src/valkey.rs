@@ -13,17 +13,34 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 /// MIGRATE's own timeout (milliseconds): the source waits this long on the target per call.
 const MIGRATE_TIMEOUT_MS: u64 = 10_000;
 
+/// An ACL user and its password.
+#[derive(Clone)]
+pub struct Login {
+    pub user: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for Login {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Login({}, <redacted>)", self.user)
+    }
+}
+
 /// A connected member.
 pub struct Conn {
     client: Client,
+    /// Also what MIGRATE logs in to the target with (members share the operator user).
+    login: Login,
 }
 
 impl Conn {
-    /// Connects to `ip:port`, failing fast: no reconnect policy, one attempt per command.
-    pub async fn connect(ip: &str, port: u16, password: Option<&str>) -> Result<Self, Error> {
+    /// Connects to `ip:port` as `login`, failing fast: no reconnect policy, one attempt per
+    /// command.
+    pub async fn connect(ip: &str, port: u16, login: &Login) -> Result<Self, Error> {
         let config = Config {
             fail_fast: true,
-            password: password.map(str::to_string),
+            username: Some(login.user.clone()),
+            password: Some(login.password.clone()),
             server: ServerConfig::new_centralized(ip, port),
             ..Default::default()
         };
@@ -39,7 +56,10 @@ impl Conn {
         };
         let client = Client::new(config, Some(perf), Some(connection), None);
         client.init().await?;
-        Ok(Self { client })
+        Ok(Self {
+            client,
+            login: login.clone(),
+        })
     }
 
     /// Closes the connection (dropping it would too, but QUIT is polite to the server).
@@ -69,6 +89,10 @@ impl Conn {
     pub async fn cluster_shards(&self) -> Result<Vec<Vec<String>>, Error> {
         let reply: Vec<Value> = self.cluster(vec!["SHARDS".into()]).await?;
         Ok(reply.into_iter().map(shard_node_ids).collect())
+    }
+
+    pub async fn cluster_info(&self) -> Result<String, Error> {
+        self.cluster(vec!["INFO".into()]).await
     }
 
     /// `INFO <section> [<section> ...]` as text, in one round trip.
@@ -141,7 +165,7 @@ impl Conn {
 
     /// Moves `keys` to `ip:port` with MIGRATE ... KEYS (atomic per key; the keys disappear
     /// here only once the target has them). REPLACE, because a key that reached the target
-    /// before an interrupted run is the same key.
+    /// before an interrupted run is the same key; AUTH2, because the target wants a login.
     pub async fn migrate(&self, ip: &str, port: u16, keys: Vec<Bytes>) -> Result<(), Error> {
         let mut args: Vec<Value> = vec![
             ip.into(),
@@ -150,6 +174,9 @@ impl Conn {
             0.into(),
             (MIGRATE_TIMEOUT_MS as i64).into(),
             "REPLACE".into(),
+            "AUTH2".into(),
+            self.login.user.as_str().into(),
+            self.login.password.as_str().into(),
             "KEYS".into(),
         ];
         args.extend(keys.into_iter().map(Value::Bytes));

@@ -23,6 +23,9 @@ use crd_types::cluster::Phase;
 use crd_types::conditions::{self, types};
 use crd_types::names::{cluster_member_name, statefulset_pod_name};
 use crd_types::node::Role;
+use crd_types::template::{Auth, SecretKeyRef};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, PostParams};
 use kube::{Api, ResourceExt};
 use local_cluster::LocalCluster;
@@ -252,6 +255,46 @@ impl Env {
             .expect("the overlay runs topology-controller")
     }
 
+    /// With no `spec.auth`, both Secrets were generated and owned by the cluster: clients
+    /// need the default password, the `operator` user has its own, replication logs in
+    /// as `operator` (the replicas are in sync, see `healthy`).
+    async fn passwords_guard(&self, name: &str, access: &Access) {
+        let uid = self.apis.clusters.get(name).await.unwrap().uid();
+        let mut passwords = Vec::new();
+        for secret in [format!("{name}-auth"), format!("{name}-operator")] {
+            let s = self.apis.secrets.get(&secret).await.unwrap();
+            let owner = &s.owner_references()[0];
+            assert_eq!(
+                (owner.kind.as_str(), Some(&owner.uid)),
+                ("ValkeyCluster", uid.as_ref())
+            );
+            let value = s.data.unwrap()["password"].0.clone();
+            assert_eq!(value.len(), 64, "{secret}: 32 random bytes, hex");
+            passwords.push(String::from_utf8(value).unwrap());
+        }
+        assert_ne!(passwords[0], passwords[1]);
+        assert_eq!(access.password.as_deref(), Some(passwords[0].as_str()));
+        let ip = &access.members[0].ip;
+        let anonymous = Access {
+            password: None,
+            ..access.clone()
+        };
+        let refused = anonymous.cli(ip, &["GET", "k"]);
+        assert!(refused.starts_with("NOAUTH"), "{refused}");
+        let operator = local_cluster::testing::valkey_cli_as(
+            ip,
+            Some((Some("operator"), &passwords[1])),
+            &["ACL", "WHOAMI"],
+        );
+        assert_eq!(operator, "operator");
+        for m in &access.members {
+            assert_eq!(
+                access.cli(&m.ip, &["CONFIG", "GET", "masteruser"]),
+                "masteruser\noperator"
+            );
+        }
+    }
+
     fn finish(mut self) {
         self.cluster.stop().unwrap();
     }
@@ -271,6 +314,7 @@ async fn a_cluster_forms_scales_and_keeps_every_key() {
     let env = Env::start().await;
     let name = "grow";
     let access = env.create_ready(valkey_cluster(name, 3, 1, false)).await;
+    env.passwords_guard(name, &access).await;
     env.wait(
         "topology-controller Events about the cluster",
         SETTLE,
@@ -1042,5 +1086,50 @@ async fn bad_input() {
     env.ready(name, ROLL).await;
     env.healthy(name, &access, 3, 1).await;
     data.verify(&access).await.unwrap();
+
+    // A password Secret that does not exist: members cannot start, and the status says
+    // which Secret is missing; creating it lets the cluster form with that password.
+    let name = "locked";
+    let mut locked = valkey_cluster(name, 1, 0, false);
+    locked.spec.auth = Some(Auth {
+        password_secret_ref: Some(SecretKeyRef {
+            name: "locked-pass".into(),
+            key: "pw".into(),
+        }),
+        operator_secret_ref: None,
+    });
+    env.apis.create(&locked).await.unwrap();
+    env.wait("the status to name the missing Secret", FORM, || async {
+        let status = env
+            .apis
+            .clusters
+            .get(name)
+            .await?
+            .status
+            .unwrap_or_default();
+        let ready = conditions::find(&status.conditions, types::READY);
+        Ok(match ready {
+            Some(c) if c.message.contains("Secret locked-pass does not exist") => Ok(()),
+            other => Err(format!("Ready: {other:?}")),
+        })
+    })
+    .await;
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some("locked-pass".into()),
+            ..Default::default()
+        },
+        string_data: Some(BTreeMap::from([("pw".into(), "chosen by a person".into())])),
+        ..Default::default()
+    };
+    env.apis
+        .secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    env.ready(name, FORM).await;
+    let access = env.access(name).await;
+    assert_eq!(access.password.as_deref(), Some("chosen by a person"));
+    assert_eq!(access.cli_cluster(&["SET", "k", "v"]), "OK");
     env.finish();
 }

@@ -169,6 +169,9 @@ fn print_summary(
             "  kubectl wait vkc/{cluster} --for=jsonpath='{{.status.phase}}'=Ready --timeout=3m"
         );
         println!(
+            "  export REDISCLI_AUTH=\"$(kubectl get secret {cluster}-auth -o jsonpath='{{.data.password}}' | base64 -d)\""
+        );
+        println!(
             "  valkey-cli -c -h \"$(kubectl get vkn {cluster}-0-0 -o jsonpath='{{.status.endpoint.clusterIP}}')\" set hello world"
         );
     }

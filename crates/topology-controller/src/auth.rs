@@ -1,0 +1,222 @@
+//! Passwords of a ValkeyCluster. Two Secrets: the default user's (`spec.auth.passwordSecretRef`,
+//! or `<cluster>-auth`) and the `operator` ACL user's (`spec.auth.operatorSecretRef`, or
+//! `<cluster>-operator`). The controller logs in as `operator` and replication does too, so
+//! the default user's password can change without breaking either. A generated Secret is
+//! created once and never rewritten: its value lives in running servers.
+
+use std::collections::BTreeMap;
+
+use crd_types::ValkeyCluster;
+use crd_types::names::{self, labels};
+use crd_types::template::{Auth, SecretKeyRef};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::{Resource, ResourceExt};
+
+/// The key a generated Secret keeps its password under.
+pub const GENERATED_KEY: &str = "password";
+/// Random bytes in a generated password (hex-encoded, so 64 characters).
+pub const PASSWORD_BYTES: usize = 32;
+
+/// Both Secrets the members use, with the generated ones filled in.
+pub fn member_auth(cluster: &ValkeyCluster) -> Auth {
+    let name = cluster.name_any();
+    let given = cluster.spec.auth.clone().unwrap_or_default();
+    let generated = |secret: String| SecretKeyRef {
+        name: secret,
+        key: GENERATED_KEY.into(),
+    };
+    Auth {
+        password_secret_ref: Some(
+            given
+                .password_secret_ref
+                .unwrap_or_else(|| generated(names::generated_auth_secret_name(&name))),
+        ),
+        operator_secret_ref: Some(
+            given
+                .operator_secret_ref
+                .unwrap_or_else(|| generated(names::generated_operator_secret_name(&name))),
+        ),
+    }
+}
+
+/// The Secrets the controller must create when absent: those the spec does not name.
+pub fn generated_secret_names(cluster: &ValkeyCluster) -> Vec<String> {
+    let name = cluster.name_any();
+    let given = cluster.spec.auth.clone().unwrap_or_default();
+    let mut out = Vec::new();
+    if given.password_secret_ref.is_none() {
+        out.push(names::generated_auth_secret_name(&name));
+    }
+    if given.operator_secret_ref.is_none() {
+        out.push(names::generated_operator_secret_name(&name));
+    }
+    out
+}
+
+/// A generated Secret holding `password`, owned by the cluster so it goes when the cluster
+/// does.
+pub fn generated_secret(cluster: &ValkeyCluster, secret: &str, password: &str) -> Secret {
+    let cluster_name = cluster.name_any();
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(secret.to_string()),
+            namespace: cluster.namespace(),
+            labels: Some(BTreeMap::from([
+                (labels::CLUSTER.to_string(), cluster_name.clone()),
+                (labels::PART_OF.to_string(), cluster_name),
+                (
+                    labels::MANAGED_BY.to_string(),
+                    labels::MANAGED_BY_VALUE.to_string(),
+                ),
+            ])),
+            owner_references: cluster.controller_owner_ref(&()).map(|o| vec![o]),
+            ..Default::default()
+        },
+        type_: Some("Opaque".into()),
+        data: Some(BTreeMap::from([(
+            GENERATED_KEY.to_string(),
+            ByteString(password.as_bytes().to_vec()),
+        )])),
+        ..Default::default()
+    }
+}
+
+/// A password from random bytes: lower-case hex, safe in any config line or shell.
+pub fn password_from_random(random: &[u8]) -> String {
+    random.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The password under `key` in `secret` (`None`: the Secret does not exist), or why there
+/// is none, for status.
+pub fn password_in(secret: Option<&Secret>, reference: &SecretKeyRef) -> Result<String, String> {
+    let Some(secret) = secret else {
+        return Err(format!("Secret {} does not exist", reference.name));
+    };
+    let value = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(&reference.key))
+        .map(|v| v.0.clone())
+        .or_else(|| {
+            let s = secret.string_data.as_ref()?.get(&reference.key)?;
+            Some(s.as_bytes().to_vec())
+        })
+        .ok_or_else(|| format!("Secret {} has no key {}", reference.name, reference.key))?;
+    let password = String::from_utf8(value).map_err(|_| {
+        format!(
+            "Secret {} key {} is not UTF-8",
+            reference.name, reference.key
+        )
+    })?;
+    if password.is_empty() {
+        return Err(format!(
+            "Secret {} key {} is empty",
+            reference.name, reference.key
+        ));
+    }
+    Ok(password)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crd_types::ValkeyClusterSpec;
+
+    fn cluster(auth: Option<Auth>) -> ValkeyCluster {
+        let mut c = ValkeyCluster::new(
+            "orders",
+            ValkeyClusterSpec {
+                shards: 3,
+                auth,
+                ..Default::default()
+            },
+        );
+        c.metadata.namespace = Some("prod".into());
+        c.metadata.uid = Some("uid-orders".into());
+        c
+    }
+
+    fn secret_ref(name: &str, key: &str) -> SecretKeyRef {
+        SecretKeyRef {
+            name: name.into(),
+            key: key.into(),
+        }
+    }
+
+    #[test]
+    fn without_auth_both_secrets_are_generated() {
+        let c = cluster(None);
+        assert_eq!(
+            member_auth(&c),
+            Auth {
+                password_secret_ref: Some(secret_ref("orders-auth", "password")),
+                operator_secret_ref: Some(secret_ref("orders-operator", "password")),
+            }
+        );
+        assert_eq!(
+            generated_secret_names(&c),
+            ["orders-auth", "orders-operator"]
+        );
+    }
+
+    #[test]
+    fn named_secrets_are_used_and_never_generated() {
+        let c = cluster(Some(Auth {
+            password_secret_ref: Some(secret_ref("app-pass", "pw")),
+            operator_secret_ref: None,
+        }));
+        let auth = member_auth(&c);
+        assert_eq!(auth.password_secret_ref, Some(secret_ref("app-pass", "pw")));
+        assert_eq!(generated_secret_names(&c), ["orders-operator"]);
+        let c = cluster(Some(Auth {
+            password_secret_ref: Some(secret_ref("a", "p")),
+            operator_secret_ref: Some(secret_ref("o", "p")),
+        }));
+        assert!(generated_secret_names(&c).is_empty());
+    }
+
+    #[test]
+    fn a_generated_secret_is_owned_by_the_cluster() {
+        let s = generated_secret(&cluster(None), "orders-operator", "abc");
+        assert_eq!(s.metadata.namespace.as_deref(), Some("prod"));
+        let owner = &s.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str()),
+            ("ValkeyCluster", "uid-orders")
+        );
+        assert_eq!(s.data.as_ref().unwrap()["password"].0, b"abc");
+        assert_eq!(
+            s.metadata.labels.as_ref().unwrap()[labels::CLUSTER],
+            "orders"
+        );
+    }
+
+    #[test]
+    fn passwords_are_hex_of_the_random_bytes() {
+        assert_eq!(password_from_random(&[0, 15, 255]), "000fff");
+        assert_eq!(password_from_random(&[7; PASSWORD_BYTES]).len(), 64);
+    }
+
+    #[test]
+    fn a_password_is_read_or_explained() {
+        let r = secret_ref("app", "pw");
+        assert_eq!(
+            password_in(None, &r).unwrap_err(),
+            "Secret app does not exist"
+        );
+        let mut s = Secret::default();
+        assert_eq!(
+            password_in(Some(&s), &r).unwrap_err(),
+            "Secret app has no key pw"
+        );
+        s.data = Some(BTreeMap::from([("pw".into(), ByteString(vec![]))]));
+        assert_eq!(
+            password_in(Some(&s), &r).unwrap_err(),
+            "Secret app key pw is empty"
+        );
+        s.data = Some(BTreeMap::from([("pw".into(), ByteString(b"x y".to_vec()))]));
+        assert_eq!(password_in(Some(&s), &r).unwrap(), "x y");
+    }
+}

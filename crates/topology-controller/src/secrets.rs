@@ -1,0 +1,79 @@
+//! The cluster's password Secrets: generated ones are created when absent (never
+//! rewritten), and the operator's password is read for logging in.
+
+use std::io::Read;
+
+use crd_types::ValkeyCluster;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::PostParams;
+use kube::{Api, ResourceExt};
+use topology_controller::auth;
+
+use crate::error::{Error, Op};
+
+/// What the controller knows about the cluster's passwords.
+pub struct Passwords {
+    /// The `operator` user's password, or why it cannot be read.
+    pub operator: Result<String, String>,
+    /// Why the default user's password cannot be read, if it cannot: members would not start.
+    pub default_problem: Option<String>,
+}
+
+/// Creates the missing generated Secrets and reads both passwords.
+pub async fn prepare(secrets: &Api<Secret>, cluster: &ValkeyCluster) -> Result<Passwords, Error> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let generate = auth::generated_secret_names(cluster);
+    let refs = auth::member_auth(cluster);
+    let mut read = Vec::new();
+    for reference in [refs.operator_secret_ref, refs.password_secret_ref]
+        .into_iter()
+        .flatten()
+    {
+        let mut secret = secrets.get_opt(&reference.name).await.map_err(Error::api(
+            Op::ReadSecret,
+            "Secret",
+            &ns,
+            &reference.name,
+        ))?;
+        if secret.is_none() && generate.contains(&reference.name) {
+            secret = Some(create(secrets, cluster, &reference.name).await?);
+        }
+        read.push(auth::password_in(secret.as_ref(), &reference));
+    }
+    let mut read = read.into_iter();
+    let operator = read
+        .next()
+        .unwrap_or_else(|| Err("no operator Secret".into()));
+    let default_problem = read.next().and_then(Result::err);
+    Ok(Passwords {
+        operator,
+        default_problem,
+    })
+}
+
+/// Creates a generated Secret; if another writer created it first, theirs is kept.
+async fn create(
+    secrets: &Api<Secret>,
+    cluster: &ValkeyCluster,
+    name: &str,
+) -> Result<Secret, Error> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let mut random = [0u8; auth::PASSWORD_BYTES];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut random))
+        .map_err(|e| Error::Random(e.to_string()))?;
+    let secret = auth::generated_secret(cluster, name, &auth::password_from_random(&random));
+    match secrets.create(&PostParams::default(), &secret).await {
+        Ok(created) => {
+            tracing::info!(cluster = %cluster.name_any(), secret = %name, "generated a password Secret");
+            Ok(created)
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            secrets
+                .get(name)
+                .await
+                .map_err(Error::api(Op::ReadSecret, "Secret", &ns, name))
+        }
+        Err(e) => Err(Error::api(Op::CreateSecret, "Secret", &ns, name)(e)),
+    }
+}
