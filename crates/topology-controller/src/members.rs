@@ -11,6 +11,11 @@ use k8s_openapi::api::core::v1::TopologySpreadConstraint;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::{Resource, ResourceExt};
 
+/// Valkey's own replica migration moves a replica to another shard's orphaned primary; the
+/// planner, which places every replica by its position, would move it back, a full sync each
+/// way. So it is off unless the user's config says otherwise.
+const REPLICA_MIGRATION: (&str, &str) = ("cluster-allow-replica-migration", "no");
+
 /// Spread over Kubernetes nodes, and over zones when the nodes carry one.
 const SPREAD_KEYS: [&str; 2] = ["kubernetes.io/hostname", "topology.kubernetes.io/zone"];
 
@@ -63,6 +68,11 @@ pub fn member(
 ) -> ValkeyNode {
     let cluster_name = cluster.name_any();
     let mut template = cluster.spec.template.clone();
+    let (directive, value) = REPLICA_MIGRATION;
+    let config = &mut template.config.0;
+    if !config.keys().any(|k| k.eq_ignore_ascii_case(directive)) {
+        config.insert(directive.to_string(), value.to_string());
+    }
     let scheduling = template.scheduling.get_or_insert_with(Scheduling::default);
     spread_shard(
         &mut scheduling.topology_spread_constraints,
@@ -240,6 +250,28 @@ mod tests {
         assert_eq!(spread.len(), 2);
         assert_eq!(spread[0].max_skew, 2);
         assert_eq!(spread[1].topology_key, "topology.kubernetes.io/zone");
+    }
+
+    #[test]
+    fn replica_migration_is_off_unless_the_user_says() {
+        let at = Position {
+            shard: 0,
+            member: 0,
+        };
+        let n = member(&cluster(1, 1), at, None);
+        assert_eq!(
+            n.spec.template.config.0["cluster-allow-replica-migration"],
+            "no"
+        );
+        let mut c = cluster(1, 1);
+        c.spec
+            .template
+            .config
+            .0
+            .insert("Cluster-Allow-Replica-Migration".into(), "yes".into());
+        let config = member(&c, at, None).spec.template.config.0;
+        assert_eq!(config.len(), 1, "{config:?}");
+        assert_eq!(config["Cluster-Allow-Replica-Migration"], "yes");
     }
 
     #[test]

@@ -315,6 +315,13 @@ async fn a_cluster_forms_scales_and_keeps_every_key() {
     let name = "grow";
     let access = env.create_ready(valkey_cluster(name, 3, 1, false)).await;
     env.passwords_guard(name, &access).await;
+    // The planner places replicas; Valkey's own replica migration is off.
+    for m in &access.members {
+        assert_eq!(
+            access.cli(&m.ip, &["CONFIG", "GET", "cluster-allow-replica-migration"]),
+            "cluster-allow-replica-migration\nno"
+        );
+    }
     env.wait(
         "topology-controller Events about the cluster",
         SETTLE,
