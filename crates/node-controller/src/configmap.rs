@@ -75,6 +75,18 @@ pub fn config_map(
     }
 }
 
+/// Whether `live` already is `desired`: every field held and the same config keys (a key
+/// dropped from `desired` must be applied away, which a field-by-field check misses).
+pub fn is_current(desired: &ConfigMap, live: &ConfigMap) -> bool {
+    let keys = |cm: &ConfigMap| {
+        cm.data
+            .as_ref()
+            .map(|d| d.keys().cloned().collect::<Vec<_>>())
+            .unwrap_or_default()
+    };
+    keys(desired) == keys(live) && operator_runtime::is_applied(desired, live)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,5 +185,21 @@ mod tests {
         };
         assert_eq!(referenced_keys(&pod), ["valkey-abc.conf"]);
         assert!(referenced_keys(&PodSpec::default()).is_empty());
+    }
+
+    #[test]
+    fn a_live_config_map_is_current_only_with_the_same_keys() {
+        let n = fixtures::node("cache", ValkeyNodeSpec::default());
+        let desired = config_map(&n, &rendered("port 6379\n"), None, &[]);
+        let mut live = desired.clone();
+        live.metadata.uid = Some("u".into());
+        assert!(is_current(&desired, &live));
+        live.data
+            .as_mut()
+            .unwrap()
+            .insert("valkey-old.conf".into(), "x".into());
+        assert!(!is_current(&desired, &live), "the old key must be dropped");
+        let changed = config_map(&n, &rendered("port 6380\n"), None, &[]);
+        assert!(!is_current(&changed, &desired));
     }
 }

@@ -186,12 +186,23 @@ pub async fn reconcile(
         }
         keep.sort();
         keep.dedup();
+        // Each apply is skipped when the live object already says it all: an idle resync
+        // then costs reads only.
         let cm = configmap::config_map(&node, rendered, live_cm.as_ref(), &keep);
-        operator_runtime::apply(&config_maps, &cm_name, &cm, field_manager)
-            .await
-            .map_err(Error::api(Op::ApplyConfigMap, "ConfigMap", ns, &cm_name))?;
+        if !live_cm
+            .as_ref()
+            .is_some_and(|live| configmap::is_current(&cm, live))
+        {
+            operator_runtime::apply(&config_maps, &cm_name, &cm, field_manager)
+                .await
+                .map_err(Error::api(Op::ApplyConfigMap, "ConfigMap", ns, &cm_name))?;
+        }
 
-        if let Some(claim) = pvc::pvc(&node, live_claim.as_ref()) {
+        if let Some(claim) = pvc::pvc(&node, live_claim.as_ref()).filter(|claim| {
+            !live_claim
+                .as_ref()
+                .is_some_and(|live| operator_runtime::is_applied(claim, live))
+        }) {
             let applied = operator_runtime::apply(&claims, &claim_name, &claim, field_manager)
                 .await
                 .map_err(Error::api(
@@ -203,7 +214,20 @@ pub async fn reconcile(
             live_claim = Some(applied);
         }
 
+        let workload_current =
+            live_workload
+                .as_ref()
+                .is_some_and(|live| match (live, &desired.workload) {
+                    (LiveObject::StatefulSet(l), Workload::StatefulSet(d)) => {
+                        operator_runtime::is_applied(d, l)
+                    }
+                    (LiveObject::Deployment(l), Workload::Deployment(d)) => {
+                        operator_runtime::is_applied(d, l)
+                    }
+                    _ => false,
+                });
         match roll {
+            RollDecision::ApplyNow if workload_current => {}
             RollDecision::ApplyNow => {
                 let applied = match &desired.workload {
                     Workload::StatefulSet(s) => {

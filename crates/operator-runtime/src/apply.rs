@@ -47,6 +47,35 @@ where
         .await
 }
 
+/// Whether `live` already holds every field of `desired` with the same value, so applying
+/// `desired` would change nothing: the apply can be skipped, and an idle resync costs no
+/// write. Maps may hold more than `desired` (defaults, other managers' fields); lists must
+/// match element by element. A map key dropped from `desired` is not seen, so a caller whose
+/// desired maps can shrink compares those itself. A value the API server normalises (a
+/// quantity, say) just never compares equal, and is applied as before.
+pub fn is_applied<D: Serialize, L: Serialize>(desired: &D, live: &L) -> bool {
+    match (serde_json::to_value(desired), serde_json::to_value(live)) {
+        (Ok(desired), Ok(live)) => holds(&live, &desired),
+        _ => false,
+    }
+}
+
+fn holds(live: &serde_json::Value, desired: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match (live, desired) {
+        (Value::Object(live), Value::Object(desired)) => {
+            desired.iter().all(|(key, want)| match live.get(key) {
+                Some(have) => holds(have, want),
+                None => want.is_null(),
+            })
+        }
+        (Value::Array(live), Value::Array(desired)) => {
+            live.len() == desired.len() && live.iter().zip(desired).all(|(l, d)| holds(l, d))
+        }
+        (live, desired) => live == desired,
+    }
+}
+
 fn apply_params(field_manager: &str) -> PatchParams {
     PatchParams::apply(field_manager).force()
 }
@@ -77,6 +106,29 @@ mod tests {
             Some("valkey-operator/node")
         );
         assert!(params.force);
+    }
+
+    #[test]
+    fn applied_means_every_desired_field_is_live() {
+        use serde_json::json;
+        let desired =
+            json!({"metadata": {"labels": {"a": "1"}}, "spec": {"ports": [{"port": 6379}]}});
+        // Defaults and others' fields around ours: nothing to apply.
+        let live = json!({
+            "metadata": {"labels": {"a": "1", "b": "2"}, "uid": "u"},
+            "spec": {"ports": [{"port": 6379, "protocol": "TCP"}], "type": "ClusterIP"},
+        });
+        assert!(is_applied(&desired, &live));
+        // A changed value, a missing field, a list of another length: apply.
+        let changed =
+            json!({"metadata": {"labels": {"a": "2"}}, "spec": {"ports": [{"port": 6379}]}});
+        assert!(!is_applied(&changed, &live));
+        let more = json!({"spec": {"clusterIP": "None"}});
+        assert!(!is_applied(&more, &live));
+        let two_ports = json!({"spec": {"ports": [{"port": 6379}, {"port": 16379}]}});
+        assert!(!is_applied(&two_ports, &live));
+        // An explicit null is held by an absent field.
+        assert!(is_applied(&json!({"spec": {"selector": null}}), &live));
     }
 
     #[test]

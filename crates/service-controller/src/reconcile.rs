@@ -102,14 +102,20 @@ pub async fn reconcile(
         _ => {
             // Build and apply.
             let desired = service::desired(&node)?;
-            let applied =
-                operator_runtime::apply(&services, &service_name, &desired, field_manager)
+            // Skipped when the live Service already says it all: an idle resync costs a read.
+            let applied = match existing
+                .as_ref()
+                .filter(|live| operator_runtime::is_applied(&desired, live))
+            {
+                Some(live) => live.clone(),
+                None => operator_runtime::apply(&services, &service_name, &desired, field_manager)
                     .await
                     .map_err(|source| Error::ApplyService {
                         namespace: namespace.clone(),
                         name: service_name.clone(),
                         source: Box::new(source),
-                    })?;
+                    })?,
+            };
             let cluster_ip = service::cluster_ip(&applied);
             if existing.is_none() {
                 tracing::info!(node = %name, %namespace, service = %service_name, cluster_ip, "created Service");
