@@ -343,6 +343,20 @@ fn auth_secret_refs_are_checked() {
     );
 }
 
+#[test]
+fn tls_is_refused_until_it_is_implemented() {
+    rejected::<ValkeyNode>(
+        &node(json!({"tls": {"secretName": "cache-tls"}})),
+        None,
+        "tls is not supported yet",
+    );
+    rejected::<ValkeyCluster>(
+        &cluster(json!({"shards": 3, "template": {}, "tls": {"secretName": "t"}})),
+        None,
+        "tls is not supported yet",
+    );
+}
+
 // ---- ValkeyCluster ----------------------------------------------------------------------
 
 fn cluster(spec: Value) -> Value {
