@@ -6,27 +6,38 @@
 //!   `valkey-cli --cluster add-node` + `rebalance --cluster-use-empty-masters`;
 //! - failover: a primary's process frozen (SIGSTOP) until writes to its slots are accepted by
 //!   the replica that took over.
+//!
+//! The operator's clusters require a password (the default user's, from the Secret their
+//! members' `spec.auth` names; read through [`access`]). The hand-made floor nodes have no
+//! `spec.auth`, so they serve without one, as before.
 
 use std::collections::BTreeMap;
-use std::process::Command;
+use std::fs::File;
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use crd_types::ValkeyNode;
 use crd_types::node::Mode;
 use crd_types::template::WorkloadType;
-use crd_types::{ValkeyCluster, ValkeyNode};
-use fred::prelude::*;
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::PostParams;
+use local_cluster::cluster_testing::{
+    Access, ClusterApis, ClusterNode, DataSet, MemberAddr, PORT, Progress, access,
+};
 use local_cluster::testing::{cluster_with_operator, valkey_node};
 use serde_json::json;
 
 const NS: &str = "default";
 const POLL: Duration = Duration::from_millis(100);
 const LIMIT: Duration = Duration::from_secs(600);
-const CLI_LIMIT: Duration = Duration::from_secs(180);
+/// How long `valkey-cli --cluster rebalance` may run before it is killed and the figure
+/// reported as missing.
+const CLI_LIMIT: Duration = Duration::from_secs(300);
+/// Slots a primary of four holds once balanced.
+const QUARTER: u32 = 4096;
 
 #[tokio::main]
 async fn main() -> Result<()> {
@@ -37,44 +48,28 @@ async fn main() -> Result<()> {
     let run = std::env::temp_dir().join(format!("bench-cluster-{}", std::process::id()));
     let (cluster, _controllers) = cluster_with_operator(&run, true).await?;
     let client = cluster.client().await?;
-    let clusters: Api<ValkeyCluster> = Api::namespaced(client.clone(), NS);
-    let nodes: Api<ValkeyNode> = Api::namespaced(client.clone(), NS);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let apis = ClusterApis::new(&client, NS);
 
     eprintln!("bench-cluster: formation");
-    let operator_ready = apply_cluster(&clusters, "form", 3, 1).await?;
-    let floor = floor_formation(&nodes, "floor", 6, 1).await?;
+    let operator_ready = apply_cluster(&apis, "form", 3, 1).await?;
+    let floor = floor_formation(&apis.nodes, "floor", 6, 1).await?;
 
     eprintln!("bench-cluster: migration by the operator");
-    apply_cluster(&clusters, "mig", 3, 0).await?;
-    let seeds = member_ips(&nodes, "mig").await?;
-    let load = load_keys(&seeds, "mig", keys).await?;
-    let operator_migration = operator_scale_out(&clusters, &nodes, "mig").await?;
+    apply_cluster(&apis, "mig", 3, 0).await?;
+    let mig = cluster_access(&apis, "mig").await?;
+    let load = load_keys(&mig, "mig", keys).await?;
+    let operator_migration = operator_scale_out(&apis, &mig, "mig").await?;
 
     eprintln!("bench-cluster: migration by valkey-cli");
-    let floor_ips = floor_cluster(&nodes, "flmig", 3, 0).await?;
-    load_keys(&floor_ips, "flmig", keys).await?;
-    // valkey-cli 8.0.1's rebalance has been seen to stop with a slot left importing here; the
-    // figure is then reported as missing rather than the run hanging.
-    let cli_migration = match tokio::time::timeout(
-        CLI_LIMIT,
-        cli_scale_out(&nodes, "flmig", &floor_ips[0]),
-    )
-    .await
-    {
-        Ok(Ok(m)) => Some(m),
-        Ok(Err(e)) => {
-            eprintln!("bench-cluster: valkey-cli scale-out failed: {e:#}");
-            None
-        }
-        Err(_) => {
-            eprintln!("bench-cluster: valkey-cli scale-out did not finish in {CLI_LIMIT:?}");
-            None
-        }
-    };
+    let flmig = floor_cluster(&apis.nodes, "flmig", 3, 0).await?;
+    load_keys(&flmig, "flmig", keys).await?;
+    let cli_migration = cli_scale_out(&apis.nodes, &flmig, "flmig", &run)
+        .await
+        .inspect_err(|e| eprintln!("bench-cluster: valkey-cli scale-out failed: {e:#}"));
 
     eprintln!("bench-cluster: failover");
-    let failover = failover(&nodes, &pods, "form").await?;
+    let form = cluster_access(&apis, "form").await?;
+    let failover = failover(&apis.nodes, &apis.pods, &form, "form").await?;
 
     drop(cluster);
     let _ = std::fs::remove_dir_all(&run);
@@ -89,26 +84,31 @@ async fn main() -> Result<()> {
         secs(floor.formed)
     );
     println!(
-        "| loading {keys} keys (fred, 256 in flight) | {:.1} s | |",
+        "| loading {keys} keys (fred, MSET per slot, 64 in flight) | {:.1} s | |",
         secs(load)
     );
-    let floor_total = cli_migration
-        .as_ref()
-        .map_or("not measured".to_string(), |m| {
-            format!("{:.1} s (`add-node` + `rebalance`)", secs(m.total))
-        });
-    let floor_rate = cli_migration
-        .as_ref()
-        .map_or("not measured".to_string(), |m| {
+    let (floor_total, floor_rate) = match &cli_migration {
+        Ok(m) => (
+            format!(
+                "{:.1} s (`add-node` until every node knows the new one and it reports cluster_state:ok {:.1} s, then `rebalance` {:.1} s)",
+                secs(m.migration.total),
+                secs(m.joined),
+                secs(m.rebalance)
+            ),
             format!(
                 "{} keys / {:.1} s = {:.0} keys/s",
-                m.moved_keys,
-                secs(m.moving),
-                rate(m.moved_keys, m.moving)
-            )
-        });
+                m.migration.moved_keys,
+                secs(m.migration.moving),
+                rate(m.migration.moved_keys, m.migration.moving)
+            ),
+        ),
+        Err(e) => {
+            let why = format!("not measured: {}", first_line(&format!("{e:#}")));
+            (why.clone(), why)
+        }
+    };
     println!(
-        "| 3 -> 4 shards: new members Ready to 4096 slots each | {:.1} s | {floor_total} |",
+        "| 3 -> 4 shards: new primary Ready to 4096 slots, none open | {:.1} s | {floor_total} |",
         secs(operator_migration.total)
     );
     println!(
@@ -132,60 +132,69 @@ fn rate(keys: usize, d: Duration) -> f64 {
     keys as f64 / d.as_secs_f64().max(0.001)
 }
 
-async fn wait<T, F, Fut>(what: &str, mut probe: F) -> Result<T>
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or_default()
+}
+
+/// Polls `probe` every [`POLL`] until it yields a value; an `Err` from it ends the wait, a
+/// "not yet" (`Ok(Err(why))`) is kept to say why on timeout.
+async fn wait<T, F, Fut>(what: &str, limit: Duration, mut probe: F) -> Result<T>
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<Option<T>>>,
+    Fut: Future<Output = Result<Progress<T>>>,
 {
     let started = Instant::now();
     loop {
-        if let Some(value) = probe().await? {
-            return Ok(value);
-        }
-        if started.elapsed() > LIMIT {
-            bail!("timed out waiting for {what}");
+        let why = match probe().await? {
+            Ok(value) => return Ok(value),
+            Err(why) => why,
+        };
+        if started.elapsed() > limit {
+            bail!("timed out after {limit:?} waiting for {what}; last: {why}");
         }
         tokio::time::sleep(POLL).await;
     }
 }
 
-fn cli(ip: &str, args: &[&str]) -> Result<String> {
-    let out = Command::new("valkey-cli")
-        .args(["-h", ip, "-p", "6379"])
-        .args(args)
-        .output()
-        .context("running valkey-cli")?;
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-}
-
 /// Applies a ValkeyCluster and returns the time to phase Ready.
 async fn apply_cluster(
-    clusters: &Api<ValkeyCluster>,
+    apis: &ClusterApis,
     name: &str,
     shards: i32,
     replicas: i32,
 ) -> Result<Duration> {
-    let object: ValkeyCluster = serde_json::from_value(json!({
+    let object = serde_json::from_value(json!({
         "apiVersion": "valkey.rs/v1alpha1", "kind": "ValkeyCluster",
         "metadata": {"name": name, "namespace": NS},
         "spec": {"shards": shards, "replicasPerShard": replicas,
                  "template": {"persistence": {"size": "1Gi", "reclaimPolicy": "Delete"}}}
     }))?;
     let started = Instant::now();
-    clusters.create(&PostParams::default(), &object).await?;
-    wait(&format!("{name} to be Ready"), || async {
-        let c = clusters.get_status(name).await?;
-        Ok(c.status
-            .and_then(|s| s.phase)
-            .filter(|p| *p == crd_types::cluster::Phase::Ready)
-            .map(|_| ()))
+    apis.create(&object).await?;
+    wait(&format!("{name} to be Ready"), LIMIT, || async {
+        let c = apis.clusters.get_status(name).await?;
+        let phase = c.status.and_then(|s| s.phase);
+        Ok(match phase {
+            Some(crd_types::cluster::Phase::Ready) => Ok(()),
+            other => Err(format!("phase {other:?}")),
+        })
     })
     .await?;
     Ok(started.elapsed())
 }
 
-/// ClusterIPs of a topology's members (or of hand-made nodes named `<prefix>-<i>`), in name
-/// order.
+/// How to reach an operator-made cluster: its members and the default user's password,
+/// once the Secret holding it exists (its members' `spec.auth` names it).
+async fn cluster_access(apis: &ClusterApis, name: &str) -> Result<Access> {
+    wait(
+        &format!("the members and password Secret of {name}"),
+        LIMIT,
+        || async { Ok(access(apis, name).await.map_err(|e| format!("{e:#}"))) },
+    )
+    .await
+}
+
+/// ClusterIPs of hand-made nodes named `<prefix>-<i>`, in name order.
 async fn member_ips(nodes: &Api<ValkeyNode>, prefix: &str) -> Result<Vec<String>> {
     let mut ips: BTreeMap<String, String> = BTreeMap::new();
     for n in nodes.list(&Default::default()).await? {
@@ -200,20 +209,21 @@ async fn member_ips(nodes: &Api<ValkeyNode>, prefix: &str) -> Result<Vec<String>
     Ok(ips.into_values().collect())
 }
 
-/// Hand-made cluster-mode ValkeyNodes `<prefix>-<i>`; returns their IPs once all are Ready.
+/// A hand-made cluster-mode ValkeyNode (no `spec.auth`: it serves without a password).
+fn hand_node(name: &str) -> ValkeyNode {
+    let mut node = valkey_node(name, WorkloadType::StatefulSet, true, None);
+    node.spec.mode = Mode::Cluster;
+    node.spec.template.config.0.clear();
+    node
+}
+
+/// Hand-made nodes `<prefix>-<i>`; returns their IPs once all are Ready.
 async fn hand_nodes(nodes: &Api<ValkeyNode>, prefix: &str, count: usize) -> Result<Vec<String>> {
     for i in 0..count {
-        let mut node = valkey_node(
-            &format!("{prefix}-{i}"),
-            WorkloadType::StatefulSet,
-            true,
-            None,
-        );
-        node.spec.mode = Mode::Cluster;
-        node.spec.template.config.0.clear();
+        let node = hand_node(&format!("{prefix}-{i}"));
         nodes.create(&PostParams::default(), &node).await?;
     }
-    wait(&format!("{count} {prefix} nodes"), || async {
+    wait(&format!("{count} {prefix} nodes"), LIMIT, || async {
         let mut ready = 0;
         for i in 0..count {
             let n = nodes.get_status(&format!("{prefix}-{i}")).await?;
@@ -221,10 +231,45 @@ async fn hand_nodes(nodes: &Api<ValkeyNode>, prefix: &str, count: usize) -> Resu
                 ready += 1;
             }
         }
-        Ok((ready == count).then_some(()))
+        Ok(if ready == count {
+            Ok(())
+        } else {
+            Err(format!("{ready} of {count} Ready"))
+        })
     })
     .await?;
     member_ips(nodes, prefix).await
+}
+
+/// One more hand-made node named exactly `name`; its IP once Ready.
+async fn hand_node_ready(nodes: &Api<ValkeyNode>, name: &str) -> Result<String> {
+    nodes
+        .create(&PostParams::default(), &hand_node(name))
+        .await?;
+    wait(&format!("{name} to be Ready"), LIMIT, || async {
+        let status = nodes.get_status(name).await?.status.unwrap_or_default();
+        let ready = status.workload.is_some_and(|w| w.ready);
+        let ip = status.endpoint.and_then(|e| e.cluster_ip);
+        Ok(ip.filter(|_| ready).ok_or_else(|| "not Ready".to_string()))
+    })
+    .await
+}
+
+/// [`Access`] to hand-made primaries (no password).
+fn floor_access(prefix: &str, ips: &[String]) -> Access {
+    Access {
+        members: ips
+            .iter()
+            .enumerate()
+            .map(|(i, ip)| MemberAddr {
+                name: format!("{prefix}-{i}"),
+                shard: i as u32,
+                member: 0,
+                ip: ip.clone(),
+            })
+            .collect(),
+        password: None,
+    }
 }
 
 struct Floor {
@@ -242,259 +287,282 @@ async fn floor_formation(
     let ips = hand_nodes(nodes, prefix, count).await?;
     let nodes_ready = started.elapsed();
     let started = Instant::now();
-    cli_create(&ips, replicas)?;
+    cli_create(&floor_access(prefix, &ips), replicas).await?;
     Ok(Floor {
         nodes_ready,
         formed: started.elapsed(),
     })
 }
 
+/// Hand-made primaries formed into a cluster; its [`Access`].
 async fn floor_cluster(
     nodes: &Api<ValkeyNode>,
     prefix: &str,
     count: usize,
     replicas: usize,
-) -> Result<Vec<String>> {
+) -> Result<Access> {
     let ips = hand_nodes(nodes, prefix, count).await?;
-    cli_create(&ips, replicas)?;
-    Ok(ips)
+    let access = floor_access(prefix, &ips);
+    cli_create(&access, replicas).await?;
+    Ok(access)
 }
 
-/// `valkey-cli --cluster create`, then wait for `--cluster check` to pass (every node agrees).
-fn cli_create(ips: &[String], replicas: usize) -> Result<()> {
-    let addrs: Vec<String> = ips.iter().map(|ip| format!("{ip}:6379")).collect();
-    let out = Command::new("valkey-cli")
-        .arg("--cluster")
-        .arg("create")
-        .args(&addrs)
-        .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
-        .output()?;
+/// `valkey-cli --cluster <args>`, logged in with `access`'s password if it has one
+/// (REDISCLI_AUTH, so it is not on the command line).
+fn cluster_cli(access: &Access, args: &[&str]) -> Command {
+    let mut command = Command::new("valkey-cli");
+    if let Some(password) = &access.password {
+        command.env("REDISCLI_AUTH", password);
+    }
+    command.arg("--cluster").args(args);
+    command
+}
+
+/// Runs a `valkey-cli --cluster` command that must succeed (bounded by [`LIMIT`]).
+fn cluster_cli_ok(access: &Access, args: &[&str]) -> Result<String> {
+    let out = cluster_cli(access, args).output()?;
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
     if !out.status.success() {
-        bail!("cluster create: {}", String::from_utf8_lossy(&out.stdout));
+        bail!(
+            "valkey-cli --cluster {} exited with {}: {text}{}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
-    let started = Instant::now();
-    loop {
-        let check = Command::new("valkey-cli")
-            .args(["--cluster", "check", &addrs[0]])
-            .output()?;
-        let text = String::from_utf8_lossy(&check.stdout);
-        if check.status.success() && text.contains("All nodes agree") {
-            return Ok(());
-        }
-        if started.elapsed() > LIMIT {
-            bail!("cluster check never passed: {text}");
-        }
-        std::thread::sleep(POLL);
-    }
+    Ok(text)
 }
 
-/// Writes `count` keys through a cluster client seeded with `seeds`.
-async fn load_keys(seeds: &[String], prefix: &str, count: usize) -> Result<Duration> {
-    let config = Config {
-        server: ServerConfig::new_clustered(seeds.iter().map(|ip| (ip.as_str(), 6379)).collect()),
-        ..Default::default()
-    };
-    // A cluster just formed may not answer CLUSTER SLOTS consistently on every seed for a
-    // moment (gossip); try again for a while.
-    let client = wait("a cluster client to connect", || {
-        let config = config.clone();
-        async move {
-            let client = Client::new(config, None, None, None);
-            match client.init().await {
-                Ok(_) => Ok(Some(client)),
-                Err(e) => {
-                    eprintln!("bench-cluster: cluster client: {e}; retrying");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                    Ok(None)
-                }
-            }
-        }
+fn addr(ip: &str) -> String {
+    format!("{ip}:{PORT}")
+}
+
+/// `valkey-cli --cluster create`, then wait for `--cluster check` to pass (every node agrees,
+/// every slot covered, nothing open).
+async fn cli_create(access: &Access, replicas: usize) -> Result<()> {
+    let addrs: Vec<String> = access.members.iter().map(|m| addr(&m.ip)).collect();
+    let mut args = vec!["create"];
+    args.extend(addrs.iter().map(String::as_str));
+    let replicas = replicas.to_string();
+    args.extend(["--cluster-replicas", &replicas, "--cluster-yes"]);
+    cluster_cli_ok(access, &args)?;
+    wait("--cluster check to pass", LIMIT, || async {
+        Ok(access.check().map(|_| ()))
     })
-    .await?;
-    let started = Instant::now();
-    let mut writes = futures::stream::iter(0..count)
-        .map(|i| {
-            let client = &client;
-            async move {
-                client
-                    .set::<(), _, _>(
-                        format!("{prefix}:{i}"),
-                        format!("value-{i}"),
-                        None,
-                        None,
-                        false,
-                    )
-                    .await
-            }
-        })
-        .buffer_unordered(256);
-    while let Some(result) = writes.next().await {
-        result?;
-    }
-    let took = started.elapsed();
-    client.quit().await?;
-    Ok(took)
+    .await
+}
+
+/// Writes `count` keys `<prefix>:<i>` through a cluster client; retried while a cluster
+/// just formed does not yet answer CLUSTER SLOTS consistently (gossip).
+async fn load_keys(access: &Access, prefix: &str, count: usize) -> Result<Duration> {
+    let data = DataSet::new(prefix, count);
+    wait(&format!("{count} keys to load"), LIMIT, || async {
+        Ok(data.load(access).await.map_err(|e| {
+            eprintln!("bench-cluster: loading keys: {e:#}; retrying");
+            format!("{e:#}")
+        }))
+    })
+    .await
 }
 
 struct Migration {
     /// From the new primary answering until it holds its share and no slot is open.
     total: Duration,
-    /// From the first slot seen moving to the last.
+    /// From the first slot seen opening to the last closed.
     moving: Duration,
     moved_keys: usize,
 }
 
-/// Slots owned per node id, and whether any slot is open, from one member's CLUSTER NODES.
-fn slot_map(ip: &str) -> Result<(BTreeMap<String, usize>, bool)> {
-    let text = cli(ip, &["CLUSTER", "NODES"])?;
-    let mut owned = BTreeMap::new();
-    let mut open = false;
-    for line in text.lines() {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        if fields.len() < 8 {
-            continue;
-        }
-        let mut slots = 0;
-        for s in &fields[8..] {
-            if s.starts_with('[') {
-                open = true;
-            } else if let Some((a, b)) = s.split_once('-') {
-                slots += b.parse::<usize>()? - a.parse::<usize>()? + 1;
-            } else {
-                slots += 1;
-            }
-        }
-        owned.insert(fields[0].to_string(), slots);
-    }
+/// Slots owned by `id` and the open slots, as the node at `ip` sees them.
+fn slots_seen_by(access: &Access, ip: &str, id: &str) -> Result<(u32, usize)> {
+    let view = access.nodes_seen_by(ip)?;
+    let owned = view
+        .iter()
+        .find(|n| n.id == id)
+        .map_or(0, ClusterNode::slot_count);
+    let open = view.iter().map(|n| n.open_slots.len()).sum();
     Ok((owned, open))
 }
 
-/// Waits until the node at `new_ip` holds 4096 slots with nothing open; times the moving.
-async fn watch_migration(observer: &str, new_ip: &str, started: Instant) -> Result<Migration> {
-    let new_id = cli(new_ip, &["CLUSTER", "MYID"])?;
-    let mut first_move: Option<Instant> = None;
-    loop {
-        let (owned, open) = slot_map(observer)?;
-        let mine = owned.get(&new_id).copied().unwrap_or(0);
-        if first_move.is_none() && (mine > 0 || open) {
-            first_move = Some(Instant::now());
-        }
-        if mine >= 4096 && !open {
-            let done = Instant::now();
-            let moved_keys: usize = cli(new_ip, &["DBSIZE"])?.parse()?;
-            return Ok(Migration {
-                total: done - started,
-                moving: done - first_move.unwrap_or(done),
-                moved_keys,
-            });
-        }
-        if started.elapsed() > LIMIT {
-            bail!("migration did not finish: {owned:?}");
-        }
-        tokio::time::sleep(POLL).await;
-    }
+/// Whether a move to `new_ip` has started: the new primary imports or owns a slot.
+fn moving(access: &Access, new_ip: &str, new_id: &str) -> Result<bool> {
+    let (owned, open) = slots_seen_by(access, new_ip, new_id)?;
+    Ok(owned > 0 || open > 0)
 }
 
-async fn operator_scale_out(
-    clusters: &Api<ValkeyCluster>,
-    nodes: &Api<ValkeyNode>,
-    name: &str,
-) -> Result<Migration> {
-    let observer = member_ips(nodes, name).await?[0].clone();
-    clusters
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"shards": 4}})),
-        )
-        .await?;
+/// Whether the new primary holds [`QUARTER`] slots with nothing open, as both it and
+/// `observer` see it.
+fn balanced(access: &Access, observer: &str, new_ip: &str, new_id: &str) -> Result<Progress<()>> {
+    for ip in [observer, new_ip] {
+        let (owned, open) = slots_seen_by(access, ip, new_id)?;
+        if owned < QUARTER || open > 0 {
+            return Ok(Err(format!(
+                "{ip} sees {owned} slots on the new primary, {open} open"
+            )));
+        }
+    }
+    Ok(Ok(()))
+}
+
+async fn operator_scale_out(apis: &ClusterApis, access: &Access, name: &str) -> Result<Migration> {
+    let observer = access.members[0].ip.clone();
+    apis.patch(name, json!({"spec": {"shards": 4}})).await?;
     let new_member = format!("{name}-3-0");
-    let new_ip = wait("the new primary to answer", || async {
-        let Some(n) = nodes.get_opt(&new_member).await? else {
-            return Ok(None);
+    let new_ip = wait("the new primary to answer", LIMIT, || async {
+        let Some(n) = apis.nodes.get_opt(&new_member).await? else {
+            return Ok(Err("not created".into()));
         };
         let status = n.status.unwrap_or_default();
         let ready = status.workload.is_some_and(|w| w.ready);
-        Ok(status.endpoint.and_then(|e| e.cluster_ip).filter(|_| ready))
+        let ip = status.endpoint.and_then(|e| e.cluster_ip);
+        Ok(ip.filter(|_| ready).ok_or_else(|| "not Ready".to_string()))
     })
     .await?;
-    watch_migration(&observer, &new_ip, Instant::now()).await
-}
-
-async fn cli_scale_out(nodes: &Api<ValkeyNode>, prefix: &str, existing: &str) -> Result<Migration> {
-    let new_ip = hand_nodes_one(nodes, &format!("{prefix}-3")).await?;
     let started = Instant::now();
-    let add = Command::new("valkey-cli")
-        .args([
-            "--cluster",
-            "add-node",
-            &format!("{new_ip}:6379"),
-            &format!("{existing}:6379"),
-        ])
-        .output()?;
-    if !add.status.success() {
-        bail!("add-node: {}", String::from_utf8_lossy(&add.stdout));
-    }
-    let new_id = cli(&new_ip, &["CLUSTER", "MYID"])?;
-    // rebalance right after add-node sees three primaries (the new one is still being
-    // gossiped) and exits 0 having moved nothing: wait until every node knows it.
-    wait("every node to know the new one", || async {
-        let out = Command::new("valkey-cli")
-            .args(["--cluster", "check", &format!("{existing}:6379")])
-            .output()?;
-        let text = String::from_utf8_lossy(&out.stdout);
-        Ok((text.contains(&new_ip) && text.contains("All nodes agree")).then_some(()))
+    let new_id = access.node_id(&new_ip)?;
+    let mut first_move: Option<Instant> = None;
+    wait("the operator's migration", LIMIT, || {
+        if first_move.is_none() && moving(access, &new_ip, &new_id).unwrap_or(false) {
+            first_move = Some(Instant::now());
+        }
+        let done = balanced(access, &observer, &new_ip, &new_id);
+        async move { done }
     })
     .await?;
-    let first_move = async {
-        loop {
-            let (owned, open) = slot_map(existing)?;
-            if open || owned.get(&new_id).copied().unwrap_or(0) > 0 {
-                return Ok::<_, anyhow::Error>(Instant::now());
-            }
-            tokio::time::sleep(POLL).await;
-        }
-    };
-    let rebalance = async {
-        let out = Command::new("valkey-cli")
-            .args([
-                "--cluster",
-                "rebalance",
-                &format!("{existing}:6379"),
-                "--cluster-use-empty-masters",
-            ])
-            .output()?;
-        if !out.status.success() {
-            bail!("rebalance: {}", String::from_utf8_lossy(&out.stdout));
-        }
-        Ok::<_, anyhow::Error>(Instant::now())
-    };
-    let (first, done) = tokio::join!(first_move, rebalance);
-    let (first, done) = (first?, done?);
+    let done = Instant::now();
     Ok(Migration {
         total: done - started,
-        moving: done.saturating_duration_since(first),
-        moved_keys: cli(&new_ip, &["DBSIZE"])?.parse()?,
+        moving: done - first_move.unwrap_or(done),
+        moved_keys: access.cli(&new_ip, &["DBSIZE"]).parse()?,
     })
 }
 
-/// One more hand-made cluster-mode node named exactly `name`; its IP once Ready.
-async fn hand_nodes_one(nodes: &Api<ValkeyNode>, name: &str) -> Result<String> {
-    let mut node = valkey_node(name, WorkloadType::StatefulSet, true, None);
-    node.spec.mode = Mode::Cluster;
-    node.spec.template.config.0.clear();
-    nodes.create(&PostParams::default(), &node).await?;
-    wait(&format!("{name} to be Ready"), || async {
-        let status = nodes.get_status(name).await?.status.unwrap_or_default();
-        let ready = status.workload.is_some_and(|w| w.ready);
-        Ok(status.endpoint.and_then(|e| e.cluster_ip).filter(|_| ready))
+struct CliMigration {
+    /// `total` runs from the new node Ready (`add-node` starts) to `rebalance` done.
+    migration: Migration,
+    /// `add-node` until the new node can take slots (see [`joined`]).
+    joined: Duration,
+    /// The `rebalance` process's run.
+    rebalance: Duration,
+}
+
+/// Whether a node just added is ready for `rebalance`:
+/// - every other member lists it by its id (not in handshake), linked: otherwise `rebalance`
+///   run from a member that does not list it yet says "No rebalancing needed", and a source
+///   that does not know it refuses `CLUSTER SETSLOT <slot> MIGRATING <id>` ("I don't know
+///   about node"), leaving the slot importing on the new node;
+/// - the new node reports `cluster_state:ok`: a primary that was in a minority (a new node
+///   with no slot map yet) waits out the rejoin delay (the node timeout, at most 5 s) before
+///   it does, and until then it answers MIGRATE's RESTORE-ASKING with CLUSTERDOWN, which also
+///   stops `rebalance` with its first slot open;
+/// - `--cluster check` passes (every node agrees, every slot covered, nothing open).
+fn joined(access: &Access, new_ip: &str, new_id: &str) -> Result<Progress<()>> {
+    for m in &access.members {
+        let view = access.nodes_seen_by(&m.ip)?;
+        match view.iter().find(|n| n.id == new_id) {
+            None => return Ok(Err(format!("{} does not know the new node", m.name))),
+            Some(n) if n.has_flag("handshake") || !n.connected || n.failing() => {
+                return Ok(Err(format!(
+                    "{} sees the new node as {:?}",
+                    m.name, n.flags
+                )));
+            }
+            Some(_) => {}
+        }
+    }
+    let info = access.cli(new_ip, &["CLUSTER", "INFO"]);
+    if !info.lines().any(|l| l.trim() == "cluster_state:ok") {
+        return Ok(Err(format!(
+            "the new node is not cluster_state:ok: {}",
+            first_line(&info)
+        )));
+    }
+    Ok(access.check().map(|_| ()))
+}
+
+/// The floor: a fourth hand-made node, `valkey-cli --cluster add-node`, then (once it can
+/// take slots, see [`joined`]) `valkey-cli --cluster rebalance --cluster-use-empty-masters`
+/// with its defaults (`--cluster-pipeline 10`, `--cluster-timeout 60000`), its output in
+/// `<run>/rebalance.out`.
+async fn cli_scale_out(
+    nodes: &Api<ValkeyNode>,
+    access: &Access,
+    prefix: &str,
+    run: &Path,
+) -> Result<CliMigration> {
+    let new_ip = hand_node_ready(nodes, &format!("{prefix}-3")).await?;
+    let new_id = access.node_id(&new_ip)?;
+    let seed = addr(&access.members[0].ip);
+    let started = Instant::now();
+    cluster_cli_ok(access, &["add-node", &addr(&new_ip), &seed])?;
+    wait("the new node to join", Duration::from_secs(60), || async {
+        match joined(access, &new_ip, &new_id) {
+            Err(e) => Ok(Err(format!("{e:#}"))),
+            other => other,
+        }
     })
-    .await
+    .await?;
+    let joined = started.elapsed();
+
+    let rebalance_started = Instant::now();
+    let mut child = cluster_cli(access, &["rebalance", &seed, "--cluster-use-empty-masters"])
+        .stdout(File::create(run.join("rebalance.out"))?)
+        .stderr(Stdio::from(File::create(run.join("rebalance.err"))?))
+        .spawn()
+        .context("starting valkey-cli --cluster rebalance")?;
+    let mut first_move: Option<Instant> = None;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if first_move.is_none() && moving(access, &new_ip, &new_id).unwrap_or(false) {
+            first_move = Some(Instant::now());
+        }
+        if rebalance_started.elapsed() > CLI_LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("rebalance did not finish in {CLI_LIMIT:?}: {}", tail(run));
+        }
+        tokio::time::sleep(POLL).await;
+    };
+    let done = Instant::now();
+    if !status.success() {
+        bail!("rebalance exited with {status}: {}", tail(run));
+    }
+    // It exits 0 also when it moved nothing ("No rebalancing needed"): check the result.
+    balanced(access, &access.members[0].ip, &new_ip, &new_id)?
+        .map_err(|why| anyhow::anyhow!("rebalance exited 0 but {why}: {}", tail(run)))?;
+    Ok(CliMigration {
+        migration: Migration {
+            total: done - started,
+            moving: done - first_move.unwrap_or(done),
+            moved_keys: access.cli(&new_ip, &["DBSIZE"]).parse()?,
+        },
+        joined,
+        rebalance: done - rebalance_started,
+    })
+}
+
+/// The last lines of `rebalance`'s output (stdout, then stderr) other than its progress
+/// marks.
+fn tail(run: &Path) -> String {
+    let read = |name: &str| std::fs::read_to_string(run.join(name)).unwrap_or_default();
+    let text = read("rebalance.out") + &read("rebalance.err");
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.chars().all(|c| c == '#'))
+        .collect();
+    lines[lines.len().saturating_sub(6)..].join(" / ")
 }
 
 /// Freezes shard 0's primary with SIGSTOP and times until its replica accepts a write to a
 /// slot of that shard; then lets the old primary continue (it rejoins as a replica).
-async fn failover(nodes: &Api<ValkeyNode>, pods: &Api<Pod>, cluster: &str) -> Result<Duration> {
+async fn failover(
+    nodes: &Api<ValkeyNode>,
+    pods: &Api<Pod>,
+    access: &Access,
+    cluster: &str,
+) -> Result<Duration> {
     let (primary, replica) = {
         let a = nodes.get_status(&format!("{cluster}-0-0")).await?;
         let b = nodes.get_status(&format!("{cluster}-0-1")).await?;
@@ -517,15 +585,20 @@ async fn failover(nodes: &Api<ValkeyNode>, pods: &Api<Pod>, cluster: &str) -> Re
             .context("no ClusterIP")
     };
     let replica_ip = ip(&replica)?;
-    // A key of the shard: the replica serves it read-only, so KEYSLOT plus the slot map pick it.
-    let key = (0..)
+    // A key of the shard: the primary's slots from its own view, KEYSLOT from the replica.
+    let primary_ip = ip(&primary)?;
+    let own = access
+        .nodes_seen_by(&primary_ip)?
+        .into_iter()
+        .find(ClusterNode::is_myself)
+        .context("the primary does not list itself")?;
+    let key = (0..10_000)
         .map(|i| format!("failover-{i}"))
         .find(|k| {
-            let slot: u16 = cli(&replica_ip, &["CLUSTER", "KEYSLOT", k])
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(u16::MAX);
-            slot <= 5460
+            access
+                .cli(&replica_ip, &["CLUSTER", "KEYSLOT", k])
+                .parse::<u16>()
+                .is_ok_and(|slot| own.owns(slot))
         })
         .context("no key for shard 0")?;
     let pod_name = primary
@@ -543,8 +616,9 @@ async fn failover(nodes: &Api<ValkeyNode>, pods: &Api<Pod>, cluster: &str) -> Re
     let pid = valkey_pid(&pod_ip)?;
     let started = Instant::now();
     signal(pid, "STOP")?;
-    let result = wait("the replica to accept writes", || async {
-        Ok((cli(&replica_ip, &["SET", &key, "v"])? == "OK").then_some(()))
+    let result = wait("the replica to accept writes", LIMIT, || async {
+        let reply = access.cli(&replica_ip, &["SET", &key, "v"]);
+        Ok(if reply == "OK" { Ok(()) } else { Err(reply) })
     })
     .await;
     let took = started.elapsed();
