@@ -258,11 +258,13 @@ fn default_exporter_port() -> i32 {
 #[serde(rename_all = "camelCase")]
 pub struct SecretKeyRef {
     /// Secret name.
-    #[x_kube(validation = Rule::new("self.size() > 0 && self.size() <= 253 && self.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$')").message("a Secret name is lower-case letters, digits, '-' and '.', at most 253 characters"))]
+    #[schemars(length(max = 253))]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')").message("a Secret name is a DNS subdomain: lower-case letters, digits, '-' and '.', starting and ending each part with a letter or digit, at most 253 characters"))]
     pub name: String,
     /// Key inside the Secret.
     #[serde(default = "default_password_key")]
-    #[x_kube(validation = Rule::new("self.size() > 0 && self.size() <= 253 && self.matches('^[-._a-zA-Z0-9]+$')").message("a Secret key is letters, digits, '-', '_' and '.'"))]
+    #[schemars(length(max = 253))]
+    #[x_kube(validation = Rule::new("self.matches('^[-._a-zA-Z0-9]+$')").message("a Secret key is letters, digits, '-', '_' and '.'"))]
     pub key: String,
 }
 

@@ -320,12 +320,17 @@ fn auth_secret_refs_are_checked() {
     rejected::<ValkeyNode>(
         &with_auth(json!({"passwordSecretRef": {"name": ""}})),
         None,
-        "a Secret name is lower-case letters",
+        "a Secret name is a DNS subdomain",
     );
     rejected::<ValkeyNode>(
         &with_auth(json!({"operatorSecretRef": {"name": "Cache_Auth"}})),
         None,
-        "a Secret name is lower-case letters",
+        "a Secret name is a DNS subdomain",
+    );
+    rejected::<ValkeyNode>(
+        &with_auth(json!({"passwordSecretRef": {"name": "a..b"}})),
+        None,
+        "a Secret name is a DNS subdomain",
     );
     rejected::<ValkeyNode>(
         &with_auth(json!({"passwordSecretRef": {"name": "a", "key": "pass word"}})),
@@ -341,6 +346,23 @@ fn auth_secret_refs_are_checked() {
         None,
         "a Secret key is letters, digits",
     );
+}
+
+#[test]
+fn the_operator_secret_of_a_cluster_cannot_change() {
+    let with = |auth: Value| cluster(json!({"shards": 3, "template": {}, "auth": auth}));
+    let none = cluster(json!({"shards": 3, "template": {}}));
+    let named = with(json!({"operatorSecretRef": {"name": "op", "key": "password"}}));
+    let other = with(json!({"operatorSecretRef": {"name": "op2", "key": "password"}}));
+    let message = "auth.operatorSecretRef cannot change after creation";
+    accepted::<ValkeyCluster>(&named, None);
+    accepted::<ValkeyCluster>(&named, Some(&named));
+    rejected::<ValkeyCluster>(&other, Some(&named), message);
+    rejected::<ValkeyCluster>(&named, Some(&none), message);
+    rejected::<ValkeyCluster>(&none, Some(&named), message);
+    // The default user's Secret may change (it rolls the members).
+    let password = with(json!({"passwordSecretRef": {"name": "app", "key": "password"}}));
+    accepted::<ValkeyCluster>(&password, Some(&none));
 }
 
 #[test]

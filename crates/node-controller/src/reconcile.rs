@@ -214,18 +214,27 @@ pub async fn reconcile(
             live_claim = Some(applied);
         }
 
-        let workload_current =
+        // Where the live workload departs from the desired one (None: it holds it all).
+        let workload_difference =
             live_workload
                 .as_ref()
-                .is_some_and(|live| match (live, &desired.workload) {
+                .map(|live| match (live, &desired.workload) {
                     (LiveObject::StatefulSet(l), Workload::StatefulSet(d)) => {
-                        operator_runtime::is_applied(d, l)
+                        operator_runtime::first_difference(d, l)
                     }
                     (LiveObject::Deployment(l), Workload::Deployment(d)) => {
-                        operator_runtime::is_applied(d, l)
+                        operator_runtime::first_difference(d, l)
                     }
-                    _ => false,
+                    _ => Some("kind".into()),
                 });
+        let workload_current = matches!(workload_difference, Some(None));
+        if let (Some(Some(at)), Some(live)) = (&workload_difference, live_revision.as_deref())
+            && live == desired.revision
+        {
+            // Same revision yet different: drift (someone edited it) or a value the API
+            // server rewrites, which would cost an apply on every look.
+            tracing::info!(node = %name, namespace = ns, field = %at, "workload differs from its spec; applying");
+        }
         match roll {
             RollDecision::ApplyNow if workload_current => {}
             RollDecision::ApplyNow => {

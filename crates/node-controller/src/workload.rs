@@ -260,8 +260,8 @@ fn secret_env(name: &str, secret: &SecretKeyRef) -> EnvVar {
 
 /// POD_IP, POD_NAME and POD_NAMESPACE from the downward API, then the passwords the
 /// rendered args reference. A missing Secret keeps the container from starting (the pod
-/// waits with CreateContainerConfigError, which the node's status reports); it never starts
-/// a server without its password.
+/// waits with CreateContainerConfigError, which the node's status reports); an empty one is
+/// refused by [`server_command`].
 fn valkey_env(node: &ValkeyNode) -> Vec<EnvVar> {
     let mut env = vec![
         field_env(POD_IP_ENV, "status.podIP"),
@@ -362,7 +362,7 @@ fn valkey_container(node: &ValkeyNode, rendered: &RenderedConfig) -> Container {
         name: VALKEY_CONTAINER.into(),
         image: Some(t.image.clone()),
         image_pull_policy: t.image_pull_policy.clone(),
-        command: Some(vec![program.into()]),
+        command: Some(server_command(node, program)),
         args: Some(args),
         ports: Some(container_ports),
         env: Some(valkey_env(node)),
@@ -392,6 +392,40 @@ fn valkey_container(node: &ValkeyNode, rendered: &RenderedConfig) -> Container {
         termination_message_policy: Some("FallbackToLogsOnError".into()),
         ..Default::default()
     }
+}
+
+/// The server's command. With passwords, a shell first refuses an empty one (or `-`, which
+/// valkey-server would read as "config from stdin"): Valkey takes an empty `requirepass` as
+/// no password at all, so a blank Secret must stop the start, loudly, rather than serve
+/// everyone. `exec` keeps the server the container's process; `$0` is the program.
+fn server_command(node: &ValkeyNode, program: &str) -> Vec<String> {
+    let Some(auth) = &node.spec.auth else {
+        return vec![program.into()];
+    };
+    let mut checks = Vec::new();
+    for (set, var, field) in [
+        (
+            auth.password_secret_ref.is_some(),
+            PASSWORD_ENV,
+            "passwordSecretRef",
+        ),
+        (
+            auth.operator_secret_ref.is_some(),
+            OPERATOR_PASSWORD_ENV,
+            "operatorSecretRef",
+        ),
+    ] {
+        if set {
+            checks.push(format!(
+                "case \"${{{var}-}}\" in ''|-) echo \"the password from auth.{field} is empty (or '-'): refusing to start without one\" >&2; exit 1;; esac"
+            ));
+        }
+    }
+    if checks.is_empty() {
+        return vec![program.into()];
+    }
+    checks.push("exec \"$0\" \"$@\"".into());
+    vec!["sh".into(), "-c".into(), checks.join("\n"), program.into()]
 }
 
 fn sentinel_init_container(node: &ValkeyNode) -> Container {
@@ -958,6 +992,53 @@ mod tests {
                 .iter()
                 .flatten()
                 .any(|v| v.name == "REDIS_USER" && v.value.as_deref() == Some("operator"))
+        );
+    }
+
+    #[test]
+    fn an_empty_password_stops_the_start() {
+        let d = build(&node(Mode::Cluster, |s| {
+            s.auth = Some(Auth {
+                password_secret_ref: Some(secret("app")),
+                operator_secret_ref: Some(secret("op")),
+            });
+        }));
+        let command = container(&d, "valkey").command.clone().unwrap();
+        assert_eq!(command[..2], ["sh", "-c"]);
+        assert_eq!(command[3], "valkey-server", "$0 is the program");
+        let run = |env: &[(&str, &str)]| {
+            let out = std::process::Command::new("sh")
+                .args(["-c", &command[2], "echo"])
+                .arg("started")
+                .env_clear()
+                .envs(env.iter().copied())
+                .output()
+                .unwrap();
+            (
+                out.status.success(),
+                String::from_utf8_lossy(&out.stdout).trim().to_string(),
+                String::from_utf8_lossy(&out.stderr).to_string(),
+            )
+        };
+        let ok = [
+            ("REDISCLI_AUTH", "a b"),
+            ("VALKEY_OPERATOR_PASSWORD", "--x"),
+        ];
+        assert_eq!(run(&ok).1, "started");
+        for bad in [
+            vec![("REDISCLI_AUTH", ""), ("VALKEY_OPERATOR_PASSWORD", "x")],
+            vec![("REDISCLI_AUTH", "x"), ("VALKEY_OPERATOR_PASSWORD", "-")],
+            vec![("REDISCLI_AUTH", "x")],
+        ] {
+            let (success, stdout, stderr) = run(&bad);
+            assert!(!success && stdout.is_empty(), "{bad:?}");
+            assert!(stderr.contains("refusing to start"), "{stderr}");
+        }
+        // Without auth the server is started directly.
+        let plain = build(&node(Mode::Cluster, |_| {}));
+        assert_eq!(
+            container(&plain, "valkey").command.as_deref(),
+            Some(&["valkey-server".to_string()][..])
         );
     }
 

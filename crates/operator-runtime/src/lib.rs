@@ -106,7 +106,7 @@ use k8s_openapi::NamespaceResourceScope;
 use kube::{Api, Client, Resource};
 use tokio::net::TcpListener;
 
-pub use apply::{apply, apply_status, is_applied};
+pub use apply::{apply, apply_status, first_difference, is_applied};
 pub use cli::{CommonArgs, LogFormat};
 pub use http::Readiness;
 pub use leader::LeaderError;

@@ -14,6 +14,8 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource, ResourceExt};
 
+use crate::plan::{FailoverReason, Step};
+
 /// The key a generated Secret keeps its password under.
 pub const GENERATED_KEY: &str = "password";
 /// Random bytes in a generated password (hex-encoded, so 64 characters).
@@ -80,6 +82,73 @@ pub fn generated_secret(cluster: &ValkeyCluster, secret: &str, password: &str) -
             ByteString(password.as_bytes().to_vec()),
         )])),
         ..Default::default()
+    }
+}
+
+/// Why a Secret with a generated name cannot be used by `cluster`: it is being deleted, or
+/// another object controls it (an earlier cluster of the same name, not yet collected).
+pub fn not_this_clusters(secret: &Secret, cluster: &ValkeyCluster) -> Option<String> {
+    let name = secret.name_any();
+    if secret.metadata.deletion_timestamp.is_some() {
+        return Some(format!("Secret {name} is being deleted"));
+    }
+    let uid = cluster.uid();
+    let other = secret
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true) && Some(&o.uid) != uid.as_ref())?;
+    Some(format!(
+        "Secret {name} belongs to {} {} ({}), not this cluster; delete it or wait for it to be collected",
+        other.kind, other.name, other.uid
+    ))
+}
+
+/// The planner's step, held back by what is known of the passwords:
+/// - without the operator's password nothing was asked, so nothing may be done;
+/// - while the default user's password cannot be read (missing, empty), no member may
+///   restart (a roll, or the hand-over before one) and the cluster is not Ready: a member
+///   that restarts would not start again;
+/// - members refusing the operator's login say why they seem silent.
+///
+/// Each problem is put in front of a waiting step's own reason, never instead of it.
+pub fn guard_step(
+    step: Step,
+    operator_problem: Option<&str>,
+    default_problem: Option<&str>,
+    refused_by: &[&str],
+) -> Step {
+    if let Some(why) = operator_problem {
+        return Step::Wait(format!(
+            "cannot log in to the members: {why} (spec.auth.operatorSecretRef)"
+        ));
+    }
+    let mut problems = Vec::new();
+    if let Some(why) = default_problem {
+        problems.push(format!(
+            "{why} (spec.auth.passwordSecretRef), so no member may restart"
+        ));
+    }
+    if !refused_by.is_empty() {
+        problems.push(format!(
+            "{} refuse the operator's password (was the operator Secret changed? running \
+             servers keep the password they started with)",
+            refused_by.join(", ")
+        ));
+    }
+    if problems.is_empty() {
+        return step;
+    }
+    let problems = problems.join("; ");
+    match step {
+        Step::Wait(why) => Step::Wait(format!("{problems}; {why}")),
+        // Not Ready either: a member that restarts now would not start again.
+        Step::Idle
+        | Step::AllowRoll { .. }
+        | Step::Failover {
+            reason: FailoverReason::Roll,
+            ..
+        } if default_problem.is_some() => Step::Wait(problems),
+        other => other,
     }
 }
 
@@ -191,6 +260,97 @@ mod tests {
             s.metadata.labels.as_ref().unwrap()[labels::CLUSTER],
             "orders"
         );
+    }
+
+    #[test]
+    fn a_secret_of_another_or_a_dying_cluster_is_not_used() {
+        let c = cluster(None);
+        let mine = generated_secret(&c, "orders-auth", "p");
+        assert_eq!(not_this_clusters(&mine, &c), None);
+        let mut older = cluster(None);
+        older.metadata.uid = Some("uid-old".into());
+        let theirs = generated_secret(&older, "orders-auth", "p");
+        assert!(
+            not_this_clusters(&theirs, &c)
+                .unwrap()
+                .contains("belongs to ValkeyCluster orders (uid-old)")
+        );
+        // A Secret someone made by hand (no owner) is used as it is.
+        let mut hand_made = mine.clone();
+        hand_made.metadata.owner_references = None;
+        assert_eq!(not_this_clusters(&hand_made, &c), None);
+        let mut dying = mine;
+        dying.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::from_second(1).unwrap(),
+            ));
+        assert!(
+            not_this_clusters(&dying, &c)
+                .unwrap()
+                .contains("being deleted")
+        );
+    }
+
+    #[test]
+    fn password_problems_hold_back_restarts_and_explain_waits() {
+        let roll = || Step::AllowRoll {
+            member: "c-0-1".into(),
+            revision: "r2".into(),
+        };
+        let wait = |s: &Step| match s {
+            Step::Wait(why) => why.clone(),
+            other => panic!("not a wait: {other:?}"),
+        };
+        assert_eq!(guard_step(roll(), None, None, &[]), roll());
+        assert_eq!(guard_step(Step::Idle, None, None, &[]), Step::Idle);
+        let why = wait(&guard_step(
+            Step::Idle,
+            None,
+            Some("Secret a key p is empty"),
+            &[],
+        ));
+        assert!(why.starts_with("Secret a key p is empty"));
+        let why = wait(&guard_step(
+            roll(),
+            Some("Secret o does not exist"),
+            None,
+            &[],
+        ));
+        assert!(why.starts_with("cannot log in to the members: Secret o does not exist"));
+        let why = wait(&guard_step(
+            roll(),
+            None,
+            Some("Secret a does not exist"),
+            &[],
+        ));
+        assert!(why.contains("Secret a does not exist") && why.contains("no member may restart"));
+        let hand_over = Step::Failover {
+            member: "c-0-1".into(),
+            reason: FailoverReason::Roll,
+        };
+        assert!(matches!(
+            guard_step(hand_over, None, Some("x"), &[]),
+            Step::Wait(_)
+        ));
+        // A switchover is no restart: it goes on.
+        let switchover = Step::Failover {
+            member: "c-0-1".into(),
+            reason: FailoverReason::Switchover,
+        };
+        assert_eq!(
+            guard_step(switchover.clone(), None, Some("x"), &[]),
+            switchover
+        );
+        // The wait's own reason is kept.
+        let why = wait(&guard_step(
+            Step::Wait("ValkeyNode c-0-0 exists but does not belong".into()),
+            None,
+            Some("Secret a does not exist"),
+            &["c-0-1"],
+        ));
+        assert!(why.contains("Secret a does not exist"));
+        assert!(why.contains("c-0-1 refuse the operator's password"));
+        assert!(why.ends_with("ValkeyNode c-0-0 exists but does not belong"));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use crd_types::config::MAX_CONFIG_DIRECTIVES;
 use crd_types::names::{self, labels};
 use crd_types::node::{Mode, RolloutPolicy};
 use crd_types::template::Scheduling;
@@ -70,7 +71,10 @@ pub fn member(
     let mut template = cluster.spec.template.clone();
     let (directive, value) = REPLICA_MIGRATION;
     let config = &mut template.config.0;
-    if !config.keys().any(|k| k.eq_ignore_ascii_case(directive)) {
+    // Not when the user's config is full: a member must stay within the directive limit.
+    if !config.keys().any(|k| k.eq_ignore_ascii_case(directive))
+        && (config.len() as u64) < MAX_CONFIG_DIRECTIVES
+    {
         config.insert(directive.to_string(), value.to_string());
     }
     let scheduling = template.scheduling.get_or_insert_with(Scheduling::default);

@@ -19,6 +19,7 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Resource, ResourceExt};
 use operator_runtime::apply;
 use operator_runtime::controller::ReconcileContext;
+use topology_controller::auth;
 use topology_controller::cluster_nodes::{
     ClusterView, ReplicationInfo, cluster_state_ok, server_version,
 };
@@ -51,6 +52,8 @@ struct Asked {
     node: ValkeyNode,
     conn: Option<Conn>,
     version: Option<String>,
+    /// The member answered but refused the operator's login.
+    login_refused: bool,
 }
 
 pub async fn reconcile(
@@ -93,7 +96,7 @@ pub async fn reconcile(
         .partition(|n| n.owner_references().iter().any(|o| o.uid == uid));
 
     // --- Passwords before members, so a member's pod finds its Secrets when it starts.
-    let passwords = secrets::prepare(&secrets, &cluster).await?;
+    let passwords = secrets::prepare(&secrets, &cluster, !owned.is_empty()).await?;
     let login = passwords.operator.as_ref().ok().map(|password| Login {
         user: OPERATOR_USER.to_string(),
         password: password.clone(),
@@ -144,21 +147,17 @@ pub async fn reconcile(
             n.name_any()
         ));
     }
-    // Without the operator's password nothing was asked, so nothing may be done; a missing
-    // default password explains why members wait.
-    match (&passwords.operator, &passwords.default_problem) {
-        (Err(why), _) => {
-            step = Step::Wait(format!(
-                "cannot log in to the members: {why} (spec.auth.operatorSecretRef)"
-            ))
-        }
-        (Ok(_), Some(why)) if matches!(step, Step::Wait(_)) => {
-            step = Step::Wait(format!(
-                "members cannot start: {why} (spec.auth.passwordSecretRef)"
-            ))
-        }
-        _ => {}
-    }
+    let refused: Vec<&str> = asked
+        .iter()
+        .filter(|a| a.login_refused)
+        .map(|a| a.member.name.as_str())
+        .collect();
+    let step = auth::guard_step(
+        step,
+        passwords.operator.as_ref().err().map(String::as_str),
+        passwords.default_problem.as_deref(),
+        &refused,
+    );
     let survey = plan::survey(&desired, &members);
 
     // --- Status first, so it says what is about to happen (a migration can take a while):
@@ -305,12 +304,18 @@ async fn ask(node: ValkeyNode, at: Position, login: Option<&Login>) -> Asked {
         node,
         conn: None,
         version: None,
+        login_refused: false,
     };
     let (Some(address), Some(login)) = (&member.address, login) else {
         return asked;
     };
     let conn = match Conn::connect(&address.ip, address.port, login).await {
         Ok(conn) => conn,
+        Err(e) if is_login_refused(&e) => {
+            tracing::warn!(member = %member.name, error = %e, "member refuses the operator's login");
+            asked.login_refused = true;
+            return asked;
+        }
         Err(e) => {
             tracing::debug!(member = %member.name, error = %e, "member does not answer");
             return asked;
@@ -349,6 +354,14 @@ async fn ask(node: ValkeyNode, at: Position, login: Option<&Login>) -> Asked {
         }
     }
     asked
+}
+
+/// A wrong password or unknown user, as opposed to a member that does not answer.
+fn is_login_refused(e: &fred::error::Error) -> bool {
+    *e.kind() == fred::error::ErrorKind::Auth
+        || ["WRONGPASS", "NOAUTH"]
+            .iter()
+            .any(|code| e.details().contains(code))
 }
 
 fn to_fred(e: impl std::fmt::Display) -> fred::error::Error {

@@ -19,8 +19,14 @@ pub struct Passwords {
     pub default_problem: Option<String>,
 }
 
-/// Creates the missing generated Secrets and reads both passwords.
-pub async fn prepare(secrets: &Api<Secret>, cluster: &ValkeyCluster) -> Result<Passwords, Error> {
+/// Creates the missing generated Secrets and reads both passwords. A generated Secret is
+/// created only while the cluster has no member: once servers run with its value, a new
+/// random one would lock everyone out, so a deleted one is reported instead.
+pub async fn prepare(
+    secrets: &Api<Secret>,
+    cluster: &ValkeyCluster,
+    members_exist: bool,
+) -> Result<Passwords, Error> {
     let ns = cluster.namespace().unwrap_or_default();
     let generate = auth::generated_secret_names(cluster);
     let refs = auth::member_auth(cluster);
@@ -35,10 +41,24 @@ pub async fn prepare(secrets: &Api<Secret>, cluster: &ValkeyCluster) -> Result<P
             &ns,
             &reference.name,
         ))?;
-        if secret.is_none() && generate.contains(&reference.name) {
+        let generated = generate.contains(&reference.name);
+        if secret.is_none() && generated && !members_exist {
             secret = Some(create(secrets, cluster, &reference.name).await?);
         }
-        read.push(auth::password_in(secret.as_ref(), &reference));
+        let problem = match &secret {
+            None if generated && members_exist => Some(format!(
+                "Secret {} does not exist but the members already run (it was deleted, or \
+                 they predate generated passwords); a new password would lock them out, so \
+                 restore it (CONFIG GET requirepass or masterauth on a member shows the value)",
+                reference.name
+            )),
+            Some(s) if generated => auth::not_this_clusters(s, cluster),
+            _ => None,
+        };
+        read.push(match problem {
+            Some(why) => Err(why),
+            None => auth::password_in(secret.as_ref(), &reference),
+        });
     }
     let mut read = read.into_iter();
     let operator = read

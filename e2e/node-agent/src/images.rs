@@ -207,10 +207,25 @@ pub fn map_container(
             .map(|d| Path::new(d).join(&first))
             .find(|p| exists(p))
     {
+        // `sh -c '<checks>; exec "$0" "$@"' valkey-server <args>`: a shell that ends by
+        // becoming the server gets the server's bind arguments after its own.
+        let wraps_daemon = argv.len() >= 4
+            && argv[1] == "-c"
+            && ["valkey-server", "valkey-sentinel"]
+                .contains(&argv[3].rsplit('/').next().unwrap_or_default());
+        if wraps_daemon {
+            let ip = pod_ip.to_string();
+            argv.extend([
+                "--bind".to_string(),
+                ip.clone(),
+                "--bind-source-addr".to_string(),
+                ip,
+            ]);
+        }
         return Ok(Mapped {
             program: p,
             argv,
-            is_daemon: false,
+            is_daemon: wraps_daemon,
         });
     }
     Err(MapFailure {
@@ -280,6 +295,44 @@ mod tests {
             ])
         );
         assert!(m.is_daemon);
+    }
+
+    #[test]
+    fn a_shell_that_becomes_the_server_gets_its_bind() {
+        let script = "exec \"$0\" \"$@\"";
+        let m = map_container(
+            Path::new("/usr/bin"),
+            "valkey/valkey:8.1",
+            &s(&["sh", "-c", script, "valkey-server"]),
+            &s(&["/etc/valkey/valkey.conf"]),
+            IP,
+            &all_exist,
+        )
+        .unwrap();
+        assert!(m.is_daemon);
+        assert_eq!(
+            m.argv[3..],
+            s(&[
+                "valkey-server",
+                "/etc/valkey/valkey.conf",
+                "--bind",
+                "127.64.0.5",
+                "--bind-source-addr",
+                "127.64.0.5"
+            ])
+        );
+        // Any other shell command is left alone.
+        let m = map_container(
+            Path::new("/usr/bin"),
+            "valkey/valkey:8.1",
+            &s(&["sh", "-c", "cp a b"]),
+            &[],
+            IP,
+            &all_exist,
+        )
+        .unwrap();
+        assert!(!m.is_daemon);
+        assert_eq!(m.argv, s(&["sh", "-c", "cp a b"]));
     }
 
     #[test]
