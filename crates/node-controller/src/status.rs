@@ -209,6 +209,16 @@ fn workload_ready<'a>(o: &Observed<'a>) -> Desired<'a> {
         .and_then(|c| c.state.as_ref())
         .and_then(|s| s.waiting.as_ref());
     if let Some(w) = waiting {
+        // A crash loop's own message is only the back-off; why it exited is in the last
+        // termination (its message, or its last log lines with FallbackToLogsOnError).
+        let last_exit = valkey_status(pod)
+            .and_then(|c| c.last_state.as_ref())
+            .and_then(|s| s.terminated.as_ref())
+            .and_then(|t| {
+                let message = t.message.as_deref()?.trim();
+                (!message.is_empty()).then(|| format!("; last exit {}: {message}", t.exit_code))
+            })
+            .unwrap_or_default();
         return not_ready(
             "ContainerWaiting",
             format!(
@@ -218,7 +228,8 @@ fn workload_ready<'a>(o: &Observed<'a>) -> Desired<'a> {
                 w.message.as_deref().unwrap_or("")
             )
             .trim_end()
-            .to_string(),
+            .to_string()
+                + &last_exit,
         );
     }
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
@@ -341,7 +352,9 @@ mod tests {
     use std::collections::BTreeMap;
 
     use crd_types::conditions::{TRUE, find};
-    use k8s_openapi::api::core::v1::{ContainerState, ContainerStateWaiting, PodSpec, PodStatus};
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateTerminated, ContainerStateWaiting, PodSpec, PodStatus,
+    };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
     fn at(s: i64) -> Timestamp {
@@ -582,6 +595,30 @@ mod tests {
         let wr = get(&c, types::WORKLOAD_READY);
         assert_eq!(wr.reason, "ContainerWaiting");
         assert!(wr.message.ends_with("CrashLoopBackOff"), "{}", wr.message);
+        let status = &mut crashing
+            .status
+            .as_mut()
+            .unwrap()
+            .container_statuses
+            .as_mut()
+            .unwrap()[0];
+        status.last_state = Some(ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: 1,
+                message: Some("the password from auth.passwordSecretRef is empty\n".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let c = conditions(&[], &observed(&w, Some(&crashing), None), None, at(1));
+        let wr = get(&c, types::WORKLOAD_READY);
+        assert!(
+            wr.message.ends_with(
+                "CrashLoopBackOff; last exit 1: the password from auth.passwordSecretRef is empty"
+            ),
+            "{}",
+            wr.message
+        );
 
         let mut pending = pod("cache-0", 1, false);
         pending.status.as_mut().unwrap().phase = Some("Pending".into());

@@ -499,4 +499,54 @@ async fn authenticated_node(cluster: &LocalCluster, client: &Client, apis: &Apis
             "{text}"
         );
     }
+
+    // An empty password would mean none at all to Valkey: the server refuses to start.
+    let blank = "blank";
+    let s = Secret {
+        metadata: ObjectMeta {
+            name: Some("blank-auth".into()),
+            ..Default::default()
+        },
+        string_data: Some(BTreeMap::from([("password".to_string(), String::new())])),
+        ..Default::default()
+    };
+    secrets.create(&PostParams::default(), &s).await.unwrap();
+    let mut node = valkey_node(blank, WorkloadType::StatefulSet, false, None);
+    node.spec.auth = Some(Auth {
+        password_secret_ref: Some(SecretKeyRef {
+            name: "blank-auth".into(),
+            key: "password".into(),
+        }),
+        operator_secret_ref: None,
+    });
+    apis.nodes
+        .create(&PostParams::default(), &node)
+        .await
+        .unwrap();
+    let refused = cluster
+        .wait_for_value("the blank-password node to crash-loop", || async {
+            let status = apis
+                .nodes
+                .get_status(blank)
+                .await?
+                .status
+                .unwrap_or_default();
+            let restarts = status.workload.as_ref().map_or(0, |w| w.restarts);
+            Ok(conditions::find(&status.conditions, types::WORKLOAD_READY)
+                .filter(|c| c.status == "False" && restarts >= 1)
+                .cloned())
+        })
+        .await
+        .unwrap();
+    assert_eq!(refused.reason, "ContainerWaiting", "{refused:?}");
+    let blank_ip = apis
+        .services
+        .get(blank)
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .cluster_ip
+        .unwrap();
+    assert_ne!(valkey_cli(&blank_ip, &["PING"]), "PONG", "nothing serves");
 }
