@@ -130,6 +130,18 @@ pub fn effective_argv(command: &[String], args: &[String]) -> Vec<String> {
     }
 }
 
+/// A server listens on its pod IP only (pods share the host network here), and its outgoing
+/// connections carry that IP so the service proxy can tell which pod a connection comes from.
+fn bind_args(pod_ip: Ipv4Addr) -> [String; 4] {
+    let ip = pod_ip.to_string();
+    [
+        "--bind".to_string(),
+        ip.clone(),
+        "--bind-source-addr".to_string(),
+        ip,
+    ]
+}
+
 /// Pure mapping logic; `exists` tells whether a host file exists.
 pub fn map_container(
     bin_dir: &Path,
@@ -176,15 +188,7 @@ pub fn map_container(
         };
         let is_daemon = tool == "valkey-server" || tool == "valkey-sentinel";
         if is_daemon {
-            // Outgoing connections carry the pod IP so the service proxy can
-            // tell which pod a connection comes from.
-            let ip = pod_ip.to_string();
-            argv.extend([
-                "--bind".to_string(),
-                ip.clone(),
-                "--bind-source-addr".to_string(),
-                ip,
-            ]);
+            argv.extend(bind_args(pod_ip));
         }
         return Ok(Mapped {
             program,
@@ -214,13 +218,7 @@ pub fn map_container(
             && ["valkey-server", "valkey-sentinel"]
                 .contains(&argv[3].rsplit('/').next().unwrap_or_default());
         if wraps_daemon {
-            let ip = pod_ip.to_string();
-            argv.extend([
-                "--bind".to_string(),
-                ip.clone(),
-                "--bind-source-addr".to_string(),
-                ip,
-            ]);
+            argv.extend(bind_args(pod_ip));
         }
         return Ok(Mapped {
             program: p,
