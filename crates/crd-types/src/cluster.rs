@@ -37,7 +37,7 @@ pub const MAX_REPLICAS_PER_SHARD: u32 = 5;
 #[x_kube(
     validation = Rule::new("!has(self.switchover) || self.switchover.shard < self.shards").message("switchover.shard must name an existing shard: shards are numbered from 0 to shards - 1"),
     validation = Rule::new("!has(self.switchover) || self.switchover.member <= self.replicasPerShard").message("switchover.member must name an existing member: members are numbered from 0 to replicasPerShard"),
-    validation = Rule::new("(has(self.auth) && has(self.auth.operatorSecretRef)) == (has(oldSelf.auth) && has(oldSelf.auth.operatorSecretRef)) && (!(has(self.auth) && has(self.auth.operatorSecretRef)) || self.auth.operatorSecretRef == oldSelf.auth.operatorSecretRef)").message("auth.operatorSecretRef cannot change after creation: running servers keep the operator password they started with, so the operator would be locked out (password rotation is not supported yet)")
+    validation = crate::template::operator_secret_ref_is_immutable()
 )]
 pub struct ValkeyClusterSpec {
     /// Number of shards (primaries), 1 to 500. Changing it moves slots online.

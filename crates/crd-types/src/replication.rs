@@ -34,7 +34,10 @@ pub const MAX_SENTINELS: u32 = 9;
     validation = Rule::new("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')").message("ValkeyReplication names must start with a letter and hold only lower-case letters, digits and '-'")
 )]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("!has(self.switchover) || self.switchover.member < self.replicas").message("switchover.member must name an existing data node: members are numbered from 0 to replicas - 1"))]
+#[x_kube(
+    validation = Rule::new("!has(self.switchover) || self.switchover.member < self.replicas").message("switchover.member must name an existing data node: members are numbered from 0 to replicas - 1"),
+    validation = crate::template::operator_secret_ref_is_immutable()
+)]
 pub struct ValkeyReplicationSpec {
     /// Data nodes, the primary included (1 to 32).
     #[x_kube(

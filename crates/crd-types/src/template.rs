@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::{
     Affinity, ResourceRequirements, Toleration, TopologySpreadConstraint,
 };
 use kube::KubeSchema;
+use kube::core::Rule;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -275,6 +276,24 @@ fn default_password_key() -> String {
 /// The ACL user the controllers log in as. Replication authenticates as it too, so changing
 /// the default user's password never breaks replication.
 pub const OPERATOR_USER: &str = "operator";
+
+/// The topology rule keeping `auth.operatorSecretRef` as created (set or not, and which):
+/// running servers keep the operator password they started with, so a new one would lock
+/// the controller out until password rotation exists.
+pub fn operator_secret_ref_is_immutable() -> Rule {
+    let has = |o: &str| format!("(has({o}.auth) && has({o}.auth.operatorSecretRef))");
+    Rule::new(format!(
+        "{} == {} && (!{} || self.auth.operatorSecretRef == oldSelf.auth.operatorSecretRef)",
+        has("self"),
+        has("oldSelf"),
+        has("self")
+    ))
+    .message(
+        "auth.operatorSecretRef cannot change after creation: running servers keep the \
+         operator password they started with, so the operator would be locked out (password \
+         rotation is not supported yet)",
+    )
+}
 
 /// Client authentication.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]

@@ -363,6 +363,18 @@ fn the_operator_secret_of_a_cluster_cannot_change() {
     // The default user's Secret may change (it rolls the members).
     let password = with(json!({"passwordSecretRef": {"name": "app", "key": "password"}}));
     accepted::<ValkeyCluster>(&password, Some(&none));
+    let replication = |auth: Value| {
+        json!({
+            "apiVersion": "valkey.rs/v1alpha1",
+            "kind": "ValkeyReplication",
+            "metadata": {"name": "cache", "namespace": "default"},
+            "spec": {"replicas": 2, "sentinel": {"replicas": 3, "quorum": 2}, "template": {}, "auth": auth},
+        })
+    };
+    let a = replication(json!({"operatorSecretRef": {"name": "a", "key": "password"}}));
+    let b = replication(json!({"operatorSecretRef": {"name": "b", "key": "password"}}));
+    accepted::<ValkeyReplication>(&a, Some(&a));
+    rejected::<ValkeyReplication>(&b, Some(&a), message);
 }
 
 #[test]
