@@ -6,11 +6,12 @@
 //! log subscriber and signal handlers. The Kubernetes API is faked on 127.0.0.1.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
@@ -400,11 +401,14 @@ fn status_of(http: SocketAddr, path: &str) -> Option<u16> {
     http_get(http, path)?.get(9..12)?.parse().ok()
 }
 
+/// A free port on a loopback address of this call's own. The port is released before the
+/// child binds it, and the tests run in parallel: on a shared 127.0.0.1 another test's child
+/// could take it in between, and this test would then read that child's metrics.
 fn free_loopback_port() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
+    static NEXT: AtomicU16 = AtomicU16::new(1);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let ip = Ipv4Addr::new(127, 97, (n >> 8) as u8, (n & 0xff) as u8);
+    TcpListener::bind((ip, 0)).unwrap().local_addr().unwrap()
 }
 
 fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
@@ -543,9 +547,14 @@ fn leader_runs_after_acquiring_the_lease_and_releases_it_on_sigterm() {
     let scenario = Scenario::new("serve", Some(api)).args(&format!("{LEADER_ARGS} {http}"));
     let mut child = scenario.spawn();
 
-    wait_until("the controller has run", &mut child, || {
-        http_get(http, "/metrics").is_some_and(|m| m.contains("reconcile_runs_total"))
-    });
+    wait_until(
+        "the controller has run and holds the Lease",
+        &mut child,
+        || {
+            http_get(http, "/metrics").is_some_and(|m| m.contains("reconcile_runs_total"))
+                && lease_holder(&lease).is_some()
+        },
+    );
     let holder = lease_holder(&lease).expect("the Lease has a holder");
     assert!(holder.starts_with("test-pod-"), "{holder}");
     assert_eq!(status_of(http, "/readyz"), Some(200));
