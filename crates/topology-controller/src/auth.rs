@@ -21,40 +21,60 @@ pub const GENERATED_KEY: &str = "password";
 /// Random bytes in a generated password (hex-encoded, so 64 characters).
 pub const PASSWORD_BYTES: usize = 32;
 
-/// Both Secrets the members use, with the generated ones filled in.
-pub fn member_auth(cluster: &ValkeyCluster) -> Auth {
+/// One of a cluster's password Secrets, and whether the controller generates it (the spec
+/// names no Secret of its own).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterSecret {
+    pub reference: SecretKeyRef,
+    pub generated: bool,
+}
+
+/// The default user's Secret and the operator user's.
+pub fn cluster_secrets(cluster: &ValkeyCluster) -> (ClusterSecret, ClusterSecret) {
     let name = cluster.name_any();
     let given = cluster.spec.auth.clone().unwrap_or_default();
-    let generated = |secret: String| SecretKeyRef {
-        name: secret,
-        key: GENERATED_KEY.into(),
+    let pick = |named: Option<SecretKeyRef>, generated_name: String| match named {
+        Some(reference) => ClusterSecret {
+            reference,
+            generated: false,
+        },
+        None => ClusterSecret {
+            reference: SecretKeyRef {
+                name: generated_name,
+                key: GENERATED_KEY.into(),
+            },
+            generated: true,
+        },
     };
+    (
+        pick(
+            given.password_secret_ref,
+            names::generated_auth_secret_name(&name),
+        ),
+        pick(
+            given.operator_secret_ref,
+            names::generated_operator_secret_name(&name),
+        ),
+    )
+}
+
+/// Both Secrets the members use, with the generated ones filled in.
+pub fn member_auth(cluster: &ValkeyCluster) -> Auth {
+    let (password, operator) = cluster_secrets(cluster);
     Auth {
-        password_secret_ref: Some(
-            given
-                .password_secret_ref
-                .unwrap_or_else(|| generated(names::generated_auth_secret_name(&name))),
-        ),
-        operator_secret_ref: Some(
-            given
-                .operator_secret_ref
-                .unwrap_or_else(|| generated(names::generated_operator_secret_name(&name))),
-        ),
+        password_secret_ref: Some(password.reference),
+        operator_secret_ref: Some(operator.reference),
     }
 }
 
 /// The Secrets the controller must create when absent: those the spec does not name.
 pub fn generated_secret_names(cluster: &ValkeyCluster) -> Vec<String> {
-    let name = cluster.name_any();
-    let given = cluster.spec.auth.clone().unwrap_or_default();
-    let mut out = Vec::new();
-    if given.password_secret_ref.is_none() {
-        out.push(names::generated_auth_secret_name(&name));
-    }
-    if given.operator_secret_ref.is_none() {
-        out.push(names::generated_operator_secret_name(&name));
-    }
-    out
+    let (password, operator) = cluster_secrets(cluster);
+    [password, operator]
+        .into_iter()
+        .filter(|s| s.generated)
+        .map(|s| s.reference.name)
+        .collect()
 }
 
 /// A generated Secret holding `password`, owned by the cluster so it goes when the cluster

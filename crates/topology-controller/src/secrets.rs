@@ -7,7 +7,7 @@ use crd_types::ValkeyCluster;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::PostParams;
 use kube::{Api, ResourceExt};
-use topology_controller::auth;
+use topology_controller::auth::{self, ClusterSecret};
 
 use crate::error::{Error, Op};
 
@@ -27,47 +27,46 @@ pub async fn prepare(
     cluster: &ValkeyCluster,
     members_exist: bool,
 ) -> Result<Passwords, Error> {
-    let ns = cluster.namespace().unwrap_or_default();
-    let generate = auth::generated_secret_names(cluster);
-    let refs = auth::member_auth(cluster);
-    let mut read = Vec::new();
-    for reference in [refs.operator_secret_ref, refs.password_secret_ref]
-        .into_iter()
-        .flatten()
-    {
-        let mut secret = secrets.get_opt(&reference.name).await.map_err(Error::api(
-            Op::ReadSecret,
-            "Secret",
-            &ns,
-            &reference.name,
-        ))?;
-        let generated = generate.contains(&reference.name);
-        if secret.is_none() && generated && !members_exist {
-            secret = Some(create(secrets, cluster, &reference.name).await?);
-        }
-        let problem = match &secret {
-            None if generated && members_exist => Some(format!(
-                "Secret {} does not exist but the members already run (it was deleted, or \
-                 they predate generated passwords); a new password would lock them out, so \
-                 restore it (CONFIG GET requirepass or masterauth on a member shows the value)",
-                reference.name
-            )),
-            Some(s) if generated => auth::not_this_clusters(s, cluster),
-            _ => None,
-        };
-        read.push(match problem {
-            Some(why) => Err(why),
-            None => auth::password_in(secret.as_ref(), &reference),
-        });
-    }
-    let mut read = read.into_iter();
-    let operator = read
-        .next()
-        .unwrap_or_else(|| Err("no operator Secret".into()));
-    let default_problem = read.next().and_then(Result::err);
+    let (password, operator) = auth::cluster_secrets(cluster);
     Ok(Passwords {
-        operator,
-        default_problem,
+        operator: read(secrets, cluster, &operator, members_exist).await?,
+        default_problem: read(secrets, cluster, &password, members_exist)
+            .await?
+            .err(),
+    })
+}
+
+/// One password, or why it cannot be used; a generated Secret is created first if it may be.
+async fn read(
+    secrets: &Api<Secret>,
+    cluster: &ValkeyCluster,
+    wanted: &ClusterSecret,
+    members_exist: bool,
+) -> Result<Result<String, String>, Error> {
+    let ns = cluster.namespace().unwrap_or_default();
+    let reference = &wanted.reference;
+    let mut secret = secrets.get_opt(&reference.name).await.map_err(Error::api(
+        Op::ReadSecret,
+        "Secret",
+        &ns,
+        &reference.name,
+    ))?;
+    if secret.is_none() && wanted.generated && !members_exist {
+        secret = Some(create(secrets, cluster, &reference.name).await?);
+    }
+    let problem = match &secret {
+        None if wanted.generated && members_exist => Some(format!(
+            "Secret {} does not exist but the members already run (it was deleted, or \
+             they predate generated passwords); a new password would lock them out, so \
+             restore it (CONFIG GET requirepass or masterauth on a member shows the value)",
+            reference.name
+        )),
+        Some(s) if wanted.generated => auth::not_this_clusters(s, cluster),
+        _ => None,
+    };
+    Ok(match problem {
+        Some(why) => Err(why),
+        None => auth::password_in(secret.as_ref(), reference),
     })
 }
 
