@@ -1,4 +1,4 @@
-//! Helpers for the ValkeyCluster e2e tests (`tests/valkey_cluster.rs`): a ValkeyCluster
+//! Helpers for the ValkeyCluster e2e tests (`tests/valkey_cluster/`): a ValkeyCluster
 //! fixture, waiting with a timeout of the caller's choosing (slot moves outlast the launcher's
 //! 120 s) for phase Ready, Valkey's own view of the cluster (`CLUSTER NODES`,
 //! `valkey-cli --cluster check`), a key set loaded and read back with the fred cluster client

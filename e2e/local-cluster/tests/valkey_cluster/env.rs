@@ -1,0 +1,280 @@
+//! The shared test environment: timeouts, the `SERIAL` lock and [`Env`] with its helpers.
+
+use std::time::{Duration, Instant};
+
+use crd_types::ValkeyCluster;
+use crd_types::names::cluster_member_name;
+use kube::ResourceExt;
+use local_cluster::LocalCluster;
+use local_cluster::cluster_testing::{
+    Access, ClusterApis, DataSet, Progress, access, ready_status, shape, status_matches_valkey,
+    wait_until,
+};
+use local_cluster::operator::RunningController;
+use local_cluster::testing::cluster_with_operator;
+use serde_json::json;
+
+pub(crate) const NS: &str = "default";
+/// A new cluster: members created, pods started, MEET, slots, replication.
+pub(crate) const FORM: Duration = Duration::from_secs(180);
+/// A scale step, moving up to a quarter of the keys.
+pub(crate) const RESHAPE: Duration = Duration::from_secs(300);
+/// A roll of every member, one at a time (readiness is probed every 5 s).
+pub(crate) const ROLL: Duration = Duration::from_secs(300);
+/// A failover: Valkey's cluster-node-timeout (15 s) plus the election.
+pub(crate) const FAILOVER: Duration = Duration::from_secs(120);
+/// Something that follows promptly from a state already reached.
+pub(crate) const SETTLE: Duration = Duration::from_secs(60);
+
+/// The tests of this file run one at a time even without `--test-threads=1`: each starts a
+/// whole local cluster, and two at once would starve the 2-core machine.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A local cluster with the operator. Fields drop in order: the processes stop before the
+/// run directory goes, and the next test starts only after both.
+pub(crate) struct Env {
+    pub(crate) cluster: LocalCluster,
+    pub(crate) controllers: Vec<RunningController>,
+    pub(crate) apis: ClusterApis,
+    pub(crate) client: kube::Client,
+    _run: tempfile::TempDir,
+    _serial: tokio::sync::MutexGuard<'static, ()>,
+}
+
+impl Env {
+    pub(crate) async fn start() -> Self {
+        let serial = SERIAL.lock().await;
+        let run = tempfile::tempdir().unwrap();
+        let (cluster, controllers) = cluster_with_operator(run.path(), true).await.unwrap();
+        let client = cluster.client().await.unwrap();
+        Self {
+            apis: ClusterApis::new(&client, NS),
+            cluster,
+            controllers,
+            client,
+            _run: run,
+            _serial: serial,
+        }
+    }
+
+    /// [`wait_until`], failing the test with the last reason on timeout.
+    pub(crate) async fn wait<T, F, Fut>(&self, what: &str, timeout: Duration, check: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = anyhow::Result<Progress<T>>>,
+    {
+        wait_until(&self.cluster, what, timeout, check)
+            .await
+            .unwrap_or_else(|e| panic!("{e:#}"))
+    }
+
+    pub(crate) async fn ready(
+        &self,
+        name: &str,
+        timeout: Duration,
+    ) -> crd_types::ValkeyClusterStatus {
+        self.wait(
+            &format!("ValkeyCluster {name} to be Ready"),
+            timeout,
+            || ready_status(&self.apis, name),
+        )
+        .await
+    }
+
+    pub(crate) async fn access(&self, name: &str) -> Access {
+        access(&self.apis, name).await.unwrap()
+    }
+
+    /// [`Access`] once the members with an address are exactly those of `shards` x
+    /// (1 + `replicas`): a removed member's ValkeyNode may outlive Ready for a moment.
+    pub(crate) async fn exact_access(&self, name: &str, shards: u32, replicas: u32) -> Access {
+        let want: Vec<String> = (0..shards)
+            .flat_map(|s| (0..=replicas).map(move |m| cluster_member_name(name, s, m)))
+            .collect();
+        self.wait(&format!("exactly the members {want:?}"), SETTLE, || async {
+            let access = access(&self.apis, name).await?;
+            let mut have: Vec<String> = access.members.iter().map(|m| m.name.clone()).collect();
+            have.sort();
+            let mut sorted = want.clone();
+            sorted.sort();
+            Ok(if have == sorted {
+                Ok(access)
+            } else {
+                Err(format!("members with an address: {have:?}"))
+            })
+        })
+        .await
+    }
+
+    /// Creates the cluster and waits for it to be Ready and healthy.
+    pub(crate) async fn create_ready(&self, cluster: ValkeyCluster) -> Access {
+        let name = cluster.name_any();
+        let (shards, replicas) = (cluster.spec.shards, cluster.spec.replicas_per_shard);
+        let started = Instant::now();
+        self.apis.create(&cluster).await.unwrap();
+        self.ready(&name, FORM).await;
+        eprintln!(
+            "{name}: {shards}x{replicas} Ready {:?} after creation",
+            started.elapsed()
+        );
+        let access = self
+            .exact_access(&name, shards as u32, replicas as u32)
+            .await;
+        self.healthy(&name, &access, shards as u32, replicas as u32)
+            .await;
+        access
+    }
+
+    /// Valkey agrees with the spec and the status: `--cluster check` passes, the shape is
+    /// right (see [`shape`]) and every member's status.valkey matches what Valkey says.
+    pub(crate) async fn healthy(&self, name: &str, access: &Access, shards: u32, replicas: u32) {
+        self.wait("valkey-cli --cluster check to pass", SETTLE, || async {
+            Ok(access.check().map(drop))
+        })
+        .await;
+        self.wait(
+            &format!("Valkey to have {shards} shards of 1 + {replicas} members"),
+            SETTLE,
+            || async { shape(access, shards, replicas) },
+        )
+        .await;
+        self.wait(
+            "status.valkey and the status' roles to match Valkey",
+            SETTLE,
+            || status_matches_valkey(&self.apis, access, name),
+        )
+        .await;
+    }
+
+    /// Patches the spec, waits for Ready with the new shape, checks it and reads every key.
+    pub(crate) async fn reshape(
+        &self,
+        name: &str,
+        spec: serde_json::Value,
+        shards: u32,
+        replicas: u32,
+        data: &DataSet,
+    ) -> Access {
+        let events = self.apis.topology_event_count(name).await.unwrap();
+        let started = Instant::now();
+        self.apis
+            .patch(name, json!({ "spec": spec.clone() }))
+            .await
+            .unwrap();
+        self.ready(name, RESHAPE).await;
+        eprintln!("{name}: {spec} Ready after {:?}", started.elapsed());
+        let access = self.exact_access(name, shards, replicas).await;
+        self.healthy(name, &access, shards, replicas).await;
+        let started = Instant::now();
+        data.verify(&access).await.unwrap();
+        eprintln!(
+            "{name}: read {} keys back in {:?}",
+            data.count,
+            started.elapsed()
+        );
+        self.wait("an Event about the change", SETTLE, || async {
+            let now = self.apis.topology_event_count(name).await?;
+            Ok(if now > events {
+                Ok(())
+            } else {
+                Err(format!("{now} Events, as before the change"))
+            })
+        })
+        .await;
+        access
+    }
+
+    /// The members' node ids, for [`Env::gone`].
+    pub(crate) fn ids(access: &Access, members: &[String]) -> Vec<(String, String)> {
+        members
+            .iter()
+            .map(|m| {
+                let ip = access.ip(m).unwrap_or_else(|| panic!("{m} has no address"));
+                (m.clone(), access.node_id(ip).unwrap())
+            })
+            .collect()
+    }
+
+    /// The removed members' ValkeyNodes are gone and no remaining member lists them.
+    pub(crate) async fn gone(&self, name: &str, removed: &[(String, String)]) {
+        self.wait(
+            "the removed members to be deleted and forgotten",
+            SETTLE,
+            || async {
+                for (member, _) in removed {
+                    if self.apis.nodes.get_opt(member).await?.is_some() {
+                        return Ok(Err(format!("ValkeyNode {member} still exists")));
+                    }
+                }
+                let access = access(&self.apis, name).await?;
+                for (viewer, view) in access.views()? {
+                    for (member, id) in removed {
+                        if view.iter().any(|n| n.id == *id) {
+                            return Ok(Err(format!("{viewer} still lists {member} ({id})")));
+                        }
+                    }
+                    if view.len() != access.members.len() {
+                        return Ok(Err(format!(
+                            "{viewer} lists {} nodes for {} members",
+                            view.len(),
+                            access.members.len()
+                        )));
+                    }
+                }
+                Ok(Ok(()))
+            },
+        )
+        .await;
+    }
+
+    pub(crate) fn topology_controller(&self) -> &RunningController {
+        self.controllers
+            .iter()
+            .find(|c| c.process.binary == "topology-controller")
+            .expect("the overlay runs topology-controller")
+    }
+
+    /// With no `spec.auth`, both Secrets were generated and owned by the cluster: clients
+    /// need the default password, the `operator` user has its own, replication logs in
+    /// as `operator` (the replicas are in sync, see `healthy`).
+    pub(crate) async fn passwords_guard(&self, name: &str, access: &Access) {
+        let uid = self.apis.clusters.get(name).await.unwrap().uid();
+        let mut passwords = Vec::new();
+        for secret in [format!("{name}-auth"), format!("{name}-operator")] {
+            let s = self.apis.secrets.get(&secret).await.unwrap();
+            let owner = &s.owner_references()[0];
+            assert_eq!(
+                (owner.kind.as_str(), Some(&owner.uid)),
+                ("ValkeyCluster", uid.as_ref())
+            );
+            let value = s.data.unwrap()["password"].0.clone();
+            assert_eq!(value.len(), 64, "{secret}: 32 random bytes, hex");
+            passwords.push(String::from_utf8(value).unwrap());
+        }
+        assert_ne!(passwords[0], passwords[1]);
+        assert_eq!(access.password.as_deref(), Some(passwords[0].as_str()));
+        let ip = &access.members[0].ip;
+        let anonymous = Access {
+            password: None,
+            ..access.clone()
+        };
+        let refused = anonymous.cli(ip, &["GET", "k"]);
+        assert!(refused.starts_with("NOAUTH"), "{refused}");
+        let operator = local_cluster::testing::valkey_cli_as(
+            ip,
+            Some((Some("operator"), &passwords[1])),
+            &["ACL", "WHOAMI"],
+        );
+        assert_eq!(operator, "operator");
+        for m in &access.members {
+            assert_eq!(
+                access.cli(&m.ip, &["CONFIG", "GET", "masteruser"]),
+                "masteruser\noperator"
+            );
+        }
+    }
+
+    pub(crate) fn finish(mut self) {
+        self.cluster.stop().unwrap();
+    }
+}

@@ -1,0 +1,23 @@
+//! ValkeyCluster end to end, with every controller and real valkey-server pods: a cluster
+//! forms, scales out and in (shards and replicas) keeping every key; a killed primary is
+//! replaced by its replica and rejoins as a replica, and a requested switchover moves a
+//! primary, without losing an acknowledged write; a full restart reforms the cluster with its
+//! data; a template change rolls one member at a time without losing an acknowledged write;
+//! a topology-controller killed in the middle of a slot migration finishes it on restart; bad
+//! input is refused at admission, and an image that cannot start halts the roll at its first
+//! member while the cluster keeps serving.
+//!
+//! Valkey is always asked directly too (`CLUSTER NODES`, `valkey-cli --cluster check`, reads
+//! of every key), so a status that claims more than Valkey shows fails the tests.
+//!
+//! Each test starts its own local cluster; they run one at a time (`SERIAL`), about 8
+//! minutes in all on the 2-core development machine (scenario 1, with its two moves of 4096
+//! slots, takes 2.5 of them).
+
+mod bad_input;
+mod env;
+mod failover;
+mod full_restart;
+mod mid_migration;
+mod rolling_update;
+mod scaling;

@@ -1,0 +1,100 @@
+//! Scenario 1: a cluster forms, scales out and in, and keeps every key.
+
+use crd_types::names::cluster_member_name;
+use local_cluster::cluster_testing::{DataSet, SLOTS, slots_by_primary, valkey_cluster};
+use serde_json::json;
+
+use crate::env::{Env, SETTLE};
+
+/// Keys of scenario 1 (loading them takes a few seconds here).
+const KEYS: usize = 100_000;
+
+/// Scenario 1: 3x1 forms; 100k keys; shards 3 -> 4, replicas 1 -> 2 -> 1, shards 4 -> 3,
+/// each step Ready and checked, every key read back, removed members deleted and forgotten.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cluster_forms_scales_and_keeps_every_key() {
+    let env = Env::start().await;
+    let name = "grow";
+    let access = env.create_ready(valkey_cluster(name, 3, 1, false)).await;
+    env.passwords_guard(name, &access).await;
+    // The planner places replicas; Valkey's own replica migration is off.
+    for m in &access.members {
+        assert_eq!(
+            access.cli(&m.ip, &["CONFIG", "GET", "cluster-allow-replica-migration"]),
+            "cluster-allow-replica-migration\nno"
+        );
+    }
+    env.wait(
+        "topology-controller Events about the cluster",
+        SETTLE,
+        || async {
+            let events = env.apis.topology_events(name).await?;
+            Ok(if events.is_empty() {
+                Err("none yet".to_string())
+            } else {
+                Ok(())
+            })
+        },
+    )
+    .await;
+
+    // A client that follows redirections reads what it wrote, on every shard.
+    let pairs = [
+        ("alpha", "1"),
+        ("beta", "2"),
+        ("gamma", "3"),
+        ("delta", "4"),
+    ];
+    for (key, value) in pairs {
+        assert_eq!(access.cli_cluster(&["SET", key, value]), "OK");
+    }
+    for (key, value) in pairs {
+        assert_eq!(access.cli_cluster(&["GET", key]), value);
+    }
+
+    let data = DataSet::new("key", KEYS);
+    let took = data.load(&access).await.unwrap();
+    eprintln!("{name}: loaded {KEYS} keys in {took:?}");
+    data.verify(&access).await.unwrap();
+
+    // 3 -> 4 shards: a quarter of the slots move, 4096 each.
+    let access = env.reshape(name, json!({"shards": 4}), 4, 1, &data).await;
+    let view = access.nodes_seen_by(&access.members[0].ip).unwrap();
+    let counts = slots_by_primary(&view);
+    assert_eq!(
+        counts.values().copied().collect::<Vec<_>>(),
+        vec![4096; 4],
+        "{counts:?}"
+    );
+    for (key, value) in pairs {
+        assert_eq!(access.cli_cluster(&["GET", key]), value);
+    }
+
+    // Replicas 1 -> 2 -> 1.
+    let access = env
+        .reshape(name, json!({"replicasPerShard": 2}), 4, 2, &data)
+        .await;
+    let third: Vec<String> = (0..4).map(|s| cluster_member_name(name, s, 2)).collect();
+    let removed = Env::ids(&access, &third);
+    env.reshape(name, json!({"replicasPerShard": 1}), 4, 1, &data)
+        .await;
+    env.gone(name, &removed).await;
+
+    // 4 -> 3 shards: shard 3's slots move back, its members go.
+    let last: Vec<String> = (0..2).map(|m| cluster_member_name(name, 3, m)).collect();
+    let access = env.access(name).await;
+    let removed = Env::ids(&access, &last);
+    let access = env.reshape(name, json!({"shards": 3}), 3, 1, &data).await;
+    env.gone(name, &removed).await;
+    let view = access.nodes_seen_by(&access.members[0].ip).unwrap();
+    let counts = slots_by_primary(&view);
+    assert_eq!(counts.values().sum::<u32>(), SLOTS, "{counts:?}");
+    assert!(
+        counts.values().all(|c| (5461..=5462).contains(c)),
+        "{counts:?}"
+    );
+    for (key, value) in pairs {
+        assert_eq!(access.cli_cluster(&["GET", key]), value);
+    }
+    env.finish();
+}
