@@ -93,7 +93,7 @@ pub struct ClusterSwitchover {
 }
 
 /// Overall state of a topology.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
 pub enum Phase {
     /// Members are being created and joined.
     Creating,
@@ -107,6 +107,19 @@ pub enum Phase {
     Degraded,
     /// Not serving.
     Failed,
+}
+
+impl Phase {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Phase::Creating => "Creating",
+            Phase::Ready => "Ready",
+            Phase::Scaling => "Scaling",
+            Phase::Updating => "Updating",
+            Phase::Degraded => "Degraded",
+            Phase::Failed => "Failed",
+        }
+    }
 }
 
 /// Observed state of a ValkeyCluster (topology-controller).
@@ -162,14 +175,31 @@ pub struct MemberStatus {
     pub ready: bool,
 }
 
+/// Where a switchover request stands.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum SwitchoverOutcome {
+    /// Not done yet: waiting for the target to be an in-sync replica, or taking over.
+    #[default]
+    Pending,
+    /// The target is its shard's primary.
+    Succeeded,
+    /// The request cannot be carried out; the message says why.
+    Failed,
+}
+
+impl SwitchoverOutcome {
+    pub fn is_finished(self) -> bool {
+        self != SwitchoverOutcome::Pending
+    }
+}
+
 /// Outcome of a switchover request.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SwitchoverStatus {
     /// The request id this reports on.
     pub id: String,
-    /// Pending, Succeeded or Failed.
-    pub outcome: String,
+    pub outcome: SwitchoverOutcome,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -5,8 +5,12 @@
 //! conditions with [`transition`], which keeps `lastTransitionTime` while the status does not
 //! change, and applies just those.
 
+pub mod reasons;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
+
+pub use reasons::Reason;
 
 /// Condition types, grouped by the controller that writes them.
 pub mod types {
@@ -44,22 +48,50 @@ pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
     find(conditions, type_).is_some_and(|c| c.status == TRUE)
 }
 
-/// The desired state of one condition, without the bookkeeping fields.
+/// The desired state of one condition, without the bookkeeping fields. Built from a typed
+/// [`Reason`], which names the condition type, so no reason lands under another type.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Desired<'a> {
-    pub type_: &'a str,
-    pub status: bool,
-    /// CamelCase, machine readable.
-    pub reason: &'a str,
-    /// For a person: what is going on and, when it is bad, what to do.
-    pub message: String,
+pub struct ConditionSpec {
+    type_: &'static str,
+    status: bool,
+    reason: &'static str,
+    message: String,
+}
+
+impl ConditionSpec {
+    /// `reason`'s condition type with `status`; `message` is for a person: what is going on
+    /// and, when it is bad, what to do.
+    pub fn new<R: Reason>(reason: R, status: bool, message: impl Into<String>) -> Self {
+        Self {
+            type_: R::TYPE,
+            status,
+            reason: reason.as_str(),
+            message: message.into(),
+        }
+    }
+
+    pub fn type_(&self) -> &'static str {
+        self.type_
+    }
+
+    pub fn status(&self) -> bool {
+        self.status
+    }
+
+    pub fn reason(&self) -> &'static str {
+        self.reason
+    }
+
+    pub fn message(&self) -> &str {
+        &self.message
+    }
 }
 
 /// Builds the condition to write from the current ones: `lastTransitionTime` is kept when the
 /// status is unchanged, so re-applying an unchanged condition is a no-op.
 pub fn transition(
     current: &[Condition],
-    desired: Desired<'_>,
+    desired: ConditionSpec,
     observed_generation: Option<i64>,
     now: Timestamp,
 ) -> Condition {
@@ -89,22 +121,19 @@ pub fn upsert(conditions: &mut Vec<Condition>, condition: Condition) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use reasons::{EndpointReady, RollPending, WorkloadReady};
+
     fn at(secs: i64) -> Timestamp {
         Timestamp::from_second(secs).unwrap()
     }
 
-    fn ready(status: bool, reason: &'static str) -> Desired<'static> {
-        Desired {
-            type_: types::WORKLOAD_READY,
-            status,
-            reason,
-            message: format!("reason {reason}"),
-        }
+    fn ready(status: bool, reason: WorkloadReady) -> ConditionSpec {
+        ConditionSpec::new(reason, status, format!("reason {reason}"))
     }
 
     #[test]
     fn new_condition_starts_its_clock_now() {
-        let c = transition(&[], ready(true, "PodReady"), Some(3), at(100));
+        let c = transition(&[], ready(true, WorkloadReady::PodReady), Some(3), at(100));
         assert_eq!(c.status, "True");
         assert_eq!(c.reason, "PodReady");
         assert_eq!(c.observed_generation, Some(3));
@@ -113,18 +142,28 @@ mod tests {
 
     #[test]
     fn unchanged_status_keeps_transition_time() {
-        let first = transition(&[], ready(true, "PodReady"), Some(1), at(100));
-        let again = transition(&[first], ready(true, "StillReady"), Some(2), at(500));
+        let first = transition(&[], ready(true, WorkloadReady::PodReady), Some(1), at(100));
+        let again = transition(
+            &[first],
+            ready(true, WorkloadReady::ContainerWaiting),
+            Some(2),
+            at(500),
+        );
         assert_eq!(again.last_transition_time, Time(at(100)));
         // Reason, message and generation still follow the latest observation.
-        assert_eq!(again.reason, "StillReady");
+        assert_eq!(again.reason, "ContainerWaiting");
         assert_eq!(again.observed_generation, Some(2));
     }
 
     #[test]
     fn changed_status_moves_transition_time() {
-        let first = transition(&[], ready(true, "PodReady"), Some(1), at(100));
-        let flipped = transition(&[first], ready(false, "PodNotReady"), Some(1), at(500));
+        let first = transition(&[], ready(true, WorkloadReady::PodReady), Some(1), at(100));
+        let flipped = transition(
+            &[first],
+            ready(false, WorkloadReady::PodNotReady),
+            Some(1),
+            at(500),
+        );
         assert_eq!(flipped.status, "False");
         assert_eq!(flipped.last_transition_time, Time(at(500)));
     }
@@ -133,32 +172,32 @@ mod tests {
     fn other_types_do_not_lend_their_time() {
         let endpoint = transition(
             &[],
-            Desired {
-                type_: types::ENDPOINT_READY,
-                status: true,
-                reason: "ServiceReady",
-                message: String::new(),
-            },
+            ConditionSpec::new(EndpointReady::ServiceReady, true, ""),
             None,
             at(100),
         );
-        let c = transition(&[endpoint], ready(true, "PodReady"), None, at(200));
+        let c = transition(
+            &[endpoint],
+            ready(true, WorkloadReady::PodReady),
+            None,
+            at(200),
+        );
         assert_eq!(c.last_transition_time, Time(at(200)));
     }
 
     #[test]
     fn upsert_replaces_by_type_and_appends_new_types() {
-        let mut list = vec![transition(&[], ready(false, "Starting"), None, at(1))];
-        let now_ready = transition(&list, ready(true, "PodReady"), None, at(2));
+        let mut list = vec![transition(
+            &[],
+            ready(false, WorkloadReady::PodMissing),
+            None,
+            at(1),
+        )];
+        let now_ready = transition(&list, ready(true, WorkloadReady::PodReady), None, at(2));
         upsert(&mut list, now_ready);
         assert_eq!(list.len(), 1);
         assert!(is_true(&list, types::WORKLOAD_READY));
-        let pending = Desired {
-            type_: types::ROLL_PENDING,
-            status: false,
-            reason: "UpToDate",
-            message: String::new(),
-        };
+        let pending = ConditionSpec::new(RollPending::UpToDate, false, "");
         let pending = transition(&list, pending, None, at(3));
         upsert(&mut list, pending);
         assert_eq!(list.len(), 2);

@@ -115,7 +115,7 @@ pub struct ValkeyNodeStatus {
 pub struct WorkloadStatus {
     /// StatefulSet or Deployment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kind: Option<String>,
+    pub kind: Option<crate::template::WorkloadType>,
     /// Name of the workload object.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,

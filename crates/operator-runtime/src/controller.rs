@@ -1,25 +1,41 @@
 //! Driving a kube-runtime `Controller` the same way in every binary: graceful shutdown,
-//! reconcile metrics, error logging and retry, readiness.
+//! reconcile metrics, a Warning Event and a growing per-object delay after a failure,
+//! objects that do not deserialize isolated from the rest, readiness.
+//!
+//! Controllers watch their main resource through [`Guarded`] (kube's `DeserializeGuard`): an
+//! object that cannot be read as the controller's type (a field of the wrong type, written
+//! under an older schema, say) becomes an [`Failure::Invalid`] value for that object alone,
+//! with a Warning Event, instead of an error that breaks the watch for every object.
 //!
 //! See the crate docs for a complete binary.
 
+use std::borrow::Cow;
+use std::collections::HashMap;
 use std::fmt::{Debug, Display};
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::NamespaceResourceScope;
 use kube::Resource;
+use kube::core::DeserializeGuard;
+use kube::core::error_boundary::InvalidObject;
 use kube::runtime::controller::{Action, Error as ControllerError};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, watcher};
 use serde::de::DeserializeOwned;
 
+use crate::events::RuntimeEvent;
 use crate::{Context, ErrorKind};
 
-/// How long to wait before retrying an object whose reconcile failed.
-pub const RETRY_AFTER_ERROR: Duration = Duration::from_secs(10);
+/// A watched object that may not deserialize as `K`; see the module docs.
+pub type Guarded<K> = DeserializeGuard<K>;
+
+/// The first retry after a failed reconcile; each further failure doubles it.
+pub const FIRST_RETRY: Duration = Duration::from_secs(5);
+/// The longest retry delay: a permanently broken object is looked at every 5 minutes.
+pub const MAX_RETRY: Duration = Duration::from_secs(300);
 
 /// How often every object is reconciled again without any change: a safety net for missed
 /// watch events, not a polling loop (controllers react to their watches).
@@ -36,6 +52,70 @@ pub fn resync() -> Action {
 pub struct ReconcileContext<T> {
     pub runtime: Context,
     pub data: Arc<T>,
+}
+
+/// Why a reconcile run failed, as the runtime sees it.
+#[derive(Debug, thiserror::Error)]
+pub enum Failure<E> {
+    /// The object does not deserialize as the controller's type.
+    #[error("the object cannot be read: {0}")]
+    Invalid(Box<InvalidObject>),
+    /// The controller's reconcile returned an error.
+    #[error(transparent)]
+    Reconcile(E),
+}
+
+impl<E: ErrorKind> ErrorKind for Failure<E> {
+    fn kind(&self) -> Cow<'static, str> {
+        match self {
+            Failure::Invalid(_) => "invalid_object".into(),
+            Failure::Reconcile(e) => e.kind(),
+        }
+    }
+}
+
+/// Retry delays per object: [`FIRST_RETRY`] doubling up to [`MAX_RETRY`] while its
+/// reconciles keep failing, forgotten once one succeeds.
+pub struct Backoff<K: Resource<DynamicType = ()>> {
+    failures: Mutex<HashMap<ObjectRef<K>, u32>>,
+}
+
+impl<K: Resource<DynamicType = ()>> Default for Backoff<K> {
+    fn default() -> Self {
+        Self {
+            failures: Mutex::default(),
+        }
+    }
+}
+
+impl<K: Resource<DynamicType = ()>> Backoff<K> {
+    /// Records a failure of `object`; the delay before its next try.
+    pub fn failed(&self, object: ObjectRef<K>) -> Duration {
+        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let count = failures.entry(object).or_insert(0);
+        *count = count.saturating_add(1);
+        retry_delay(*count)
+    }
+
+    /// Records a success of `object`: its next failure starts from [`FIRST_RETRY`] again.
+    pub fn succeeded(&self, object: &ObjectRef<K>) {
+        self.failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(object);
+    }
+}
+
+/// The delay after `failures` failures in a row.
+fn retry_delay(failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(1).min(16);
+    FIRST_RETRY.saturating_mul(1 << doublings).min(MAX_RETRY)
+}
+
+/// What [`run`] hands kube-runtime: the reconcile's context and the retry state.
+struct Shared<K: Resource<DynamicType = ()>, T> {
+    reconcile: Arc<ReconcileContext<T>>,
+    backoff: Backoff<Guarded<K>>,
 }
 
 /// How often [`ready_when`] re-checks its future; see there.
@@ -76,11 +156,13 @@ where
 /// Runs `controller` with `reconcile` until the process shuts down.
 ///
 /// Adds what every controller needs: graceful shutdown on `ctx.shutdown`, the reconcile
-/// metrics (runs, duration, failures by [`ErrorKind`]), a log line per failed reconcile
-/// and a retry after [`RETRY_AFTER_ERROR`].
+/// metrics (runs, duration, failures by [`ErrorKind`]), and for a failed reconcile a log
+/// line, a Warning Event `ReconcileFailed` on the object and a retry after a delay that
+/// grows per object ([`Backoff`]). An object that does not deserialize gets a Warning Event
+/// `InvalidObject` and is looked at again only when it changes.
 pub async fn run<K, T, R, Fut, E>(
     ctx: &Context,
-    controller: Controller<K>,
+    controller: Controller<Guarded<K>>,
     data: Arc<T>,
     mut reconcile: R,
 ) where
@@ -88,25 +170,43 @@ pub async fn run<K, T, R, Fut, E>(
     T: Send + Sync + 'static,
     R: FnMut(Arc<K>, Arc<ReconcileContext<T>>) -> Fut,
     Fut: Future<Output = Result<Action, E>> + Send + 'static,
-    E: std::error::Error + ErrorKind + Send + 'static,
+    E: std::error::Error + ErrorKind + Send + Sync + 'static,
 {
     let name = ctx.name;
-    let shared = Arc::new(ReconcileContext {
-        runtime: ctx.clone(),
-        data,
+    let shared = Arc::new(Shared {
+        reconcile: Arc::new(ReconcileContext {
+            runtime: ctx.clone(),
+            data,
+        }),
+        backoff: Backoff::default(),
     });
-    let timed_reconcile = move |object: Arc<K>, shared: Arc<ReconcileContext<T>>| {
-        let timer = shared.runtime.metrics.reconcile_started(name);
-        let reconciled = reconcile(object, shared);
+    let guarded_reconcile = move |guarded: Arc<Guarded<K>>, shared: Arc<Shared<K, T>>| {
+        let timer = shared.reconcile.runtime.metrics.reconcile_started(name);
+        let started = match &guarded.0 {
+            Ok(object) => Ok(reconcile(
+                Arc::new(object.clone()),
+                shared.reconcile.clone(),
+            )),
+            Err(invalid) => Err(Box::new(invalid.clone())),
+        };
         async move {
-            let result = reconciled.await;
+            let result = match started {
+                Ok(reconciled) => reconciled.await.map_err(Failure::Reconcile),
+                Err(invalid) => Err(Failure::Invalid(invalid)),
+            };
+            match &result {
+                Ok(_) => shared
+                    .backoff
+                    .succeeded(&ObjectRef::from_obj(guarded.as_ref())),
+                Err(failure) => report_failure(&shared.reconcile.runtime, &guarded, failure).await,
+            }
             drop(timer);
             result
         }
     };
     controller
         .graceful_shutdown_on(ctx.shutdown.wait())
-        .run(timed_reconcile, error_policy, shared)
+        .run(guarded_reconcile, error_policy, shared)
         .for_each(|result| async move { log_outcome(name, result) })
         .await;
 }
@@ -117,7 +217,7 @@ pub async fn run<K, T, R, Fut, E>(
 /// `reconcile`.
 pub async fn run_watching<K, T, R, Fut, E>(
     ctx: &Context,
-    configure: impl FnOnce(Controller<K>) -> Controller<K>,
+    configure: impl FnOnce(Controller<Guarded<K>>) -> Controller<Guarded<K>>,
     data: Arc<T>,
     reconcile: R,
 ) where
@@ -131,33 +231,98 @@ pub async fn run_watching<K, T, R, Fut, E>(
     T: Send + Sync + 'static,
     R: FnMut(Arc<K>, Arc<ReconcileContext<T>>) -> Fut,
     Fut: Future<Output = Result<Action, E>> + Send + 'static,
-    E: std::error::Error + ErrorKind + Send + 'static,
+    E: std::error::Error + ErrorKind + Send + Sync + 'static,
 {
-    let controller = configure(Controller::new(
-        ctx.watch_api::<K>(),
-        watcher::Config::default(),
-    ));
+    let controller = configure(watching::<K>(ctx));
     let store = controller.store();
     ready_when(ctx, async move { store.wait_until_ready().await });
     run(ctx, controller, data, reconcile).await;
 }
 
-fn error_policy<K, T, E>(object: Arc<K>, error: &E, shared: Arc<ReconcileContext<T>>) -> Action
+/// A controller for the namespaced resource `K`, watched through [`Guarded`] and honouring
+/// `--watch-namespace`; for [`run`].
+pub fn watching<K>(ctx: &Context) -> Controller<Guarded<K>>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    Controller::new(ctx.watch_api::<Guarded<K>>(), watcher::Config::default())
+}
+
+/// The Warning Event for a failed run. Best effort: an Event that cannot be published is
+/// logged, and the failure is retried anyway.
+async fn report_failure<K, E>(ctx: &Context, object: &Guarded<K>, failure: &Failure<E>)
 where
     K: Resource<DynamicType = ()>,
     E: std::error::Error + ErrorKind + 'static,
 {
-    let runtime = &shared.runtime;
-    runtime.metrics.reconcile_failed(runtime.name, error);
-    tracing::warn!(
-        controller = runtime.name,
-        object = %ObjectRef::from_obj(object.as_ref()),
-        kind = error.kind(),
-        error = %crate::error_chain(error),
-        "reconcile failed; retrying in {}s",
-        RETRY_AFTER_ERROR.as_secs()
-    );
-    Action::requeue(RETRY_AFTER_ERROR)
+    let (reason, note) = match failure {
+        Failure::Invalid(invalid) => (
+            RuntimeEvent::InvalidObject,
+            format!(
+                "cannot read this object as {}: {}; fix the field (or recreate the object) and \
+                 it is reconciled again",
+                K::kind(&()),
+                invalid.error
+            ),
+        ),
+        Failure::Reconcile(error) => (
+            RuntimeEvent::ReconcileFailed,
+            crate::error_chain(error).to_string(),
+        ),
+    };
+    // The action carries the failure's kind, so the Recorder folds repeats of one failure
+    // into one Event, and a different failure gets its own.
+    let published = ctx
+        .events
+        .publish_as(object, reason, &failure.kind(), note, None)
+        .await;
+    if let Err(error) = published {
+        tracing::warn!(controller = ctx.name, error = %crate::error_chain(&error), "cannot publish the failure Event");
+    }
+}
+
+fn error_policy<K, T, E>(
+    object: Arc<Guarded<K>>,
+    failure: &Failure<E>,
+    shared: Arc<Shared<K, T>>,
+) -> Action
+where
+    K: Resource<DynamicType = ()>,
+    E: std::error::Error + ErrorKind + 'static,
+{
+    let runtime = &shared.reconcile.runtime;
+    runtime.metrics.reconcile_failed(runtime.name, failure);
+    let at = ObjectRef::from_obj(object.as_ref());
+    match failure {
+        // Retrying cannot help; a change to the object triggers the next look.
+        Failure::Invalid(invalid) => {
+            tracing::warn!(
+                controller = runtime.name,
+                object = %at,
+                error = %invalid,
+                "cannot read the object; waiting for it to change"
+            );
+            Action::await_change()
+        }
+        Failure::Reconcile(error) => {
+            let delay = shared.backoff.failed(at.clone());
+            tracing::warn!(
+                controller = runtime.name,
+                object = %at,
+                kind = %error.kind(),
+                error = %crate::error_chain(error),
+                "reconcile failed; retrying in {}s",
+                delay.as_secs()
+            );
+            Action::requeue(delay)
+        }
+    }
 }
 
 fn log_outcome<K, E>(
@@ -184,8 +349,8 @@ fn log_outcome<K, E>(
     }
 }
 
-/// A reconcile function that only logs and counts: a placeholder until a controller's
-/// domain logic exists.
+/// A reconcile function that only logs: for a resource a controller watches but does not
+/// act on yet.
 pub async fn observe<K, T>(
     object: Arc<K>,
     _ctx: Arc<ReconcileContext<T>>,
@@ -199,7 +364,7 @@ where
 
 /// Lets [`observe`] (which cannot fail) be used with [`run`].
 impl ErrorKind for std::convert::Infallible {
-    fn kind(&self) -> &'static str {
+    fn kind(&self) -> Cow<'static, str> {
         match *self {}
     }
 }
@@ -215,18 +380,20 @@ mod tests {
     struct ValkeyRefused;
 
     impl ErrorKind for ValkeyRefused {
-        fn kind(&self) -> &'static str {
-            "valkey"
+        fn kind(&self) -> Cow<'static, str> {
+            "valkey".into()
         }
     }
 
     fn context() -> Context {
         // Never connects: building a client needs no API server.
         let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let client = Client::try_from(config).unwrap();
         Context {
             name: "test-controller",
             field_manager: "valkey-operator/test",
-            client: Client::try_from(config).unwrap(),
+            events: crate::events::Publisher::new(client.clone(), "test-controller"),
+            client,
             metrics: Arc::new(crate::Metrics::new().unwrap()),
             readiness: crate::Readiness::new(),
             watch_namespace: None,
@@ -234,20 +401,72 @@ mod tests {
         }
     }
 
+    fn shared(ctx: &Context) -> Arc<Shared<ConfigMap, ()>> {
+        Arc::new(Shared {
+            reconcile: Arc::new(ReconcileContext {
+                runtime: ctx.clone(),
+                data: Arc::new(()),
+            }),
+            backoff: Backoff::default(),
+        })
+    }
+
+    fn named(name: &str) -> Arc<Guarded<ConfigMap>> {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some(name.into());
+        cm.metadata.namespace = Some("default".into());
+        Arc::new(DeserializeGuard(Ok(cm)))
+    }
+
+    #[test]
+    fn the_retry_delay_doubles_from_five_seconds_to_five_minutes() {
+        let delays: Vec<u64> = (1..=9).map(|n| retry_delay(n).as_secs()).collect();
+        assert_eq!(delays, [5, 10, 20, 40, 80, 160, 300, 300, 300]);
+        assert_eq!(retry_delay(u32::MAX), MAX_RETRY);
+    }
+
     #[tokio::test]
-    async fn failed_reconciles_are_counted_by_kind_and_retried() {
+    async fn failed_reconciles_back_off_per_object_and_reset_on_success() {
         let ctx = context();
-        let shared = Arc::new(ReconcileContext {
-            runtime: ctx.clone(),
-            data: Arc::new(()),
-        });
-        let action = error_policy(Arc::new(ConfigMap::default()), &ValkeyRefused, shared);
-        assert_eq!(action, Action::requeue(RETRY_AFTER_ERROR));
+        let shared = shared(&ctx);
+        let error = Failure::Reconcile(ValkeyRefused);
+        let a = named("a");
+        let policy = |o: &Arc<Guarded<ConfigMap>>| error_policy(o.clone(), &error, shared.clone());
+        assert_eq!(policy(&a), Action::requeue(Duration::from_secs(5)));
+        assert_eq!(policy(&a), Action::requeue(Duration::from_secs(10)));
+        assert_eq!(policy(&a), Action::requeue(Duration::from_secs(20)));
+        // Another object starts from the first delay.
+        assert_eq!(policy(&named("b")), Action::requeue(FIRST_RETRY));
+        // A success resets the object's delay.
+        shared.backoff.succeeded(&ObjectRef::from_obj(a.as_ref()));
+        assert_eq!(policy(&a), Action::requeue(FIRST_RETRY));
+
         let text = ctx.metrics.encode().unwrap();
         assert!(
-            text.contains(r#"valkey_operator_reconcile_failures_total{controller="test-controller",error="valkey"} 1"#),
+            text.contains(r#"valkey_operator_reconcile_failures_total{controller="test-controller",error="valkey"} 5"#),
             "{text}"
         );
+    }
+
+    #[tokio::test]
+    async fn an_object_of_the_wrong_shape_fails_alone_and_waits_for_a_change() {
+        // A list as a watch delivers it: the second ConfigMap has `data` of the wrong type.
+        let list: Vec<Guarded<ConfigMap>> = serde_json::from_value(serde_json::json!([
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "good"}, "data": {"k": "v"}},
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "bad"}, "data": ["not", "a", "map"]},
+        ]))
+        .expect("one bad object does not fail the list");
+        assert!(list[0].0.is_ok());
+        let Err(invalid) = &list[1].0 else {
+            panic!("the bad object deserialized")
+        };
+        assert_eq!(list[1].meta().name.as_deref(), Some("bad"));
+
+        let ctx = context();
+        let failure = Failure::<ValkeyRefused>::Invalid(Box::new(invalid.clone()));
+        let action = error_policy(Arc::new(list[1].clone()), &failure, shared(&ctx));
+        assert_eq!(action, Action::await_change());
+        assert_eq!(failure.kind(), "invalid_object");
     }
 
     #[tokio::test]

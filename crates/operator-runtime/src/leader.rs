@@ -173,18 +173,20 @@ fn lease_client_config(config: &Config) -> Config {
     config
 }
 
-/// The Lease holder identity: `<pod name or hostname>-<random suffix>`.
+/// The Lease holder identity: the pod name, else `<hostname>-<random suffix>`.
 ///
-/// The pod name makes the holder recognisable in `kubectl get lease`; the suffix makes it
-/// unique per process. That matters after a container restart: the pod name is unchanged,
-/// and kube-lease-manager would otherwise treat the new process as the current holder of
-/// a Lease its predecessor held, without waiting for it to expire.
+/// A pod name is unique among live pods and stays the same when the container restarts, so
+/// a restarted controller finds the Lease held under its own name and takes it back at once
+/// instead of waiting for its dead predecessor's Lease to expire (both are this pod, and the
+/// predecessor is gone). Without a pod name (a process run by hand) the host name is not
+/// unique, so a random suffix makes each process its own holder.
 pub(crate) fn holder_identity(pod_name: Option<&str>, hostname: Option<&str>) -> String {
-    let base = [pod_name, hostname]
-        .into_iter()
-        .flatten()
+    if let Some(pod) = pod_name.map(str::trim).filter(|s| !s.is_empty()) {
+        return pod.to_string();
+    }
+    let base = hostname
         .map(str::trim)
-        .find(|s| !s.is_empty())
+        .filter(|s| !s.is_empty())
         .unwrap_or("valkey-operator");
     // RandomState is seeded from the OS per process: a dependency-free random suffix.
     let suffix = RandomState::new().hash_one(std::process::id());
@@ -205,17 +207,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn identity_prefers_pod_name_and_adds_a_unique_suffix() {
+    fn identity_is_the_pod_name_so_a_restart_keeps_it() {
         let a = holder_identity(Some("node-controller-7d9f-abcde"), Some("host"));
         let b = holder_identity(Some("node-controller-7d9f-abcde"), Some("host"));
-        assert!(a.starts_with("node-controller-7d9f-abcde-"), "{a}");
-        assert_eq!(a.len(), "node-controller-7d9f-abcde-".len() + 8, "{a}");
-        assert_ne!(a, b, "two processes (or restarts) never share an identity");
+        assert_eq!(a, "node-controller-7d9f-abcde");
+        assert_eq!(a, b, "a restarted container takes its pod's Lease back");
     }
 
     #[test]
-    fn identity_falls_back_to_hostname_then_a_fixed_name() {
-        assert!(holder_identity(None, Some("laptop")).starts_with("laptop-"));
+    fn without_a_pod_name_each_process_gets_a_unique_identity() {
+        let a = holder_identity(None, Some("laptop"));
+        assert!(a.starts_with("laptop-"), "{a}");
+        assert_eq!(a.len(), "laptop-".len() + 8, "{a}");
+        assert_ne!(a, holder_identity(None, Some("laptop")));
         assert!(holder_identity(Some(" "), Some("laptop")).starts_with("laptop-"));
         assert!(holder_identity(None, None).starts_with("valkey-operator-"));
     }

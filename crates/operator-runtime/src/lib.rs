@@ -26,11 +26,19 @@
 //!
 //! Inside the controller:
 //! - [`controller::run`] drives a kube-runtime `Controller` with graceful shutdown on
-//!   `ctx.shutdown`, the reconcile metrics, and logging and retry of failed reconciles
-//!   (the reconcile error type implements [`ErrorKind`], the metrics label);
+//!   `ctx.shutdown`, the reconcile metrics, and for a failed reconcile a log line, a Warning
+//!   Event and a retry whose delay grows per object (the reconcile error type implements
+//!   [`ErrorKind`], the metrics label). It watches through [`controller::Guarded`], so an
+//!   object that does not deserialize fails alone. [`controller::run_watching`] builds the
+//!   `Controller` for one namespaced resource and waits for its first list; use
+//!   [`controller::run`] directly when one binary runs several controllers;
 //! - [`controller::ready_when`] turns `/readyz` to 200 once the watches have listed;
 //! - [`Context::watch_api`] is the `Api` to watch, honouring `--watch-namespace`;
-//! - [`apply()`] / [`apply_status()`] with `ctx.field_manager` for every write.
+//! - [`apply()`] / [`apply_status()`] with `ctx.field_manager` for every write, each API
+//!   call's error named with [`ApiResultExt::on`] (an [`ApiError`]: operation, object,
+//!   cause);
+//! - [`Context::events`] publishes Events with the controller's typed reasons
+//!   ([`event_reasons!`]).
 //!
 //! A binary's whole `main.rs` then looks like this:
 //!
@@ -39,9 +47,9 @@
 //!
 //! use clap::Parser;
 //! use k8s_openapi::api::core::v1::ConfigMap; // stands in for a valkey.rs type
-//! use kube::runtime::{Controller, controller::Action, watcher};
+//! use kube::runtime::controller::Action;
 //! use operator_runtime::controller::{self, ReconcileContext};
-//! use operator_runtime::{CommonArgs, Context, ErrorKind, RequiredCrd};
+//! use operator_runtime::{ApiError, CommonArgs, Context, ErrorKind, RequiredCrd};
 //!
 //! #[derive(Parser)]
 //! struct Cli {
@@ -58,10 +66,8 @@
 //! }
 //!
 //! async fn run(ctx: Context) -> Result<(), std::convert::Infallible> {
-//!     let objects = Controller::new(ctx.watch_api::<ConfigMap>(), watcher::Config::default());
-//!     let store = objects.store();
-//!     controller::ready_when(&ctx, async move { store.wait_until_ready().await });
-//!     controller::run(&ctx, objects, Arc::new(()), reconcile).await;
+//!     // `|c| c` adds nothing; `|c| c.owns(...)` would watch what the objects own.
+//!     controller::run_watching::<ConfigMap, _, _, _, _>(&ctx, |c| c, Arc::new(()), reconcile).await;
 //!     Ok(())
 //! }
 //!
@@ -74,13 +80,13 @@
 //! #[derive(Debug, thiserror::Error)]
 //! enum Error {
 //!     #[error(transparent)]
-//!     Kube(#[from] kube::Error),
+//!     Api(#[from] ApiError),
 //! }
 //!
 //! impl ErrorKind for Error {
-//!     fn kind(&self) -> &'static str {
+//!     fn kind(&self) -> std::borrow::Cow<'static, str> {
 //!         match self {
-//!             Error::Kube(_) => "kube",
+//!             Error::Api(e) => e.kind(),
 //!         }
 //!     }
 //! }
@@ -89,6 +95,8 @@
 pub mod apply;
 pub mod cli;
 pub mod controller;
+pub mod error;
+pub mod events;
 pub mod http;
 mod leader;
 pub mod metrics;
@@ -108,6 +116,8 @@ use tokio::net::TcpListener;
 
 pub use apply::{apply, apply_status, first_difference, is_applied};
 pub use cli::{CommonArgs, LogFormat};
+pub use error::{ApiError, ApiResultExt, ObjectName, Op};
+pub use events::{EventReason, Publisher};
 pub use http::Readiness;
 pub use leader::LeaderError;
 pub use metrics::{ErrorKind, Metrics, ReconcileTimer};
@@ -136,6 +146,8 @@ pub struct Context {
     /// The server-side-apply field manager for every write, e.g. `valkey-operator/node`.
     pub field_manager: &'static str,
     pub client: Client,
+    /// Publishes Events as this controller.
+    pub events: Publisher,
     pub metrics: Arc<Metrics>,
     pub readiness: Readiness,
     /// Restrict watches to this namespace; `None` means all namespaces.
@@ -308,6 +320,7 @@ where
     let context = Context {
         name,
         field_manager,
+        events: Publisher::new(client.clone(), name),
         client,
         metrics,
         readiness,

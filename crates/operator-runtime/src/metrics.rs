@@ -1,5 +1,7 @@
 //! Reconcile metrics in a private Prometheus registry, exposed on /metrics.
 
+use std::borrow::Cow;
+
 use prometheus::{
     HistogramOpts, HistogramTimer, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
 };
@@ -7,10 +9,17 @@ use prometheus::{
 /// A short, fixed label for an error, used as the `error` label of
 /// `valkey_operator_reconcile_failures_total`.
 ///
-/// Controller error enums implement it with one `&'static str` per variant. Returning a
-/// static string (not the message) keeps the label's cardinality bounded.
+/// Controller error enums implement it with one label per variant, or delegate to
+/// [`ApiError::metric_label`](crate::error::ApiError::metric_label). A label from a fixed
+/// set (never the message) keeps the series' cardinality bounded.
 pub trait ErrorKind {
-    fn kind(&self) -> &'static str;
+    fn kind(&self) -> Cow<'static, str>;
+}
+
+impl ErrorKind for crate::error::ApiError {
+    fn kind(&self) -> Cow<'static, str> {
+        self.metric_label().into()
+    }
 }
 
 /// The reconcile metrics of one process.
@@ -84,7 +93,7 @@ impl Metrics {
     /// Meant for the kube-runtime `error_policy` callback, which sees every reconcile error.
     pub fn reconcile_failed<E: ErrorKind + ?Sized>(&self, controller: &str, error: &E) {
         self.failures
-            .with_label_values(&[controller, error.kind()])
+            .with_label_values(&[controller, &error.kind()])
             .inc();
     }
 
@@ -115,10 +124,10 @@ mod tests {
     }
 
     impl ErrorKind for TestError {
-        fn kind(&self) -> &'static str {
+        fn kind(&self) -> Cow<'static, str> {
             match self {
-                TestError::Kube => "kube",
-                TestError::Valkey => "valkey",
+                TestError::Kube => "kube".into(),
+                TestError::Valkey => "valkey".into(),
             }
         }
     }

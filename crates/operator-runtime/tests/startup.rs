@@ -24,7 +24,6 @@ use clap::Parser;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
-use kube::runtime::{Controller, watcher};
 use operator_runtime::{CommonArgs, Context, RequiredCrd, controller};
 use serde_json::{Value, json};
 
@@ -80,10 +79,13 @@ async fn controller(scenario: String, ctx: Context) -> Result<(), String> {
         "fail" => Err("reconciler exploded".into()),
         // What the binaries do: a kube-runtime Controller driven by operator_runtime.
         "kube-controller" => {
-            let objects = Controller::new(ctx.watch_api::<ConfigMap>(), watcher::Config::default());
-            let store = objects.store();
-            controller::ready_when(&ctx, async move { store.wait_until_ready().await });
-            controller::run(&ctx, objects, Arc::new(()), controller::observe).await;
+            controller::run_watching::<ConfigMap, _, _, _, _>(
+                &ctx,
+                |c| c,
+                Arc::new(()),
+                controller::observe,
+            )
+            .await;
             Ok(())
         }
         other => panic!("unknown scenario {other}"),
@@ -556,13 +558,33 @@ fn leader_runs_after_acquiring_the_lease_and_releases_it_on_sigterm() {
         },
     );
     let holder = lease_holder(&lease).expect("the Lease has a holder");
-    assert!(holder.starts_with("test-pod-"), "{holder}");
+    assert_eq!(holder, "test-pod", "the pod name is the holder identity");
     assert_eq!(status_of(http, "/readyz"), Some(200));
 
     sigterm(&child);
     let output = child.wait_with_output().unwrap();
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     assert_eq!(lease_holder(&lease), None, "released on shutdown");
+}
+
+#[test]
+fn a_restarted_pod_takes_its_own_lease_back_at_once() {
+    let (api, lease) = fake_api_server(&["valkeynodes", "valkeyclusters"]);
+    // As a container restart finds it: the Lease held by this pod's last process, unexpired
+    // for an hour, so running at all means it did not wait for the Lease to expire.
+    hand_lease_to(&lease, "test-pod");
+    let http = free_loopback_port();
+    let scenario = Scenario::new("serve", Some(api)).args(&format!("{LEADER_ARGS} {http}"));
+    let mut child = scenario.spawn();
+
+    wait_until("the controller runs", &mut child, || {
+        http_get(http, "/metrics").is_some_and(|m| m.contains("reconcile_runs_total"))
+    });
+    assert_eq!(lease_holder(&lease).as_deref(), Some("test-pod"));
+
+    sigterm(&child);
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
 }
 
 #[test]

@@ -89,7 +89,7 @@ async fn statefulset_node(cluster: &LocalCluster, client: &Client, apis: &Apis) 
         })
         .await
         .unwrap();
-    assert_eq!(workload.kind.as_deref(), Some("StatefulSet"));
+    assert_eq!(workload.kind, Some(WorkloadType::StatefulSet));
     assert_eq!(workload.name.as_deref(), Some(name));
     assert_eq!(workload.pod_name.as_deref(), Some("cache-0"));
     assert!(workload.revision.is_some());
@@ -207,7 +207,7 @@ async fn deployment_node(cluster: &LocalCluster, apis: &Apis) {
         })
         .await
         .unwrap();
-    assert_eq!(workload.kind.as_deref(), Some("Deployment"));
+    assert_eq!(workload.kind, Some(WorkloadType::Deployment));
     assert_eq!(valkey_cli(&cluster_ip, &["PING"]), "PONG");
     assert_eq!(
         valkey_cli(&cluster_ip, &["CONFIG", "GET", "maxmemory"]),

@@ -26,7 +26,7 @@ pub(crate) const FAILOVER: Duration = Duration::from_secs(120);
 /// Something that follows promptly from a state already reached.
 pub(crate) const SETTLE: Duration = Duration::from_secs(60);
 
-/// The tests of this file run one at a time even without `--test-threads=1`: each starts a
+/// The tests of this binary run one at a time even without `--test-threads=1`: each starts a
 /// whole local cluster, and two at once would starve the 2-core machine.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 

@@ -2,6 +2,7 @@
 
 use std::time::Instant;
 
+use crd_types::cluster::SwitchoverOutcome;
 use crd_types::names::{cluster_member_name, statefulset_pod_name};
 use crd_types::node::Role;
 use local_cluster::cluster_testing::{AckedWriter, valkey_cluster};
@@ -131,8 +132,8 @@ async fn a_killed_primary_is_replaced_and_rejoins_as_replica() {
             .status
             .unwrap_or_default();
         Ok(match status.switchover {
-            Some(s) if s.id == "s1" && s.outcome == "Succeeded" => Ok(()),
-            Some(s) if s.id == "s1" && s.outcome == "Failed" => {
+            Some(s) if s.id == "s1" && s.outcome == SwitchoverOutcome::Succeeded => Ok(()),
+            Some(s) if s.id == "s1" && s.outcome == SwitchoverOutcome::Failed => {
                 panic!("switchover s1 failed: {}", s.message)
             }
             other => Err(format!("status.switchover is {other:?}")),
