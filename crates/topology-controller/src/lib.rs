@@ -4,6 +4,10 @@
 
 pub mod auth;
 pub mod cluster_nodes;
+pub mod commands;
+#[cfg(test)]
+pub mod fake;
+pub mod migrate;
 pub mod members;
 pub mod plan;
 pub mod slots;

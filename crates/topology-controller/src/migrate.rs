@@ -1,90 +1,191 @@
-//! Moving slots between primaries with the classic protocol, several slots at a time.
+//! Moving slots between primaries with the classic protocol (IMPORTING on the target,
+//! MIGRATING on the source, MIGRATE the keys, NODE everywhere), several slots at a time.
+//!
+//! A slot is opened only while every replica of both ends is online on its primary: Valkey
+//! 8.0 copies slot states only to replicas online at that moment (valkey-io/valkey#998), and
+//! a replica whose full sync snapshots an open slot keeps that marker after the move ends.
+//! A move cut short (the budget, a replica starting to sync, a crash) leaves no slot half
+//! open except one whose command failed; the planner finishes or clears that one.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use futures::StreamExt;
 use futures::future::join_all;
-use topology_controller::plan::Address;
-use topology_controller::slots::Move;
 
-use crate::valkey::{Conn, SlotState};
+use crate::cluster_nodes::ReplicationInfo;
+use crate::commands::{CommandResultExt, SlotState, StepError, Valkey};
+use crate::plan::Address;
+use crate::slots::Move;
 
 /// Slot moves stop after this long so status and the rest of the plan get a turn.
-const BUDGET: Duration = Duration::from_secs(20);
+pub const BUDGET: Duration = Duration::from_secs(20);
 /// Keys per GETKEYSINSLOT / MIGRATE batch.
 const BATCH: u32 = 500;
 /// Slots in flight at once. Each slot's own commands stay in order; interleaving slots hides
 /// the round trips, which dominate when most slots hold few keys.
 const SLOTS_IN_FLIGHT: usize = 16;
 
-/// A member that answered, as one end of a move.
-pub struct End<'a> {
+/// A primary that answered, as one end of a move.
+pub struct End<'a, V> {
     pub name: &'a str,
-    pub conn: &'a Conn,
+    pub conn: &'a V,
     pub id: &'a str,
     pub address: &'a Address,
-    pub primary: bool,
+    /// Its replicas' announce addresses: each must be online before a slot opens.
+    pub replicas: Vec<&'a Address>,
 }
 
-/// Moves the slots of `moves`. Stops after [`BUDGET`]; a slot cut off midway (here or by a
-/// crash) stays open and the planner's FixOpenSlot step finishes it. Returns the number of
-/// slots moved.
-pub async fn migrate(moves: &[Move<String>], ends: &[End<'_>]) -> Result<usize, String> {
+/// How far a call to [`migrate`] got.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Moved {
+    pub slots: usize,
+    /// Why it stopped before moving every slot asked for; `None` when it moved them all.
+    pub stopped: Option<Stopped>,
+}
+
+/// Why [`migrate`] stopped early.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Stopped {
+    /// The time budget ran out.
+    Budget,
+    /// A replica of an end is not online (syncing, or not connected).
+    ReplicaNotOnline(String),
+}
+
+/// Moves the slots of `moves` between the primaries `ends`, for at most `budget` (slots in
+/// flight then finish). Every primary among `others` is told each new owner too (best
+/// effort: gossip spreads it anyway).
+pub async fn migrate<V: Valkey>(
+    moves: &[Move<String>],
+    ends: &[End<'_, V>],
+    others: &[&V],
+    budget: Duration,
+) -> Result<Moved, StepError> {
     let end = |name: &str| {
         ends.iter()
             .find(|e| e.name == name)
-            .ok_or_else(|| format!("{name} does not answer"))
+            .ok_or_else(|| StepError::NotAnswering(name.to_string()))
     };
-    let primaries: Vec<&Conn> = ends.iter().filter(|e| e.primary).map(|e| e.conn).collect();
     let started = Instant::now();
     let mut moved = 0;
     for m in moves {
         let (source, target) = (end(&m.from)?, end(&m.to)?);
-        let slots = (m.slots.0..=m.slots.1).take_while(|_| started.elapsed() < BUDGET);
-        let mut results = futures::stream::iter(slots)
-            .map(|slot| move_slot(slot, source, target, &primaries))
+        // Set by the check before a slot opens; read once the slots in flight are done.
+        let stopped = std::sync::Mutex::new(None);
+        let stop = |why: Stopped| {
+            *stopped.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+        };
+        let results = futures::stream::iter(m.slots.0..=m.slots.1)
+            .then(|slot| async move {
+                if started.elapsed() >= budget {
+                    stop(Stopped::Budget);
+                    return None;
+                }
+                match not_online(source, target).await {
+                    Ok(None) => Some(Ok(slot)),
+                    Ok(Some(why)) => {
+                        stop(Stopped::ReplicaNotOnline(why));
+                        None
+                    }
+                    Err(e) => Some(Err(e)),
+                }
+            })
+            .take_while(|next| futures::future::ready(next.is_some()))
+            .map(|next| async move {
+                let slot = next.expect("taken while some")?;
+                move_slot(slot, source, target, others).await
+            })
             .buffer_unordered(SLOTS_IN_FLIGHT);
+        let mut results = std::pin::pin!(results);
         while let Some(result) = results.next().await {
             result?;
             moved += 1;
         }
-        if started.elapsed() >= BUDGET {
-            break;
+        let stopped = stopped.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if stopped.is_some() {
+            return Ok(Moved {
+                slots: moved,
+                stopped,
+            });
         }
     }
-    Ok(moved)
+    Ok(Moved {
+        slots: moved,
+        stopped: None,
+    })
+}
+
+/// Why a replica of `source` or `target` is not online, from each primary's own
+/// `INFO replication` (the view Valkey itself uses to decide whom it copies slot states
+/// to); `None` when all are.
+async fn not_online<V: Valkey>(
+    source: &End<'_, V>,
+    target: &End<'_, V>,
+) -> Result<Option<String>, StepError> {
+    for end in [source, target] {
+        if end.replicas.is_empty() {
+            continue;
+        }
+        let text = end
+            .conn
+            .info(&["replication"])
+            .await
+            .on("INFO replication", end.name)?;
+        let info = ReplicationInfo::parse(&text).map_err(|e| StepError::Command {
+            command: "INFO replication".into(),
+            member: end.name.into(),
+            source: crate::commands::ValkeyError::new(
+                crate::commands::ErrorKind::Protocol,
+                e.to_string(),
+            ),
+        })?;
+        for replica in &end.replicas {
+            let state = info
+                .replicas
+                .iter()
+                .find(|r| r.ip == replica.ip && r.port == replica.port)
+                .map(|r| r.state.as_str());
+            if state != Some("online") {
+                return Ok(Some(format!(
+                    "replica {}:{} of {} is {}",
+                    replica.ip,
+                    replica.port,
+                    end.name,
+                    state.unwrap_or("not connected")
+                )));
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// One slot: IMPORTING on the target, MIGRATING on the source, the keys in batches with
 /// MIGRATE, then the new owner on the target, the source and every other primary.
-async fn move_slot(
+async fn move_slot<V: Valkey>(
     slot: u16,
-    source: &End<'_>,
-    target: &End<'_>,
-    primaries: &[&Conn],
-) -> Result<(), String> {
-    let at = |what: &str, e: fred::error::Error| {
-        format!(
-            "slot {slot} {} -> {}: {what}: {e}",
-            source.name, target.name
-        )
-    };
+    source: &End<'_, V>,
+    target: &End<'_, V>,
+    others: &[&V],
+) -> Result<(), StepError> {
+    let setslot = |state: SlotState<'_>| format!("SETSLOT {slot} {state}");
     target
         .conn
         .set_slot(slot, SlotState::Importing(source.id))
         .await
-        .map_err(|e| at("SETSLOT IMPORTING", e))?;
+        .on(setslot(SlotState::Importing(source.id)), target.name)?;
     source
         .conn
         .set_slot(slot, SlotState::Migrating(target.id))
         .await
-        .map_err(|e| at("SETSLOT MIGRATING", e))?;
+        .on(setslot(SlotState::Migrating(target.id)), source.name)?;
     loop {
         let keys = source
             .conn
             .keys_in_slot(slot, BATCH)
             .await
-            .map_err(|e| at("GETKEYSINSLOT", e))?;
+            .on(format!("GETKEYSINSLOT {slot}"), source.name)?;
         if keys.is_empty() {
             break;
         }
@@ -92,27 +193,210 @@ async fn move_slot(
             .conn
             .migrate(&target.address.ip, target.address.port, keys)
             .await
-            .map_err(|e| at("MIGRATE", e))?;
+            .on(format!("MIGRATE slot {slot} to {}", target.name), source.name)?;
     }
     // Target first: once it owns the slot, the source's redirects point at it.
+    let node = SlotState::Node(target.id);
     target
         .conn
-        .set_slot(slot, SlotState::Node(target.id))
+        .set_slot(slot, node)
         .await
-        .map_err(|e| at("SETSLOT NODE on the target", e))?;
+        .on(setslot(node), target.name)?;
     // A source that gave away its last slot may already have turned into a replica of the
     // target (cluster-allow-replica-migration) and refuse SETSLOT: it knows anyway.
-    if let Err(e) = source.conn.set_slot(slot, SlotState::Node(target.id)).await
-        && !e.details().contains("only with masters")
+    if let Err(e) = source.conn.set_slot(slot, node).await
+        && !e.says("only with masters")
     {
-        return Err(at("SETSLOT NODE on the source", e));
+        return Err(e).on(setslot(node), source.name);
     }
-    // Best effort, all at once: gossip spreads the new owner anyway.
-    join_all(
-        primaries
-            .iter()
-            .map(|other| other.set_slot(slot, SlotState::Node(target.id))),
-    )
-    .await;
+    join_all(others.iter().map(|other| other.set_slot(slot, node))).await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake::{FakeCluster, FakeConn, node_id};
+
+    /// The ends of a move between two primaries of `cluster`, with their replicas.
+    struct Ends {
+        names: Vec<String>,
+        conns: Vec<FakeConn>,
+        addresses: Vec<Address>,
+        replicas: Vec<Vec<Address>>,
+    }
+
+    impl Ends {
+        fn of(cluster: &FakeCluster, primaries: &[String], replicas: &[Vec<String>]) -> Self {
+            let address = |id: &str| {
+                let (ip, port) = cluster.address(id);
+                Address {
+                    ip,
+                    port,
+                    bus_port: port + 10000,
+                }
+            };
+            Self {
+                names: (0..primaries.len()).map(|i| format!("m{i}")).collect(),
+                conns: primaries.iter().map(|id| cluster.conn(id)).collect(),
+                addresses: primaries.iter().map(|id| address(id)).collect(),
+                replicas: replicas
+                    .iter()
+                    .map(|rs| rs.iter().map(|id| address(id)).collect())
+                    .collect(),
+            }
+        }
+
+        fn ends<'a>(&'a self, ids: &'a [String]) -> Vec<End<'a, FakeConn>> {
+            (0..self.names.len())
+                .map(|i| End {
+                    name: &self.names[i],
+                    conn: &self.conns[i],
+                    id: &ids[i],
+                    address: &self.addresses[i],
+                    replicas: self.replicas[i].iter().collect(),
+                })
+                .collect()
+        }
+    }
+
+    fn moving(first: u16, last: u16, from: &str, to: &str) -> Move<String> {
+        Move {
+            slots: (first, last),
+            from: from.into(),
+            to: to.into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn moves_keys_and_ownership_and_leaves_no_marker() {
+        let (cluster, ids) = FakeCluster::formed(2, 1);
+        for slot in 0..40 {
+            cluster.load(slot, 3);
+        }
+        cluster.load(8000, 1200); // more than one MIGRATE batch
+        let keys_before = cluster.total_keys();
+        let replicas = vec![vec![node_id(100)], vec![node_id(110)]];
+        let setup = Ends::of(&cluster, &ids, &replicas);
+        let ends = setup.ends(&ids);
+        let moves = [moving(0, 39, "m0", "m1"), moving(8000, 8000, "m0", "m1")];
+
+        let moved = migrate(&moves, &ends, &[], BUDGET).await.unwrap();
+
+        assert_eq!(moved, Moved { slots: 41, stopped: None });
+        assert_eq!(cluster.total_keys(), keys_before, "no key lost or doubled");
+        let on_target = cluster.keys(&ids[1]);
+        assert_eq!(on_target.get(&8000), Some(&1200));
+        assert_eq!(on_target.get(&39), Some(&3));
+        assert!((0..40).chain([8000]).all(|s| cluster.owner(s).as_deref() == Some(&ids[1])));
+        for id in ids.iter().chain(replicas.iter().flatten()) {
+            assert_eq!(cluster.markers(id), Default::default(), "markers left on {id}");
+        }
+    }
+
+    #[tokio::test]
+    async fn each_slot_opens_on_the_target_before_the_source_and_closes_target_first() {
+        let (cluster, ids) = FakeCluster::formed(2, 0);
+        cluster.load(5, 2);
+        let setup = Ends::of(&cluster, &ids, &[vec![], vec![]]);
+        migrate(&[moving(5, 5, "m0", "m1")], &setup.ends(&ids), &[], BUDGET)
+            .await
+            .unwrap();
+        let (a, b) = ("10.0.0.0:6379", "10.0.0.1:6379");
+        let expected = [
+            format!("{b} CLUSTER SETSLOT 5 IMPORTING {}", ids[0]),
+            format!("{a} CLUSTER SETSLOT 5 MIGRATING {}", ids[1]),
+            format!("{a} CLUSTER GETKEYSINSLOT 5 500"),
+            format!("{a} MIGRATE 10.0.0.1 6379 KEYS (2 keys)"),
+            format!("{a} CLUSTER GETKEYSINSLOT 5 500"),
+            format!("{b} CLUSTER SETSLOT 5 NODE {}", ids[1]),
+            format!("{a} CLUSTER SETSLOT 5 NODE {}", ids[1]),
+        ];
+        assert_eq!(cluster.log(), expected);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_budget_stops_new_slots_and_leaves_none_open() {
+        let (cluster, ids) = FakeCluster::formed(2, 0);
+        let cluster = cluster.with_latency(Duration::from_millis(10));
+        for slot in 0..2000 {
+            cluster.load(slot, 1);
+        }
+        let setup = Ends::of(&cluster, &ids, &[vec![], vec![]]);
+        let moved = migrate(
+            &[moving(0, 1999, "m0", "m1")],
+            &setup.ends(&ids),
+            &[],
+            Duration::from_secs(1),
+        )
+        .await
+        .unwrap();
+
+        assert_eq!(moved.stopped, Some(Stopped::Budget));
+        assert!(moved.slots > 0 && moved.slots < 2000, "{moved:?}");
+        let now_on_target = (0..2000)
+            .filter(|s| cluster.owner(*s).as_deref() == Some(&ids[1]))
+            .count();
+        assert_eq!(now_on_target, moved.slots);
+        assert_eq!(cluster.markers(&ids[0]), Default::default());
+        assert_eq!(cluster.markers(&ids[1]), Default::default());
+        assert_eq!(cluster.total_keys(), 2000);
+    }
+
+    #[tokio::test]
+    async fn no_slot_opens_while_a_replica_of_an_end_syncs() {
+        let (cluster, ids) = FakeCluster::formed(2, 1);
+        cluster.load(3, 1);
+        let replicas = vec![vec![node_id(100)], vec![node_id(110)]];
+        cluster.begin_full_sync(&node_id(110));
+        let setup = Ends::of(&cluster, &ids, &replicas);
+
+        let moved = migrate(&[moving(3, 9, "m0", "m1")], &setup.ends(&ids), &[], BUDGET)
+            .await
+            .unwrap();
+
+        assert_eq!(moved.slots, 0);
+        let Some(Stopped::ReplicaNotOnline(why)) = moved.stopped else {
+            panic!("{moved:?}")
+        };
+        assert!(why.contains("10.0.0.110:6379 of m1 is wait_bgsave"), "{why}");
+        assert!(
+            !cluster.log().iter().any(|c| c.contains("SETSLOT")),
+            "nothing opened: {:?}",
+            cluster.log()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_crash_mid_move_leaves_the_slot_open_and_the_next_run_finishes_it() {
+        let (cluster, ids) = FakeCluster::formed(2, 0);
+        cluster.load(0, 1200);
+        // The source's connection dies after MIGRATING, one GETKEYSINSLOT and one MIGRATE.
+        cluster.die_after(&ids[0], 3);
+        let setup = Ends::of(&cluster, &ids, &[vec![], vec![]]);
+
+        let error = migrate(&[moving(0, 0, "m0", "m1")], &setup.ends(&ids), &[], BUDGET)
+            .await
+            .unwrap_err();
+
+        assert!(error.to_string().contains("connection reset"), "{error}");
+        assert_eq!(cluster.total_keys(), 1200, "every key is on one side or the other");
+        assert_eq!(cluster.keys(&ids[1]).get(&0), Some(&500), "cut after one batch");
+        assert_eq!(cluster.markers(&ids[1]).0.get(&0), Some(&ids[0]));
+        assert_eq!(cluster.markers(&ids[0]).1.get(&0), Some(&ids[1]));
+        assert_eq!(cluster.owner(0).as_deref(), Some(ids[0].as_str()));
+
+        // The next controller finishes that slot, as the planner's FixOpenSlot step asks.
+        cluster.revive(&ids[0]);
+        let setup = Ends::of(&cluster, &ids, &[vec![], vec![]]);
+        let moved = migrate(&[moving(0, 0, "m0", "m1")], &setup.ends(&ids), &[], BUDGET)
+            .await
+            .unwrap();
+        assert_eq!(moved.slots, 1);
+        assert_eq!(cluster.keys(&ids[1]).get(&0), Some(&1200));
+        assert_eq!(cluster.owner(0).as_deref(), Some(ids[1].as_str()));
+        assert_eq!(cluster.markers(&ids[0]), Default::default());
+        assert_eq!(cluster.markers(&ids[1]), Default::default());
+        assert_eq!(cluster.total_keys(), 1200);
+    }
 }

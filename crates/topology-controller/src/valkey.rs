@@ -5,8 +5,12 @@
 use std::time::Duration;
 
 use fred::bytes::Bytes;
-use fred::prelude::*;
+use fred::prelude::{
+    Client, ClientLike, Config, ConnectionConfig, FromValue, PerformanceConfig, ServerConfig,
+    Value,
+};
 use fred::types::{ClusterHash, CustomCommand};
+use topology_controller::commands::{ErrorKind, Key, SlotState, Valkey, ValkeyError};
 
 /// Bound on connecting and on each command.
 const TIMEOUT: Duration = Duration::from_secs(5);
@@ -36,7 +40,7 @@ pub struct Conn {
 impl Conn {
     /// Connects to `ip:port` as `login`, failing fast: no reconnect policy, one attempt per
     /// command.
-    pub async fn connect(ip: &str, port: u16, login: &Login) -> Result<Self, Error> {
+    pub async fn connect(ip: &str, port: u16, login: &Login) -> Result<Self, ValkeyError> {
         let config = Config {
             fail_fast: true,
             username: Some(login.user.clone()),
@@ -55,53 +59,52 @@ impl Conn {
             ..Default::default()
         };
         let client = Client::new(config, Some(perf), Some(connection), None);
-        client.init().await?;
+        client.init().await.map_err(to_valkey_error)?;
         Ok(Self {
             client,
             login: login.clone(),
         })
     }
 
-    /// Closes the connection (dropping it would too, but QUIT is polite to the server).
-    pub async fn close(self) {
-        let _ = self.client.quit().await;
-    }
-
-    async fn raw<R: FromValue>(&self, command: &'static str, args: Vec<Value>) -> Result<R, Error> {
+    async fn raw<R: FromValue>(
+        &self,
+        command: &'static str,
+        args: Vec<Value>,
+    ) -> Result<R, ValkeyError> {
         self.client
             .custom(
                 CustomCommand::new_static(command, ClusterHash::Random, false),
                 args,
             )
             .await
+            .map_err(to_valkey_error)
     }
 
-    async fn cluster<R: FromValue>(&self, args: Vec<Value>) -> Result<R, Error> {
+    async fn cluster<R: FromValue>(&self, args: Vec<Value>) -> Result<R, ValkeyError> {
         self.raw("CLUSTER", args).await
     }
+}
 
-    pub async fn cluster_nodes(&self) -> Result<String, Error> {
+impl Valkey for Conn {
+    async fn cluster_nodes(&self) -> Result<String, ValkeyError> {
         self.cluster(vec!["NODES".into()]).await
     }
 
-    /// `CLUSTER SHARDS` reduced to what the planner needs: the node ids of each shard, as
-    /// this member groups them (by shard id).
-    pub async fn cluster_shards(&self) -> Result<Vec<Vec<String>>, Error> {
+    async fn cluster_shards(&self) -> Result<Vec<Vec<String>>, ValkeyError> {
         let reply: Vec<Value> = self.cluster(vec!["SHARDS".into()]).await?;
         Ok(reply.into_iter().map(shard_node_ids).collect())
     }
 
-    pub async fn cluster_info(&self) -> Result<String, Error> {
+    async fn cluster_info(&self) -> Result<String, ValkeyError> {
         self.cluster(vec!["INFO".into()]).await
     }
 
-    /// `INFO <section> [<section> ...]` as text, in one round trip.
-    pub async fn info(&self, sections: &[&'static str]) -> Result<String, Error> {
+    async fn info(&self, sections: &[&'static str]) -> Result<String, ValkeyError> {
         self.raw("INFO", sections.iter().map(|s| Value::from(*s)).collect())
             .await
     }
 
-    pub async fn meet(&self, ip: &str, port: u16, bus_port: u16) -> Result<(), Error> {
+    async fn meet(&self, ip: &str, port: u16, bus_port: u16) -> Result<(), ValkeyError> {
         self.cluster::<Value>(vec![
             "MEET".into(),
             ip.into(),
@@ -112,8 +115,7 @@ impl Conn {
         .map(drop)
     }
 
-    /// `CLUSTER ADDSLOTSRANGE start end [start end ...]`.
-    pub async fn add_slots_ranges(&self, ranges: &[(u16, u16)]) -> Result<(), Error> {
+    async fn add_slots_ranges(&self, ranges: &[(u16, u16)]) -> Result<(), ValkeyError> {
         let mut args: Vec<Value> = vec!["ADDSLOTSRANGE".into()];
         for (start, end) in ranges {
             args.push(i64::from(*start).into());
@@ -122,28 +124,25 @@ impl Conn {
         self.cluster::<Value>(args).await.map(drop)
     }
 
-    pub async fn replicate(&self, primary_id: &str) -> Result<(), Error> {
+    async fn replicate(&self, primary_id: &str) -> Result<(), ValkeyError> {
         self.cluster::<Value>(vec!["REPLICATE".into(), primary_id.into()])
             .await
             .map(drop)
     }
 
-    pub async fn forget(&self, node_id: &str) -> Result<(), Error> {
+    async fn forget(&self, node_id: &str) -> Result<(), ValkeyError> {
         self.cluster::<Value>(vec!["FORGET".into(), node_id.into()])
             .await
             .map(drop)
     }
 
-    /// `CLUSTER FAILOVER` run on a replica: a coordinated handover with the primary's
-    /// agreement, so no acknowledged write is left behind.
-    pub async fn failover(&self) -> Result<(), Error> {
+    async fn failover(&self) -> Result<(), ValkeyError> {
         self.cluster::<Value>(vec!["FAILOVER".into()])
             .await
             .map(drop)
     }
 
-    /// `CLUSTER SETSLOT <slot> IMPORTING|MIGRATING|NODE <id>` or `STABLE`.
-    pub async fn set_slot(&self, slot: u16, state: SlotState<'_>) -> Result<(), Error> {
+    async fn set_slot(&self, slot: u16, state: SlotState<'_>) -> Result<(), ValkeyError> {
         let mut args: Vec<Value> = vec!["SETSLOT".into(), i64::from(slot).into()];
         match state {
             SlotState::Importing(from) => args.extend(["IMPORTING".into(), from.into()]),
@@ -154,19 +153,21 @@ impl Conn {
         self.cluster::<Value>(args).await.map(drop)
     }
 
-    pub async fn keys_in_slot(&self, slot: u16, count: u32) -> Result<Vec<Bytes>, Error> {
-        self.cluster(vec![
-            "GETKEYSINSLOT".into(),
-            i64::from(slot).into(),
-            i64::from(count).into(),
-        ])
-        .await
+    async fn keys_in_slot(&self, slot: u16, count: u32) -> Result<Vec<Key>, ValkeyError> {
+        let keys: Vec<Bytes> = self
+            .cluster(vec![
+                "GETKEYSINSLOT".into(),
+                i64::from(slot).into(),
+                i64::from(count).into(),
+            ])
+            .await?;
+        Ok(keys.into_iter().map(|k| k.to_vec()).collect())
     }
 
-    /// Moves `keys` to `ip:port` with MIGRATE ... KEYS (atomic per key; the keys disappear
-    /// here only once the target has them). REPLACE, because a key that reached the target
-    /// before an interrupted run is the same key; AUTH2, because the target wants a login.
-    pub async fn migrate(&self, ip: &str, port: u16, keys: Vec<Bytes>) -> Result<(), Error> {
+    /// MIGRATE ... REPLACE AUTH2 ... KEYS: REPLACE, because a key that reached the target
+    /// before an interrupted run is the same key; AUTH2, because the target wants a login
+    /// (members share the operator user).
+    async fn migrate(&self, ip: &str, port: u16, keys: Vec<Key>) -> Result<(), ValkeyError> {
         let mut args: Vec<Value> = vec![
             ip.into(),
             i64::from(port).into(),
@@ -179,28 +180,45 @@ impl Conn {
             self.login.password.as_str().into(),
             "KEYS".into(),
         ];
-        args.extend(keys.into_iter().map(Value::Bytes));
+        args.extend(keys.into_iter().map(|k| Value::Bytes(k.into())));
         self.raw::<Value>("MIGRATE", args).await.map(drop)
     }
 
-    /// `ROLE`'s first element: "master", "slave" or "sentinel".
-    pub async fn role(&self) -> Result<String, Error> {
+    async fn role(&self) -> Result<String, ValkeyError> {
         let reply: Vec<Value> = self.raw("ROLE", vec![]).await?;
         reply
             .into_iter()
             .next()
             .and_then(|v| v.as_string())
-            .ok_or_else(|| Error::new(ErrorKind::Protocol, "empty ROLE reply"))
+            .ok_or_else(|| ValkeyError::new(ErrorKind::Protocol, "empty ROLE reply"))
+    }
+
+    /// QUIT (dropping the client would close it too, but QUIT is polite to the server).
+    async fn close(self) {
+        let _ = self.client.quit().await;
     }
 }
 
-/// The argument of `CLUSTER SETSLOT`.
-#[derive(Clone, Copy, Debug)]
-pub enum SlotState<'a> {
-    Importing(&'a str),
-    Migrating(&'a str),
-    Node(&'a str),
-    Stable,
+/// fred's error in the seam's terms: a refused login, no answer, an error reply or a reply
+/// of the wrong shape.
+fn to_valkey_error(e: fred::error::Error) -> ValkeyError {
+    use fred::error::ErrorKind as Fred;
+    let message = e.details().to_string();
+    let kind = if *e.kind() == Fred::Auth
+        || ["WRONGPASS", "NOAUTH"]
+            .iter()
+            .any(|code| e.details().contains(code))
+    {
+        ErrorKind::Login
+    } else {
+        match e.kind() {
+            Fred::IO | Fred::Timeout | Fred::Canceled | Fred::Config => ErrorKind::Unreachable,
+            Fred::Parse | Fred::Protocol => ErrorKind::Protocol,
+            // An error reply ("ERR ...") is Unknown to fred.
+            _ => ErrorKind::Refused,
+        }
+    };
+    ValkeyError::new(kind, message)
 }
 
 /// The `id`s under `nodes` of one `CLUSTER SHARDS` entry (a map, or in RESP2 a flat array of

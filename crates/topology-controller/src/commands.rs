@@ -1,0 +1,183 @@
+//! The seam in front of Valkey: every command topology-controller sends to one member, as
+//! the [`Valkey`] trait. The binary implements it with fred (one plain connection per
+//! member); tests use the in-memory cluster of [`crate::fake`]. Code that talks to Valkey
+//! (asking members, moving slots, carrying out a step) is generic over it, so it lives in
+//! this library and is tested without a server.
+
+use std::fmt;
+use std::future::Future;
+
+/// A key as Valkey stores it: bytes, not necessarily UTF-8.
+pub type Key = Vec<u8>;
+
+/// One connected member. Every call is bounded by the implementation's own timeout.
+pub trait Valkey: Send + Sync {
+    /// `CLUSTER NODES`, as text.
+    fn cluster_nodes(&self) -> impl Future<Output = Result<String, ValkeyError>> + Send;
+
+    /// `CLUSTER SHARDS` reduced to the node ids of each shard, as this member groups them.
+    fn cluster_shards(&self) -> impl Future<Output = Result<Vec<Vec<String>>, ValkeyError>> + Send;
+
+    /// `CLUSTER INFO`, as text.
+    fn cluster_info(&self) -> impl Future<Output = Result<String, ValkeyError>> + Send;
+
+    /// `INFO <section> [<section> ...]` as text, in one round trip.
+    fn info(
+        &self,
+        sections: &[&'static str],
+    ) -> impl Future<Output = Result<String, ValkeyError>> + Send;
+
+    /// `CLUSTER MEET ip port bus_port`.
+    fn meet(
+        &self,
+        ip: &str,
+        port: u16,
+        bus_port: u16,
+    ) -> impl Future<Output = Result<(), ValkeyError>> + Send;
+
+    /// `CLUSTER ADDSLOTSRANGE start end [start end ...]`.
+    fn add_slots_ranges(
+        &self,
+        ranges: &[(u16, u16)],
+    ) -> impl Future<Output = Result<(), ValkeyError>> + Send;
+
+    /// `CLUSTER REPLICATE primary_id`.
+    fn replicate(&self, primary_id: &str) -> impl Future<Output = Result<(), ValkeyError>> + Send;
+
+    /// `CLUSTER FORGET node_id`.
+    fn forget(&self, node_id: &str) -> impl Future<Output = Result<(), ValkeyError>> + Send;
+
+    /// `CLUSTER FAILOVER` on a replica: a coordinated hand-over with the primary's agreement,
+    /// so no acknowledged write is left behind.
+    fn failover(&self) -> impl Future<Output = Result<(), ValkeyError>> + Send;
+
+    /// `CLUSTER SETSLOT slot IMPORTING|MIGRATING|NODE id` or `STABLE`.
+    fn set_slot(
+        &self,
+        slot: u16,
+        state: SlotState<'_>,
+    ) -> impl Future<Output = Result<(), ValkeyError>> + Send;
+
+    /// `CLUSTER GETKEYSINSLOT slot count`.
+    fn keys_in_slot(
+        &self,
+        slot: u16,
+        count: u32,
+    ) -> impl Future<Output = Result<Vec<Key>, ValkeyError>> + Send;
+
+    /// `MIGRATE ip port "" 0 <timeout> REPLACE AUTH2 <login> KEYS key...`: atomic per key,
+    /// a key disappears here only once the target has it.
+    fn migrate(
+        &self,
+        ip: &str,
+        port: u16,
+        keys: Vec<Key>,
+    ) -> impl Future<Output = Result<(), ValkeyError>> + Send;
+
+    /// `ROLE`'s first element: "master", "slave" or "sentinel".
+    fn role(&self) -> impl Future<Output = Result<String, ValkeyError>> + Send;
+
+    /// Says goodbye (QUIT). Called once for every connection, whatever happened before.
+    fn close(self) -> impl Future<Output = ()> + Send
+    where
+        Self: Sized;
+}
+
+/// The argument of `CLUSTER SETSLOT`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotState<'a> {
+    Importing(&'a str),
+    Migrating(&'a str),
+    Node(&'a str),
+    Stable,
+}
+
+impl fmt::Display for SlotState<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SlotState::Importing(id) => write!(f, "IMPORTING {id}"),
+            SlotState::Migrating(id) => write!(f, "MIGRATING {id}"),
+            SlotState::Node(id) => write!(f, "NODE {id}"),
+            SlotState::Stable => f.write_str("STABLE"),
+        }
+    }
+}
+
+/// What kind of failure a command met.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// A wrong password or unknown user (`WRONGPASS`, `NOAUTH`).
+    Login,
+    /// No answer: refused, reset, timed out.
+    Unreachable,
+    /// The server answered with an error reply.
+    Refused,
+    /// The reply had an unexpected shape.
+    Protocol,
+}
+
+/// A failed command: its kind and the server's (or client's) words.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ValkeyError {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+impl ValkeyError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// The server refused with a reply containing `text`.
+    pub fn says(&self, text: &str) -> bool {
+        self.kind == ErrorKind::Refused && self.message.contains(text)
+    }
+}
+
+/// Why a step did not complete. Its Display is what status, the Event and the log say.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    /// A command failed on a member.
+    #[error("{command} on {member}: {source}")]
+    Command {
+        command: String,
+        member: String,
+        #[source]
+        source: ValkeyError,
+    },
+    /// The step needs a member that did not answer this time.
+    #[error("{0} does not answer")]
+    NotAnswering(String),
+    /// A failover did not complete in time.
+    #[error("{member} did not become primary within {seconds}s")]
+    FailoverTimedOut { member: String, seconds: u64 },
+    /// A replica the step needs in sync is not.
+    #[error("{replica} is not in sync with {primary} ({state})")]
+    ReplicaNotOnline {
+        replica: String,
+        primary: String,
+        state: String,
+    },
+    /// The Kubernetes half of a step (deleting a member, opening a roll gate).
+    #[error(transparent)]
+    Api(#[from] operator_runtime::ApiError),
+}
+
+/// `.on(command, member)` on a command's result.
+pub trait CommandResultExt<T> {
+    fn on(self, command: impl Into<String>, member: &str) -> Result<T, StepError>;
+}
+
+impl<T> CommandResultExt<T> for Result<T, ValkeyError> {
+    fn on(self, command: impl Into<String>, member: &str) -> Result<T, StepError> {
+        self.map_err(|source| StepError::Command {
+            command: command.into(),
+            member: member.into(),
+            source,
+        })
+    }
+}
