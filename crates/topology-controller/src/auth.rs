@@ -14,6 +14,8 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource, ResourceExt};
 
+use crd_types::conditions::reasons::Waiting;
+
 use crate::plan::{FailoverReason, Step};
 
 /// The key a generated Secret keeps its password under.
@@ -130,7 +132,8 @@ pub fn not_this_clusters(secret: &Secret, cluster: &ValkeyCluster) -> Option<Str
 ///   that restarts would not start again;
 /// - members refusing the operator's login say why they seem silent.
 ///
-/// Each problem is put in front of a waiting step's own reason, never instead of it.
+/// Each problem is put in front of a waiting step's own message, never instead of it; the
+/// wait then carries the first problem's reason, the cause to act on.
 pub fn guard_step(
     step: Step,
     operator_problem: Option<&str>,
@@ -138,36 +141,45 @@ pub fn guard_step(
     refused_by: &[&str],
 ) -> Step {
     if let Some(why) = operator_problem {
-        return Step::Wait(format!(
-            "cannot log in to the members: {why} (spec.auth.operatorSecretRef)"
-        ));
+        return Step::wait(
+            Waiting::NoOperatorPassword,
+            format!("cannot log in to the members: {why} (spec.auth.operatorSecretRef)"),
+        );
     }
     let mut problems = Vec::new();
     if let Some(why) = default_problem {
-        problems.push(format!(
-            "{why} (spec.auth.passwordSecretRef), so no member may restart"
+        problems.push((
+            Waiting::DefaultPasswordUnreadable,
+            format!("{why} (spec.auth.passwordSecretRef), so no member may restart"),
         ));
     }
     if !refused_by.is_empty() {
-        problems.push(format!(
-            "{} refuse the operator's password (was the operator Secret changed? running \
-             servers keep the password they started with)",
-            refused_by.join(", ")
+        problems.push((
+            Waiting::LoginRefused,
+            format!(
+                "{} refuse the operator's password (was the operator Secret changed? running \
+                 servers keep the password they started with)",
+                refused_by.join(", ")
+            ),
         ));
     }
-    if problems.is_empty() {
+    let Some(&(reason, _)) = problems.first() else {
         return step;
-    }
-    let problems = problems.join("; ");
+    };
+    let problems = problems
+        .into_iter()
+        .map(|(_, problem)| problem)
+        .collect::<Vec<_>>()
+        .join("; ");
     match step {
-        Step::Wait(why) => Step::Wait(format!("{problems}; {why}")),
+        Step::Wait { message, .. } => Step::wait(reason, format!("{problems}; {message}")),
         // Not Ready either: a member that restarts now would not start again.
         Step::Idle
         | Step::AllowRoll { .. }
         | Step::Failover {
             reason: FailoverReason::Roll,
             ..
-        } if default_problem.is_some() => Step::Wait(problems),
+        } if default_problem.is_some() => Step::wait(reason, problems),
         other => other,
     }
 }
@@ -318,31 +330,34 @@ mod tests {
             revision: "r2".into(),
         };
         let wait = |s: &Step| match s {
-            Step::Wait(why) => why.clone(),
+            Step::Wait { reason, message } => (*reason, message.clone()),
             other => panic!("not a wait: {other:?}"),
         };
         assert_eq!(guard_step(roll(), None, None, &[]), roll());
         assert_eq!(guard_step(Step::Idle, None, None, &[]), Step::Idle);
-        let why = wait(&guard_step(
+        let (reason, why) = wait(&guard_step(
             Step::Idle,
             None,
             Some("Secret a key p is empty"),
             &[],
         ));
+        assert_eq!(reason, Waiting::DefaultPasswordUnreadable);
         assert!(why.starts_with("Secret a key p is empty"));
-        let why = wait(&guard_step(
+        let (reason, why) = wait(&guard_step(
             roll(),
             Some("Secret o does not exist"),
             None,
             &[],
         ));
+        assert_eq!(reason, Waiting::NoOperatorPassword);
         assert!(why.starts_with("cannot log in to the members: Secret o does not exist"));
-        let why = wait(&guard_step(
+        let (reason, why) = wait(&guard_step(
             roll(),
             None,
             Some("Secret a does not exist"),
             &[],
         ));
+        assert_eq!(reason, Waiting::DefaultPasswordUnreadable);
         assert!(why.contains("Secret a does not exist") && why.contains("no member may restart"));
         let hand_over = Step::Failover {
             member: "c-0-1".into(),
@@ -350,7 +365,10 @@ mod tests {
         };
         assert!(matches!(
             guard_step(hand_over, None, Some("x"), &[]),
-            Step::Wait(_)
+            Step::Wait {
+                reason: Waiting::DefaultPasswordUnreadable,
+                ..
+            }
         ));
         // A switchover is no restart: it goes on.
         let switchover = Step::Failover {
@@ -362,15 +380,25 @@ mod tests {
             switchover
         );
         // The wait's own reason is kept.
-        let why = wait(&guard_step(
-            Step::Wait("ValkeyNode c-0-0 exists but does not belong".into()),
+        let foreign = Step::wait(
+            Waiting::ForeignMember,
+            "ValkeyNode c-0-0 exists but does not belong",
+        );
+        let (reason, why) = wait(&guard_step(
+            foreign.clone(),
             None,
             Some("Secret a does not exist"),
             &["c-0-1"],
         ));
+        assert_eq!(reason, Waiting::DefaultPasswordUnreadable);
         assert!(why.contains("Secret a does not exist"));
         assert!(why.contains("c-0-1 refuse the operator's password"));
         assert!(why.ends_with("ValkeyNode c-0-0 exists but does not belong"));
+        // Refused logins alone: the wait says so first, with its own reason.
+        let (reason, why) = wait(&guard_step(foreign, None, None, &["c-0-1"]));
+        assert_eq!(reason, Waiting::LoginRefused);
+        assert!(why.starts_with("c-0-1 refuse") && why.ends_with("does not belong"));
+        assert_eq!(guard_step(roll(), None, None, &["c-0-1"]), roll());
     }
 
     #[test]

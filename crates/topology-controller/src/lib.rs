@@ -4,6 +4,7 @@
 
 pub mod auth;
 pub mod cluster_nodes;
+pub mod events;
 pub mod members;
 pub mod plan;
 pub mod slots;

@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crd_types::conditions::reasons::Waiting;
 use crd_types::names;
 use crd_types::node::Role;
 
@@ -121,8 +122,8 @@ pub enum FailoverReason {
 /// The one thing to do next.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Step {
-    /// Nothing can be done until something changes; the reason is for status.
-    Wait(String),
+    /// Nothing can be done until something changes: why, for machines and for people.
+    Wait { reason: Waiting, message: String },
     /// `CLUSTER MEET` each target, sent to `via`.
     Meet { via: String, targets: Vec<Address> },
     /// `CLUSTER FORGET node_id` on each of `on`, together (the 60 s ban covers the rest).
@@ -155,6 +156,13 @@ pub enum Step {
 }
 
 impl Step {
+    pub fn wait(reason: Waiting, message: impl Into<String>) -> Step {
+        Step::Wait {
+            reason,
+            message: message.into(),
+        }
+    }
+
     /// Steps that change membership or slot ownership (the Scaling phase).
     pub fn is_scaling(&self) -> bool {
         matches!(
@@ -263,7 +271,7 @@ fn anchor<'a>(desired: &Desired, members: &'a [Member]) -> Option<&'a Member> {
 /// The next step. `recorded_switchover` is the request id status already reports as done.
 pub fn next_step(desired: &Desired, members: &[Member], recorded_switchover: Option<&str>) -> Step {
     let Some(anchor) = anchor(desired, members) else {
-        return Step::Wait("no member answers yet".into());
+        return Step::wait(Waiting::NoMemberAnswers, "no member answers yet");
     };
     let s = Snapshot {
         desired,
@@ -276,10 +284,13 @@ pub fn next_step(desired: &Desired, members: &[Member], recorded_switchover: Opt
         let wanted: Vec<&Member> = members.iter().filter(|m| desired.wants(m.at)).collect();
         let answering = wanted.iter().filter(|m| m.reply.is_some()).count();
         if wanted.len() < desired.member_count() || answering < wanted.len() {
-            return Step::Wait(format!(
-                "forming: {answering} of {} members answer",
-                desired.member_count()
-            ));
+            return Step::wait(
+                Waiting::Forming,
+                format!(
+                    "forming: {answering} of {} members answer",
+                    desired.member_count()
+                ),
+            );
         }
     }
     meet(&s)
@@ -346,7 +357,10 @@ fn form(s: &Snapshot, forming: bool) -> Option<Step> {
             .shard_members(shard as u32)
             .find(|m| m.at.member == 0 && s.desired.wants(m.at))
         else {
-            return Some(Step::Wait(format!("shard {shard} has no member 0 yet")));
+            return Some(Step::wait(
+                Waiting::MemberMissing,
+                format!("shard {shard} has no member 0 yet"),
+            ));
         };
         out.push((first.name.clone(), ranges));
     }
@@ -391,9 +405,10 @@ fn open_slots(s: &Snapshot) -> Option<Step> {
             source: src.name.clone(),
             target: dst.name.clone(),
         },
-        (Some(_), Some(_)) => Step::Wait(format!(
-            "slot {slot} is open and one of its ends does not answer"
-        )),
+        (Some(_), Some(_)) => Step::wait(
+            Waiting::SlotEndUnreachable,
+            format!("slot {slot} is open and one of its ends does not answer"),
+        ),
         _ => stabilize,
     })
 }
@@ -404,7 +419,7 @@ fn attach_replicas(s: &Snapshot) -> Option<Step> {
         let primary = match s.shard_primary(shard) {
             Ok(Some(p)) => p,
             Ok(None) => continue,
-            Err(why) => return Some(Step::Wait(why)),
+            Err(why) => return Some(Step::wait(Waiting::TwoPrimariesInShard, why)),
         };
         let Some(primary_node) = s.node_of(primary) else {
             continue;
@@ -422,10 +437,10 @@ fn attach_replicas(s: &Snapshot) -> Option<Step> {
                 continue;
             }
             if reply.view.by_id(&primary_node.id).is_none() {
-                return Some(Step::Wait(format!(
-                    "{} does not know {} yet",
-                    m.name, primary.name
-                )));
+                return Some(Step::wait(
+                    Waiting::MembersDisagree,
+                    format!("{} does not know {} yet", m.name, primary.name),
+                ));
             }
             return Some(Step::Replicate {
                 member: m.name.clone(),
@@ -445,19 +460,25 @@ fn rebalance(s: &Snapshot) -> Option<Step> {
                 receivers.insert(p.name.clone());
             }
             Ok(None) => {
-                return Some(Step::Wait(format!("shard {shard} has no primary yet")));
+                return Some(Step::wait(
+                    Waiting::ShardWithoutPrimary,
+                    format!("shard {shard} has no primary yet"),
+                ));
             }
-            Err(why) => return Some(Step::Wait(why)),
+            Err(why) => return Some(Step::wait(Waiting::TwoPrimariesInShard, why)),
         }
     }
     // Ownership by member name; a slot owner that is no member (a failed identity) blocks.
     let mut ownership: BTreeMap<String, Vec<SlotRange>> = BTreeMap::new();
     for (id, ranges) in s.view.ownership() {
         let Some(owner) = s.member_with_id(&id) else {
-            return Some(Step::Wait(format!(
-                "slots {} belong to {id}, which is no member",
-                slots::format_ranges(&ranges).join(",")
-            )));
+            return Some(Step::wait(
+                Waiting::SlotsOwnedByStranger,
+                format!(
+                    "slots {} belong to {id}, which is no member",
+                    slots::format_ranges(&ranges).join(",")
+                ),
+            ));
         };
         ownership
             .entry(owner.name.clone())
@@ -466,7 +487,12 @@ fn rebalance(s: &Snapshot) -> Option<Step> {
     }
     let plan = match slots::plan_rebalance(&ownership, &receivers) {
         Ok(plan) => plan,
-        Err(e) => return Some(Step::Wait(format!("cannot plan slots: {e}"))),
+        Err(e) => {
+            return Some(Step::wait(
+                Waiting::SlotPlanImpossible,
+                format!("cannot plan slots: {e}"),
+            ));
+        }
     };
     if plan.is_empty() {
         return None;
@@ -485,7 +511,10 @@ fn rebalance(s: &Snapshot) -> Option<Step> {
     for end in &ends {
         let member = s.members.iter().find(|m| m.name == *end);
         if member.is_none_or(|m| m.reply.is_none() || !m.ready) {
-            return Some(Step::Wait(format!("{end} must answer before slots move")));
+            return Some(Step::wait(
+                Waiting::MigrationEndNotReady,
+                format!("{end} must answer before slots move"),
+            ));
         }
     }
     let views: Vec<ClusterView> = s
@@ -495,7 +524,10 @@ fn rebalance(s: &Snapshot) -> Option<Step> {
         .collect();
     for other in &views {
         if let Some(d) = s.view.disagreement_with(other) {
-            return Some(Step::Wait(format!("waiting for members to agree: {d}")));
+            return Some(Step::wait(
+                Waiting::MembersDisagree,
+                format!("waiting for members to agree: {d}"),
+            ));
         }
     }
     if !plan.assignments.is_empty() {
@@ -517,7 +549,10 @@ fn remove(s: &Snapshot) -> Option<Step> {
         let holds_slots = node.is_some_and(|n| !n.slots.is_empty());
         if m.at.shard >= s.desired.shards {
             if holds_slots {
-                return Some(Step::Wait(format!("{} still holds slots", m.name)));
+                return Some(Step::wait(
+                    Waiting::MemberHoldsSlots,
+                    format!("{} still holds slots", m.name),
+                ));
             }
             gone.push(m.name.clone());
         } else if holds_slots {
@@ -541,7 +576,10 @@ fn hand_over(s: &Snapshot, primary: &Member, reason: FailoverReason, no_replica:
             member: r.name.clone(),
             reason,
         },
-        None => Step::Wait(format!("{} {no_replica}", primary.name)),
+        None => Step::wait(
+            Waiting::NoReplicaInSync,
+            format!("{} {no_replica}", primary.name),
+        ),
     }
 }
 
@@ -609,10 +647,13 @@ fn roll(s: &Snapshot) -> Option<Step> {
     // A template change reaches members one by one: wait until node-controller has rendered
     // every one, or the first member seen changing would roll first, replica or not.
     if let Some(behind) = wanted.iter().find(|m| !m.revisions.observed) {
-        return Some(Step::Wait(format!(
-            "node-controller has not rendered {}'s current spec yet",
-            behind.name
-        )));
+        return Some(Step::wait(
+            Waiting::SpecNotRendered,
+            format!(
+                "node-controller has not rendered {}'s current spec yet",
+                behind.name
+            ),
+        ));
     }
     let settled = |m: &Member| {
         m.ready
@@ -626,10 +667,13 @@ fn roll(s: &Snapshot) -> Option<Step> {
     if let Some(busy) = wanted.iter().find(|m| {
         m.revisions.desired.is_some() && m.revisions.allowed == m.revisions.desired && !settled(m)
     }) {
-        return Some(Step::Wait(format!(
-            "{} must be ready and in sync before the next member rolls",
-            busy.name
-        )));
+        return Some(Step::wait(
+            Waiting::MemberRolling,
+            format!(
+                "{} must be ready and in sync before the next member rolls",
+                busy.name
+            ),
+        ));
     }
     let pending: Vec<&Member> = wanted
         .iter()
@@ -650,10 +694,10 @@ fn roll(s: &Snapshot) -> Option<Step> {
         .iter()
         .find(|m| !is_pending(m) && (m.reply.is_none() || !m.ready || !settled(m)))
     {
-        return Some(Step::Wait(format!(
-            "{} must be ready before the next member rolls",
-            unwell.name
-        )));
+        return Some(Step::wait(
+            Waiting::MemberNotReady,
+            format!("{} must be ready before the next member rolls", unwell.name),
+        ));
     }
     let is_down = |m: &Member| m.reply.is_none() || !m.ready;
     // A pending member that is down serves nothing, so its roll costs nothing and may be what

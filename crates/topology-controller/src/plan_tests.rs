@@ -192,7 +192,9 @@ fn formation_waits_for_every_member_then_meets_then_assigns() {
         .flat_map(|s| (0..2).map(move |m| sim(s, m)))
         .collect();
     sims[3].id = None;
-    assert!(matches!(step(&d, &sims), Step::Wait(w) if w.contains("3 of 4")));
+    assert!(
+        matches!(step(&d, &sims), Step::Wait { reason: Waiting::Forming, message: w } if w.contains("3 of 4"))
+    );
 
     // Everyone answers but knows only itself: the anchor meets the other three.
     sims[3].id = Some(id(1, 1));
@@ -275,7 +277,9 @@ fn slots_do_not_move_while_a_member_is_down_or_views_disagree() {
     let mut sims = formed(3, 0);
     sims.push(sim(3, 0));
     sims[3].ready = false;
-    assert!(matches!(step(&d, &sims), Step::Wait(w) if w.contains("c-3-0 must answer")));
+    assert!(
+        matches!(step(&d, &sims), Step::Wait { reason: Waiting::MigrationEndNotReady, message: w } if w.contains("c-3-0 must answer"))
+    );
     sims[3].ready = true;
     // c-1-0 believes slot 0 is its own.
     let mut m = members(&sims);
@@ -288,7 +292,9 @@ fn slots_do_not_move_while_a_member_is_down_or_views_disagree() {
     ]
     .join("\n");
     *other = ClusterView::parse(&text).unwrap();
-    assert!(matches!(next_step(&d, &m, None), Step::Wait(w) if w.contains("agree")));
+    assert!(
+        matches!(next_step(&d, &m, None), Step::Wait { reason: Waiting::MembersDisagree, message: w } if w.contains("agree"))
+    );
 }
 
 #[test]
@@ -427,12 +433,20 @@ fn rolls_replicas_first_one_at_a_time_and_fails_over_before_a_primary() {
     // c-0-1 is restarting: nobody else rolls.
     sims[1].revisions.allowed = Some("r2".into());
     sims[1].ready = false;
-    assert!(matches!(step(&d, &sims), Step::Wait(w) if w.contains("c-0-1")));
+    assert!(
+        matches!(step(&d, &sims), Step::Wait { reason: Waiting::MemberRolling, message: w } if w.contains("c-0-1"))
+    );
     // Back, but still resyncing: still waiting.
     sims[1].ready = true;
     sims[1].revisions.running = Some("r2".into());
     sims[1].synced = false;
-    assert!(matches!(step(&d, &sims), Step::Wait(_)));
+    assert!(matches!(
+        step(&d, &sims),
+        Step::Wait {
+            reason: Waiting::MemberRolling,
+            ..
+        }
+    ));
     sims[1].synced = true;
     sims[3].revisions.running = Some("r2".into());
     sims[3].revisions.allowed = Some("r2".into());
@@ -448,7 +462,13 @@ fn rolls_replicas_first_one_at_a_time_and_fails_over_before_a_primary() {
     sims[1].synced = false;
     sims[1].revisions.allowed = None;
     sims[1].revisions.running = Some("r2".into());
-    assert!(matches!(step(&d, &sims), Step::Wait(_)));
+    assert!(matches!(
+        step(&d, &sims),
+        Step::Wait {
+            reason: Waiting::MemberNotReady,
+            ..
+        }
+    ));
 }
 
 #[test]
@@ -458,7 +478,9 @@ fn no_roll_until_node_controller_has_rendered_every_member() {
     // The primary's new revision is known, its replica's not yet.
     sims[0].revisions.desired = Some("r2".into());
     sims[1].revisions.observed = false;
-    assert!(matches!(step(&d, &sims), Step::Wait(w) if w.contains("c-0-1")));
+    assert!(
+        matches!(step(&d, &sims), Step::Wait { reason: Waiting::SpecNotRendered, message: w } if w.contains("c-0-1"))
+    );
     sims[1].revisions.observed = true;
     sims[1].revisions.desired = Some("r2".into());
     assert_eq!(
@@ -498,7 +520,9 @@ fn a_down_member_that_is_not_pending_holds_the_roll() {
     let mut sims = formed(1, 1);
     sims[0].revisions.desired = Some("r2".into());
     sims[1].ready = false;
-    assert!(matches!(step(&d, &sims), Step::Wait(w) if w.contains("c-0-1")));
+    assert!(
+        matches!(step(&d, &sims), Step::Wait { reason: Waiting::MemberNotReady, message: w } if w.contains("c-0-1"))
+    );
 }
 
 #[test]
@@ -553,7 +577,9 @@ fn two_members_of_a_shard_holding_slots_stops_the_planner() {
     sims[1].follows = None;
     sims[1].slots = vec![(0, 10)];
     sims[0].slots = vec![(11, 16383)];
-    assert!(matches!(step(&d, &sims), Step::Wait(w) if w.contains("resolve by hand")));
+    assert!(
+        matches!(step(&d, &sims), Step::Wait { reason: Waiting::TwoPrimariesInShard, message: w } if w.contains("resolve by hand"))
+    );
 }
 
 #[test]

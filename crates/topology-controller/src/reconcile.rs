@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crd_types::cluster::Phase;
+use crd_types::conditions::reasons::Waiting;
 use crd_types::names::{labels, ports};
 use crd_types::template::{Announce, OPERATOR_USER};
 use crd_types::{ValkeyCluster, ValkeyNode, ValkeyNodeStatus};
@@ -15,20 +16,20 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Resource, ResourceExt};
-use operator_runtime::apply;
 use operator_runtime::controller::ReconcileContext;
+use operator_runtime::{ApiError, ApiResultExt, ObjectName, Op, apply};
 use topology_controller::auth;
 use topology_controller::cluster_nodes::{
     ClusterView, ReplicationInfo, cluster_state_ok, server_version,
 };
+use topology_controller::events::step_event;
 use topology_controller::members::{self, Position};
 use topology_controller::plan::{self, Address, Desired, Member, Reply, Revisions, Step};
 use topology_controller::slots::Move;
 use topology_controller::status::{self, Inputs};
 
-use crate::error::{Error, Op};
+use crate::error::Error;
 use crate::migrate::{self, End};
 use crate::secrets;
 use crate::valkey::{Conn, Login, SlotState};
@@ -42,10 +43,6 @@ const WHEN_IDLE: Duration = Duration::from_secs(30);
 /// How long a failover may take before it is reported as not done.
 const FAILOVER_WAIT: Duration = Duration::from_secs(20);
 
-pub struct State {
-    pub recorder: Recorder,
-}
-
 /// A member ValkeyNode with what its Valkey answered.
 struct Asked {
     member: Member,
@@ -58,10 +55,10 @@ struct Asked {
 
 pub async fn reconcile(
     cached: Arc<ValkeyCluster>,
-    ctx: Arc<ReconcileContext<State>>,
+    ctx: Arc<ReconcileContext<()>>,
 ) -> Result<Action, Error> {
     let name = cached.name_any();
-    let ns = cached.namespace().ok_or_else(|| Error::MissingField {
+    let ns = cached.namespace().ok_or_else(|| Error::Invalid {
         kind: "ValkeyCluster",
         name: name.clone(),
         field: "metadata.namespace",
@@ -73,12 +70,10 @@ pub async fn reconcile(
     let secrets: Api<Secret> = Api::namespaced(client, &ns);
 
     // --- Fetch.
-    let Some(cluster) = clusters.get_opt(&name).await.map_err(Error::api(
-        Op::ReadCluster,
-        "ValkeyCluster",
-        &ns,
-        &name,
-    ))?
+    let Some(cluster) = clusters
+        .get_opt(&name)
+        .await
+        .on(Op::Read, ObjectName::new::<ValkeyCluster>(&ns, &name))?
     else {
         return Ok(Action::await_change());
     };
@@ -89,7 +84,7 @@ pub async fn reconcile(
     let listed = nodes
         .list(&ListParams::default().labels(&format!("{}={name}", labels::CLUSTER)))
         .await
-        .map_err(Error::api(Op::ListMembers, "ValkeyCluster", &ns, &name))?
+        .on(Op::List, ObjectName::new::<ValkeyNode>(&ns, &name))?
         .items;
     let (mut owned, foreign): (Vec<ValkeyNode>, Vec<ValkeyNode>) = listed
         .into_iter()
@@ -116,7 +111,7 @@ pub async fn reconcile(
         }
         let applied = apply::apply(&nodes, &member_name, &built, manager)
             .await
-            .map_err(Error::api(Op::ApplyMember, "ValkeyNode", &ns, &member_name))?;
+            .on(Op::Apply, ObjectName::new::<ValkeyNode>(&ns, &member_name))?;
         match live {
             Some(i) => owned[i] = applied,
             None => owned.push(applied),
@@ -138,14 +133,17 @@ pub async fn reconcile(
         .status
         .as_ref()
         .and_then(|s| s.switchover.as_ref())
-        .filter(|s| s.outcome != "Pending")
+        .filter(|s| s.outcome.is_finished())
         .map(|s| s.id.as_str());
     let mut step = plan::next_step(&desired, &members, recorded);
     if let Some(n) = foreign.first() {
-        step = Step::Wait(format!(
-            "ValkeyNode {} exists but does not belong to this cluster; rename or delete it",
-            n.name_any()
-        ));
+        step = Step::wait(
+            Waiting::ForeignMember,
+            format!(
+                "ValkeyNode {} exists but does not belong to this cluster; rename or delete it",
+                n.name_any()
+            ),
+        );
     }
     let refused: Vec<&str> = asked
         .iter()
@@ -174,12 +172,10 @@ pub async fn reconcile(
             };
             apply::apply_status(&nodes, &a.member.name, &body, manager)
                 .await
-                .map_err(Error::api(
-                    Op::ApplyMemberStatus,
-                    "ValkeyNode",
-                    &ns,
-                    &a.member.name,
-                ))?;
+                .on(
+                    Op::ApplyStatus,
+                    ObjectName::new::<ValkeyNode>(&ns, &a.member.name),
+                )?;
         }
     }
     let cluster_status = |step_error: Option<&str>| {
@@ -199,12 +195,10 @@ pub async fn reconcile(
     if cluster.status.as_ref() != Some(&planned) {
         apply::apply_status(&clusters, &name, &planned, manager)
             .await
-            .map_err(Error::api(
-                Op::ApplyClusterStatus,
-                "ValkeyCluster",
-                &ns,
-                &name,
-            ))?;
+            .on(
+                Op::ApplyStatus,
+                ObjectName::new::<ValkeyCluster>(&ns, &name),
+            )?;
     }
 
     // --- Act.
@@ -215,16 +209,17 @@ pub async fn reconcile(
         let failed = cluster_status(Some(e));
         apply::apply_status(&clusters, &name, &failed, manager)
             .await
-            .map_err(Error::api(
-                Op::ApplyClusterStatus,
-                "ValkeyCluster",
-                &ns,
-                &name,
-            ))?;
+            .on(
+                Op::ApplyStatus,
+                ObjectName::new::<ValkeyCluster>(&ns, &name),
+            )?;
     }
-    publish_step(&ctx.data.recorder, &cluster, &step, step_error.as_deref())
-        .await
-        .map_err(Error::api(Op::PublishEvent, "ValkeyCluster", &ns, &name))?;
+    if let Some((reason, note)) = step_event(&step, step_error.as_deref()) {
+        ctx.runtime
+            .events
+            .publish(&cluster, reason, note, None)
+            .await?;
+    }
     for a in asked {
         if let Some(conn) = a.conn {
             conn.close().await;
@@ -232,7 +227,7 @@ pub async fn reconcile(
     }
     let ready = planned.phase == Some(Phase::Ready);
     Ok(Action::requeue(match (&step, &step_error) {
-        (_, Some(_)) | (Step::Wait(_), _) => WHILE_WAITING,
+        (_, Some(_)) | (Step::Wait { .. }, _) => WHILE_WAITING,
         // Idle but not ready: a replica is still syncing, say; look again soon.
         (Step::Idle, _) if !ready => WHILE_WAITING,
         (Step::Idle, _) => WHEN_IDLE,
@@ -376,6 +371,7 @@ async fn execute(
     nodes: &Api<ValkeyNode>,
     manager: &str,
 ) -> Result<(), String> {
+    let ns = cluster.namespace().unwrap_or_default();
     let conn = |name: &str| {
         asked
             .iter()
@@ -385,7 +381,7 @@ async fn execute(
     };
     let fail = |what: String| move |e: fred::error::Error| format!("{what}: {e}");
     match step {
-        Step::Wait(_) | Step::Idle => Ok(()),
+        Step::Wait { .. } | Step::Idle => Ok(()),
         Step::Meet { via, targets } => {
             let from = conn(via)?;
             for t in targets {
@@ -446,7 +442,8 @@ async fn execute(
                 nodes
                     .delete(n, &DeleteParams::default())
                     .await
-                    .map_err(|e| format!("deleting ValkeyNode {n}: {e}"))?;
+                    .on(Op::Delete, ObjectName::new::<ValkeyNode>(&ns, n))
+                    .map_err(api_message)?;
             }
             Ok(())
         }
@@ -476,7 +473,8 @@ async fn execute(
             apply::apply(nodes, member, &built, manager)
                 .await
                 .map(drop)
-                .map_err(|e| format!("opening the roll gate of {member}: {e}"))?;
+                .on(Op::Apply, ObjectName::new::<ValkeyNode>(&ns, member))
+                .map_err(|e| format!("opening the roll gate of {member}: {}", api_message(e)))?;
             Ok(())
         }
     }
@@ -498,57 +496,7 @@ fn ends(asked: &[Asked]) -> Vec<End<'_>> {
         .collect()
 }
 
-/// Event reasons.
-pub const MEMBERS_MET: &str = "MembersMet";
-pub const NODE_FORGOTTEN: &str = "NodeForgotten";
-pub const SLOTS_ASSIGNED: &str = "SlotsAssigned";
-pub const SLOT_REPAIRED: &str = "SlotRepaired";
-pub const REPLICA_ATTACHED: &str = "ReplicaAttached";
-pub const SLOTS_MIGRATING: &str = "SlotsMigrating";
-pub const MEMBERS_REMOVED: &str = "MembersRemoved";
-pub const FAILOVER: &str = "Failover";
-pub const ROLLING: &str = "Rolling";
-pub const STEP_FAILED: &str = "StepFailed";
-
-/// One Event per step carried out (none for waiting or idle: status says those).
-async fn publish_step(
-    recorder: &Recorder,
-    cluster: &ValkeyCluster,
-    step: &Step,
-    error: Option<&str>,
-) -> Result<(), kube::Error> {
-    let reason = match step {
-        Step::Wait(_) | Step::Idle => return Ok(()),
-        _ if error.is_some() => STEP_FAILED,
-        Step::Meet { .. } => MEMBERS_MET,
-        Step::Forget { .. } => NODE_FORGOTTEN,
-        Step::AddSlots(_) => SLOTS_ASSIGNED,
-        Step::FixOpenSlot { .. } | Step::Stabilize { .. } => SLOT_REPAIRED,
-        Step::Replicate { .. } => REPLICA_ATTACHED,
-        Step::Migrate(_) => SLOTS_MIGRATING,
-        Step::Remove(_) => MEMBERS_REMOVED,
-        Step::Failover { .. } => FAILOVER,
-        Step::AllowRoll { .. } => ROLLING,
-    };
-    let mut note = status::describe(step);
-    if let Some(e) = error {
-        note = format!("{note}: {e}");
-    }
-    note.truncate(1000);
-    recorder
-        .publish(
-            &Event {
-                type_: if error.is_some() {
-                    EventType::Warning
-                } else {
-                    EventType::Normal
-                },
-                reason: reason.into(),
-                note: Some(note),
-                action: "Reconcile".into(),
-                secondary: None,
-            },
-            &cluster.object_ref(&()),
-        )
-        .await
+/// An API error as a status message: what failed where, and why.
+fn api_message(e: ApiError) -> String {
+    format!("{e}: {}", e.source)
 }

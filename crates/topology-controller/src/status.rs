@@ -1,8 +1,11 @@
 //! The status topology-controller writes: the ValkeyCluster's (phase, shards, conditions,
 //! switchover outcome) and each member's `status.valkey`.
 
-use crd_types::cluster::{MemberStatus, Phase, ShardStatus, SwitchoverStatus, ValkeyClusterStatus};
-use crd_types::conditions::{self, Desired as Wanted, types};
+use crd_types::cluster::{
+    MemberStatus, Phase, ShardStatus, SwitchoverOutcome, SwitchoverStatus, ValkeyClusterStatus,
+};
+use crd_types::conditions::reasons::{Degraded, Progressing, SlotsAssigned, TopologyReady};
+use crd_types::conditions::{self, ConditionSpec};
 use crd_types::node::ValkeyStatus;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -43,7 +46,7 @@ pub fn member_status_changed(old: Option<&ValkeyStatus>, new: &ValkeyStatus) -> 
 /// A person's description of a step, for the Progressing condition and Events.
 pub fn describe(step: &Step) -> String {
     match step {
-        Step::Wait(why) => format!("waiting: {why}"),
+        Step::Wait { message, .. } => format!("waiting: {message}"),
         Step::Meet { via, targets } => {
             let who: Vec<String> = targets
                 .iter()
@@ -184,16 +187,18 @@ pub fn cluster_status(i: Inputs) -> ValkeyClusterStatus {
     } else {
         format!("{ready_shards} of {wanted_shards} shards ready")
     };
+    let degraded = ever_formed
+        && !ready
+        && (!unwell.is_empty() || ready_shards < wanted_shards || !i.survey.strangers.is_empty());
     let wanted = [
-        Wanted {
-            type_: types::READY,
-            status: ready,
-            reason: if ready {
-                "ClusterReady"
+        ConditionSpec::new(
+            if ready {
+                TopologyReady::ClusterReady
             } else {
-                phase_reason(phase)
+                TopologyReady::from(phase)
             },
-            message: if ready {
+            ready,
+            if ready {
                 format!("{wanted_shards} shards, all {SLOTS} slots served")
             } else if matches!(i.step, Step::Idle) {
                 // Nothing left to do, yet not ready: say what is still missing.
@@ -201,46 +206,41 @@ pub fn cluster_status(i: Inputs) -> ValkeyClusterStatus {
             } else {
                 progress.clone()
             },
-        },
-        Wanted {
-            type_: types::PROGRESSING,
-            status: !matches!(i.step, Step::Idle | Step::Wait(_)),
-            reason: match i.step {
-                Step::Idle => "Idle",
-                Step::Wait(_) => "Waiting",
-                _ => phase_reason(phase),
+        ),
+        ConditionSpec::new(
+            match i.step {
+                Step::Idle => Progressing::Idle,
+                Step::Wait { reason, .. } => Progressing::Waiting(*reason),
+                _ => Progressing::Step(phase),
             },
-            message: progress,
-        },
-        Wanted {
-            type_: types::DEGRADED,
-            status: ever_formed
-                && !ready
-                && (!unwell.is_empty()
-                    || ready_shards < wanted_shards
-                    || !i.survey.strangers.is_empty()),
-            reason: if !unwell.is_empty() {
-                "MembersNotReady"
+            !matches!(i.step, Step::Idle | Step::Wait { .. }),
+            progress,
+        ),
+        ConditionSpec::new(
+            if !degraded {
+                Degraded::Healthy
+            } else if !unwell.is_empty() {
+                Degraded::MembersNotReady
             } else if !i.survey.strangers.is_empty() {
-                "UnknownNodes"
+                Degraded::UnknownNodes
             } else {
-                "ShardsNotReady"
+                Degraded::ShardsNotReady
             },
-            message: unwell_message,
-        },
-        Wanted {
-            type_: types::SLOTS_ASSIGNED,
-            status: complete,
-            reason: if complete {
-                "AllSlotsAssigned"
+            degraded,
+            unwell_message,
+        ),
+        ConditionSpec::new(
+            if complete {
+                SlotsAssigned::AllSlotsAssigned
             } else {
-                "SlotsMissing"
+                SlotsAssigned::SlotsMissing
             },
-            message: format!(
+            complete,
+            format!(
                 "{} of {SLOTS} slots assigned, {} open",
                 i.survey.slots_assigned, i.survey.open_slots
             ),
-        },
+        ),
     ];
     let conditions = wanted
         .into_iter()
@@ -276,38 +276,27 @@ pub fn cluster_status(i: Inputs) -> ValkeyClusterStatus {
     }
 }
 
-fn phase_reason(phase: Phase) -> &'static str {
-    match phase {
-        Phase::Creating => "Creating",
-        Phase::Ready => "Ready",
-        Phase::Scaling => "Scaling",
-        Phase::Updating => "Updating",
-        Phase::Degraded => "Degraded",
-        Phase::Failed => "Failed",
-    }
-}
-
 /// The outcome of the current request; a finished outcome is kept as it was.
 fn switchover_status(i: &Inputs) -> Option<SwitchoverStatus> {
     let (id, _) = i.desired.switchover.as_ref()?;
     if let Some(done) = i.current.and_then(|c| c.switchover.as_ref())
         && &done.id == id
-        && done.outcome != "Pending"
+        && done.outcome.is_finished()
     {
         return Some(done.clone());
     }
-    let finished = |outcome: &str, message: String| SwitchoverStatus {
+    let finished = |outcome: SwitchoverOutcome, message: String| SwitchoverStatus {
         id: id.clone(),
-        outcome: outcome.to_string(),
+        outcome,
         message,
         finished_at: Some(Time(i.now)),
     };
     Some(match &i.switchover {
-        Some(Ok(message)) => finished("Succeeded", message.clone()),
-        Some(Err(message)) => finished("Failed", message.clone()),
+        Some(Ok(message)) => finished(SwitchoverOutcome::Succeeded, message.clone()),
+        Some(Err(message)) => finished(SwitchoverOutcome::Failed, message.clone()),
         None => SwitchoverStatus {
             id: id.clone(),
-            outcome: "Pending".to_string(),
+            outcome: SwitchoverOutcome::Pending,
             message: match i.step {
                 Step::Failover {
                     reason: FailoverReason::Switchover,
@@ -324,6 +313,8 @@ fn switchover_status(i: &Inputs) -> Option<SwitchoverStatus> {
 mod tests {
     use super::*;
     use crate::plan::ShardSurvey;
+    use crd_types::conditions::reasons::Waiting;
+    use crd_types::conditions::types;
 
     fn desired() -> Desired {
         Desired {
@@ -356,13 +347,13 @@ mod tests {
     #[test]
     fn a_cluster_without_slots_is_creating_and_not_ready() {
         let d = desired();
-        let step = Step::Wait("forming".into());
+        let step = Step::wait(Waiting::Forming, "forming");
         let s = cluster_status(inputs(&d, &Survey::default(), &step, None));
         assert_eq!(s.phase, Some(Phase::Creating));
         assert!(!conditions::is_true(&s.conditions, types::READY));
         assert!(!conditions::is_true(&s.conditions, types::DEGRADED));
         assert_eq!(s.observed_generation, Some(3));
-        assert_eq!(s.switchover.unwrap().outcome, "Pending");
+        assert_eq!(s.switchover.unwrap().outcome, SwitchoverOutcome::Pending);
     }
 
     #[test]
@@ -418,7 +409,7 @@ mod tests {
         let done = ValkeyClusterStatus {
             switchover: Some(SwitchoverStatus {
                 id: "s1".into(),
-                outcome: "Succeeded".into(),
+                outcome: SwitchoverOutcome::Succeeded,
                 message: "done".into(),
                 finished_at: None,
             }),
