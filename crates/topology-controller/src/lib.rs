@@ -2,9 +2,13 @@
 //! member ValkeyNodes and the step planner. No I/O here, so every decision is unit-tested
 //! from fixtures.
 
+pub mod agreement;
 pub mod auth;
 pub mod cluster_nodes;
 pub mod events;
+#[cfg(test)]
+mod fixtures;
+pub mod info;
 pub mod members;
 pub mod plan;
 pub mod slots;

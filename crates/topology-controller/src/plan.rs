@@ -11,7 +11,8 @@ use crd_types::conditions::reasons::Waiting;
 use crd_types::names;
 use crd_types::node::Role;
 
-use crate::cluster_nodes::{ClusterNode, ClusterView, ReplicationInfo};
+use crate::cluster_nodes::{ClusterNode, ClusterView};
+use crate::info::ReplicationInfo;
 use crate::members::Position;
 use crate::slots::{self, Move, SlotRange};
 

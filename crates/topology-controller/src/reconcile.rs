@@ -20,10 +20,9 @@ use kube::{Api, Resource, ResourceExt};
 use operator_runtime::controller::ReconcileContext;
 use operator_runtime::{ApiError, ApiResultExt, ObjectName, Op, apply};
 use topology_controller::auth;
-use topology_controller::cluster_nodes::{
-    ClusterView, ReplicationInfo, cluster_state_ok, server_version,
-};
+use topology_controller::cluster_nodes::ClusterView;
 use topology_controller::events::step_event;
+use topology_controller::info::{ReplicationInfo, cluster_state_ok, server_version};
 use topology_controller::members::{self, Position};
 use topology_controller::plan::{self, Address, Desired, Member, Reply, Revisions, Step};
 use topology_controller::slots::Move;
