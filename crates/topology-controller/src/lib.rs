@@ -10,6 +10,7 @@ pub mod events;
 mod fixtures;
 pub mod info;
 pub mod members;
+pub mod model;
 pub mod plan;
 pub mod slots;
 pub mod status;

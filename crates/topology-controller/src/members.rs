@@ -12,6 +12,8 @@ use k8s_openapi::api::core::v1::TopologySpreadConstraint;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::{Resource, ResourceExt};
 
+use crate::model::Position;
+
 /// Valkey's own replica migration moves a replica to another shard's orphaned primary; the
 /// planner, which places every replica by its position, would move it back, a full sync each
 /// way. So it is off unless the user's config says otherwise.
@@ -19,22 +21,6 @@ const REPLICA_MIGRATION: (&str, &str) = ("cluster-allow-replica-migration", "no"
 
 /// Spread over Kubernetes nodes, and over zones when the nodes carry one.
 const SPREAD_KEYS: [&str; 2] = ["kubernetes.io/hostname", "topology.kubernetes.io/zone"];
-
-/// Where a member sits in its cluster.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Position {
-    pub shard: u32,
-    pub member: u32,
-}
-
-/// Every position the spec asks for, shard-major.
-pub fn positions(cluster: &ValkeyCluster) -> Vec<Position> {
-    let shards = cluster.spec.shards.max(0) as u32;
-    let members = 1 + cluster.spec.replicas_per_shard.max(0) as u32;
-    (0..shards)
-        .flat_map(|shard| (0..members).map(move |member| Position { shard, member }))
-        .collect()
-}
 
 /// The member's position, read from its labels (`None` for a node that is not a member).
 pub fn position_of(node: &ValkeyNode) -> Option<Position> {
@@ -148,27 +134,6 @@ mod tests {
         c.metadata.namespace = Some("prod".into());
         c.metadata.uid = Some("uid-cache".into());
         c
-    }
-
-    #[test]
-    fn positions_cover_every_shard_and_member() {
-        let p = positions(&cluster(3, 1));
-        assert_eq!(p.len(), 6);
-        assert_eq!(
-            p[0],
-            Position {
-                shard: 0,
-                member: 0
-            }
-        );
-        assert_eq!(
-            p[5],
-            Position {
-                shard: 2,
-                member: 1
-            }
-        );
-        assert_eq!(positions(&cluster(2, 0)).len(), 2);
     }
 
     #[test]

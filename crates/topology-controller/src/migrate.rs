@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::future::join_all;
-use topology_controller::plan::Address;
+use topology_controller::model::Address;
 use topology_controller::slots::Move;
 
 use crate::valkey::{Conn, SlotState};

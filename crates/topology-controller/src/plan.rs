@@ -8,106 +8,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crd_types::conditions::reasons::Waiting;
-use crd_types::names;
 use crd_types::node::Role;
 
 use crate::cluster_nodes::{ClusterNode, ClusterView};
-use crate::info::ReplicationInfo;
-use crate::members::Position;
+use crate::model::{Address, Member, Shape};
 use crate::slots::{self, Move, SlotRange};
-
-/// Where a member's Valkey is reached and what it announces.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Address {
-    pub ip: String,
-    pub port: u16,
-    pub bus_port: u16,
-}
-
-/// Template revisions of a member, from its ValkeyNode.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Revisions {
-    /// The revision its current spec renders to (`status.workload.desiredRevision`).
-    pub desired: Option<String>,
-    /// The revision its pod runs (`status.workload.revision`).
-    pub running: Option<String>,
-    /// The roll gate (`spec.allowedRevision`).
-    pub allowed: Option<String>,
-    /// node-controller has rendered the current spec (its observedGeneration is the node's
-    /// generation), so `desired` is up to date.
-    pub observed: bool,
-}
-
-/// What Valkey said when asked.
-#[derive(Clone, Debug)]
-pub struct Reply {
-    pub view: ClusterView,
-    pub replication: ReplicationInfo,
-    /// `CLUSTER SHARDS` as node ids grouped by shard id; `None` when not asked.
-    pub shard_groups: Option<Vec<Vec<String>>>,
-    /// `CLUSTER INFO` says `cluster_state:ok`; `None` when not asked.
-    pub cluster_state_ok: Option<bool>,
-}
-
-/// One existing member ValkeyNode and what it reports.
-#[derive(Clone, Debug)]
-pub struct Member {
-    pub name: String,
-    pub at: Position,
-    /// Published by service-controller; `None` until then.
-    pub address: Option<Address>,
-    /// The pod passes its readiness probe.
-    pub ready: bool,
-    pub revisions: Revisions,
-    /// `None` when the member could not be asked.
-    pub reply: Option<Reply>,
-}
-
-impl Member {
-    pub fn id(&self) -> Option<&str> {
-        Some(self.reply.as_ref()?.view.myself().id.as_str())
-    }
-
-    /// A replica whose link to its primary is up and not resyncing.
-    fn is_synced_replica(&self) -> bool {
-        self.reply.as_ref().is_some_and(|r| {
-            r.replication.role == Role::Replica
-                && r.replication
-                    .primary
-                    .as_ref()
-                    .is_some_and(|p| p.link_up && !p.sync_in_progress)
-        })
-    }
-
-    fn offset(&self) -> i64 {
-        self.reply
-            .as_ref()
-            .map_or(0, |r| match &r.replication.primary {
-                Some(link) => link.repl_offset,
-                None => r.replication.repl_offset,
-            })
-    }
-}
-
-/// What the spec asks for.
-#[derive(Clone, Debug)]
-pub struct Desired {
-    pub cluster: String,
-    pub shards: u32,
-    pub replicas_per_shard: u32,
-    /// A switchover to perform: (request id, target member name).
-    pub switchover: Option<(String, String)>,
-}
-
-impl Desired {
-    pub fn wants(&self, at: Position) -> bool {
-        at.shard < self.shards && at.member <= self.replicas_per_shard
-    }
-
-    fn member_count(&self) -> usize {
-        (self.shards * (1 + self.replicas_per_shard)) as usize
-    }
-}
 
 /// Why a failover is asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -182,7 +87,7 @@ impl Step {
 
 /// The cluster as the planner sees it: members, and the view it trusts.
 struct Snapshot<'a> {
-    desired: &'a Desired,
+    shape: &'a Shape,
     members: &'a [Member],
     /// The view of the member that knows the most (see [`anchor`]).
     anchor: &'a Member,
@@ -254,7 +159,7 @@ impl<'a> Snapshot<'a> {
 
 /// The member whose view to trust: one that answers, holding the most assigned slots, then
 /// knowing the most nodes; wanted members before leaving ones, then by name.
-fn anchor<'a>(desired: &Desired, members: &'a [Member]) -> Option<&'a Member> {
+fn anchor<'a>(shape: &Shape, members: &'a [Member]) -> Option<&'a Member> {
     members
         .iter()
         .filter(|m| m.reply.is_some())
@@ -263,33 +168,33 @@ fn anchor<'a>(desired: &Desired, members: &'a [Member]) -> Option<&'a Member> {
             (
                 std::cmp::Reverse(view.assigned_slot_count()),
                 std::cmp::Reverse(view.nodes().len()),
-                !desired.wants(m.at),
+                !shape.wants(m.at),
                 m.name.clone(),
             )
         })
 }
 
 /// The next step. `recorded_switchover` is the request id status already reports as done.
-pub fn next_step(desired: &Desired, members: &[Member], recorded_switchover: Option<&str>) -> Step {
-    let Some(anchor) = anchor(desired, members) else {
+pub fn next_step(shape: &Shape, members: &[Member], recorded_switchover: Option<&str>) -> Step {
+    let Some(anchor) = anchor(shape, members) else {
         return Step::wait(Waiting::NoMemberAnswers, "no member answers yet");
     };
     let s = Snapshot {
-        desired,
+        shape,
         members,
         anchor,
         view: &anchor.reply.as_ref().unwrap().view,
     };
     let forming = s.view.assigned_slot_count() == 0;
     if forming {
-        let wanted: Vec<&Member> = members.iter().filter(|m| desired.wants(m.at)).collect();
+        let wanted: Vec<&Member> = members.iter().filter(|m| shape.wants(m.at)).collect();
         let answering = wanted.iter().filter(|m| m.reply.is_some()).count();
-        if wanted.len() < desired.member_count() || answering < wanted.len() {
+        if wanted.len() < shape.member_count() || answering < wanted.len() {
             return Step::wait(
                 Waiting::Forming,
                 format!(
                     "forming: {answering} of {} members answer",
-                    desired.member_count()
+                    shape.member_count()
                 ),
             );
         }
@@ -351,12 +256,12 @@ fn form(s: &Snapshot, forming: bool) -> Option<Step> {
     if !forming {
         return None;
     }
-    let split = slots::even_split(s.desired.shards as usize);
+    let split = slots::even_split(s.shape.shards as usize);
     let mut out = Vec::new();
     for (shard, ranges) in split.into_iter().enumerate() {
         let Some(first) = s
             .shard_members(shard as u32)
-            .find(|m| m.at.member == 0 && s.desired.wants(m.at))
+            .find(|m| m.at.member == 0 && s.shape.wants(m.at))
         else {
             return Some(Step::wait(
                 Waiting::MemberMissing,
@@ -416,7 +321,7 @@ fn open_slots(s: &Snapshot) -> Option<Step> {
 
 /// Members of a wanted shard that are not following the shard's primary.
 fn attach_replicas(s: &Snapshot) -> Option<Step> {
-    for shard in 0..s.desired.shards {
+    for shard in 0..s.shape.shards {
         let primary = match s.shard_primary(shard) {
             Ok(Some(p)) => p,
             Ok(None) => continue,
@@ -455,7 +360,7 @@ fn attach_replicas(s: &Snapshot) -> Option<Step> {
 /// Slots not on an even split over the wanted shards: leaving shards give all theirs away.
 fn rebalance(s: &Snapshot) -> Option<Step> {
     let mut receivers = BTreeSet::new();
-    for shard in 0..s.desired.shards {
+    for shard in 0..s.shape.shards {
         match s.shard_primary(shard) {
             Ok(Some(p)) => {
                 receivers.insert(p.name.clone());
@@ -545,10 +450,10 @@ fn rebalance(s: &Snapshot) -> Option<Step> {
 /// primary in a shard that stays hands over to a wanted replica first.
 fn remove(s: &Snapshot) -> Option<Step> {
     let mut gone = Vec::new();
-    for m in s.members.iter().filter(|m| !s.desired.wants(m.at)) {
+    for m in s.members.iter().filter(|m| !s.shape.wants(m.at)) {
         let node = s.node_of(m);
         let holds_slots = node.is_some_and(|n| !n.slots.is_empty());
-        if m.at.shard >= s.desired.shards {
+        if m.at.shard >= s.shape.shards {
             if holds_slots {
                 return Some(Step::wait(
                     Waiting::MemberHoldsSlots,
@@ -572,7 +477,7 @@ fn remove(s: &Snapshot) -> Option<Step> {
 
 /// A failover from `primary` to its most caught-up wanted replica, or a wait saying why not.
 fn hand_over(s: &Snapshot, primary: &Member, reason: FailoverReason, no_replica: &str) -> Step {
-    match best_replica(s, primary, |r| s.desired.wants(r.at)) {
+    match best_replica(s, primary, |r| s.shape.wants(r.at)) {
         Some(r) => Step::Failover {
             member: r.name.clone(),
             reason,
@@ -609,11 +514,11 @@ fn best_replica<'a>(
 /// A requested switchover not yet recorded: fail over to the target when it is an in-sync
 /// replica. Status reports the outcome (see [`switchover_outcome`]).
 fn switchover(s: &Snapshot, recorded: Option<&str>) -> Option<Step> {
-    let (id, target) = s.desired.switchover.as_ref()?;
-    if recorded == Some(id.as_str()) {
+    let request = s.shape.switchover.as_ref()?;
+    if recorded == Some(request.id.as_str()) {
         return None;
     }
-    let member = s.members.iter().find(|m| &m.name == target)?;
+    let member = s.members.iter().find(|m| m.name == request.target)?;
     let shard_primary = s.shard_primary(member.at.shard).ok()??;
     if shard_primary.name == member.name {
         return None;
@@ -626,8 +531,8 @@ fn switchover(s: &Snapshot, recorded: Option<&str>) -> Option<Step> {
 }
 
 /// What status should say about a switchover request: `None` while it is still to be done.
-pub fn switchover_outcome(desired: &Desired, members: &[Member]) -> Option<Result<String, String>> {
-    let (_, target) = desired.switchover.as_ref()?;
+pub fn switchover_outcome(shape: &Shape, members: &[Member]) -> Option<Result<String, String>> {
+    let target = &shape.switchover.as_ref()?.target;
     let Some(member) = members.iter().find(|m| &m.name == target) else {
         return Some(Err(format!("{target} is not a member of the cluster")));
     };
@@ -644,7 +549,7 @@ pub fn switchover_outcome(desired: &Desired, members: &[Member]) -> Option<Resul
 /// One member at a time through the roll gate: replicas first; a primary hands over to its
 /// most caught-up replica before it may restart.
 fn roll(s: &Snapshot) -> Option<Step> {
-    let wanted: Vec<&Member> = s.members.iter().filter(|m| s.desired.wants(m.at)).collect();
+    let wanted: Vec<&Member> = s.members.iter().filter(|m| s.shape.wants(m.at)).collect();
     // A template change reaches members one by one: wait until node-controller has rendered
     // every one, or the first member seen changing would roll first, replica or not.
     if let Some(behind) = wanted.iter().find(|m| !m.revisions.observed) {
@@ -718,7 +623,7 @@ fn roll(s: &Snapshot) -> Option<Step> {
         .iter()
         .find(|m| is_replica(m))
         .or_else(|| pending.first())?;
-    if !is_replica(next) && s.desired.replicas_per_shard > 0 {
+    if !is_replica(next) && s.shape.replicas_per_shard > 0 {
         // A primary with replicas never restarts while it serves: hand over first.
         return Some(hand_over(
             s,
@@ -770,12 +675,12 @@ pub struct ShardSurvey {
 }
 
 /// Describes every shard that has members (wanted or leaving).
-pub fn survey(desired: &Desired, members: &[Member]) -> Survey {
-    let Some(anchor) = anchor(desired, members) else {
+pub fn survey(shape: &Shape, members: &[Member]) -> Survey {
+    let Some(anchor) = anchor(shape, members) else {
         return Survey::default();
     };
     let s = Snapshot {
-        desired,
+        shape,
         members,
         anchor,
         view: &anchor.reply.as_ref().unwrap().view,
@@ -792,14 +697,14 @@ pub fn survey(desired: &Desired, members: &[Member]) -> Survey {
         })
         .collect();
     let last_shard = members.iter().map(|m| m.at.shard + 1).max().unwrap_or(0);
-    let shards = (0..last_shard.max(desired.shards))
+    let shards = (0..last_shard.max(shape.shards))
         .map(|index| {
             let primary = s.shard_primary(index).ok().flatten();
             let primary_node = primary.and_then(|p| s.node_of(p));
             let mut in_shard: Vec<&Member> = s.shard_members(index).collect();
             in_shard.sort_by_key(|m| m.at.member);
             let ready = primary_node.is_some_and(|n| !n.slots.is_empty() && n.is_healthy())
-                && in_shard.len() == 1 + desired.replicas_per_shard as usize
+                && in_shard.len() == 1 + shape.replicas_per_shard as usize
                 && in_shard.iter().all(|m| {
                     m.ready
                         && (primary.is_some_and(|p| p.name == m.name)
@@ -846,7 +751,7 @@ pub fn survey(desired: &Desired, members: &[Member]) -> Survey {
         unsettled_shard_ids: s.reachable().find_map(unsettled_shard_ids),
         not_serving: s
             .reachable()
-            .filter(|m| desired.wants(m.at))
+            .filter(|m| shape.wants(m.at))
             .find(|m| m.reply.as_ref().unwrap().cluster_state_ok == Some(false))
             .map(|m| m.name.clone()),
     }
@@ -867,11 +772,6 @@ fn unsettled_shard_ids(member: &Member) -> Option<String> {
             )
         })
     })
-}
-
-/// The member name of position `at`.
-pub fn member_name(cluster: &str, at: Position) -> String {
-    names::cluster_member_name(cluster, at.shard, at.member)
 }
 
 #[cfg(test)]

@@ -2,7 +2,10 @@
 //! (with its own `myself`), unless a test edits one view.
 
 use super::*;
+use crate::info::ReplicationInfo;
+use crate::model::{Position, Reply, Revisions, SwitchoverRequest};
 use crate::slots::even_split;
+use crd_types::names::cluster_member_name;
 
 /// One simulated member.
 #[derive(Clone)]
@@ -143,13 +146,7 @@ fn members_with(sims: &[Sim], knows: impl Fn(&Sim, &Sim) -> bool) -> Vec<Member>
                 }
             });
             Member {
-                name: member_name(
-                    "c",
-                    Position {
-                        shard: me.shard,
-                        member: me.member,
-                    },
-                ),
+                name: cluster_member_name("c", me.shard, me.member),
                 at: Position {
                     shard: me.shard,
                     member: me.member,
@@ -167,8 +164,8 @@ fn members_with(sims: &[Sim], knows: impl Fn(&Sim, &Sim) -> bool) -> Vec<Member>
         .collect()
 }
 
-fn desired(shards: u32, replicas: u32) -> Desired {
-    Desired {
+fn shape(shards: u32, replicas: u32) -> Shape {
+    Shape {
         cluster: "c".into(),
         shards,
         replicas_per_shard: replicas,
@@ -176,18 +173,18 @@ fn desired(shards: u32, replicas: u32) -> Desired {
     }
 }
 
-fn step(d: &Desired, sims: &[Sim]) -> Step {
+fn step(d: &Shape, sims: &[Sim]) -> Step {
     next_step(d, &members(sims), None)
 }
 
 #[test]
 fn nothing_to_do_on_a_healthy_cluster() {
-    assert_eq!(step(&desired(3, 1), &formed(3, 1)), Step::Idle);
+    assert_eq!(step(&shape(3, 1), &formed(3, 1)), Step::Idle);
 }
 
 #[test]
 fn formation_waits_for_every_member_then_meets_then_assigns() {
-    let d = desired(2, 1);
+    let d = shape(2, 1);
     let mut sims: Vec<Sim> = (0..2)
         .flat_map(|s| (0..2).map(move |m| sim(s, m)))
         .collect();
@@ -233,7 +230,7 @@ fn formation_waits_for_every_member_then_meets_then_assigns() {
 
 #[test]
 fn formation_interrupted_after_some_slots_assigns_the_rest() {
-    let d = desired(2, 0);
+    let d = shape(2, 0);
     let mut sims = vec![sim(0, 0), sim(1, 0)];
     sims[0].slots = vec![(0, 8191)];
     assert_eq!(
@@ -244,7 +241,7 @@ fn formation_interrupted_after_some_slots_assigns_the_rest() {
 
 #[test]
 fn scale_out_joins_attaches_then_moves_a_quarter() {
-    let d = desired(4, 1);
+    let d = shape(4, 1);
     let mut sims = formed(3, 1);
     sims.push(sim(3, 0));
     sims.push(sim(3, 1));
@@ -273,7 +270,7 @@ fn scale_out_joins_attaches_then_moves_a_quarter() {
 
 #[test]
 fn slots_do_not_move_while_a_member_is_down_or_views_disagree() {
-    let d = desired(4, 0);
+    let d = shape(4, 0);
     let mut sims = formed(3, 0);
     sims.push(sim(3, 0));
     sims[3].ready = false;
@@ -299,7 +296,7 @@ fn slots_do_not_move_while_a_member_is_down_or_views_disagree() {
 
 #[test]
 fn scale_in_drains_then_removes_then_forgets() {
-    let d = desired(2, 1);
+    let d = shape(2, 1);
     let mut sims = formed(3, 1);
     match step(&d, &sims) {
         Step::Migrate(moves) => assert!(moves.iter().all(|m| m.from == "c-2-0")),
@@ -329,7 +326,7 @@ fn scale_in_drains_then_removes_then_forgets() {
 
 #[test]
 fn a_dead_node_that_is_not_failed_yet_is_not_forgotten() {
-    let d = desired(1, 1);
+    let d = shape(1, 1);
     let mut sims = formed(1, 1);
     sims.push(sim(0, 2));
     sims[2].follows = Some(id(0, 0));
@@ -341,7 +338,7 @@ fn a_dead_node_that_is_not_failed_yet_is_not_forgotten() {
 
 #[test]
 fn fewer_replicas_removes_the_extra_member_but_a_primary_hands_over_first() {
-    let d = desired(1, 1);
+    let d = shape(1, 1);
     let mut sims = formed(1, 2);
     assert_eq!(step(&d, &sims), Step::Remove(vec!["c-0-2".into()]));
     // The member to remove is the primary (after an earlier failover).
@@ -361,7 +358,7 @@ fn fewer_replicas_removes_the_extra_member_but_a_primary_hands_over_first() {
 
 #[test]
 fn a_returning_empty_member_rejoins_as_replica_and_its_old_identity_is_forgotten() {
-    let d = desired(1, 1);
+    let d = shape(1, 1);
     let mut sims = formed(1, 1);
     // c-0-0 failed over to c-0-1, then came back with an empty data directory: new id,
     // an empty primary; its old identity is failed.
@@ -392,7 +389,7 @@ fn a_returning_empty_member_rejoins_as_replica_and_its_old_identity_is_forgotten
 
 #[test]
 fn an_interrupted_migration_is_finished() {
-    let d = desired(2, 0);
+    let d = shape(2, 0);
     let mut sims = formed(2, 0);
     sims[0].markers = format!("[100->-{}]", id(1, 0));
     sims[1].markers = format!("[100-<-{}]", id(0, 0));
@@ -418,7 +415,7 @@ fn an_interrupted_migration_is_finished() {
 
 #[test]
 fn rolls_replicas_first_one_at_a_time_and_fails_over_before_a_primary() {
-    let d = desired(2, 1);
+    let d = shape(2, 1);
     let mut sims = formed(2, 1);
     for s in &mut sims {
         s.revisions.desired = Some("r2".into());
@@ -473,7 +470,7 @@ fn rolls_replicas_first_one_at_a_time_and_fails_over_before_a_primary() {
 
 #[test]
 fn no_roll_until_node_controller_has_rendered_every_member() {
-    let d = desired(1, 1);
+    let d = shape(1, 1);
     let mut sims = formed(1, 1);
     // The primary's new revision is known, its replica's not yet.
     sims[0].revisions.desired = Some("r2".into());
@@ -494,7 +491,7 @@ fn no_roll_until_node_controller_has_rendered_every_member() {
 
 #[test]
 fn a_reverted_bad_image_rolls_the_stuck_member_back() {
-    let d = desired(1, 1);
+    let d = shape(1, 1);
     let mut sims = formed(1, 1);
     // c-0-1 was let roll to r2, whose image never starts; the spec went back to r1.
     sims[1].revisions = Revisions {
@@ -516,7 +513,7 @@ fn a_reverted_bad_image_rolls_the_stuck_member_back() {
 
 #[test]
 fn a_down_member_that_is_not_pending_holds_the_roll() {
-    let d = desired(1, 1);
+    let d = shape(1, 1);
     let mut sims = formed(1, 1);
     sims[0].revisions.desired = Some("r2".into());
     sims[1].ready = false;
@@ -527,7 +524,7 @@ fn a_down_member_that_is_not_pending_holds_the_roll() {
 
 #[test]
 fn a_primary_without_replicas_rolls_in_place() {
-    let d = desired(1, 0);
+    let d = shape(1, 0);
     let mut sims = formed(1, 0);
     sims[0].revisions.desired = Some("r2".into());
     assert_eq!(
@@ -541,8 +538,11 @@ fn a_primary_without_replicas_rolls_in_place() {
 
 #[test]
 fn switchover_fails_over_to_the_target_once() {
-    let mut d = desired(1, 2);
-    d.switchover = Some(("s1".into(), "c-0-2".into()));
+    let mut d = shape(1, 2);
+    d.switchover = Some(SwitchoverRequest {
+        id: "s1".into(),
+        target: "c-0-2".into(),
+    });
     let mut sims = formed(1, 2);
     sims[1].offset = 200; // the best replica, but not the target
     assert_eq!(
@@ -563,7 +563,10 @@ fn switchover_fails_over_to_the_target_once() {
         switchover_outcome(&d, &members(&sims)),
         Some(Ok(_))
     ));
-    d.switchover = Some(("s2".into(), "c-0-7".into()));
+    d.switchover = Some(SwitchoverRequest {
+        id: "s2".into(),
+        target: "c-0-7".into(),
+    });
     assert!(matches!(
         switchover_outcome(&d, &members(&sims)),
         Some(Err(_))
@@ -572,7 +575,7 @@ fn switchover_fails_over_to_the_target_once() {
 
 #[test]
 fn two_members_of_a_shard_holding_slots_stops_the_planner() {
-    let d = desired(1, 1);
+    let d = shape(1, 1);
     let mut sims = formed(1, 1);
     sims[1].follows = None;
     sims[1].slots = vec![(0, 10)];
@@ -584,7 +587,7 @@ fn two_members_of_a_shard_holding_slots_stops_the_planner() {
 
 #[test]
 fn removed_nodes_still_listed_by_valkey_are_strangers_until_forgotten() {
-    let d = desired(1, 1);
+    let d = shape(1, 1);
     let mut sims = formed(1, 2);
     sims[2].flags = "fail?";
     // c-0-2's ValkeyNode is gone; Valkey still lists it.
@@ -602,7 +605,7 @@ fn removed_nodes_still_listed_by_valkey_are_strangers_until_forgotten() {
 
 #[test]
 fn a_replica_filed_under_another_shard_id_is_unsettled() {
-    let d = desired(2, 1);
+    let d = shape(2, 1);
     let sims = formed(2, 1);
     let mut m = members(&sims);
     let settled = vec![vec![id(0, 0), id(0, 1)], vec![id(1, 0), id(1, 1)]];
@@ -625,7 +628,7 @@ fn a_replica_filed_under_another_shard_id_is_unsettled() {
 
 #[test]
 fn a_replicas_copy_of_a_slot_marker_is_left_to_its_primary() {
-    let d = desired(2, 1);
+    let d = shape(2, 1);
     let mut sims = formed(2, 1);
     // c-1-1 (a replica) still shows an importing marker its primary no longer has.
     sims[3].markers = format!("[100-<-{}]", id(0, 0));
@@ -635,7 +638,7 @@ fn a_replicas_copy_of_a_slot_marker_is_left_to_its_primary() {
 
 #[test]
 fn a_member_answering_clusterdown_is_reported() {
-    let d = desired(1, 1);
+    let d = shape(1, 1);
     let mut sims = formed(1, 1);
     assert_eq!(survey(&d, &members(&sims)).not_serving, None);
     sims[0].state_ok = Some(false);

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crd_types::cluster::Phase;
 use crd_types::conditions::reasons::Waiting;
-use crd_types::names::{labels, ports};
+use crd_types::names::{self, labels, ports};
 use crd_types::template::{Announce, OPERATOR_USER};
 use crd_types::{ValkeyCluster, ValkeyNode, ValkeyNodeStatus};
 use futures::future::join_all;
@@ -23,8 +23,9 @@ use topology_controller::auth;
 use topology_controller::cluster_nodes::ClusterView;
 use topology_controller::events::step_event;
 use topology_controller::info::{ReplicationInfo, cluster_state_ok, server_version};
-use topology_controller::members::{self, Position};
-use topology_controller::plan::{self, Address, Desired, Member, Reply, Revisions, Step};
+use topology_controller::members;
+use topology_controller::model::{Address, Member, Position, Reply, Revisions, Shape};
+use topology_controller::plan::{self, Step};
 use topology_controller::slots::Move;
 use topology_controller::status::{self, Inputs};
 
@@ -97,8 +98,9 @@ pub async fn reconcile(
     });
 
     // --- Members the spec asks for: create the missing, update the changed.
-    for at in members::positions(&cluster) {
-        let member_name = plan::member_name(&name, at);
+    let shape = Shape::of(&cluster);
+    for at in shape.positions() {
+        let member_name = names::cluster_member_name(&name, at.shard, at.member);
         if foreign.iter().any(|n| n.name_any() == member_name) {
             continue; // reported below, never taken over
         }
@@ -118,7 +120,6 @@ pub async fn reconcile(
     }
 
     // --- Ask every member's Valkey.
-    let desired = desired(&cluster);
     let mut asked: Vec<Asked> = join_all(owned.into_iter().filter_map(|node| {
         let at = members::position_of(&node)?;
         Some(ask(node, at, login.as_ref()))
@@ -134,7 +135,7 @@ pub async fn reconcile(
         .and_then(|s| s.switchover.as_ref())
         .filter(|s| s.outcome.is_finished())
         .map(|s| s.id.as_str());
-    let mut step = plan::next_step(&desired, &members, recorded);
+    let mut step = plan::next_step(&shape, &members, recorded);
     if let Some(n) = foreign.first() {
         step = Step::wait(
             Waiting::ForeignMember,
@@ -155,7 +156,7 @@ pub async fn reconcile(
         passwords.default_problem.as_deref(),
         &refused,
     );
-    let survey = plan::survey(&desired, &members);
+    let survey = plan::survey(&shape, &members);
 
     // --- Status first, so it says what is about to happen (a migration can take a while):
     // each member's status.valkey, then the cluster's.
@@ -179,12 +180,12 @@ pub async fn reconcile(
     }
     let cluster_status = |step_error: Option<&str>| {
         status::cluster_status(Inputs {
-            desired: &desired,
+            shape: &shape,
             members: &members,
             survey: &survey,
             step: &step,
             step_error,
-            switchover: plan::switchover_outcome(&desired, &members),
+            switchover: plan::switchover_outcome(&shape, &members),
             current: cluster.status.as_ref(),
             generation: cluster.metadata.generation,
             now: Timestamp::now(),
@@ -232,22 +233,6 @@ pub async fn reconcile(
         (Step::Idle, _) => WHEN_IDLE,
         _ => AFTER_STEP,
     }))
-}
-
-fn desired(cluster: &ValkeyCluster) -> Desired {
-    let name = cluster.name_any();
-    Desired {
-        cluster: name.clone(),
-        shards: cluster.spec.shards.max(0) as u32,
-        replicas_per_shard: cluster.spec.replicas_per_shard.max(0) as u32,
-        switchover: cluster.spec.switchover.as_ref().map(|s| {
-            let at = Position {
-                shard: s.shard.max(0) as u32,
-                member: s.member.max(0) as u32,
-            };
-            (s.id.clone(), plan::member_name(&name, at))
-        }),
-    }
 }
 
 /// Whether the live member differs from what would be applied: spec, our labels, owner.

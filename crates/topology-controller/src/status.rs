@@ -10,7 +10,8 @@ use crd_types::node::ValkeyStatus;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::plan::{Desired, FailoverReason, Member, Step, Survey};
+use crate::model::{Member, Shape};
+use crate::plan::{FailoverReason, Step, Survey};
 use crate::slots::{self, SLOTS};
 
 /// `status.valkey` of a member that answered; `version` from INFO server.
@@ -95,7 +96,7 @@ pub fn describe(step: &Step) -> String {
 
 /// Everything the cluster status is computed from.
 pub struct Inputs<'a> {
-    pub desired: &'a Desired,
+    pub shape: &'a Shape,
     pub members: &'a [Member],
     pub survey: &'a Survey,
     pub step: &'a Step,
@@ -109,7 +110,7 @@ pub struct Inputs<'a> {
 }
 
 pub fn cluster_status(i: Inputs) -> ValkeyClusterStatus {
-    let wanted_shards = i.desired.shards as usize;
+    let wanted_shards = i.shape.shards as usize;
     let ready_shards = i
         .survey
         .shards
@@ -117,7 +118,7 @@ pub fn cluster_status(i: Inputs) -> ValkeyClusterStatus {
         .filter(|s| (s.index as usize) < wanted_shards && s.ready)
         .count();
     let complete = i.survey.slots_assigned == SLOTS as usize && i.survey.open_slots == 0;
-    let wanted_members = i.members.iter().filter(|m| i.desired.wants(m.at));
+    let wanted_members = i.members.iter().filter(|m| i.shape.wants(m.at));
     let unwell: Vec<&str> = wanted_members
         .clone()
         .filter(|m| !m.ready || m.reply.is_none())
@@ -134,10 +135,10 @@ pub fn cluster_status(i: Inputs) -> ValkeyClusterStatus {
         .filter(|s| !s.slots.is_empty())
         .count()
         != wanted_shards
-        || i.members.iter().any(|m| !i.desired.wants(m.at))
+        || i.members.iter().any(|m| !i.shape.wants(m.at))
         || !i.survey.strangers.is_empty();
     let all_there =
-        wanted_members.count() == (i.desired.shards * (1 + i.desired.replicas_per_shard)) as usize;
+        wanted_members.count() == (i.shape.shards * (1 + i.shape.replicas_per_shard)) as usize;
     let ready = matches!(i.step, Step::Idle)
         && complete
         && i.survey.strangers.is_empty()
@@ -278,7 +279,7 @@ pub fn cluster_status(i: Inputs) -> ValkeyClusterStatus {
 
 /// The outcome of the current request; a finished outcome is kept as it was.
 fn switchover_status(i: &Inputs) -> Option<SwitchoverStatus> {
-    let (id, _) = i.desired.switchover.as_ref()?;
+    let id = &i.shape.switchover.as_ref()?.id;
     if let Some(done) = i.current.and_then(|c| c.switchover.as_ref())
         && &done.id == id
         && done.outcome.is_finished()
@@ -312,27 +313,31 @@ fn switchover_status(i: &Inputs) -> Option<SwitchoverStatus> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::SwitchoverRequest;
     use crate::plan::ShardSurvey;
     use crd_types::conditions::reasons::Waiting;
     use crd_types::conditions::types;
 
-    fn desired() -> Desired {
-        Desired {
+    fn shape() -> Shape {
+        Shape {
             cluster: "c".into(),
             shards: 1,
             replicas_per_shard: 0,
-            switchover: Some(("s1".into(), "c-0-0".into())),
+            switchover: Some(SwitchoverRequest {
+                id: "s1".into(),
+                target: "c-0-0".into(),
+            }),
         }
     }
 
     fn inputs<'a>(
-        d: &'a Desired,
+        d: &'a Shape,
         survey: &'a Survey,
         step: &'a Step,
         current: Option<&'a ValkeyClusterStatus>,
     ) -> Inputs<'a> {
         Inputs {
-            desired: d,
+            shape: d,
             members: &[],
             survey,
             step,
@@ -346,7 +351,7 @@ mod tests {
 
     #[test]
     fn a_cluster_without_slots_is_creating_and_not_ready() {
-        let d = desired();
+        let d = shape();
         let step = Step::wait(Waiting::Forming, "forming");
         let s = cluster_status(inputs(&d, &Survey::default(), &step, None));
         assert_eq!(s.phase, Some(Phase::Creating));
@@ -358,7 +363,7 @@ mod tests {
 
     #[test]
     fn missing_members_are_not_ready_even_with_every_slot() {
-        let d = desired();
+        let d = shape();
         let survey = Survey {
             slots_assigned: SLOTS as usize,
             open_slots: 0,
@@ -386,7 +391,7 @@ mod tests {
 
     #[test]
     fn a_member_answering_clusterdown_keeps_the_cluster_from_ready() {
-        let d = desired();
+        let d = shape();
         let survey = Survey {
             slots_assigned: SLOTS as usize,
             shards: vec![ShardSurvey {
@@ -405,7 +410,7 @@ mod tests {
 
     #[test]
     fn a_finished_switchover_is_kept_as_it_was() {
-        let d = desired();
+        let d = shape();
         let done = ValkeyClusterStatus {
             switchover: Some(SwitchoverStatus {
                 id: "s1".into(),
