@@ -174,6 +174,11 @@ impl ClusterNode {
         self.link_connected && !(f.pfail || f.fail || f.handshake || f.noaddr)
     }
 
+    /// A primary serving nothing: never given slots, or it gave them all away.
+    pub fn is_empty_primary(&self) -> bool {
+        self.flags.primary && self.slots.is_empty()
+    }
+
     fn owns(&self, slot: u16) -> bool {
         self.slots
             .iter()

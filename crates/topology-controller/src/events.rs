@@ -1,8 +1,7 @@
-//! The Events topology-controller publishes on a ValkeyCluster: one per step carried out,
-//! none for waiting or idle (the Progressing condition says those).
+//! Events (layer 5): what topology-controller publishes on a ValkeyCluster, one per step
+//! carried out, none for waiting or idle (the Progressing condition says those).
 
 use crate::plan::Step;
-use crate::status::describe;
 
 operator_runtime::event_reasons! {
     /// Event reasons on a ValkeyCluster.
@@ -47,8 +46,8 @@ pub fn step_event(step: &Step, error: Option<&str>) -> Option<(ClusterEvent, Str
         Step::AllowRoll { .. } => ClusterEvent::Rolling,
     };
     let note = match error {
-        Some(e) => format!("{}: {e}", describe(step)),
-        None => describe(step),
+        Some(e) => format!("{step}: {e}"),
+        None => step.to_string(),
     };
     Some((reason, note))
 }

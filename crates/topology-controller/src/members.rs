@@ -1,5 +1,6 @@
-//! The ValkeyNodes a ValkeyCluster is made of: `shards x (1 + replicasPerShard)` members named
-//! `<cluster>-<shard>-<member>`, each stamped from the cluster's template.
+//! Object builders (layer 3): the ValkeyNodes a ValkeyCluster is made of,
+//! `shards x (1 + replicasPerShard)` members named `<cluster>-<shard>-<member>`, each stamped
+//! from the cluster's template, and their positions read back from their labels.
 
 use std::collections::BTreeMap;
 
@@ -47,7 +48,7 @@ pub fn member_labels(cluster: &str, at: Position) -> BTreeMap<String, String> {
 }
 
 /// The member at `at`. `allowed_revision` is the roll gate's current value (see
-/// [`crate::roll`]): it must be sent on every apply, or the field would be dropped.
+/// [`crate::plan::roll`]): it must be sent on every apply, or the field would be dropped.
 pub fn member(
     cluster: &ValkeyCluster,
     at: Position,

@@ -19,15 +19,17 @@ use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 use operator_runtime::controller::ReconcileContext;
 use operator_runtime::{ApiError, ApiResultExt, ObjectName, Op, apply};
-use topology_controller::auth;
 use topology_controller::cluster_nodes::ClusterView;
 use topology_controller::events::step_event;
 use topology_controller::info::{ReplicationInfo, cluster_state_ok, server_version};
+use topology_controller::member_status::{member_status, member_status_changed};
 use topology_controller::members;
 use topology_controller::model::{Address, Member, Position, Reply, Revisions, Shape};
+use topology_controller::plan::guard::guard_step;
 use topology_controller::plan::{self, Step};
 use topology_controller::slots::Move;
 use topology_controller::status::{self, Inputs};
+use topology_controller::survey::{self, switchover_outcome};
 
 use crate::error::Error;
 use crate::migrate::{self, End};
@@ -150,22 +152,22 @@ pub async fn reconcile(
         .filter(|a| a.login_refused)
         .map(|a| a.member.name.as_str())
         .collect();
-    let step = auth::guard_step(
+    let step = guard_step(
         step,
         passwords.operator.as_ref().err().map(String::as_str),
         passwords.default_problem.as_deref(),
         &refused,
     );
-    let survey = plan::survey(&shape, &members);
+    let survey = survey::survey(&shape, &members);
 
     // --- Status first, so it says what is about to happen (a migration can take a while):
     // each member's status.valkey, then the cluster's.
     for a in &asked {
-        let Some(valkey) = status::member_status(&a.member, a.version.as_deref()) else {
+        let Some(valkey) = member_status(&a.member, a.version.as_deref()) else {
             continue;
         };
         let live = a.node.status.as_ref().and_then(|s| s.valkey.as_ref());
-        if status::member_status_changed(live, &valkey) {
+        if member_status_changed(live, &valkey) {
             let body = ValkeyNodeStatus {
                 valkey: Some(valkey),
                 ..Default::default()
@@ -185,7 +187,7 @@ pub async fn reconcile(
             survey: &survey,
             step: &step,
             step_error,
-            switchover: plan::switchover_outcome(&shape, &members),
+            switchover: switchover_outcome(&shape, &members),
             current: cluster.status.as_ref(),
             generation: cluster.metadata.generation,
             now: Timestamp::now(),
@@ -205,7 +207,7 @@ pub async fn reconcile(
     let outcome = execute(&step, &asked, &cluster, &nodes, manager).await;
     let step_error = outcome.err();
     if let Some(e) = &step_error {
-        tracing::warn!(cluster = %name, step = %status::describe(&step), error = %e, "step failed");
+        tracing::warn!(cluster = %name, step = %step, error = %e, "step failed");
         let failed = cluster_status(Some(e));
         apply::apply_status(&clusters, &name, &failed, manager)
             .await

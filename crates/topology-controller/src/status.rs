@@ -1,98 +1,19 @@
-//! The status topology-controller writes: the ValkeyCluster's (phase, shards, conditions,
-//! switchover outcome) and each member's `status.valkey`.
+//! Status (layer 5): the ValkeyCluster's status (phase, shards, conditions, switchover
+//! outcome), from the survey and the step. Each member's `status.valkey` is in
+//! [`crate::member_status`].
 
 use crd_types::cluster::{
     MemberStatus, Phase, ShardStatus, SwitchoverOutcome, SwitchoverStatus, ValkeyClusterStatus,
 };
 use crd_types::conditions::reasons::{Degraded, Progressing, SlotsAssigned, TopologyReady};
 use crd_types::conditions::{self, ConditionSpec};
-use crd_types::node::ValkeyStatus;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::model::{Member, Shape};
-use crate::plan::{FailoverReason, Step, Survey};
+use crate::plan::{FailoverReason, Step};
 use crate::slots::{self, SLOTS};
-
-/// `status.valkey` of a member that answered; `version` from INFO server.
-pub fn member_status(member: &Member, version: Option<&str>) -> Option<ValkeyStatus> {
-    let reply = member.reply.as_ref()?;
-    let me = reply.view.myself();
-    let link = reply.replication.primary.as_ref();
-    Some(ValkeyStatus {
-        node_id: Some(me.id.clone()),
-        role: Some(reply.replication.role),
-        primary_node_id: me.primary_id.clone(),
-        replication_offset: Some(match link {
-            Some(link) => link.repl_offset,
-            None => reply.replication.repl_offset,
-        }),
-        link_up: link.map(|l| l.link_up),
-        version: version.map(str::to_string),
-    })
-}
-
-/// Whether `new` says something `old` did not, ignoring the replication offset: it moves
-/// with every write, and writing it on every poll would cost an API request per member each
-/// time. The offset is refreshed whenever anything else changes.
-pub fn member_status_changed(old: Option<&ValkeyStatus>, new: &ValkeyStatus) -> bool {
-    let Some(old) = old else { return true };
-    let strip = |s: &ValkeyStatus| ValkeyStatus {
-        replication_offset: None,
-        ..s.clone()
-    };
-    strip(old) != strip(new)
-}
-
-/// A person's description of a step, for the Progressing condition and Events.
-pub fn describe(step: &Step) -> String {
-    match step {
-        Step::Wait { message, .. } => format!("waiting: {message}"),
-        Step::Meet { via, targets } => {
-            let who: Vec<String> = targets
-                .iter()
-                .map(|a| format!("{}:{}", a.ip, a.port))
-                .collect();
-            format!("{via} meets {}", who.join(", "))
-        }
-        Step::Forget { node_id, on } => {
-            format!("forgetting removed node {node_id} on {}", on.join(", "))
-        }
-        Step::AddSlots(assign) => {
-            let parts: Vec<String> = assign
-                .iter()
-                .map(|(m, r)| format!("{} to {m}", slots::format_ranges(r).join(",")))
-                .collect();
-            format!("assigning slots {}", parts.join("; "))
-        }
-        Step::FixOpenSlot {
-            slot,
-            source,
-            target,
-        } => format!("finishing the interrupted move of slot {slot} from {source} to {target}"),
-        Step::Stabilize { slot, on } => {
-            format!("clearing the open slot {slot} on {}", on.join(", "))
-        }
-        Step::Replicate { member, primary_id } => {
-            format!("{member} replicates {primary_id}")
-        }
-        Step::Migrate(moves) => {
-            let count: usize = moves.iter().map(|m| slots::slot_count(&[m.slots])).sum();
-            format!("moving {count} slots")
-        }
-        Step::Remove(names) => format!("removing {}", names.join(", ")),
-        Step::Failover { member, reason } => {
-            let why = match reason {
-                FailoverReason::Roll => "before its primary restarts",
-                FailoverReason::Removal => "before its primary is removed",
-                FailoverReason::Switchover => "as requested by spec.switchover",
-            };
-            format!("{member} takes over its shard {why}")
-        }
-        Step::AllowRoll { member, revision } => format!("{member} restarts into {revision}"),
-        Step::Idle => "the cluster is as specified".to_string(),
-    }
-}
+use crate::survey::Survey;
 
 /// Everything the cluster status is computed from.
 pub struct Inputs<'a> {
@@ -102,7 +23,7 @@ pub struct Inputs<'a> {
     pub step: &'a Step,
     /// What went wrong executing the step, if anything.
     pub step_error: Option<&'a str>,
-    /// Switchover outcome from [`crate::plan::switchover_outcome`].
+    /// Switchover outcome from [`crate::survey::switchover_outcome`].
     pub switchover: Option<Result<String, String>>,
     pub current: Option<&'a ValkeyClusterStatus>,
     pub generation: Option<i64>,
@@ -168,8 +89,8 @@ pub fn cluster_status(i: Inputs) -> ValkeyClusterStatus {
 
     let current_conditions = i.current.map(|c| c.conditions.as_slice()).unwrap_or(&[]);
     let progress = match i.step_error {
-        Some(e) => format!("{}; failed: {e}", describe(i.step)),
-        None => describe(i.step),
+        Some(e) => format!("{}; failed: {e}", i.step),
+        None => i.step.to_string(),
     };
     let unwell_message = if !unwell.is_empty() {
         format!("not ready: {}", unwell.join(", "))
@@ -314,7 +235,7 @@ fn switchover_status(i: &Inputs) -> Option<SwitchoverStatus> {
 mod tests {
     use super::*;
     use crate::model::SwitchoverRequest;
-    use crate::plan::ShardSurvey;
+    use crate::survey::ShardSurvey;
     use crd_types::conditions::reasons::Waiting;
     use crd_types::conditions::types;
 
@@ -424,25 +345,5 @@ mod tests {
         let mut i = inputs(&d, &survey, &Step::Idle, Some(&done));
         i.switchover = Some(Err("later trouble".into()));
         assert_eq!(cluster_status(i).switchover, done.switchover);
-    }
-
-    #[test]
-    fn the_offset_alone_does_not_rewrite_member_status() {
-        let old = ValkeyStatus {
-            node_id: Some("a".into()),
-            replication_offset: Some(1),
-            ..Default::default()
-        };
-        let moved = ValkeyStatus {
-            replication_offset: Some(99),
-            ..old.clone()
-        };
-        assert!(!member_status_changed(Some(&old), &moved));
-        let promoted = ValkeyStatus {
-            role: Some(crd_types::node::Role::Primary),
-            ..moved
-        };
-        assert!(member_status_changed(Some(&old), &promoted));
-        assert!(member_status_changed(None, &promoted));
     }
 }
