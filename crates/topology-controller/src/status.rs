@@ -13,7 +13,7 @@ use k8s_openapi::jiff::Timestamp;
 use crate::model::{Member, Shape};
 use crate::plan::{FailoverReason, Step};
 use crate::slots::{self, SLOTS};
-use crate::survey::Survey;
+use crate::survey::{ShardSurvey, Survey};
 
 /// Everything the cluster status is computed from.
 pub struct Inputs<'a> {
@@ -30,171 +30,223 @@ pub struct Inputs<'a> {
     pub now: Timestamp,
 }
 
+/// The cluster's status: the phase, one condition per type (each from its own function
+/// below), the shards and the switchover outcome.
 pub fn cluster_status(i: Inputs) -> ValkeyClusterStatus {
-    let wanted_shards = i.shape.shards as usize;
-    let ready_shards = i
-        .survey
-        .shards
-        .iter()
-        .filter(|s| (s.index as usize) < wanted_shards && s.ready)
-        .count();
-    let complete = i.survey.slots_assigned == SLOTS as usize && i.survey.open_slots == 0;
-    let wanted_members = i.members.iter().filter(|m| i.shape.wants(m.at));
-    let unwell: Vec<&str> = wanted_members
-        .clone()
-        .filter(|m| !m.ready || m.reply.is_none())
-        .map(|m| m.name.as_str())
-        .collect();
-    let rolling = wanted_members
-        .clone()
-        .any(|m| m.revisions.desired != m.revisions.running);
-    // The shape Valkey has differs from the spec's: shards serving slots, or members.
-    let reshaping = i
-        .survey
-        .shards
-        .iter()
-        .filter(|s| !s.slots.is_empty())
-        .count()
-        != wanted_shards
-        || i.members.iter().any(|m| !i.shape.wants(m.at))
-        || !i.survey.strangers.is_empty();
-    let all_there =
-        wanted_members.count() == (i.shape.shards * (1 + i.shape.replicas_per_shard)) as usize;
-    let ready = matches!(i.step, Step::Idle)
-        && complete
-        && i.survey.strangers.is_empty()
-        && i.survey.disagreement.is_none()
-        && i.survey.unsettled_shard_ids.is_none()
-        && i.survey.not_serving.is_none()
-        && ready_shards == wanted_shards
-        && all_there
-        && i.step_error.is_none();
-    // Creating until the first Ready: replicas syncing after formation are not a degradation.
-    let was_ready_before = i
-        .current
-        .and_then(|c| c.phase)
-        .is_some_and(|p| p != Phase::Creating);
-    let ever_formed = i.survey.slots_assigned > 0 && was_ready_before;
-    let phase = if ready {
-        Phase::Ready
-    } else if !ever_formed {
-        Phase::Creating
-    } else if i.step.is_scaling() || !all_there || reshaping {
-        Phase::Scaling
-    } else if rolling || matches!(i.step, Step::AllowRoll { .. } | Step::Failover { .. }) {
-        Phase::Updating
-    } else {
-        Phase::Degraded
-    };
-
-    let current_conditions = i.current.map(|c| c.conditions.as_slice()).unwrap_or(&[]);
-    let progress = match i.step_error {
-        Some(e) => format!("{}; failed: {e}", i.step),
-        None => i.step.to_string(),
-    };
-    let unwell_message = if !unwell.is_empty() {
-        format!("not ready: {}", unwell.join(", "))
-    } else if let Some(d) = &i.survey.disagreement {
-        format!("members do not agree yet: {d}")
-    } else if let Some(m) = &i.survey.not_serving {
-        format!("{m} says cluster_state:fail (it answers CLUSTERDOWN)")
-    } else if let Some(u) = &i.survey.unsettled_shard_ids {
-        format!("shard ids are settling: {u}")
-    } else if !i.survey.strangers.is_empty() {
-        format!(
-            "Valkey lists nodes that are no member (removed ones are forgotten once Valkey \
-             marks them failed): {}",
-            i.survey.strangers.join(", ")
-        )
-    } else {
-        format!("{ready_shards} of {wanted_shards} shards ready")
-    };
-    let degraded = ever_formed
-        && !ready
-        && (!unwell.is_empty() || ready_shards < wanted_shards || !i.survey.strangers.is_empty());
-    let wanted = [
-        ConditionSpec::new(
-            if ready {
-                TopologyReady::ClusterReady
-            } else {
-                TopologyReady::from(phase)
-            },
-            ready,
-            if ready {
-                format!("{wanted_shards} shards, all {SLOTS} slots served")
-            } else if matches!(i.step, Step::Idle) {
-                // Nothing left to do, yet not ready: say what is still missing.
-                unwell_message.clone()
-            } else {
-                progress.clone()
-            },
-        ),
-        ConditionSpec::new(
-            match i.step {
-                Step::Idle => Progressing::Idle,
-                Step::Wait { reason, .. } => Progressing::Waiting(*reason),
-                _ => Progressing::Step(phase),
-            },
-            !matches!(i.step, Step::Idle | Step::Wait { .. }),
-            progress,
-        ),
-        ConditionSpec::new(
-            if !degraded {
-                Degraded::Healthy
-            } else if !unwell.is_empty() {
-                Degraded::MembersNotReady
-            } else if !i.survey.strangers.is_empty() {
-                Degraded::UnknownNodes
-            } else {
-                Degraded::ShardsNotReady
-            },
-            degraded,
-            unwell_message,
-        ),
-        ConditionSpec::new(
-            if complete {
-                SlotsAssigned::AllSlotsAssigned
-            } else {
-                SlotsAssigned::SlotsMissing
-            },
-            complete,
-            format!(
-                "{} of {SLOTS} slots assigned, {} open",
-                i.survey.slots_assigned, i.survey.open_slots
-            ),
-        ),
-    ];
-    let conditions = wanted
-        .into_iter()
-        .map(|w| conditions::transition(current_conditions, w, i.generation, i.now))
-        .collect();
-
+    let health = Health::of(&i);
+    let phase = phase(&i, &health);
+    let current = i.current.map(|c| c.conditions.as_slice()).unwrap_or(&[]);
+    let conditions = [
+        ready(&i, &health, phase),
+        progressing(&i, phase),
+        degraded(&i, &health),
+        slots_assigned(i.survey, &health),
+    ]
+    .into_iter()
+    .map(|c| conditions::transition(current, c, i.generation, i.now))
+    .collect();
     ValkeyClusterStatus {
         phase: Some(phase),
-        ready_shards: ready_shards as i32,
+        ready_shards: health.ready_shards as i32,
         slots_assigned: i.survey.slots_assigned as i32,
-        shards: i
-            .survey
-            .shards
-            .iter()
-            .map(|s| ShardStatus {
-                index: s.index as i32,
-                primary: s.primary.clone(),
-                slots: slots::format_ranges(&s.slots),
-                members: s
-                    .members
-                    .iter()
-                    .map(|(name, role, ready)| MemberStatus {
-                        name: name.clone(),
-                        role: *role,
-                        ready: *ready,
-                    })
-                    .collect(),
-            })
-            .collect(),
+        shards: i.survey.shards.iter().map(shard_status).collect(),
         switchover: switchover_status(&i),
         observed_generation: i.generation,
         conditions,
+    }
+}
+
+/// What the phase and the conditions are decided from, counted once.
+struct Health<'a> {
+    wanted_shards: usize,
+    ready_shards: usize,
+    /// Every slot has an owner and none is open.
+    complete: bool,
+    /// Wanted members that are not ready or do not answer.
+    unwell: Vec<&'a str>,
+    /// Some wanted member runs another revision than its spec renders to.
+    rolling: bool,
+    /// The shape Valkey has differs from the spec's: shards serving slots, or members.
+    reshaping: bool,
+    /// Every member the spec wants exists.
+    all_there: bool,
+    /// Idle, complete, every shard ready, every view in agreement, every member serving.
+    ready: bool,
+    /// Past Creating: slots are assigned and the cluster was Ready once. Until then,
+    /// replicas syncing after formation are no degradation.
+    ever_formed: bool,
+}
+
+impl<'a> Health<'a> {
+    fn of(i: &Inputs<'a>) -> Self {
+        let wanted_shards = i.shape.shards as usize;
+        let ready_shards = i
+            .survey
+            .shards
+            .iter()
+            .filter(|s| (s.index as usize) < wanted_shards && s.ready)
+            .count();
+        let complete = i.survey.slots_assigned == SLOTS as usize && i.survey.open_slots == 0;
+        let wanted_members = i.members.iter().filter(|m| i.shape.wants(m.at));
+        let unwell: Vec<&str> = wanted_members
+            .clone()
+            .filter(|m| !m.ready || m.reply.is_none())
+            .map(|m| m.name.as_str())
+            .collect();
+        let rolling = wanted_members
+            .clone()
+            .any(|m| m.revisions.desired != m.revisions.running);
+        let serving_shards = i.survey.shards.iter().filter(|s| !s.slots.is_empty());
+        let reshaping = serving_shards.count() != wanted_shards
+            || i.members.iter().any(|m| !i.shape.wants(m.at))
+            || !i.survey.strangers.is_empty();
+        let all_there = wanted_members.count() == i.shape.member_count();
+        let ready = matches!(i.step, Step::Idle)
+            && complete
+            && i.survey.strangers.is_empty()
+            && i.survey.disagreement.is_none()
+            && i.survey.unsettled_shard_ids.is_none()
+            && i.survey.not_serving.is_none()
+            && ready_shards == wanted_shards
+            && all_there
+            && i.step_error.is_none();
+        let was_ready_before = i
+            .current
+            .and_then(|c| c.phase)
+            .is_some_and(|p| p != Phase::Creating);
+        Health {
+            wanted_shards,
+            ready_shards,
+            complete,
+            unwell,
+            rolling,
+            reshaping,
+            all_there,
+            ready,
+            ever_formed: i.survey.slots_assigned > 0 && was_ready_before,
+        }
+    }
+}
+
+/// Creating until the first Ready; then Scaling while the shape changes, Updating while
+/// members roll, Degraded for anything else that keeps it from Ready.
+fn phase(i: &Inputs, h: &Health) -> Phase {
+    if h.ready {
+        Phase::Ready
+    } else if !h.ever_formed {
+        Phase::Creating
+    } else if i.step.is_scaling() || !h.all_there || h.reshaping {
+        Phase::Scaling
+    } else if h.rolling || matches!(i.step, Step::AllowRoll { .. } | Step::Failover { .. }) {
+        Phase::Updating
+    } else {
+        Phase::Degraded
+    }
+}
+
+/// `Ready`: its reason is the phase while not ready.
+fn ready(i: &Inputs, h: &Health, phase: Phase) -> ConditionSpec {
+    if h.ready {
+        let message = format!("{} shards, all {SLOTS} slots served", h.wanted_shards);
+        return ConditionSpec::new(TopologyReady::ClusterReady, true, message);
+    }
+    let message = match i.step {
+        // Nothing left to do, yet not ready: say what is still missing.
+        Step::Idle => unwell_message(i, h),
+        _ => progress_message(i),
+    };
+    ConditionSpec::new(TopologyReady::from(phase), false, message)
+}
+
+/// `Progressing`: True while a step runs (the reason is the phase it serves), False while
+/// idle or waiting (the reason says for what).
+fn progressing(i: &Inputs, phase: Phase) -> ConditionSpec {
+    let (reason, running) = match i.step {
+        Step::Idle => (Progressing::Idle, false),
+        Step::Wait { reason, .. } => (Progressing::Waiting(*reason), false),
+        _ => (Progressing::Step(phase), true),
+    };
+    ConditionSpec::new(reason, running, progress_message(i))
+}
+
+/// `Degraded`: formed once, not ready, and a member, a shard or Valkey's node list is not
+/// as it should be.
+fn degraded(i: &Inputs, h: &Health) -> ConditionSpec {
+    let degraded = h.ever_formed
+        && !h.ready
+        && (!h.unwell.is_empty()
+            || h.ready_shards < h.wanted_shards
+            || !i.survey.strangers.is_empty());
+    let reason = if !degraded {
+        Degraded::Healthy
+    } else if !h.unwell.is_empty() {
+        Degraded::MembersNotReady
+    } else if !i.survey.strangers.is_empty() {
+        Degraded::UnknownNodes
+    } else {
+        Degraded::ShardsNotReady
+    };
+    ConditionSpec::new(reason, degraded, unwell_message(i, h))
+}
+
+/// `SlotsAssigned`: every slot has an owner and none is open.
+fn slots_assigned(survey: &Survey, h: &Health) -> ConditionSpec {
+    let reason = if h.complete {
+        SlotsAssigned::AllSlotsAssigned
+    } else {
+        SlotsAssigned::SlotsMissing
+    };
+    let message = format!(
+        "{} of {SLOTS} slots assigned, {} open",
+        survey.slots_assigned, survey.open_slots
+    );
+    ConditionSpec::new(reason, h.complete, message)
+}
+
+/// The step in words, and how it failed.
+fn progress_message(i: &Inputs) -> String {
+    match i.step_error {
+        Some(e) => format!("{}; failed: {e}", i.step),
+        None => i.step.to_string(),
+    }
+}
+
+/// The first thing that keeps the cluster from Ready, in words.
+fn unwell_message(i: &Inputs, h: &Health) -> String {
+    let survey = i.survey;
+    if !h.unwell.is_empty() {
+        format!("not ready: {}", h.unwell.join(", "))
+    } else if let Some(d) = &survey.disagreement {
+        format!("members do not agree yet: {d}")
+    } else if let Some(m) = &survey.not_serving {
+        format!("{m} says cluster_state:fail (it answers CLUSTERDOWN)")
+    } else if let Some(u) = &survey.unsettled_shard_ids {
+        format!("shard ids are settling: {u}")
+    } else if !survey.strangers.is_empty() {
+        format!(
+            "Valkey lists nodes that are no member (removed ones are forgotten once Valkey \
+             marks them failed): {}",
+            survey.strangers.join(", ")
+        )
+    } else {
+        format!("{} of {} shards ready", h.ready_shards, h.wanted_shards)
+    }
+}
+
+fn shard_status(s: &ShardSurvey) -> ShardStatus {
+    ShardStatus {
+        index: s.index as i32,
+        primary: s.primary.clone(),
+        slots: slots::format_ranges(&s.slots),
+        members: s
+            .members
+            .iter()
+            .map(|(name, role, ready)| MemberStatus {
+                name: name.clone(),
+                role: *role,
+                ready: *ready,
+            })
+            .collect(),
     }
 }
 
@@ -235,7 +287,9 @@ fn switchover_status(i: &Inputs) -> Option<SwitchoverStatus> {
 mod tests {
     use super::*;
     use crate::model::SwitchoverRequest;
-    use crate::survey::ShardSurvey;
+    use crate::plan::next_step;
+    use crate::sim::{self, Sim, formed, members};
+    use crate::survey::survey;
     use crd_types::conditions::reasons::Waiting;
     use crd_types::conditions::types;
 
@@ -345,5 +399,53 @@ mod tests {
         let mut i = inputs(&d, &survey, &Step::Idle, Some(&done));
         i.switchover = Some(Err("later trouble".into()));
         assert_eq!(cluster_status(i).switchover, done.switchover);
+    }
+
+    /// The status of the simulated cluster `sims` as the planner sees it, after a status
+    /// that read `was`.
+    fn status_of(d: &Shape, sims: &[Sim], was: Phase) -> ValkeyClusterStatus {
+        let m = members(sims);
+        let survey = survey(d, &m);
+        let step = next_step(d, &m, None);
+        let current = ValkeyClusterStatus {
+            phase: Some(was),
+            ..Default::default()
+        };
+        cluster_status(Inputs {
+            members: &m,
+            ..inputs(d, &survey, &step, Some(&current))
+        })
+    }
+
+    fn reason<'a>(s: &'a ValkeyClusterStatus, type_: &str) -> (&'a str, &'a str) {
+        let c = conditions::find(&s.conditions, type_).unwrap();
+        (c.status.as_str(), c.reason.as_str())
+    }
+
+    #[test]
+    fn conditions_carry_typed_reasons() {
+        let d = sim::shape(1, 1);
+        let s = status_of(&d, &formed(1, 1), Phase::Ready);
+        assert_eq!(s.phase, Some(Phase::Ready));
+        assert_eq!(reason(&s, types::READY), ("True", "ClusterReady"));
+        assert_eq!(reason(&s, types::PROGRESSING), ("False", "Idle"));
+        assert_eq!(reason(&s, types::DEGRADED), ("False", "Healthy"));
+        assert_eq!(
+            reason(&s, types::SLOTS_ASSIGNED),
+            ("True", "AllSlotsAssigned")
+        );
+        // A member down: Degraded says which, Progressing the wait's own reason.
+        let mut sims = formed(1, 1);
+        sims[1].ready = false;
+        sims[0].revisions.desired = Some("r2".into());
+        let s = status_of(&d, &sims, Phase::Ready);
+        assert_eq!(reason(&s, types::DEGRADED), ("True", "MembersNotReady"));
+        assert_eq!(reason(&s, types::PROGRESSING), ("False", "MemberNotReady"));
+        // A step runs: Progressing is True with the phase it serves.
+        sims[1].ready = true;
+        let s = status_of(&d, &sims, Phase::Ready);
+        assert_eq!(s.phase, Some(Phase::Updating));
+        assert_eq!(reason(&s, types::PROGRESSING), ("True", "Updating"));
+        assert_eq!(reason(&s, types::READY), ("False", "Updating"));
     }
 }
