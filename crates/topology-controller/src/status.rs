@@ -131,13 +131,19 @@ impl<'a> Health<'a> {
 /// Creating until the first Ready; then Scaling while the shape changes, Updating while
 /// members roll, Degraded for anything else that keeps it from Ready.
 fn phase(i: &Inputs, h: &Health) -> Phase {
+    // Waiting on the roll itself: the last member to roll runs the new revision but is not
+    // in sync yet, or node-controller has not rendered a new template everywhere.
+    let roll_waits = matches!(i.step, Step::Wait { reason, .. } if reason.is_roll());
     if h.ready {
         Phase::Ready
     } else if !h.ever_formed {
         Phase::Creating
     } else if i.step.is_scaling() || !h.all_there || h.reshaping {
         Phase::Scaling
-    } else if h.rolling || matches!(i.step, Step::AllowRoll { .. } | Step::Failover { .. }) {
+    } else if h.rolling
+        || roll_waits
+        || matches!(i.step, Step::AllowRoll { .. } | Step::Failover { .. })
+    {
         Phase::Updating
     } else {
         Phase::Degraded
@@ -447,5 +453,37 @@ mod tests {
         assert_eq!(s.phase, Some(Phase::Updating));
         assert_eq!(reason(&s, types::PROGRESSING), ("True", "Updating"));
         assert_eq!(reason(&s, types::READY), ("False", "Updating"));
+    }
+
+    #[test]
+    fn the_end_of_a_roll_reads_as_the_roll_not_as_a_fault() {
+        let d = sim::shape(1, 1);
+        // Every member runs r2: the replica rolled, took over, and the old primary, now its
+        // replica, rolled last and is still resyncing.
+        let mut sims = formed(1, 1);
+        sims[1].slots = std::mem::take(&mut sims[0].slots);
+        sims[1].follows = None;
+        sims[0].follows = Some(sim::id(0, 1));
+        sims[0].synced = false;
+        for s in &mut sims {
+            s.revisions.desired = Some("r2".into());
+            s.revisions.running = Some("r2".into());
+            s.revisions.allowed = Some("r2".into());
+        }
+        let s = status_of(&d, &sims, Phase::Updating);
+        assert_eq!(reason(&s, types::PROGRESSING), ("False", "MemberRolling"));
+        assert_eq!(s.phase, Some(Phase::Updating));
+        assert_eq!(reason(&s, types::READY), ("False", "Updating"));
+        // Resynced: the roll is over.
+        sims[0].synced = true;
+        assert_eq!(
+            status_of(&d, &sims, Phase::Updating).phase,
+            Some(Phase::Ready)
+        );
+        // A template change node-controller has not rendered yet is the start of a roll.
+        sims[1].revisions.observed = false;
+        let s = status_of(&d, &sims, Phase::Ready);
+        assert_eq!(reason(&s, types::PROGRESSING), ("False", "SpecNotRendered"));
+        assert_eq!(s.phase, Some(Phase::Updating));
     }
 }
