@@ -163,8 +163,11 @@ pub enum StepError {
         state: String,
     },
     /// The Kubernetes half of a step (deleting a member, opening a roll gate).
-    #[error(transparent)]
-    Api(#[from] operator_runtime::ApiError),
+    #[error("{error}: {}", .error.source)]
+    Api {
+        #[from]
+        error: operator_runtime::ApiError,
+    },
 }
 
 /// `.on(command, member)` on a command's result.

@@ -45,6 +45,8 @@ struct Node {
     /// Node ids this node knows besides itself.
     known: BTreeSet<String>,
     answering: bool,
+    /// `CLUSTER FAILOVER` is accepted but never completes (no primary agrees).
+    stuck_failover: bool,
     /// Commands this node still answers before its connections die; `None`: no limit.
     commands_left: Option<usize>,
     offset: i64,
@@ -139,6 +141,7 @@ impl FakeCluster {
             keys: BTreeMap::new(),
             known: BTreeSet::new(),
             answering: true,
+            stuck_failover: false,
             commands_left: None,
             offset: 0,
         });
@@ -259,22 +262,11 @@ impl FakeCluster {
     }
 
     /// Sets markers on node `id` directly (a state left by an earlier run).
-    pub fn set_markers(
-        &self,
-        id: &str,
-        importing: &[(u16, &str)],
-        migrating: &[(u16, &str)],
-    ) {
+    pub fn set_markers(&self, id: &str, importing: &[(u16, &str)], migrating: &[(u16, &str)]) {
         let mut state = self.lock();
         let node = state.node_mut(id);
-        node.importing = importing
-            .iter()
-            .map(|(s, n)| (*s, n.to_string()))
-            .collect();
-        node.migrating = migrating
-            .iter()
-            .map(|(s, n)| (*s, n.to_string()))
-            .collect();
+        node.importing = importing.iter().map(|(s, n)| (*s, n.to_string())).collect();
+        node.migrating = migrating.iter().map(|(s, n)| (*s, n.to_string())).collect();
     }
 
     /// Node `id` stops answering (or answers again).
@@ -286,6 +278,11 @@ impl FakeCluster {
     /// controller holding them had been killed.
     pub fn die_after(&self, id: &str, commands: usize) {
         self.lock().node_mut(id).commands_left = Some(commands);
+    }
+
+    /// `CLUSTER FAILOVER` on replica `id` is accepted but never completes.
+    pub fn stick_failover(&self, id: &str) {
+        self.lock().node_mut(id).stuck_failover = true;
     }
 
     /// Node `id` answers every command again (a new controller process connects).
@@ -367,7 +364,10 @@ impl FakeCluster {
 }
 
 fn unreachable(what: &str) -> ValkeyError {
-    ValkeyError::new(ErrorKind::Unreachable, format!("{what}: connection refused"))
+    ValkeyError::new(
+        ErrorKind::Unreachable,
+        format!("{what}: connection refused"),
+    )
 }
 
 fn refused(message: &str) -> ValkeyError {
@@ -574,8 +574,15 @@ impl Valkey for FakeConn {
                 return Ok(()); // Valkey accepts it and the handshake never completes.
             };
             if other != me {
-                state.node_mut(me).known.insert(other.clone());
-                state.node_mut(&other).known.insert(me.to_string());
+                // Gossip, instantly: both sides' clusters become one.
+                let mut all: BTreeSet<String> = state.node(me).known.clone();
+                all.extend(state.node(&other).known.iter().cloned());
+                all.insert(me.to_string());
+                all.insert(other.clone());
+                for id in &all {
+                    let node = state.node_mut(id);
+                    node.known = all.iter().filter(|k| *k != id).cloned().collect();
+                }
             }
             Ok(())
         })
@@ -584,37 +591,43 @@ impl Valkey for FakeConn {
 
     async fn add_slots_ranges(&self, ranges: &[(u16, u16)]) -> Result<(), ValkeyError> {
         let ranges = ranges.to_vec();
-        self.run(format!("CLUSTER ADDSLOTSRANGE {ranges:?}"), move |state, me| {
-            for &(first, last) in &ranges {
-                for slot in first..=last {
-                    if state.owners.contains_key(&slot) {
-                        return Err(refused(&format!("ERR Slot {slot} is already busy")));
+        self.run(
+            format!("CLUSTER ADDSLOTSRANGE {ranges:?}"),
+            move |state, me| {
+                for &(first, last) in &ranges {
+                    for slot in first..=last {
+                        if state.owners.contains_key(&slot) {
+                            return Err(refused(&format!("ERR Slot {slot} is already busy")));
+                        }
                     }
                 }
-            }
-            for (first, last) in ranges {
-                for slot in first..=last {
-                    state.owners.insert(slot, me.to_string());
+                for (first, last) in ranges {
+                    for slot in first..=last {
+                        state.owners.insert(slot, me.to_string());
+                    }
                 }
-            }
-            Ok(())
-        })
+                Ok(())
+            },
+        )
         .await
     }
 
     async fn replicate(&self, primary_id: &str) -> Result<(), ValkeyError> {
         let primary_id = primary_id.to_string();
-        self.run(format!("CLUSTER REPLICATE {primary_id}"), move |state, me| {
-            if !state.slots_of(me).is_empty() {
-                return Err(refused(
-                    "ERR To set a master the node must be empty and without assigned slots.",
-                ));
-            }
-            let node = state.node_mut(me);
-            node.primary = Some(primary_id);
-            node.sync = Sync::Online;
-            Ok(())
-        })
+        self.run(
+            format!("CLUSTER REPLICATE {primary_id}"),
+            move |state, me| {
+                if !state.slots_of(me).is_empty() {
+                    return Err(refused(
+                        "ERR To set a master the node must be empty and without assigned slots.",
+                    ));
+                }
+                let node = state.node_mut(me);
+                node.primary = Some(primary_id);
+                node.sync = Sync::Online;
+                Ok(())
+            },
+        )
         .await
     }
 
@@ -636,10 +649,11 @@ impl Valkey for FakeConn {
     async fn failover(&self) -> Result<(), ValkeyError> {
         self.run("CLUSTER FAILOVER".into(), |state, me| {
             let Some(primary) = state.node(me).primary.clone() else {
-                return Err(refused(
-                    "ERR You should send CLUSTER FAILOVER to a replica",
-                ));
+                return Err(refused("ERR You should send CLUSTER FAILOVER to a replica"));
             };
+            if state.node(me).stuck_failover {
+                return Ok(());
+            }
             for slot in state.slots_of(&primary) {
                 state.owners.insert(slot, me.to_string());
             }
@@ -772,7 +786,8 @@ impl Valkey for FakeConn {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster_nodes::{ClusterView, ReplicationInfo};
+    use crate::cluster_nodes::ClusterView;
+    use crate::info::ReplicationInfo;
 
     #[tokio::test]
     async fn it_speaks_the_formats_the_parsers_read() {
@@ -797,7 +812,10 @@ mod tests {
         cluster.begin_full_sync(&replica_of_b);
         let slot = cluster.slots_of(a)[0];
         let target = cluster.conn(b);
-        target.set_slot(slot, SlotState::Importing(a)).await.unwrap();
+        target
+            .set_slot(slot, SlotState::Importing(a))
+            .await
+            .unwrap();
         // The replica is syncing: it did not get the marker now...
         assert!(cluster.markers(&replica_of_b).0.is_empty());
         // ...but its snapshot, taken when the sync began, had none either; a new sync would.

@@ -1,14 +1,35 @@
-//! topology-controller's building blocks: parsers for what Valkey reports, slot planning, the
-//! member ValkeyNodes and the step planner. No I/O here, so every decision is unit-tested
-//! from fixtures.
+//! topology-controller's building blocks, in layers; each module uses only those of the
+//! layers below it. No I/O here: what talks to Valkey is generic over the [`commands::Valkey`]
+//! seam (fred implements it in the binary), so every decision and every command sequence is
+//! unit-tested, from fixtures and against the in-memory cluster of `fake`.
+//!
+//! 1. parsers: [`cluster_nodes`], [`agreement`], [`info`], [`slots`];
+//! 2. model: [`model`] (the spec read once into a `Shape`, the members as observed);
+//! 3. object builders: [`members`] (the member ValkeyNodes), [`auth`] (the password Secrets);
+//! 4. planner: [`plan`] (the next step, its rules, the password guard);
+//! 5. reports: [`survey`], [`status`], [`member_status`], [`events`];
+//! 6. talking to members over [`commands`]: [`observe`] (asking them), [`migrate`] (moving
+//!    slots), [`execute`] (carrying out a step).
 
+pub mod agreement;
 pub mod auth;
 pub mod cluster_nodes;
 pub mod commands;
+pub mod events;
+pub mod execute;
 #[cfg(test)]
 pub mod fake;
-pub mod migrate;
+#[cfg(test)]
+mod fixtures;
+pub mod info;
+pub mod member_status;
 pub mod members;
+pub mod migrate;
+pub mod model;
+pub mod observe;
 pub mod plan;
+#[cfg(test)]
+mod sim;
 pub mod slots;
 pub mod status;
+pub mod survey;

@@ -2,8 +2,9 @@
 //! slots, replication, failover); writes `status.valkey` on each member and the cluster's
 //! status. ValkeyReplication is observed only, until its issue.
 
+mod connect;
 mod error;
-mod migrate;
+mod objects;
 mod reconcile;
 mod secrets;
 mod valkey;
@@ -14,8 +15,7 @@ use std::sync::Arc;
 use clap::Parser;
 use crd_types::names::labels;
 use crd_types::{FieldManager, ValkeyCluster, ValkeyNode, ValkeyReplication};
-use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::{Controller, watcher};
+use kube::runtime::watcher;
 use operator_runtime::{CommonArgs, Context, RequiredCrd, controller};
 
 /// Builds ValkeyClusters from ValkeyNodes and drives Valkey to match.
@@ -45,28 +45,18 @@ async fn main() -> ExitCode {
 }
 
 async fn run(ctx: Context) -> Result<(), std::convert::Infallible> {
-    let reporter = Reporter {
-        controller: ctx.name.into(),
-        instance: std::env::var("POD_NAME").ok(),
-    };
-    let state = reconcile::State {
-        recorder: Recorder::new(ctx.client.clone(), reporter),
-    };
     // Members: their readiness, address and revisions arrive as ValkeyNode status changes.
     let members = watcher::Config::default().labels(labels::CLUSTER);
-    let clusters = Controller::new(ctx.watch_api::<ValkeyCluster>(), watcher::Config::default())
-        .owns(ctx.watch_api::<ValkeyNode>(), members);
-    let replications = Controller::new(
-        ctx.watch_api::<ValkeyReplication>(),
-        watcher::Config::default(),
-    );
+    let clusters =
+        controller::watching::<ValkeyCluster>(&ctx).owns(ctx.watch_api::<ValkeyNode>(), members);
+    let replications = controller::watching::<ValkeyReplication>(&ctx);
     let (cluster_store, replication_store) = (clusters.store(), replications.store());
     controller::ready_when(&ctx, async move {
         cluster_store.wait_until_ready().await?;
         replication_store.wait_until_ready().await
     });
     tokio::join!(
-        controller::run(&ctx, clusters, Arc::new(state), reconcile::reconcile),
+        controller::run(&ctx, clusters, Arc::new(()), reconcile::reconcile),
         controller::run(&ctx, replications, Arc::new(()), controller::observe),
     );
     Ok(())

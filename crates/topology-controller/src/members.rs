@@ -1,16 +1,19 @@
-//! The ValkeyNodes a ValkeyCluster is made of: `shards x (1 + replicasPerShard)` members named
-//! `<cluster>-<shard>-<member>`, each stamped from the cluster's template.
+//! Object builders (layer 3): the ValkeyNodes a ValkeyCluster is made of,
+//! `shards x (1 + replicasPerShard)` members named `<cluster>-<shard>-<member>`, each stamped
+//! from the cluster's template, and their positions read back from their labels.
 
 use std::collections::BTreeMap;
 
 use crd_types::config::MAX_CONFIG_DIRECTIVES;
-use crd_types::names::{self, labels};
+use crd_types::names::{self, labels, ports};
 use crd_types::node::{Mode, RolloutPolicy};
-use crd_types::template::Scheduling;
+use crd_types::template::{Announce, Scheduling};
 use crd_types::{ValkeyCluster, ValkeyNode, ValkeyNodeSpec};
 use k8s_openapi::api::core::v1::TopologySpreadConstraint;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::{Resource, ResourceExt};
+
+use crate::model::{Address, Member, Position, Revisions};
 
 /// Valkey's own replica migration moves a replica to another shard's orphaned primary; the
 /// planner, which places every replica by its position, would move it back, a full sync each
@@ -20,22 +23,6 @@ const REPLICA_MIGRATION: (&str, &str) = ("cluster-allow-replica-migration", "no"
 /// Spread over Kubernetes nodes, and over zones when the nodes carry one.
 const SPREAD_KEYS: [&str; 2] = ["kubernetes.io/hostname", "topology.kubernetes.io/zone"];
 
-/// Where a member sits in its cluster.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Position {
-    pub shard: u32,
-    pub member: u32,
-}
-
-/// Every position the spec asks for, shard-major.
-pub fn positions(cluster: &ValkeyCluster) -> Vec<Position> {
-    let shards = cluster.spec.shards.max(0) as u32;
-    let members = 1 + cluster.spec.replicas_per_shard.max(0) as u32;
-    (0..shards)
-        .flat_map(|shard| (0..members).map(move |member| Position { shard, member }))
-        .collect()
-}
-
 /// The member's position, read from its labels (`None` for a node that is not a member).
 pub fn position_of(node: &ValkeyNode) -> Option<Position> {
     let l = node.labels();
@@ -43,6 +30,56 @@ pub fn position_of(node: &ValkeyNode) -> Option<Position> {
         shard: l.get(labels::SHARD)?.parse().ok()?,
         member: l.get(labels::MEMBER)?.parse().ok()?,
     })
+}
+
+/// A member ValkeyNode as the planner sees it before asking its Valkey: its position, the
+/// address it announces, its readiness and revisions (`None` for a node that is not a
+/// member).
+pub fn observed(node: &ValkeyNode) -> Option<Member> {
+    let workload = node.status.as_ref().and_then(|s| s.workload.as_ref());
+    Some(Member {
+        name: node.name_any(),
+        at: position_of(node)?,
+        address: announced_address(node),
+        ready: workload.is_some_and(|w| w.ready),
+        revisions: Revisions {
+            desired: workload.and_then(|w| w.desired_revision.clone()),
+            running: workload.and_then(|w| w.revision.clone()),
+            allowed: node.spec.allowed_revision.clone(),
+            observed: workload.and_then(|w| w.observed_generation) == node.metadata.generation,
+        },
+        reply: None,
+    })
+}
+
+/// Where the member's Valkey is reached: the address it announces (its Service's ClusterIP,
+/// or with `announce: PodIP` its pod's IP), once known.
+fn announced_address(node: &ValkeyNode) -> Option<Address> {
+    let status = node.status.as_ref()?;
+    let ip = match node.spec.template.announce {
+        Announce::Service => status.endpoint.as_ref()?.cluster_ip.clone(),
+        Announce::PodIP => status.workload.as_ref()?.pod_ip.clone(),
+    }?;
+    if ip.is_empty() || ip == "None" {
+        return None;
+    }
+    Some(Address {
+        ip,
+        port: ports::VALKEY as u16,
+        bus_port: ports::CLUSTER_BUS as u16,
+    })
+}
+
+/// Whether the live member differs from `built`: spec, our labels, owner. The spec is
+/// compared exactly (not with `operator_runtime::is_applied`): a directive removed from the
+/// template must reach the member, and a subset check would not see a map shrink.
+pub fn needs_apply(built: &ValkeyNode, live: &ValkeyNode) -> bool {
+    let spec = |n: &ValkeyNode| serde_json::to_value(&n.spec).ok();
+    let labels_kept = built
+        .labels()
+        .iter()
+        .all(|(k, v)| live.labels().get(k) == Some(v));
+    spec(built) != spec(live) || !labels_kept || live.owner_references().is_empty()
 }
 
 /// Labels of a member; the shard and member labels are how the controller finds positions
@@ -61,7 +98,7 @@ pub fn member_labels(cluster: &str, at: Position) -> BTreeMap<String, String> {
 }
 
 /// The member at `at`. `allowed_revision` is the roll gate's current value (see
-/// [`crate::roll`]): it must be sent on every apply, or the field would be dropped.
+/// [`crate::plan::roll`]): it must be sent on every apply, or the field would be dropped.
 pub fn member(
     cluster: &ValkeyCluster,
     at: Position,
@@ -148,27 +185,6 @@ mod tests {
         c.metadata.namespace = Some("prod".into());
         c.metadata.uid = Some("uid-cache".into());
         c
-    }
-
-    #[test]
-    fn positions_cover_every_shard_and_member() {
-        let p = positions(&cluster(3, 1));
-        assert_eq!(p.len(), 6);
-        assert_eq!(
-            p[0],
-            Position {
-                shard: 0,
-                member: 0
-            }
-        );
-        assert_eq!(
-            p[5],
-            Position {
-                shard: 2,
-                member: 1
-            }
-        );
-        assert_eq!(positions(&cluster(2, 0)).len(), 2);
     }
 
     #[test]
@@ -282,5 +298,63 @@ mod tests {
     fn foreign_nodes_have_no_position() {
         let n = ValkeyNode::new("x", ValkeyNodeSpec::default());
         assert_eq!(position_of(&n), None);
+    }
+
+    #[test]
+    fn an_unchanged_member_needs_no_apply_and_a_removed_directive_does() {
+        let mut c = cluster(1, 0);
+        c.spec
+            .template
+            .config
+            .0
+            .insert("maxmemory".into(), "1gb".into());
+        let at = Position {
+            shard: 0,
+            member: 0,
+        };
+        let live = member(&c, at, None);
+        assert!(!needs_apply(&member(&c, at, None), &live));
+        c.spec.template.config.0.remove("maxmemory");
+        assert!(needs_apply(&member(&c, at, None), &live));
+        let mut unowned = live.clone();
+        unowned.metadata.owner_references = None;
+        assert!(needs_apply(&live, &unowned));
+    }
+
+    #[test]
+    fn a_member_is_reached_at_the_address_it_announces() {
+        use crd_types::ValkeyNodeStatus;
+        use crd_types::node::{EndpointStatus, WorkloadStatus};
+
+        let c = cluster(1, 0);
+        let at = Position {
+            shard: 0,
+            member: 0,
+        };
+        let mut node = member(&c, at, Some("r1".into()));
+        node.metadata.generation = Some(2);
+        assert_eq!(observed(&node).unwrap().address, None, "no Service IP yet");
+        node.status = Some(ValkeyNodeStatus {
+            endpoint: Some(EndpointStatus {
+                cluster_ip: Some("10.96.0.7".into()),
+                ..Default::default()
+            }),
+            workload: Some(WorkloadStatus {
+                ready: true,
+                pod_ip: Some("10.1.0.3".into()),
+                revision: Some("r1".into()),
+                desired_revision: Some("r2".into()),
+                observed_generation: Some(2),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let m = observed(&node).unwrap();
+        assert_eq!(m.address.as_ref().map(|a| a.ip.as_str()), Some("10.96.0.7"));
+        assert_eq!(m.at, at);
+        assert!(m.ready && m.revisions.observed);
+        assert_eq!(m.revisions.allowed.as_deref(), Some("r1"));
+        node.spec.template.announce = Announce::PodIP;
+        assert_eq!(observed(&node).unwrap().address.unwrap().ip, "10.1.0.3");
     }
 }

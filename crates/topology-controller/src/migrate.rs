@@ -9,14 +9,14 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use futures::StreamExt;
 use futures::future::join_all;
+use futures::stream::FuturesUnordered;
+use tokio::time::Instant;
 
-use crate::cluster_nodes::ReplicationInfo;
 use crate::commands::{CommandResultExt, SlotState, StepError, Valkey};
-use crate::plan::Address;
+use crate::info::ReplicationInfo;
+use crate::model::Address;
 use crate::slots::Move;
 
 /// Slot moves stop after this long so status and the rest of the plan get a turn.
@@ -34,7 +34,7 @@ pub struct End<'a, V> {
     pub id: &'a str,
     pub address: &'a Address,
     /// Its replicas' announce addresses: each must be online before a slot opens.
-    pub replicas: Vec<&'a Address>,
+    pub replicas: Vec<Address>,
 }
 
 /// How far a call to [`migrate`] got.
@@ -55,12 +55,12 @@ pub enum Stopped {
 }
 
 /// Moves the slots of `moves` between the primaries `ends`, for at most `budget` (slots in
-/// flight then finish). Every primary among `others` is told each new owner too (best
-/// effort: gossip spreads it anyway).
+/// flight then finish). Every other primary among `primaries` is told each new owner too
+/// (best effort: gossip spreads it anyway).
 pub async fn migrate<V: Valkey>(
     moves: &[Move<String>],
     ends: &[End<'_, V>],
-    others: &[&V],
+    primaries: &[&V],
     budget: Duration,
 ) -> Result<Moved, StepError> {
     let end = |name: &str| {
@@ -72,38 +72,22 @@ pub async fn migrate<V: Valkey>(
     let mut moved = 0;
     for m in moves {
         let (source, target) = (end(&m.from)?, end(&m.to)?);
-        // Set by the check before a slot opens; read once the slots in flight are done.
-        let stopped = std::sync::Mutex::new(None);
-        let stop = |why: Stopped| {
-            *stopped.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
-        };
-        let results = futures::stream::iter(m.slots.0..=m.slots.1)
-            .then(|slot| async move {
-                if started.elapsed() >= budget {
-                    stop(Stopped::Budget);
-                    return None;
-                }
-                match not_online(source, target).await {
-                    Ok(None) => Some(Ok(slot)),
-                    Ok(Some(why)) => {
-                        stop(Stopped::ReplicaNotOnline(why));
-                        None
-                    }
-                    Err(e) => Some(Err(e)),
-                }
-            })
-            .take_while(|next| futures::future::ready(next.is_some()))
-            .map(|next| async move {
-                let slot = next.expect("taken while some")?;
-                move_slot(slot, source, target, others).await
-            })
-            .buffer_unordered(SLOTS_IN_FLIGHT);
-        let mut results = std::pin::pin!(results);
-        while let Some(result) = results.next().await {
-            result?;
-            moved += 1;
+        let mut slots = m.slots.0..=m.slots.1;
+        let mut in_flight = FuturesUnordered::new();
+        let mut stopped = None;
+        loop {
+            while stopped.is_none() && in_flight.len() < SLOTS_IN_FLIGHT {
+                let Some(slot) = slots.next() else { break };
+                in_flight.push(next_slot(slot, source, target, primaries, started, budget));
+            }
+            match in_flight.next().await {
+                Some(Ok(None)) => moved += 1,
+                // Slots already in flight still finish: none is left half open.
+                Some(Ok(Some(why))) => stopped = stopped.or(Some(why)),
+                Some(Err(e)) => return Err(e),
+                None => break,
+            }
         }
-        let stopped = stopped.lock().unwrap_or_else(|e| e.into_inner()).take();
         if stopped.is_some() {
             return Ok(Moved {
                 slots: moved,
@@ -115,6 +99,26 @@ pub async fn migrate<V: Valkey>(
         slots: moved,
         stopped: None,
     })
+}
+
+/// Moves `slot` unless the budget is spent or a replica of an end is not online: then says
+/// why it did not start.
+async fn next_slot<V: Valkey>(
+    slot: u16,
+    source: &End<'_, V>,
+    target: &End<'_, V>,
+    primaries: &[&V],
+    started: Instant,
+    budget: Duration,
+) -> Result<Option<Stopped>, StepError> {
+    if started.elapsed() >= budget {
+        return Ok(Some(Stopped::Budget));
+    }
+    if let Some(why) = not_online(source, target).await? {
+        return Ok(Some(Stopped::ReplicaNotOnline(why)));
+    }
+    move_slot(slot, source, target, primaries).await?;
+    Ok(None)
 }
 
 /// Why a replica of `source` or `target` is not online, from each primary's own
@@ -167,7 +171,7 @@ async fn move_slot<V: Valkey>(
     slot: u16,
     source: &End<'_, V>,
     target: &End<'_, V>,
-    others: &[&V],
+    primaries: &[&V],
 ) -> Result<(), StepError> {
     let setslot = |state: SlotState<'_>| format!("SETSLOT {slot} {state}");
     target
@@ -193,7 +197,10 @@ async fn move_slot<V: Valkey>(
             .conn
             .migrate(&target.address.ip, target.address.port, keys)
             .await
-            .on(format!("MIGRATE slot {slot} to {}", target.name), source.name)?;
+            .on(
+                format!("MIGRATE slot {slot} to {}", target.name),
+                source.name,
+            )?;
     }
     // Target first: once it owns the slot, the source's redirects point at it.
     let node = SlotState::Node(target.id);
@@ -209,7 +216,9 @@ async fn move_slot<V: Valkey>(
     {
         return Err(e).on(setslot(node), source.name);
     }
-    join_all(others.iter().map(|other| other.set_slot(slot, node))).await;
+    let is_end = |p: &&&V| std::ptr::eq(**p, source.conn) || std::ptr::eq(**p, target.conn);
+    let others = primaries.iter().filter(|p| !is_end(p));
+    join_all(others.map(|other| other.set_slot(slot, node))).await;
     Ok(())
 }
 
@@ -254,7 +263,7 @@ mod tests {
                     conn: &self.conns[i],
                     id: &ids[i],
                     address: &self.addresses[i],
-                    replicas: self.replicas[i].iter().collect(),
+                    replicas: self.replicas[i].clone(),
                 })
                 .collect()
         }
@@ -283,14 +292,28 @@ mod tests {
 
         let moved = migrate(&moves, &ends, &[], BUDGET).await.unwrap();
 
-        assert_eq!(moved, Moved { slots: 41, stopped: None });
+        assert_eq!(
+            moved,
+            Moved {
+                slots: 41,
+                stopped: None
+            }
+        );
         assert_eq!(cluster.total_keys(), keys_before, "no key lost or doubled");
         let on_target = cluster.keys(&ids[1]);
         assert_eq!(on_target.get(&8000), Some(&1200));
         assert_eq!(on_target.get(&39), Some(&3));
-        assert!((0..40).chain([8000]).all(|s| cluster.owner(s).as_deref() == Some(&ids[1])));
+        assert!(
+            (0..40)
+                .chain([8000])
+                .all(|s| cluster.owner(s).as_deref() == Some(&ids[1]))
+        );
         for id in ids.iter().chain(replicas.iter().flatten()) {
-            assert_eq!(cluster.markers(id), Default::default(), "markers left on {id}");
+            assert_eq!(
+                cluster.markers(id),
+                Default::default(),
+                "markers left on {id}"
+            );
         }
     }
 
@@ -359,7 +382,10 @@ mod tests {
         let Some(Stopped::ReplicaNotOnline(why)) = moved.stopped else {
             panic!("{moved:?}")
         };
-        assert!(why.contains("10.0.0.110:6379 of m1 is wait_bgsave"), "{why}");
+        assert!(
+            why.contains("10.0.0.110:6379 of m1 is wait_bgsave"),
+            "{why}"
+        );
         assert!(
             !cluster.log().iter().any(|c| c.contains("SETSLOT")),
             "nothing opened: {:?}",
@@ -380,8 +406,16 @@ mod tests {
             .unwrap_err();
 
         assert!(error.to_string().contains("connection reset"), "{error}");
-        assert_eq!(cluster.total_keys(), 1200, "every key is on one side or the other");
-        assert_eq!(cluster.keys(&ids[1]).get(&0), Some(&500), "cut after one batch");
+        assert_eq!(
+            cluster.total_keys(),
+            1200,
+            "every key is on one side or the other"
+        );
+        assert_eq!(
+            cluster.keys(&ids[1]).get(&0),
+            Some(&500),
+            "cut after one batch"
+        );
         assert_eq!(cluster.markers(&ids[1]).0.get(&0), Some(&ids[0]));
         assert_eq!(cluster.markers(&ids[0]).1.get(&0), Some(&ids[1]));
         assert_eq!(cluster.owner(0).as_deref(), Some(ids[0].as_str()));

@@ -7,9 +7,10 @@ use crd_types::ValkeyCluster;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::PostParams;
 use kube::{Api, ResourceExt};
+use operator_runtime::{ApiResultExt, ObjectName, Op};
 use topology_controller::auth::{self, ClusterSecret};
 
-use crate::error::{Error, Op};
+use crate::error::Error;
 
 /// What the controller knows about the cluster's passwords.
 pub struct Passwords {
@@ -45,12 +46,10 @@ async fn read(
 ) -> Result<Result<String, String>, Error> {
     let ns = cluster.namespace().unwrap_or_default();
     let reference = &wanted.reference;
-    let mut secret = secrets.get_opt(&reference.name).await.map_err(Error::api(
-        Op::ReadSecret,
-        "Secret",
-        &ns,
-        &reference.name,
-    ))?;
+    let mut secret = secrets
+        .get_opt(&reference.name)
+        .await
+        .on(Op::Read, ObjectName::new::<Secret>(&ns, &reference.name))?;
     if secret.is_none() && wanted.generated && !members_exist {
         secret = Some(create(secrets, cluster, &reference.name).await?);
     }
@@ -80,19 +79,16 @@ async fn create(
     let mut random = [0u8; auth::PASSWORD_BYTES];
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut random))
-        .map_err(|e| Error::Random(e.to_string()))?;
+        .map_err(Error::Random)?;
     let secret = auth::generated_secret(cluster, name, &auth::password_from_random(&random));
-    match secrets.create(&PostParams::default(), &secret).await {
-        Ok(created) => {
-            tracing::info!(cluster = %cluster.name_any(), secret = %name, "generated a password Secret");
-            Ok(created)
-        }
-        Err(kube::Error::Api(e)) if e.code == 409 => {
-            secrets
-                .get(name)
-                .await
-                .map_err(Error::api(Op::ReadSecret, "Secret", &ns, name))
-        }
-        Err(e) => Err(Error::api(Op::CreateSecret, "Secret", &ns, name)(e)),
+    let object = || ObjectName::new::<Secret>(&ns, name);
+    let created = secrets.create(&PostParams::default(), &secret).await;
+    if let Err(kube::Error::Api(e)) = &created
+        && e.code == 409
+    {
+        return Ok(secrets.get(name).await.on(Op::Read, object())?);
     }
+    let created = created.on(Op::Create, object())?;
+    tracing::info!(cluster = %cluster.name_any(), secret = %name, "generated a password Secret");
+    Ok(created)
 }

@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use fred::bytes::Bytes;
 use fred::prelude::{
-    Client, ClientLike, Config, ConnectionConfig, FromValue, PerformanceConfig, ServerConfig,
-    Value,
+    Client, ClientLike, Config, ConnectionConfig, FromValue, PerformanceConfig, ServerConfig, Value,
 };
 use fred::types::{ClusterHash, CustomCommand};
 use topology_controller::commands::{ErrorKind, Key, SlotState, Valkey, ValkeyError};

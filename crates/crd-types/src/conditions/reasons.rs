@@ -1,7 +1,7 @@
 //! Condition reasons as API types: one enum per condition type, each variant a CamelCase
 //! string that alerts, dashboards and `kubectl wait --for=jsonpath=...` can match on.
 //!
-//! [`Desired::new`](super::Desired::new) takes a reason and derives the condition type from
+//! [`ConditionSpec::new`](super::ConditionSpec::new) takes a reason and derives the condition type from
 //! it, so a reason can only ever be written under its own type. docs/status-conditions.md
 //! lists every type and reason; `tests/reasons_doc.rs` keeps it equal to these enums.
 
@@ -169,10 +169,11 @@ reasons! {
         SlotPlanImpossible,
         /// A primary slots must move from or to is not ready or does not answer.
         MigrationEndNotReady,
-        /// A replica of a primary that moves slots is not online, so it would miss the move's
-        /// final slot state (Valkey replicates it only to online replicas).
+        /// A replica of a primary a slot moves from or to is not online, so it would miss
+        /// the move's final slot state (Valkey copies it only to online replicas).
         ReplicaNotSynced,
-        /// Members' views of the cluster (membership or slot owners) differ.
+        /// Members' views of the cluster (membership or slot owners) differ, or a replica does
+        /// not know its primary yet.
         MembersDisagree,
         /// A member to remove still holds slots.
         MemberHoldsSlots,
@@ -217,12 +218,8 @@ pub enum Progressing {
 impl Progressing {
     /// Every reason `Progressing` can carry.
     pub fn all() -> Vec<Progressing> {
-        let phases = [
-            Phase::Creating,
-            Phase::Scaling,
-            Phase::Updating,
-            Phase::Degraded,
-        ];
+        // A step after formation always scales or updates: no step runs as Degraded.
+        let phases = [Phase::Creating, Phase::Scaling, Phase::Updating];
         std::iter::once(Progressing::Idle)
             .chain(phases.into_iter().map(Progressing::Step))
             .chain(Waiting::ALL.iter().copied().map(Progressing::Waiting))
@@ -243,7 +240,7 @@ impl Progressing {
             Progressing::Step(Phase::Creating) => "A step forming the topology runs.",
             Progressing::Step(Phase::Scaling) => "A step adding or removing members or slots runs.",
             Progressing::Step(Phase::Updating) => "A step of a roll or switchover runs.",
-            Progressing::Step(_) => "A step repairing the topology runs.",
+            Progressing::Step(_) => "A step runs.",
             Progressing::Waiting(w) => w.meaning(),
         }
     }
@@ -265,14 +262,14 @@ impl From<Waiting> for Progressing {
 reasons! {
     /// `Degraded` (topology-controller): the topology formed once and is not healthy now.
     Degraded for types::DEGRADED {
-        /// The topology is healthy.
+        /// Not degraded: the topology is healthy, or has not formed yet (see Ready).
         Healthy,
         /// Wanted members are not ready or do not answer.
         MembersNotReady,
         /// Valkey lists nodes that are no member (removed ones count until forgotten).
         UnknownNodes,
-        /// A replica keeps a slot marker (importing or migrating) that its primary does not
-        /// have; promoted, it would serve with a stale migration state.
+        /// A replica keeps a slot marker (importing or migrating) its primary does not have;
+        /// promoted, it would serve with a stale migration state.
         StaleSlotMarker,
         /// Some shard is not ready: its primary unhealthy or a replica not in sync.
         ShardsNotReady,

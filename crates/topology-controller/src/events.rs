@@ -1,0 +1,122 @@
+//! Events (layer 5): what topology-controller publishes on a ValkeyCluster, one per step
+//! carried out, none for waiting or idle (the Progressing condition says those).
+
+use crate::plan::Step;
+
+operator_runtime::event_reasons! {
+    /// Event reasons on a ValkeyCluster.
+    pub enum ClusterEvent {
+        /// Members were introduced with `CLUSTER MEET`.
+        MembersMet: Normal,
+        /// A dead identity was forgotten on every member.
+        NodeForgotten: Normal,
+        /// Slots were given to primaries (`ADDSLOTSRANGE`).
+        SlotsAssigned: Normal,
+        /// A slot left open by an interrupted move was finished or cleared.
+        SlotRepaired: Normal,
+        /// A member was made a replica of its shard's primary.
+        ReplicaAttached: Normal,
+        /// Slots are moving between primaries.
+        SlotsMigrating: Normal,
+        /// Members the spec no longer wants were deleted.
+        MembersRemoved: Normal,
+        /// A replica took over its shard (`CLUSTER FAILOVER`).
+        Failover: Normal,
+        /// A member's roll gate was opened.
+        Rolling: Normal,
+        /// A step failed; the note says what.
+        StepFailed: Warning,
+    }
+}
+
+/// The Event for `step` (carried out, or failed with `error`): its reason and note. `None`
+/// for a step that does nothing.
+pub fn step_event(step: &Step, error: Option<&str>) -> Option<(ClusterEvent, String)> {
+    let reason = match step {
+        Step::Wait { .. } | Step::Idle => return None,
+        _ if error.is_some() => ClusterEvent::StepFailed,
+        Step::Meet { .. } => ClusterEvent::MembersMet,
+        Step::Forget { .. } => ClusterEvent::NodeForgotten,
+        Step::AddSlots(_) => ClusterEvent::SlotsAssigned,
+        Step::FixOpenSlot { .. } | Step::Stabilize { .. } | Step::ClearStaleMarker { .. } => {
+            ClusterEvent::SlotRepaired
+        }
+        Step::Replicate { .. } => ClusterEvent::ReplicaAttached,
+        Step::Migrate(_) => ClusterEvent::SlotsMigrating,
+        Step::Remove(_) => ClusterEvent::MembersRemoved,
+        Step::Failover { .. } => ClusterEvent::Failover,
+        Step::AllowRoll { .. } => ClusterEvent::Rolling,
+    };
+    let note = match error {
+        Some(e) => format!("{step}: {e}"),
+        None => step.to_string(),
+    };
+    Some((reason, note))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::FailoverReason;
+    use crd_types::conditions::reasons::Waiting;
+    use operator_runtime::EventReason;
+
+    #[test]
+    fn waiting_and_idle_publish_nothing() {
+        let wait = Step::wait(Waiting::Forming, "forming: 1 of 3 members answer");
+        assert_eq!(step_event(&wait, None), None);
+        assert_eq!(step_event(&Step::Idle, None), None);
+        assert_eq!(step_event(&Step::Idle, Some("boom")), None);
+    }
+
+    #[test]
+    fn each_step_has_its_reason_and_describes_itself() {
+        let failover = Step::Failover {
+            member: "c-0-1".into(),
+            reason: FailoverReason::Roll,
+        };
+        let (reason, note) = step_event(&failover, None).unwrap();
+        assert_eq!(reason, ClusterEvent::Failover);
+        assert!(!reason.is_warning());
+        assert_eq!(
+            note,
+            "c-0-1 takes over its shard before its primary restarts"
+        );
+        let cases = [
+            (
+                Step::Remove(vec!["c-2-0".into()]),
+                ClusterEvent::MembersRemoved,
+            ),
+            (Step::AddSlots(vec![]), ClusterEvent::SlotsAssigned),
+            (
+                Step::Stabilize {
+                    slot: 7,
+                    on: vec!["c-0-0".into()],
+                },
+                ClusterEvent::SlotRepaired,
+            ),
+            (
+                Step::AllowRoll {
+                    member: "c-0-1".into(),
+                    revision: "r2".into(),
+                },
+                ClusterEvent::Rolling,
+            ),
+        ];
+        for (step, expected) in cases {
+            assert_eq!(step_event(&step, None).unwrap().0, expected, "{step:?}");
+        }
+    }
+
+    #[test]
+    fn a_failed_step_is_a_warning_naming_the_step_and_the_error() {
+        let step = Step::Replicate {
+            member: "c-0-1".into(),
+            primary_id: "abc".into(),
+        };
+        let (reason, note) = step_event(&step, Some("REPLICATE on c-0-1: timeout")).unwrap();
+        assert_eq!(reason, ClusterEvent::StepFailed);
+        assert!(reason.is_warning());
+        assert_eq!(note, "c-0-1 replicates abc: REPLICATE on c-0-1: timeout");
+    }
+}

@@ -1,0 +1,516 @@
+//! Carrying out a step (layer 6): the Valkey commands over the [`Valkey`] seam, and the
+//! Kubernetes half (deleting a member, opening its roll gate) through [`MemberObjects`],
+//! which the binary implements with the API server.
+
+use std::future::Future;
+use std::time::Duration;
+
+use futures::future::join_all;
+use tokio::time::Instant;
+
+use crate::commands::{CommandResultExt, SlotState, StepError, Valkey};
+use crate::migrate::{self, End, Moved};
+use crate::model::{Address, Member};
+use crate::observe::Connections;
+use crate::plan::Step;
+use crate::slots::Move;
+
+/// How long a failover may take before it is reported as not done.
+pub const FAILOVER_WAIT: Duration = Duration::from_secs(20);
+/// How often a failover's progress is looked at.
+const FAILOVER_POLL: Duration = Duration::from_millis(200);
+
+/// The member ValkeyNodes, as a step changes them.
+pub trait MemberObjects: Sync {
+    /// Deletes the member's ValkeyNode (its PVC follows its reclaim policy).
+    fn delete(&self, member: &str) -> impl Future<Output = Result<(), StepError>> + Send;
+
+    /// Opens the member's roll gate for `revision`.
+    fn allow_roll(
+        &self,
+        member: &str,
+        revision: &str,
+    ) -> impl Future<Output = Result<(), StepError>> + Send;
+}
+
+/// What a step that ran did, for the log.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Done {
+    /// Slots moved by a migration step.
+    pub moved: Option<Moved>,
+}
+
+/// Carries out `step` on the members that answered (`conns`). An error is for status and
+/// the Event: the next reconcile looks again from scratch.
+pub async fn execute<V: Valkey, O: MemberObjects>(
+    step: &Step,
+    members: &[Member],
+    conns: &Connections<V>,
+    objects: &O,
+) -> Result<Done, StepError> {
+    match step {
+        Step::Wait { .. } | Step::Idle => {}
+        Step::Meet { via, targets } => {
+            let from = conns.get(via)?;
+            for t in targets {
+                from.meet(&t.ip, t.port, t.bus_port)
+                    .await
+                    .on(format!("CLUSTER MEET {}:{}", t.ip, t.port), via)?;
+            }
+        }
+        Step::Forget { node_id, on } => {
+            // All together, inside the 60 s ban that keeps gossip from bringing it back.
+            let forgotten = join_all(on.iter().map(|member| async move {
+                conns
+                    .get(member)?
+                    .forget(node_id)
+                    .await
+                    .on(format!("CLUSTER FORGET {node_id}"), member)
+            }))
+            .await;
+            forgotten.into_iter().collect::<Result<Vec<()>, _>>()?;
+        }
+        Step::AddSlots(assign) => {
+            for (member, ranges) in assign {
+                conns
+                    .get(member)?
+                    .add_slots_ranges(ranges)
+                    .await
+                    .on("CLUSTER ADDSLOTSRANGE", member)?;
+            }
+        }
+        Step::FixOpenSlot {
+            slot,
+            source,
+            target,
+        } => {
+            let moves = [Move {
+                slots: (*slot, *slot),
+                from: source.clone(),
+                to: target.clone(),
+            }];
+            return migrate_slots(&moves, members, conns).await;
+        }
+        Step::Stabilize { slot, on } => {
+            for member in on {
+                conns
+                    .get(member)?
+                    .set_slot(*slot, SlotState::Stable)
+                    .await
+                    .on(format!("CLUSTER SETSLOT {slot} STABLE"), member)?;
+            }
+        }
+        Step::ClearStaleMarker {
+            slot,
+            primary,
+            owner_id,
+            ..
+        } => {
+            let node = SlotState::Node(owner_id);
+            conns
+                .get(primary)?
+                .set_slot(*slot, node)
+                .await
+                .on(format!("CLUSTER SETSLOT {slot} {node}"), primary)?;
+        }
+        Step::Replicate { member, primary_id } => conns
+            .get(member)?
+            .replicate(primary_id)
+            .await
+            .on(format!("CLUSTER REPLICATE {primary_id}"), member)?,
+        Step::Migrate(moves) => return migrate_slots(moves, members, conns).await,
+        Step::Remove(names) => {
+            for member in names {
+                objects.delete(member).await?;
+            }
+        }
+        Step::Failover { member, .. } => failover(conns.get(member)?, member).await?,
+        Step::AllowRoll { member, revision } => objects.allow_roll(member, revision).await?,
+    }
+    Ok(Done::default())
+}
+
+/// `CLUSTER FAILOVER` on the replica `member`, then waits until it reports itself primary.
+async fn failover<V: Valkey>(conn: &V, member: &str) -> Result<(), StepError> {
+    conn.failover().await.on("CLUSTER FAILOVER", member)?;
+    let started = Instant::now();
+    while started.elapsed() < FAILOVER_WAIT {
+        if conn.role().await.is_ok_and(|r| r == "master") {
+            return Ok(());
+        }
+        tokio::time::sleep(FAILOVER_POLL).await;
+    }
+    Err(StepError::FailoverTimedOut {
+        member: member.to_string(),
+        seconds: FAILOVER_WAIT.as_secs(),
+    })
+}
+
+async fn migrate_slots<V: Valkey>(
+    moves: &[Move<String>],
+    members: &[Member],
+    conns: &Connections<V>,
+) -> Result<Done, StepError> {
+    let ends = ends(members, conns);
+    let primaries: Vec<&V> = ends.iter().map(|e| e.conn).collect();
+    let moved = migrate::migrate(moves, &ends, &primaries, migrate::BUDGET).await?;
+    Ok(Done { moved: Some(moved) })
+}
+
+/// The primaries that answered, as ends of a move, each with its replicas as its own
+/// CLUSTER NODES lists them.
+fn ends<'a, V: Valkey>(members: &'a [Member], conns: &'a Connections<V>) -> Vec<End<'a, V>> {
+    members
+        .iter()
+        .filter_map(|m| {
+            let reply = m.reply.as_ref()?;
+            let me = reply.view.myself();
+            if !me.flags.primary {
+                return None;
+            }
+            Some(End {
+                name: &m.name,
+                conn: conns.find(&m.name)?,
+                id: &me.id,
+                address: m.address.as_ref()?,
+                replicas: reply
+                    .view
+                    .replicas_of(&me.id)
+                    .map(|r| Address {
+                        ip: r.ip.clone(),
+                        port: r.port,
+                        bus_port: r.bus_port,
+                    })
+                    .collect(),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::fake::{FakeCluster, FakeConn, node_id};
+    use crate::model::{Position, Revisions, Shape};
+    use crate::observe::ask;
+    use crate::plan::{FailoverReason, next_step};
+    use crd_types::conditions::reasons::Waiting;
+
+    /// Records what the Kubernetes half of a step was asked to do.
+    #[derive(Default)]
+    struct Objects {
+        calls: Mutex<Vec<String>>,
+    }
+
+    impl MemberObjects for Objects {
+        async fn delete(&self, member: &str) -> Result<(), StepError> {
+            self.calls.lock().unwrap().push(format!("delete {member}"));
+            Ok(())
+        }
+
+        async fn allow_roll(&self, member: &str, revision: &str) -> Result<(), StepError> {
+            self.calls
+                .lock()
+                .unwrap()
+                .push(format!("allow {member} {revision}"));
+            Ok(())
+        }
+    }
+
+    /// The fake's nodes as cluster members `c-<shard>-<member>`: primary `p` of
+    /// `FakeCluster::formed` is member 0 of shard `p`, its replica `r` member `r + 1`.
+    fn layout(shards: usize, replicas: usize) -> Vec<(String, Position)> {
+        (0..shards)
+            .flat_map(|p| {
+                (0..=replicas).map(move |m| {
+                    let n = if m == 0 { p } else { 100 + 10 * p + m - 1 };
+                    let at = Position {
+                        shard: p as u32,
+                        member: m as u32,
+                    };
+                    (node_id(n), at)
+                })
+            })
+            .collect()
+    }
+
+    /// Asks every node, as a reconcile does: the members and their connections.
+    async fn observe_all(
+        cluster: &FakeCluster,
+        layout: &[(String, Position)],
+    ) -> (Vec<Member>, Connections<FakeConn>) {
+        let mut members = Vec::new();
+        let mut conns = Connections::default();
+        for (id, at) in layout {
+            let name = format!("c-{}-{}", at.shard, at.member);
+            let (ip, port) = cluster.address(id);
+            let mut member = Member {
+                name: name.clone(),
+                at: *at,
+                address: Some(Address {
+                    ip: ip.clone(),
+                    port,
+                    bus_port: port + 10000,
+                }),
+                ready: true,
+                revisions: Revisions {
+                    observed: true,
+                    ..Default::default()
+                },
+                reply: None,
+            };
+            if let Ok(conn) = cluster.connect(&ip, port)
+                && let Ok(answer) = ask(&conn).await
+            {
+                member.reply = Some(answer.reply);
+                conns.insert(name, conn);
+            }
+            members.push(member);
+        }
+        (members, conns)
+    }
+
+    fn shape(shards: u32, replicas: u32) -> Shape {
+        Shape {
+            cluster: "c".into(),
+            shards,
+            replicas_per_shard: replicas,
+            switchover: None,
+        }
+    }
+
+    /// Plans and carries out steps until the planner is idle (or `limit` steps ran); the
+    /// steps taken.
+    async fn settle(
+        cluster: &FakeCluster,
+        shape: &Shape,
+        layout: &[(String, Position)],
+    ) -> Vec<Step> {
+        let mut taken = Vec::new();
+        for _ in 0..20 {
+            let (members, conns) = observe_all(cluster, layout).await;
+            let step = next_step(shape, &members, None);
+            let result = execute(&step, &members, &conns, &Objects::default()).await;
+            conns.close().await;
+            result.unwrap_or_else(|e| panic!("{step}: {e}"));
+            if matches!(step, Step::Idle | Step::Wait { .. }) {
+                taken.push(step);
+                return taken;
+            }
+            taken.push(step);
+        }
+        panic!("not settled after 20 steps: {taken:?}")
+    }
+
+    #[tokio::test]
+    async fn a_replica_that_missed_the_end_of_a_move_is_found_and_healed() {
+        let (cluster, ids) = FakeCluster::formed(2, 1);
+        cluster.load(100, 30);
+        let layout = layout(2, 1);
+        let (a, b) = (&ids[0], &ids[1]);
+        let replica_of_b = node_id(110);
+        // A move of slot 100 from a to b, and b's replica starting a full sync while the
+        // slot is open: its snapshot carries the importing marker.
+        cluster
+            .conn(b)
+            .set_slot(100, SlotState::Importing(a))
+            .await
+            .unwrap();
+        cluster
+            .conn(a)
+            .set_slot(100, SlotState::Migrating(b))
+            .await
+            .unwrap();
+        cluster.begin_full_sync(&replica_of_b);
+
+        // The planner does not finish the move while that replica syncs.
+        let (members, conns) = observe_all(&cluster, &layout).await;
+        match next_step(&shape(2, 1), &members, None) {
+            Step::Wait { reason, message } => {
+                assert_eq!(reason, Waiting::ReplicaNotSynced, "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        conns.close().await;
+
+        // The race the check cannot close: the move ends anyway (a controller that checked
+        // just before the sync began), and the sync ends after it.
+        let source = cluster.conn(a);
+        for key in source.keys_in_slot(100, 100).await.unwrap() {
+            source.migrate("10.0.0.1", 6379, vec![key]).await.unwrap();
+        }
+        cluster
+            .conn(b)
+            .set_slot(100, SlotState::Node(b))
+            .await
+            .unwrap();
+        source.set_slot(100, SlotState::Node(b)).await.unwrap();
+        cluster.finish_full_sync(&replica_of_b);
+        assert_eq!(cluster.markers(&replica_of_b).0.get(&100), Some(a), "stale");
+
+        let taken = settle(&cluster, &shape(2, 1), &layout).await;
+        assert_eq!(
+            taken[0],
+            Step::ClearStaleMarker {
+                slot: 100,
+                replica: "c-1-1".into(),
+                primary: "c-1-0".into(),
+                owner_id: b.clone(),
+            }
+        );
+        // Then slot 100's move left the split one slot off, which a move back evens out.
+        assert!(matches!(taken[1], Step::Migrate(_)), "{taken:?}");
+        assert_eq!(taken.last(), Some(&Step::Idle));
+        assert_eq!(cluster.markers(&replica_of_b), Default::default());
+        assert_eq!(cluster.keys(b).get(&100), Some(&30));
+    }
+
+    #[tokio::test]
+    async fn a_scale_out_on_the_fake_moves_a_third_of_the_slots_with_their_keys() {
+        // Three primaries' slots spread over three shards after a two-shard start.
+        let (cluster, ids) = FakeCluster::formed(2, 0);
+        for slot in (0..16384).step_by(64) {
+            cluster.load(slot, 2);
+        }
+        let newcomer = cluster.add_node(2);
+        let mut layout = layout(2, 0);
+        layout.push((
+            newcomer.clone(),
+            Position {
+                shard: 2,
+                member: 0,
+            },
+        ));
+        let taken = settle(&cluster, &shape(3, 0), &layout).await;
+        assert!(matches!(taken[0], Step::Meet { .. }), "{taken:?}");
+        assert!(
+            taken.iter().any(|s| matches!(s, Step::Migrate(_))),
+            "{taken:?}"
+        );
+        assert_eq!(taken.last(), Some(&Step::Idle));
+        let held = |id: &str| cluster.slots_of(id).len();
+        assert!(
+            [held(&ids[0]), held(&ids[1]), held(&newcomer)]
+                .iter()
+                .all(|n| (5461..=5462).contains(n))
+        );
+        assert_eq!(cluster.total_keys(), 2 * 16384 / 64);
+        for id in ids.iter().chain([&newcomer]) {
+            assert_eq!(cluster.markers(id), Default::default());
+        }
+    }
+
+    #[tokio::test]
+    async fn each_step_sends_its_commands_to_the_named_members() {
+        let (cluster, ids) = FakeCluster::formed(2, 1);
+        let layout = layout(2, 1);
+        let (members, conns) = observe_all(&cluster, &layout).await;
+        let objects = Objects::default();
+        let run = |step: Step| {
+            let (members, conns, objects) = (&members, &conns, &objects);
+            async move { execute(&step, members, conns, objects).await }
+        };
+
+        run(Step::Stabilize {
+            slot: 7,
+            on: vec!["c-0-0".into(), "c-1-0".into()],
+        })
+        .await
+        .unwrap();
+        run(Step::Forget {
+            node_id: node_id(99),
+            on: vec!["c-0-0".into()],
+        })
+        .await
+        .unwrap();
+        run(Step::Remove(vec!["c-1-1".into()])).await.unwrap();
+        run(Step::AllowRoll {
+            member: "c-0-1".into(),
+            revision: "r2".into(),
+        })
+        .await
+        .unwrap();
+        let log = cluster.log();
+        let sent: Vec<&str> = log
+            .iter()
+            .filter(|l| !l.contains("NODES") && !l.contains("INFO") && !l.contains("SHARDS"))
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            sent,
+            [
+                "10.0.0.0:6379 CLUSTER SETSLOT 7 STABLE",
+                "10.0.0.1:6379 CLUSTER SETSLOT 7 STABLE",
+                &format!("10.0.0.0:6379 CLUSTER FORGET {}", node_id(99)),
+            ]
+        );
+        assert_eq!(
+            *objects.calls.lock().unwrap(),
+            ["delete c-1-1", "allow c-0-1 r2"]
+        );
+
+        // A failover waits until the replica is primary.
+        run(Step::Failover {
+            member: "c-0-1".into(),
+            reason: FailoverReason::Roll,
+        })
+        .await
+        .unwrap();
+        assert_eq!(cluster.owner(0).as_deref(), Some(node_id(100).as_str()));
+        assert_eq!(ids.len(), 2);
+        conns.close().await;
+    }
+
+    #[tokio::test]
+    async fn failures_name_the_command_and_the_member() {
+        let (cluster, _) = FakeCluster::formed(1, 1);
+        let layout = layout(1, 1);
+        cluster.set_answering(&node_id(100), false);
+        let (members, conns) = observe_all(&cluster, &layout).await;
+        let objects = Objects::default();
+
+        let step = Step::Replicate {
+            member: "c-0-1".into(),
+            primary_id: node_id(0),
+        };
+        let e = execute(&step, &members, &conns, &objects)
+            .await
+            .unwrap_err();
+        assert_eq!(e.to_string(), "c-0-1 does not answer");
+
+        let step = Step::Replicate {
+            member: "c-0-0".into(),
+            primary_id: node_id(0),
+        };
+        let e = execute(&step, &members, &conns, &objects)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "CLUSTER REPLICATE {} on c-0-0: ERR To set a master the node must be empty and \
+                 without assigned slots.",
+                node_id(0)
+            )
+        );
+        conns.close().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failover_that_does_not_complete_is_reported() {
+        let (cluster, _) = FakeCluster::formed(1, 1);
+        cluster.stick_failover(&node_id(100));
+        let (members, conns) = observe_all(&cluster, &layout(1, 1)).await;
+        let step = Step::Failover {
+            member: "c-0-1".into(),
+            reason: FailoverReason::Switchover,
+        };
+        let e = execute(&step, &members, &conns, &Objects::default())
+            .await
+            .unwrap_err();
+        assert_eq!(e.to_string(), "c-0-1 did not become primary within 20s");
+        conns.close().await;
+    }
+}

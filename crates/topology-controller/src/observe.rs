@@ -1,0 +1,117 @@
+//! Asking members (layer 6): what one member's Valkey says about the cluster, over the
+//! [`Valkey`] seam, and the connections of one reconcile, closed together in one place.
+
+use futures::future::join_all;
+
+use crate::cluster_nodes::ClusterView;
+use crate::commands::{ErrorKind, StepError, Valkey, ValkeyError};
+use crate::info::{ReplicationInfo, cluster_state_ok, server_version};
+use crate::model::Reply;
+
+/// One member's answer: its view, its replication and its version.
+#[derive(Clone, Debug)]
+pub struct Answer {
+    pub reply: Reply,
+    /// From INFO server; `None` when it cannot be read.
+    pub version: Option<String>,
+}
+
+/// Asks one member: CLUSTER NODES, INFO replication and server (one round trip), CLUSTER
+/// SHARDS (older servers lack it; then shard ids are not checked) and CLUSTER INFO.
+pub async fn ask<V: Valkey>(conn: &V) -> Result<Answer, ValkeyError> {
+    let view = ClusterView::parse(&conn.cluster_nodes().await?).map_err(unreadable)?;
+    // Both sections in one reply: the parsers skip what is not theirs.
+    let info = conn.info(&["replication", "server"]).await?;
+    let replication = ReplicationInfo::parse(&info).map_err(unreadable)?;
+    let version = server_version(&info).ok();
+    let shard_groups = conn.cluster_shards().await.ok();
+    let state_ok = cluster_state_ok(&conn.cluster_info().await?).map_err(unreadable)?;
+    Ok(Answer {
+        reply: Reply {
+            view,
+            replication,
+            shard_groups,
+            cluster_state_ok: Some(state_ok),
+        },
+        version,
+    })
+}
+
+fn unreadable(e: impl std::fmt::Display) -> ValkeyError {
+    ValkeyError::new(ErrorKind::Protocol, e.to_string())
+}
+
+/// The connections of one reconcile, by member name. [`Connections::close`] is the one place
+/// they are closed, whatever the reconcile did with them.
+pub struct Connections<V> {
+    by_member: Vec<(String, V)>,
+}
+
+impl<V> Default for Connections<V> {
+    fn default() -> Self {
+        Self {
+            by_member: Vec::new(),
+        }
+    }
+}
+
+impl<V: Valkey> Connections<V> {
+    pub fn insert(&mut self, member: impl Into<String>, conn: V) {
+        self.by_member.push((member.into(), conn));
+    }
+
+    /// The connection to `member`, or why the step cannot use it.
+    pub fn get(&self, member: &str) -> Result<&V, StepError> {
+        self.find(member)
+            .ok_or_else(|| StepError::NotAnswering(member.to_string()))
+    }
+
+    pub fn find(&self, member: &str) -> Option<&V> {
+        self.by_member
+            .iter()
+            .find(|(name, _)| name == member)
+            .map(|(_, conn)| conn)
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_member.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_member.is_empty()
+    }
+
+    /// Closes every connection, all at once.
+    pub async fn close(self) {
+        join_all(self.by_member.into_iter().map(|(_, conn)| conn.close())).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake::FakeCluster;
+
+    #[tokio::test]
+    async fn a_member_answers_with_its_view_replication_and_version() {
+        let (cluster, ids) = FakeCluster::formed(2, 1);
+        let answer = ask(&cluster.conn(&ids[1])).await.unwrap();
+        assert_eq!(answer.reply.view.myself().id, ids[1]);
+        assert_eq!(answer.reply.replication.replicas.len(), 1);
+        assert_eq!(answer.reply.cluster_state_ok, Some(true));
+        assert_eq!(answer.reply.shard_groups.as_ref().map(Vec::len), Some(2));
+        assert_eq!(answer.version.as_deref(), Some("8.0.1"));
+    }
+
+    #[tokio::test]
+    async fn connections_are_closed_together() {
+        let (cluster, ids) = FakeCluster::formed(2, 0);
+        let mut conns = Connections::default();
+        conns.insert("a", cluster.conn(&ids[0]));
+        conns.insert("b", cluster.conn(&ids[1]));
+        assert_eq!(cluster.open_connections(), 2);
+        assert!(matches!(conns.get("c"), Err(StepError::NotAnswering(m)) if m == "c"));
+        conns.close().await;
+        assert_eq!(cluster.open_connections(), 0);
+    }
+}

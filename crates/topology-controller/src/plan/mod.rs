@@ -1,0 +1,362 @@
+//! Planner (layer 4): the next step for a ValkeyCluster, decided from what its members
+//! report right now (CLUSTER NODES and INFO replication of each one) and never from memory:
+//! a controller restarted at any moment decides the same step again, or the next one if the
+//! last step took effect. One step per reconcile, in a fixed order of precedence: join
+//! members, forget dead identities, assign slots, repair open slots and replicas' stale
+//! markers, attach replicas, move slots, remove leaving members, switchover, roll. [`guard`] then holds the step back for
+//! what is known of the passwords.
+//!
+//! The rules live in one module each: `membership` (meet, forget, remove), `slots`
+//! (form, open slots, rebalance), [`replicas`] (attach, hand over) and [`roll`]
+//! (switchover, roll). `replicas` and `roll` know no slots: a cluster's facts reach them as
+//! plain data (a member's node id, its shard's primary), so a ValkeyReplication can share
+//! them.
+
+pub mod guard;
+mod membership;
+pub mod replicas;
+pub mod roll;
+pub(crate) mod slots;
+pub(crate) mod snapshot;
+
+use std::fmt;
+
+use crd_types::conditions::reasons::Waiting;
+
+use crate::model::{Address, Member, Shape};
+use crate::slots::{Move, SlotRange, format_ranges, slot_count};
+use snapshot::Snapshot;
+
+/// Why a failover is asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailoverReason {
+    /// The primary is about to restart for a roll.
+    Roll,
+    /// The primary's member is being removed.
+    Removal,
+    /// `spec.switchover`.
+    Switchover,
+}
+
+/// The one thing to do next.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    /// Nothing can be done until something changes: why, for machines and for people.
+    Wait { reason: Waiting, message: String },
+    /// `CLUSTER MEET` each target, sent to `via`.
+    Meet { via: String, targets: Vec<Address> },
+    /// `CLUSTER FORGET node_id` on each of `on`, together (the 60 s ban covers the rest).
+    Forget { node_id: String, on: Vec<String> },
+    /// `CLUSTER ADDSLOTSRANGE` on each member.
+    AddSlots(Vec<(String, Vec<SlotRange>)>),
+    /// Finish an interrupted migration of `slot` from `source` to `target` (members).
+    FixOpenSlot {
+        slot: u16,
+        source: String,
+        target: String,
+    },
+    /// Clear open-slot markers no migration can finish (`SETSLOT STABLE` on each member).
+    Stabilize { slot: u16, on: Vec<String> },
+    /// A replica kept a marker for `slot` its primary no longer has (it missed the move's
+    /// final state while syncing): `SETSLOT slot NODE owner_id` again on `primary`, which
+    /// copies it to its online replicas.
+    ClearStaleMarker {
+        slot: u16,
+        replica: String,
+        primary: String,
+        owner_id: String,
+    },
+    /// `CLUSTER REPLICATE primary_id` on `member`.
+    Replicate { member: String, primary_id: String },
+    /// Move slots between members.
+    Migrate(Vec<Move<String>>),
+    /// Delete these ValkeyNodes: they hold no slots and the spec no longer wants them.
+    Remove(Vec<String>),
+    /// `CLUSTER FAILOVER` on the replica `member`.
+    Failover {
+        member: String,
+        reason: FailoverReason,
+    },
+    /// Open the roll gate of `member` for `revision`.
+    AllowRoll { member: String, revision: String },
+    /// Everything is as the spec asks.
+    Idle,
+}
+
+impl Step {
+    pub fn wait(reason: Waiting, message: impl Into<String>) -> Step {
+        Step::Wait {
+            reason,
+            message: message.into(),
+        }
+    }
+
+    /// Steps that change membership or slot ownership (the Scaling phase).
+    pub fn is_scaling(&self) -> bool {
+        matches!(
+            self,
+            Step::Meet { .. }
+                | Step::Forget { .. }
+                | Step::AddSlots(_)
+                | Step::FixOpenSlot { .. }
+                | Step::Stabilize { .. }
+                | Step::ClearStaleMarker { .. }
+                | Step::Replicate { .. }
+                | Step::Migrate(_)
+                | Step::Remove(_)
+        )
+    }
+}
+
+/// A person's description of the step, for the Progressing condition and Events.
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Step::Wait { message, .. } => write!(f, "waiting: {message}"),
+            Step::Meet { via, targets } => {
+                let who: Vec<String> = targets
+                    .iter()
+                    .map(|a| format!("{}:{}", a.ip, a.port))
+                    .collect();
+                write!(f, "{via} meets {}", who.join(", "))
+            }
+            Step::Forget { node_id, on } => {
+                write!(f, "forgetting removed node {node_id} on {}", on.join(", "))
+            }
+            Step::AddSlots(assign) => {
+                let parts: Vec<String> = assign
+                    .iter()
+                    .map(|(m, r)| format!("{} to {m}", format_ranges(r).join(",")))
+                    .collect();
+                write!(f, "assigning slots {}", parts.join("; "))
+            }
+            Step::FixOpenSlot {
+                slot,
+                source,
+                target,
+            } => write!(
+                f,
+                "finishing the interrupted move of slot {slot} from {source} to {target}"
+            ),
+            Step::Stabilize { slot, on } => {
+                write!(f, "clearing the open slot {slot} on {}", on.join(", "))
+            }
+            Step::ClearStaleMarker {
+                slot,
+                replica,
+                primary,
+                ..
+            } => write!(
+                f,
+                "clearing the stale marker of slot {slot} on replica {replica} through {primary}"
+            ),
+            Step::Replicate { member, primary_id } => {
+                write!(f, "{member} replicates {primary_id}")
+            }
+            Step::Migrate(moves) => {
+                let count: usize = moves.iter().map(|m| slot_count(&[m.slots])).sum();
+                write!(f, "moving {count} slots")
+            }
+            Step::Remove(names) => write!(f, "removing {}", names.join(", ")),
+            Step::Failover { member, reason } => {
+                let why = match reason {
+                    FailoverReason::Roll => "before its primary restarts",
+                    FailoverReason::Removal => "before its primary is removed",
+                    FailoverReason::Switchover => "as requested by spec.switchover",
+                };
+                write!(f, "{member} takes over its shard {why}")
+            }
+            Step::AllowRoll { member, revision } => write!(f, "{member} restarts into {revision}"),
+            Step::Idle => f.write_str("the cluster is as specified"),
+        }
+    }
+}
+
+/// What the next step depends on besides the members' answers.
+#[derive(Clone, Debug, Default)]
+pub struct Circumstances<'a> {
+    /// The switchover request id status already reports as done.
+    pub recorded_switchover: Option<&'a str>,
+    /// A ValkeyNode with a member's name that this cluster does not own.
+    pub foreign_member: Option<&'a str>,
+    /// Why the operator user's password cannot be read, if it cannot.
+    pub operator_password_problem: Option<&'a str>,
+    /// Why the default user's password cannot be read, if it cannot.
+    pub default_password_problem: Option<&'a str>,
+    /// Members that refuse the operator user's login.
+    pub login_refused: &'a [&'a str],
+}
+
+/// The step to take: the planner's, unless a foreign ValkeyNode holds a member's name (never
+/// taken over), then held back by what is known of the passwords ([`guard::guard_step`]).
+pub fn decide(shape: &Shape, members: &[Member], c: &Circumstances) -> Step {
+    let step = match c.foreign_member {
+        Some(name) => Step::wait(
+            Waiting::ForeignMember,
+            format!(
+                "ValkeyNode {name} exists but does not belong to this cluster; rename or delete it"
+            ),
+        ),
+        None => next_step(shape, members, c.recorded_switchover),
+    };
+    guard::guard_step(
+        step,
+        c.operator_password_problem,
+        c.default_password_problem,
+        c.login_refused,
+    )
+}
+
+/// The next step. `recorded_switchover` is the request id status already reports as done.
+pub fn next_step(shape: &Shape, members: &[Member], recorded_switchover: Option<&str>) -> Step {
+    let Some(s) = Snapshot::new(shape, members) else {
+        return Step::wait(Waiting::NoMemberAnswers, "no member answers yet");
+    };
+    let forming = s.view.assigned_slot_count() == 0;
+    if forming {
+        let wanted: Vec<&Member> = members.iter().filter(|m| shape.wants(m.at)).collect();
+        let answering = wanted.iter().filter(|m| m.reply.is_some()).count();
+        if wanted.len() < shape.member_count() || answering < wanted.len() {
+            return Step::wait(
+                Waiting::Forming,
+                format!(
+                    "forming: {answering} of {} members answer",
+                    shape.member_count()
+                ),
+            );
+        }
+    }
+    let node_id = |m: &Member| s.node_of(m).map(|n| n.id.as_str());
+    membership::meet(&s)
+        .or_else(|| membership::forget(&s))
+        .or_else(|| slots::form(&s, forming))
+        .or_else(|| slots::open_slots(&s))
+        .or_else(|| slots::clear_stale_markers(&s))
+        .or_else(|| replicas::attach_replicas(&s))
+        .or_else(|| slots::rebalance(&s))
+        .or_else(|| membership::remove(&s))
+        .or_else(|| {
+            roll::switchover(
+                shape.switchover.as_ref(),
+                recorded_switchover,
+                members,
+                |target| {
+                    let primary = s.shard_primary(target.at.shard).ok()??;
+                    Some((primary, node_id(primary)?))
+                },
+            )
+        })
+        .or_else(|| {
+            let wanted: Vec<&Member> = members.iter().filter(|m| shape.wants(m.at)).collect();
+            roll::roll(&wanted, shape.replicas_per_shard > 0, node_id)
+        })
+        .unwrap_or(Step::Idle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::*;
+
+    #[test]
+    fn nothing_to_do_on_a_healthy_cluster() {
+        assert_eq!(step(&shape(3, 1), &formed(3, 1)), Step::Idle);
+    }
+
+    #[test]
+    fn formation_waits_for_every_member_then_meets_then_assigns() {
+        let d = shape(2, 1);
+        let mut sims: Vec<Sim> = (0..2)
+            .flat_map(|s| (0..2).map(move |m| sim(s, m)))
+            .collect();
+        sims[3].id = None;
+        let (reason, why) = wait_of(step(&d, &sims));
+        assert_eq!(reason, Waiting::Forming);
+        assert!(why.contains("3 of 4"), "{why}");
+
+        // Everyone answers but knows only itself: the anchor meets the other three.
+        sims[3].id = Some(id(1, 1));
+        let lonely = members_with(&sims, |_, _| false);
+        match next_step(&d, &lonely, None) {
+            Step::Meet { via, targets } => {
+                assert_eq!(via, "c-0-0");
+                assert_eq!(targets.len(), 3);
+            }
+            other => panic!("{other:?}"),
+        }
+
+        // All joined, no slots: member 0 of each shard takes its half.
+        match step(&d, &sims) {
+            Step::AddSlots(assign) => assert_eq!(
+                assign,
+                vec![
+                    ("c-0-0".to_string(), vec![(0, 8191)]),
+                    ("c-1-0".to_string(), vec![(8192, 16383)]),
+                ]
+            ),
+            other => panic!("{other:?}"),
+        }
+
+        // Slots assigned: the other members follow their shard's member 0.
+        sims[0].slots = vec![(0, 8191)];
+        sims[2].slots = vec![(8192, 16383)];
+        assert_eq!(
+            step(&d, &sims),
+            Step::Replicate {
+                member: "c-0-1".into(),
+                primary_id: id(0, 0)
+            }
+        );
+    }
+
+    #[test]
+    fn two_members_of_a_shard_holding_slots_stops_the_planner() {
+        let d = shape(1, 1);
+        let mut sims = formed(1, 1);
+        sims[1].follows = None;
+        sims[1].slots = vec![(0, 10)];
+        sims[0].slots = vec![(11, 16383)];
+        let (reason, why) = wait_of(step(&d, &sims));
+        assert_eq!(reason, Waiting::TwoPrimariesInShard);
+        assert!(why.contains("resolve by hand"), "{why}");
+    }
+
+    #[test]
+    fn a_foreign_member_holds_everything_and_passwords_come_first() {
+        let d = shape(1, 0);
+        let sims = formed(1, 0);
+        let foreign = Circumstances {
+            foreign_member: Some("c-0-0"),
+            ..Default::default()
+        };
+        let (reason, why) = wait_of(decide(&d, &members(&sims), &foreign));
+        assert_eq!(reason, Waiting::ForeignMember);
+        assert!(why.contains("ValkeyNode c-0-0 exists"), "{why}");
+        let no_password = Circumstances {
+            operator_password_problem: Some("Secret c-operator does not exist"),
+            ..foreign
+        };
+        let (reason, _) = wait_of(decide(&d, &members(&sims), &no_password));
+        assert_eq!(reason, Waiting::NoOperatorPassword);
+        assert_eq!(
+            decide(&d, &members(&sims), &Circumstances::default()),
+            Step::Idle
+        );
+    }
+
+    #[test]
+    fn a_step_describes_itself() {
+        let failover = Step::Failover {
+            member: "c-0-1".into(),
+            reason: FailoverReason::Switchover,
+        };
+        assert_eq!(
+            failover.to_string(),
+            "c-0-1 takes over its shard as requested by spec.switchover"
+        );
+        let assign = Step::AddSlots(vec![("c-0-0".into(), vec![(0, 99), (200, 200)])]);
+        assert_eq!(assign.to_string(), "assigning slots 0-99,200 to c-0-0");
+        let wait = Step::wait(Waiting::Forming, "forming: 1 of 3 members answer");
+        assert_eq!(wait.to_string(), "waiting: forming: 1 of 3 members answer");
+    }
+}

@@ -1,0 +1,134 @@
+//! Planner rules (layer 4): replicas. Make every member of a shard a replica of the shard's
+//! primary, and hand a primary over to its most caught-up replica before it stops serving.
+//! The hand-over ([`hand_over`], [`best_replica`]) is shared with a ValkeyReplication: it
+//! takes the primary's node id as plain data and knows nothing of shards.
+
+use std::cmp::Reverse;
+
+use crd_types::conditions::reasons::Waiting;
+
+use super::snapshot::Snapshot;
+use super::{FailoverReason, Step};
+use crate::model::Member;
+
+/// Members of a wanted shard that are not following the shard's primary.
+pub(super) fn attach_replicas(s: &Snapshot) -> Option<Step> {
+    for shard in 0..s.shape.shards {
+        let primary = match s.shard_primary(shard) {
+            Ok(Some(p)) => p,
+            Ok(None) => continue,
+            Err(why) => return Some(Step::wait(Waiting::TwoPrimariesInShard, why)),
+        };
+        let Some(primary_node) = s.node_of(primary) else {
+            continue;
+        };
+        if primary_node.flags.fail || primary_node.flags.pfail {
+            // Valkey is failing over; let it finish.
+            continue;
+        }
+        let others = s.shard_members(shard).filter(|m| m.name != primary.name);
+        if let Some(step) = attach(others, primary, &primary_node.id) {
+            return Some(step);
+        }
+    }
+    None
+}
+
+/// `REPLICATE` for the first of `others` that is an empty primary or follows someone else
+/// than `primary` (node id `primary_id`); a wait while it does not know the primary yet.
+fn attach<'a>(
+    others: impl IntoIterator<Item = &'a Member>,
+    primary: &Member,
+    primary_id: &str,
+) -> Option<Step> {
+    for m in others {
+        let Some(reply) = &m.reply else { continue };
+        let me = reply.view.myself();
+        let follows = me.flags.replica && me.primary_id.as_deref() == Some(primary_id);
+        if follows || !(me.is_empty_primary() || me.flags.replica) {
+            continue;
+        }
+        if reply.view.by_id(primary_id).is_none() {
+            return Some(Step::wait(
+                Waiting::MembersDisagree,
+                format!("{} does not know {} yet", m.name, primary.name),
+            ));
+        }
+        return Some(Step::Replicate {
+            member: m.name.clone(),
+            primary_id: primary_id.to_string(),
+        });
+    }
+    None
+}
+
+/// A failover from `primary` (node id `primary_id`; `None`: unknown) to the most caught-up
+/// of `candidates`, or a wait naming the primary and saying why not (`no_replica`).
+pub fn hand_over<'a>(
+    candidates: impl IntoIterator<Item = &'a Member>,
+    primary: &Member,
+    primary_id: Option<&str>,
+    reason: FailoverReason,
+    no_replica: &str,
+) -> Step {
+    match primary_id.and_then(|id| best_replica(candidates, primary, id)) {
+        Some(r) => Step::Failover {
+            member: r.name.clone(),
+            reason,
+        },
+        None => Step::wait(
+            Waiting::NoReplicaInSync,
+            format!("{} {no_replica}", primary.name),
+        ),
+    }
+}
+
+/// Among `candidates`, the ready, in-sync replica of `primary` (node id `primary_id`) with
+/// the highest replication offset.
+pub fn best_replica<'a>(
+    candidates: impl IntoIterator<Item = &'a Member>,
+    primary: &Member,
+    primary_id: &str,
+) -> Option<&'a Member> {
+    candidates
+        .into_iter()
+        .filter(|r| {
+            r.name != primary.name
+                && r.ready
+                && r.is_synced_replica()
+                && r.primary_id() == Some(primary_id)
+        })
+        .max_by_key(|r| (r.offset(), Reverse(r.name.clone())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::*;
+
+    #[test]
+    fn the_most_caught_up_in_sync_replica_takes_over() {
+        let mut sims = formed(1, 3);
+        sims[1].offset = 300;
+        sims[2].offset = 200;
+        sims[3].offset = 400;
+        sims[3].synced = false;
+        let m = members(&sims);
+        let primary = id(0, 0);
+        let best = best_replica(&m, &m[0], &primary).unwrap();
+        assert_eq!(best.name, "c-0-1");
+        assert_eq!(
+            hand_over(&m, &m[0], Some(&primary), FailoverReason::Roll, "waits"),
+            Step::Failover {
+                member: "c-0-1".into(),
+                reason: FailoverReason::Roll
+            }
+        );
+        // An unknown primary, or none in sync: a wait naming the primary.
+        assert_eq!(
+            hand_over(&m, &m[0], None, FailoverReason::Roll, "waits"),
+            Step::wait(Waiting::NoReplicaInSync, "c-0-0 waits")
+        );
+        assert!(best_replica(&m[3..], &m[0], &primary).is_none());
+    }
+}
