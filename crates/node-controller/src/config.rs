@@ -8,11 +8,11 @@
 //! share the host network there) appends `--bind <podIP>` itself. Pinning an address in the
 //! file would break one of the two.
 
-use crd_types::ValkeyNode;
-use crd_types::ValkeyNodeSpec;
+use crd_types::conditions::reasons::ConfigValid;
 use crd_types::names::ports;
 use crd_types::node::Mode;
 use crd_types::template::{Announce, OPERATOR_USER};
+use crd_types::{ValkeyNode, ValkeyNodeSpec};
 
 /// Where the ConfigMap is mounted (read-only).
 pub const CONFIG_DIR: &str = "/etc/valkey";
@@ -73,11 +73,11 @@ fn describe(problems: &[(String, String)]) -> String {
 }
 
 impl ConfigError {
-    /// CamelCase reason for the ConfigValid condition and the Event.
-    pub fn reason(&self) -> &'static str {
+    /// The reason of the `ConfigValid=False` condition.
+    pub fn reason(&self) -> ConfigValid {
         match self {
-            ConfigError::OwnedDirectives(_) => "OwnedDirective",
-            ConfigError::InvalidDirectives(_) => "InvalidDirective",
+            ConfigError::OwnedDirectives(_) => ConfigValid::OwnedDirective,
+            ConfigError::InvalidDirectives(_) => ConfigValid::InvalidDirective,
         }
     }
 }
@@ -177,15 +177,15 @@ pub fn validate(spec: &ValkeyNodeSpec) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// Renders the node's config, or says it must wait for its Service's ClusterIP.
-///
-/// `cluster_ip` is `status.endpoint.clusterIP` (see [`cluster_ip`]); it is only used with
-/// `announce: Service`.
 /// Server directives rendered unless the user sets them: an append-only file, so a process
 /// crash or restart loses at most the last second of acknowledged writes rather than
 /// everything since the last snapshot.
 pub const SERVER_DEFAULTS: &[(&str, &str)] = &[("appendonly", "yes"), ("appendfsync", "everysec")];
 
+/// Renders the node's config, or says it must wait for its Service's ClusterIP.
+///
+/// `cluster_ip` is `status.endpoint.clusterIP` (see [`cluster_ip`]); it is only used with
+/// `announce: Service`.
 pub fn render(spec: &ValkeyNodeSpec, cluster_ip: Option<&str>) -> Result<Rendered, ConfigError> {
     validate(spec)?;
     let announce_ip = match spec.template.announce {
@@ -816,7 +816,7 @@ mod tests {
             err,
             ConfigError::OwnedDirectives(vec!["DIR".into(), "Port".into()])
         );
-        assert_eq!(err.reason(), "OwnedDirective");
+        assert_eq!(err.reason(), ConfigValid::OwnedDirective);
         assert!(err.to_string().contains("DIR, Port"), "{err}");
     }
 
@@ -864,7 +864,7 @@ mod tests {
             ],
         );
         let err = render(&s, None).unwrap_err();
-        assert_eq!(err.reason(), "InvalidDirective");
+        assert_eq!(err.reason(), ConfigValid::InvalidDirective);
         let ConfigError::InvalidDirectives(problems) = err else {
             unreachable!()
         };

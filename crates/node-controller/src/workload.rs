@@ -17,20 +17,20 @@
 use crd_types::ValkeyNode;
 use crd_types::names::{self, ports};
 use crd_types::node::Mode;
-use crd_types::template::{Exporter, OPERATOR_USER, SecretKeyRef};
+use crd_types::template::{Exporter, OPERATOR_USER, SecretKeyRef, WorkloadType};
 use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, DeploymentStrategy, StatefulSet, StatefulSetSpec,
     StatefulSetUpdateStrategy,
 };
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
-    EnvVarSource, ExecAction, KeyToPath, ObjectFieldSelector, PersistentVolumeClaimVolumeSource,
-    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile, SecretKeySelector,
-    SecurityContext, TCPSocketAction, Volume, VolumeMount,
+    EnvVarSource, ExecAction, KeyToPath, ObjectFieldSelector, ObjectReference,
+    PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
+    SeccompProfile, SecretKeySelector, SecurityContext, TCPSocketAction, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::ResourceExt;
+use kube::{Resource, ResourceExt};
 
 use crate::config::{
     CONFIG_DIR, DATA_DIR, OPERATOR_PASSWORD_ENV, PASSWORD_ENV, POD_IP_ENV, RenderedConfig,
@@ -84,11 +84,53 @@ impl Workload {
         }
     }
 
+    /// The kind as `status.workload.kind` says it.
+    pub fn workload_type(&self) -> WorkloadType {
+        match self {
+            Workload::StatefulSet(_) => WorkloadType::StatefulSet,
+            Workload::Deployment(_) => WorkloadType::Deployment,
+        }
+    }
+
+    pub fn name(&self) -> String {
+        match self {
+            Workload::StatefulSet(s) => s.name_any(),
+            Workload::Deployment(d) => d.name_any(),
+        }
+    }
+
     /// The pod template.
     pub fn template(&self) -> Option<&PodTemplateSpec> {
         match self {
             Workload::StatefulSet(s) => s.spec.as_ref().map(|s| &s.template),
             Workload::Deployment(d) => d.spec.as_ref().map(|s| &s.template),
+        }
+    }
+
+    /// The revision its template carries (`None`: made by an older operator, or no template).
+    pub fn revision(&self) -> Option<&str> {
+        self.template().and_then(revision::template_revision)
+    }
+
+    /// Where this object is, for an Event's related object.
+    pub fn object_ref(&self) -> ObjectReference {
+        match self {
+            Workload::StatefulSet(s) => s.object_ref(&()),
+            Workload::Deployment(d) => d.object_ref(&()),
+        }
+    }
+
+    /// The first field (a JSON pointer) where `live` does not hold `self`; `None` when it
+    /// holds it all (see `operator_runtime::first_difference`).
+    pub fn first_difference(&self, live: &Workload) -> Option<String> {
+        match (self, live) {
+            (Workload::StatefulSet(d), Workload::StatefulSet(l)) => {
+                operator_runtime::first_difference(d, l)
+            }
+            (Workload::Deployment(d), Workload::Deployment(l)) => {
+                operator_runtime::first_difference(d, l)
+            }
+            _ => Some("kind".into()),
         }
     }
 }
@@ -129,7 +171,7 @@ pub fn workload(node: &ValkeyNode, template: PodTemplateSpec) -> Workload {
         match_expressions: None,
     };
     match node.spec.template.workload_type {
-        crd_types::template::WorkloadType::StatefulSet => Workload::StatefulSet(StatefulSet {
+        WorkloadType::StatefulSet => Workload::StatefulSet(StatefulSet {
             metadata,
             spec: Some(StatefulSetSpec {
                 replicas: Some(1),
@@ -145,7 +187,7 @@ pub fn workload(node: &ValkeyNode, template: PodTemplateSpec) -> Workload {
             }),
             status: None,
         }),
-        crd_types::template::WorkloadType::Deployment => Workload::Deployment(Deployment {
+        WorkloadType::Deployment => Workload::Deployment(Deployment {
             metadata,
             spec: Some(DeploymentSpec {
                 replicas: Some(1),
@@ -540,7 +582,7 @@ mod tests {
     use crd_types::ValkeyNodeSpec;
     use crd_types::names::labels;
     use crd_types::node::{EndpointStatus, ValkeyNodeStatus};
-    use crd_types::template::{Announce, Auth, Persistence, Scheduling, WorkloadType};
+    use crd_types::template::{Announce, Auth, Persistence, Scheduling};
     use k8s_openapi::api::core::v1::{ResourceRequirements, Toleration};
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
