@@ -3,6 +3,7 @@
 
 use std::borrow::Cow;
 
+use node_controller::status::BlockedContainer;
 use operator_runtime::{ApiError, ErrorKind};
 
 #[derive(Debug, thiserror::Error)]
@@ -14,6 +15,11 @@ pub enum Error {
     /// The ValkeyNode lacks a field the API server always sets (namespace).
     #[error("ValkeyNode {node} has no {field}")]
     Invalid { node: String, field: &'static str },
+
+    /// The node's valkey container cannot start until the user creates what it references
+    /// (label `container_config`); retried with the runtime's growing delay.
+    #[error(transparent)]
+    ContainerBlocked(#[from] BlockedContainer),
 }
 
 impl ErrorKind for Error {
@@ -21,6 +27,7 @@ impl ErrorKind for Error {
         match self {
             Error::Api(e) => e.kind(),
             Error::Invalid { .. } => "invalid_object".into(),
+            Error::ContainerBlocked(_) => "container_config".into(),
         }
     }
 }
@@ -52,5 +59,15 @@ mod tests {
             field: "metadata.namespace",
         };
         assert_eq!(e.kind(), "invalid_object");
+        let e = Error::from(BlockedContainer {
+            pod: "cache-0".into(),
+            reason: "CreateContainerConfigError".into(),
+            message: "secret \"cache-auth\" not found".into(),
+        });
+        assert_eq!(e.kind(), "container_config");
+        assert!(
+            e.to_string().contains("secret \"cache-auth\" not found"),
+            "{e}"
+        );
     }
 }

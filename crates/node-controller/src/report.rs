@@ -5,7 +5,10 @@
 //! see [`crate::status`]) and is `None` when the node already says it all. Events say what
 //! was done (a workload created or rolled) and what newly blocks the node (an invalid
 //! config, a held roll, a claim on a StorageClass that does not exist), the latter once per
-//! change of their condition, so a resync does not repeat them.
+//! change of their condition, so a resync does not repeat them. A valkey container that
+//! cannot start until the user creates what it references is reported as
+//! [`Report::blocked`]: the binary fails the reconcile with it after publishing, so the
+//! runtime tells it as a Warning and retries with a growing delay.
 
 use crd_types::ValkeyNodeStatus;
 use crd_types::conditions::reasons::WorkloadReady;
@@ -18,7 +21,7 @@ use kube::Resource;
 use crate::events::{NodeEvent, NodeEventReason};
 use crate::live::Live;
 use crate::plan::{Decision, WorkloadChange};
-use crate::status::{self, Observed};
+use crate::status::{self, BlockedContainer, Observed};
 use crate::workload::Workload;
 
 /// The workload as the API server returned it from the apply, and why it was applied.
@@ -60,6 +63,9 @@ pub struct Report {
     /// Published before the status, so a failed publish is retried: the next reconcile still
     /// sees the old condition.
     pub events: Vec<NodeEvent>,
+    /// The current pod's valkey container waits for the user; see
+    /// [`status::blocked_container`].
+    pub blocked: Option<BlockedContainer>,
 }
 
 /// The report of one reconcile of `live.node`.
@@ -102,6 +108,7 @@ pub fn report(live: &Live, applied: &Applied, now: Timestamp) -> Report {
     Report {
         status: status::needs_update(current, &desired).then_some(desired),
         events,
+        blocked: pod.and_then(status::blocked_container),
     }
 }
 
@@ -311,7 +318,8 @@ mod tests {
             second,
             Report {
                 status: None,
-                events: vec![]
+                events: vec![],
+                blocked: None,
             }
         );
 
@@ -383,7 +391,8 @@ mod tests {
             again,
             Report {
                 status: None,
-                events: vec![]
+                events: vec![],
+                blocked: None,
             }
         );
     }
@@ -421,6 +430,45 @@ mod tests {
         );
         let (_, again) = reconcile(live, at(30));
         assert!(again.events.is_empty());
+    }
+
+    #[test]
+    fn a_container_waiting_for_a_secret_is_blocked_on_every_look() {
+        use k8s_openapi::api::core::v1::{ContainerState, ContainerStateWaiting};
+        let (mut live, _) = reconcile(live(node(|_| {})), at(10));
+        let mut pod = running_pod(live.workload.as_ref().unwrap(), false);
+        pod.status
+            .as_mut()
+            .unwrap()
+            .container_statuses
+            .as_mut()
+            .unwrap()[0]
+            .state = Some(ContainerState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some("CreateContainerConfigError".into()),
+                message: Some("secret \"cache-auth\" not found".into()),
+            }),
+            ..Default::default()
+        });
+        live.pods = vec![pod];
+        let (live, first) = reconcile(live, at(20));
+        assert!(
+            first.events.is_empty(),
+            "told by the failed reconcile, not twice"
+        );
+        let status = first.status.unwrap();
+        let ready = conditions::find(&status.conditions, types::WORKLOAD_READY).unwrap();
+        assert_eq!(ready.reason, "ContainerWaiting");
+        assert!(ready.message.contains("secret \"cache-auth\" not found"));
+        let blocked = first.blocked.unwrap();
+        assert_eq!(
+            (blocked.pod.as_str(), blocked.reason.as_str()),
+            ("cache-0", "CreateContainerConfigError")
+        );
+        // Written once; still blocked on the next look, so the retries keep failing.
+        let (_, again) = reconcile(live, at(30));
+        assert_eq!(again.status, None);
+        assert_eq!(again.blocked, Some(blocked));
     }
 
     #[test]

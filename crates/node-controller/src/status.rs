@@ -44,6 +44,41 @@ pub fn is_ready(pod: &Pod) -> bool {
     pod.metadata.deletion_timestamp.is_none() && valkey_status(pod).is_some_and(|c| c.ready)
 }
 
+/// Why the valkey container waits, when it is a reason only a change by the user ends: the
+/// kubelet keeps retrying, and each try fails the same way. `CreateContainerConfigError` is
+/// a missing Secret (or key) of `spec.auth`: nothing else the pod references can be missing.
+const USER_FIXABLE_WAITS: &[&str] = &["CreateContainerConfigError"];
+
+/// The current pod's valkey container cannot be created because of its configuration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "container {VALKEY_CONTAINER} of pod {pod} cannot start: {reason}: {message}; create what      it names (a Secret of spec.auth, or its key) and the pod starts by itself"
+)]
+pub struct BlockedContainer {
+    pub pod: String,
+    /// The waiting reason, e.g. `CreateContainerConfigError`.
+    pub reason: String,
+    /// The kubelet's message, e.g. `secret "cache-auth" not found`.
+    pub message: String,
+}
+
+/// Whether `pod`'s valkey container waits for the user (see [`USER_FIXABLE_WAITS`]); never
+/// for a pod being deleted, whose replacement is what counts.
+pub fn blocked_container(pod: &Pod) -> Option<BlockedContainer> {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return None;
+    }
+    let waiting = valkey_status(pod)?.state.as_ref()?.waiting.as_ref()?;
+    let reason = waiting.reason.as_deref()?;
+    USER_FIXABLE_WAITS
+        .contains(&reason)
+        .then(|| BlockedContainer {
+            pod: pod.name_any(),
+            reason: reason.to_string(),
+            message: waiting.message.clone().unwrap_or_default(),
+        })
+}
+
 /// `status.workload` from the live workload and current pod.
 ///
 /// `restarts` counts the valkey container only: it is what tells whether the data process
@@ -592,6 +627,54 @@ mod tests {
             reason(observed(&w, Some(&terminating), None)),
             "PodTerminating"
         );
+    }
+
+    #[test]
+    fn only_a_container_waiting_for_the_user_is_blocked() {
+        let waiting = |reason: &str, message: &str| {
+            let mut p = pod("cache-0", 1, false);
+            p.status
+                .as_mut()
+                .unwrap()
+                .container_statuses
+                .as_mut()
+                .unwrap()[0]
+                .state = Some(ContainerState {
+                waiting: Some(ContainerStateWaiting {
+                    reason: Some(reason.into()),
+                    message: Some(message.into()),
+                }),
+                ..Default::default()
+            });
+            p
+        };
+        let missing = waiting(
+            "CreateContainerConfigError",
+            "secret \"cache-auth\" not found",
+        );
+        let blocked = blocked_container(&missing).unwrap();
+        assert_eq!(
+            blocked,
+            BlockedContainer {
+                pod: "cache-0".into(),
+                reason: "CreateContainerConfigError".into(),
+                message: "secret \"cache-auth\" not found".into(),
+            }
+        );
+        assert!(
+            blocked.to_string().contains(
+                "cannot start: CreateContainerConfigError: secret \"cache-auth\" not found;"
+            ),
+            "{blocked}"
+        );
+        // These end by themselves (or are the server's own failure, with its own back-off).
+        for passing in ["ContainerCreating", "CrashLoopBackOff", "ErrImagePull"] {
+            assert_eq!(blocked_container(&waiting(passing, "")), None, "{passing}");
+        }
+        assert_eq!(blocked_container(&pod("cache-0", 1, true)), None);
+        let mut leaving = missing;
+        leaving.metadata.deletion_timestamp = Some(Time(at(5)));
+        assert_eq!(blocked_container(&leaving), None);
     }
 
     #[test]

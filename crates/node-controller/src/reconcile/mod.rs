@@ -2,6 +2,8 @@
 //! [`fetch`] (read the node and what it owns) -> [`plan`](node_controller::plan::plan) (pure)
 //! -> [`apply`] (server-side apply under the controller's field manager) ->
 //! [`report`](node_controller::report::report) (pure: status and Events) -> [`publish`].
+//! A valkey container blocked by its configuration then fails the reconcile
+//! ([`Error::ContainerBlocked`]), after the status says so.
 
 mod apply;
 mod fetch;
@@ -17,7 +19,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
 use kube::{Api, Client, ResourceExt};
 use node_controller::plan::plan;
-use node_controller::report::report;
+use node_controller::report::{Report, report};
 use operator_runtime::controller::{self, ReconcileContext};
 
 use crate::error::Error;
@@ -35,9 +37,19 @@ pub async fn reconcile(
     };
     let plan = plan(&live);
     let applied = apply(&apis, plan, ctx.runtime.field_manager).await?;
-    let report = report(&live, &applied, Timestamp::now());
-    publish(&apis, &ctx.runtime, &live.node, report).await?;
-    Ok(controller::resync())
+    let Report {
+        status,
+        events,
+        blocked,
+    } = report(&live, &applied, Timestamp::now());
+    publish(&apis, &ctx.runtime, &live.node, events, status).await?;
+    match blocked {
+        // Written and reported; only the user can end the wait. Failing makes the runtime
+        // publish the cause as a Warning and look again after a growing delay, instead of
+        // every resync; the pod starting (a watched change) still wakes it at once.
+        Some(blocked) => Err(blocked.into()),
+        None => Ok(controller::resync()),
+    }
 }
 
 /// The APIs a reconcile of one node uses, in the node's namespace.

@@ -1,22 +1,21 @@
 //! The publish stage: the report's Events, then its status.
 
-use crd_types::ValkeyNode;
+use crd_types::{ValkeyNode, ValkeyNodeStatus};
 use kube::ResourceExt;
 use node_controller::events::NodeEvent;
-use node_controller::report::Report;
 use operator_runtime::{ApiError, ApiResultExt, Context, ObjectName, Op};
 
 use super::Apis;
 
-/// Publishes `report` about `node`. The Events go first: a failed publish is then retried,
-/// because the status does not record the change yet.
+/// Publishes `events` about `node`, then applies `status` (if any). The Events go first: a
+/// failed publish is then retried, because the status does not record the change yet.
 pub async fn publish(
     apis: &Apis,
     ctx: &Context,
     node: &ValkeyNode,
-    report: Report,
+    events: Vec<NodeEvent>,
+    status: Option<ValkeyNodeStatus>,
 ) -> Result<(), ApiError> {
-    let Report { status, events } = report;
     for NodeEvent {
         reason,
         note,
