@@ -1,8 +1,8 @@
 //! node-controller: runs each ValkeyNode as a ConfigMap, an operator-created PVC and a
 //! singleton StatefulSet or Deployment, and writes `status.workload`.
 //!
-//! The pure builders live in the library (`node_controller::*`); [`reconcile`] fetches,
-//! applies them with server-side apply, publishes Events and writes the status.
+//! The pure stages and builders live in the library (`node_controller::*`); [`reconcile`]
+//! does the I/O around them: fetch, apply with server-side apply, publish Events and status.
 
 mod error;
 mod reconcile;
@@ -15,11 +15,11 @@ use crd_types::names::labels;
 use crd_types::{FieldManager, ValkeyNode};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod};
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
-use operator_runtime::{CommonArgs, Context, RequiredCrd, controller};
+use operator_runtime::controller::{self, Guarded};
+use operator_runtime::{CommonArgs, Context, RequiredCrd};
 
 /// Runs each ValkeyNode's ConfigMap, PVC and singleton StatefulSet or Deployment, and
 /// writes status.workload.
@@ -45,20 +45,13 @@ async fn main() -> ExitCode {
 }
 
 /// The ValkeyNode an object labelled `valkey.rs/node` belongs to (same namespace).
-fn labelled_node<K: Resource>(object: K) -> Option<ObjectRef<ValkeyNode>> {
+fn labelled_node<K: Resource>(object: K) -> Option<ObjectRef<Guarded<ValkeyNode>>> {
     let node = object.labels().get(labels::NODE)?.clone();
     let namespace = object.namespace()?;
     Some(ObjectRef::new(&node).within(&namespace))
 }
 
 async fn run(ctx: Context) -> Result<(), std::convert::Infallible> {
-    let reporter = Reporter {
-        controller: ctx.name.into(),
-        instance: std::env::var("POD_NAME").ok(),
-    };
-    let state = reconcile::State {
-        recorder: Recorder::new(ctx.client.clone(), reporter),
-    };
     // Only the operator's own objects are watched (the builders label every one of them).
     let ours = watcher::Config::default().labels(&format!(
         "{}={}",
@@ -85,7 +78,7 @@ async fn run(ctx: Context) -> Result<(), std::convert::Infallible> {
                 .watches(claims, ours, labelled_node)
                 .watches(pods, node_pods, labelled_node)
         },
-        Arc::new(state),
+        Arc::new(()),
         reconcile::reconcile,
     )
     .await;

@@ -92,6 +92,28 @@ pub fn storage_request(
     }
 }
 
+/// The StorageClass to look up before reporting that the claim does not bind: the class the
+/// claim names (or will name, before it exists) while it is not Bound. `None` without
+/// persistence, once Bound, or with the cluster's default class. A claim on a class that does
+/// not exist is a mistake to report loudly; any other unbound claim is most likely being
+/// provisioned.
+pub fn class_to_check<'a>(
+    node: &'a ValkeyNode,
+    live: Option<&'a PersistentVolumeClaim>,
+) -> Option<&'a str> {
+    let persistence = node.spec.template.persistence.as_ref()?;
+    match live {
+        None => persistence.storage_class_name.as_deref(),
+        Some(claim) => {
+            let bound = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+            if bound {
+                return None;
+            }
+            claim.spec.as_ref()?.storage_class_name.as_deref()
+        }
+    }
+}
+
 fn live_request(live: Option<&PersistentVolumeClaim>) -> Option<&Quantity> {
     live?
         .spec
@@ -218,6 +240,27 @@ mod tests {
         // A live claim without requests: the spec.
         let empty = PersistentVolumeClaim::default();
         assert_eq!(request(&pvc(&n, Some(&empty)).unwrap()), "10Gi");
+    }
+
+    #[test]
+    fn only_the_class_of_an_unbound_claim_is_checked() {
+        use k8s_openapi::api::core::v1::PersistentVolumeClaimStatus;
+        let n = node("1Gi", ReclaimPolicy::Retain, Some("fast"));
+        // Before the claim exists: the class it will have.
+        assert_eq!(class_to_check(&n, None), Some("fast"));
+        let mut claim = pvc(&n, None).unwrap();
+        claim.status = Some(PersistentVolumeClaimStatus {
+            phase: Some("Pending".into()),
+            ..Default::default()
+        });
+        assert_eq!(class_to_check(&n, Some(&claim)), Some("fast"));
+        claim.status.as_mut().unwrap().phase = Some("Bound".into());
+        assert_eq!(class_to_check(&n, Some(&claim)), None);
+        // The default class, or no persistence: nothing to look up.
+        let default_class = node("1Gi", ReclaimPolicy::Retain, None);
+        assert_eq!(class_to_check(&default_class, None), None);
+        let ephemeral = fixtures::node("a", ValkeyNodeSpec::default());
+        assert_eq!(class_to_check(&ephemeral, None), None);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! Holding works because the config is keyed by hash in the ConfigMap: the held template keeps
 //! pointing at its old config, so even a crash restart of a held pod starts the old config.
 
+use crd_types::conditions::reasons::RollPending;
 use crd_types::node::RolloutPolicy;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use sha2::{Digest, Sha256};
@@ -83,9 +84,6 @@ pub enum Live<'a> {
     At(Option<&'a str>),
 }
 
-/// Reason of `RollPending=True`.
-pub const ROLL_PENDING_REASON: &str = "WaitingForAllowedRevision";
-
 /// What to do with the workload's template.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RollDecision {
@@ -96,7 +94,7 @@ pub enum RollDecision {
     HoldAt {
         /// The live template's revision.
         current: Option<String>,
-        reason: &'static str,
+        reason: RollPending,
         message: String,
     },
 }
@@ -131,7 +129,7 @@ pub fn decide(
     );
     RollDecision::HoldAt {
         current: current.map(str::to_string),
-        reason: ROLL_PENDING_REASON,
+        reason: RollPending::WaitingForAllowedRevision,
         message,
     }
 }
@@ -234,7 +232,7 @@ mod tests {
                 unreachable!()
             };
             assert_eq!(current.as_deref(), Some("old"));
-            assert_eq!(reason, ROLL_PENDING_REASON);
+            assert_eq!(reason, RollPending::WaitingForAllowedRevision);
             assert!(message.contains("new"), "{message}");
         }
     }

@@ -2,10 +2,10 @@
 //! ConfigValid), built from the live workload and pod.
 
 use crd_types::ValkeyNodeStatus;
-use crd_types::conditions::{Desired, find, transition, types};
+use crd_types::conditions::reasons::{ConfigValid, RollPending, WorkloadReady};
+use crd_types::conditions::{ConditionSpec, find, transition};
 use crd_types::node::WorkloadStatus;
-use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{ContainerStatus, PersistentVolumeClaim, Pod, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{ContainerStatus, PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -13,37 +13,7 @@ use kube::ResourceExt;
 use crate::config::ConfigError;
 use crate::meta::REVISION_ANNOTATION;
 use crate::revision::RollDecision;
-use crate::workload::VALKEY_CONTAINER;
-
-/// The live workload, either kind.
-#[derive(Debug, Clone, Copy)]
-pub enum LiveWorkload<'a> {
-    StatefulSet(&'a StatefulSet),
-    Deployment(&'a Deployment),
-}
-
-impl<'a> LiveWorkload<'a> {
-    pub fn kind(&self) -> &'static str {
-        match self {
-            LiveWorkload::StatefulSet(_) => "StatefulSet",
-            LiveWorkload::Deployment(_) => "Deployment",
-        }
-    }
-
-    pub fn name(&self) -> String {
-        match self {
-            LiveWorkload::StatefulSet(s) => s.name_any(),
-            LiveWorkload::Deployment(d) => d.name_any(),
-        }
-    }
-
-    pub fn template(&self) -> Option<&'a PodTemplateSpec> {
-        match self {
-            LiveWorkload::StatefulSet(s) => s.spec.as_ref().map(|s| &s.template),
-            LiveWorkload::Deployment(d) => d.spec.as_ref().map(|s| &s.template),
-        }
-    }
-}
+use crate::workload::{VALKEY_CONTAINER, Workload};
 
 /// The pod that is the node right now, among the pods selected by `valkey.rs/node`: one not
 /// being deleted if any (a Deployment's replacement while the old pod terminates), the newest
@@ -74,20 +44,55 @@ pub fn is_ready(pod: &Pod) -> bool {
     pod.metadata.deletion_timestamp.is_none() && valkey_status(pod).is_some_and(|c| c.ready)
 }
 
+/// Why the valkey container waits, when it is a reason only a change by the user ends: the
+/// kubelet keeps retrying, and each try fails the same way. `CreateContainerConfigError` is
+/// a missing Secret (or key) of `spec.auth`: nothing else the pod references can be missing.
+const USER_FIXABLE_WAITS: &[&str] = &["CreateContainerConfigError"];
+
+/// The current pod's valkey container cannot be created because of its configuration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "container {VALKEY_CONTAINER} of pod {pod} cannot start: {reason}: {message}; create what      it names (a Secret of spec.auth, or its key) and the pod starts by itself"
+)]
+pub struct BlockedContainer {
+    pub pod: String,
+    /// The waiting reason, e.g. `CreateContainerConfigError`.
+    pub reason: String,
+    /// The kubelet's message, e.g. `secret "cache-auth" not found`.
+    pub message: String,
+}
+
+/// Whether `pod`'s valkey container waits for the user (see [`USER_FIXABLE_WAITS`]); never
+/// for a pod being deleted, whose replacement is what counts.
+pub fn blocked_container(pod: &Pod) -> Option<BlockedContainer> {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return None;
+    }
+    let waiting = valkey_status(pod)?.state.as_ref()?.waiting.as_ref()?;
+    let reason = waiting.reason.as_deref()?;
+    USER_FIXABLE_WAITS
+        .contains(&reason)
+        .then(|| BlockedContainer {
+            pod: pod.name_any(),
+            reason: reason.to_string(),
+            message: waiting.message.clone().unwrap_or_default(),
+        })
+}
+
 /// `status.workload` from the live workload and current pod.
 ///
 /// `restarts` counts the valkey container only: it is what tells whether the data process
 /// restarted. `revision` is the pod's own annotation (copied from the template it was made
 /// from), not the workload's, so it stays at the old revision until the new pod exists.
 pub fn workload_status(
-    live: Option<LiveWorkload<'_>>,
+    live: Option<&Workload>,
     pod: Option<&Pod>,
     desired_revision: Option<&str>,
     observed_generation: Option<i64>,
 ) -> WorkloadStatus {
     let pod_status = pod.and_then(|p| p.status.as_ref());
     WorkloadStatus {
-        kind: live.map(|w| w.kind().to_string()),
+        kind: live.map(Workload::workload_type),
         name: live.map(|w| w.name()),
         pod_name: pod.map(|p| p.name_any()),
         pod_ip: pod_status.and_then(|s| s.pod_ip.clone()),
@@ -142,68 +147,63 @@ pub fn conditions(
     .collect()
 }
 
-fn config_valid<'a>(o: &Observed<'a>) -> Desired<'a> {
+fn config_valid(o: &Observed<'_>) -> ConditionSpec {
     match o.config {
-        Ok(()) => Desired {
-            type_: types::CONFIG_VALID,
-            status: true,
-            reason: "Valid",
-            message: "the spec renders to a valid config".into(),
-        },
-        Err(e) => Desired {
-            type_: types::CONFIG_VALID,
-            status: false,
-            reason: e.reason(),
-            message: e.to_string(),
-        },
+        Ok(()) => ConditionSpec::new(
+            ConfigValid::Valid,
+            true,
+            "the spec renders to a valid config",
+        ),
+        Err(e) => ConditionSpec::new(e.reason(), false, e.to_string()),
     }
 }
 
-fn workload_ready<'a>(o: &Observed<'a>) -> Desired<'a> {
-    let not_ready = |reason: &'a str, message: String| Desired {
-        type_: types::WORKLOAD_READY,
-        status: false,
-        reason,
-        message,
-    };
+fn workload_ready(o: &Observed<'_>) -> ConditionSpec {
+    let not_ready =
+        |reason: WorkloadReady, message: String| ConditionSpec::new(reason, false, message);
     if !o.workload_exists {
         return match (o.config, o.waiting_for_endpoint) {
             (Err(_), _) => not_ready(
-                "ConfigInvalid",
+                WorkloadReady::ConfigInvalid,
                 "no workload: the config is invalid, see ConfigValid".into(),
             ),
             (Ok(()), true) => not_ready(
-                "WaitingForEndpoint",
+                WorkloadReady::WaitingForEndpoint,
                 "no workload yet: announce is Service and the node's Service has no ClusterIP \
                  yet (status.endpoint.clusterIP, written by service-controller)"
                     .into(),
             ),
-            (Ok(()), false) => not_ready("WorkloadMissing", "the workload is being created".into()),
+            (Ok(()), false) => not_ready(
+                WorkloadReady::WorkloadMissing,
+                "the workload is being created".into(),
+            ),
         };
     }
     let Some(pod) = o.pod else {
-        return not_ready("PodMissing", "the workload has no pod yet".into());
+        return not_ready(
+            WorkloadReady::PodMissing,
+            "the workload has no pod yet".into(),
+        );
     };
     if pod.metadata.deletion_timestamp.is_some() {
         return not_ready(
-            "PodTerminating",
+            WorkloadReady::PodTerminating,
             format!("pod {} is terminating", pod.name_any()),
         );
     }
     if o.workload.ready {
-        return Desired {
-            type_: types::WORKLOAD_READY,
-            status: true,
-            reason: "PodReady",
-            message: format!("pod {} answers PING", pod.name_any()),
-        };
+        return ConditionSpec::new(
+            WorkloadReady::PodReady,
+            true,
+            format!("pod {} answers PING", pod.name_any()),
+        );
     }
     // A claim that is not bound keeps the pod unschedulable; say so rather than "pending".
     if let Some(message) = o
         .claim
         .and_then(|c| claim_not_bound(c, o.storage_class_missing))
     {
-        return not_ready(REASON_CLAIM_NOT_BOUND, message);
+        return not_ready(WorkloadReady::ClaimNotBound, message);
     }
     let waiting = valkey_status(pod)
         .and_then(|c| c.state.as_ref())
@@ -220,7 +220,7 @@ fn workload_ready<'a>(o: &Observed<'a>) -> Desired<'a> {
             })
             .unwrap_or_default();
         return not_ready(
-            "ContainerWaiting",
+            WorkloadReady::ContainerWaiting,
             format!(
                 "container valkey of pod {} is waiting: {} {}",
                 pod.name_any(),
@@ -234,19 +234,19 @@ fn workload_ready<'a>(o: &Observed<'a>) -> Desired<'a> {
     }
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     if phase == Some("Pending") {
-        return not_ready("PodPending", format!("pod {} is pending", pod.name_any()));
+        return not_ready(
+            WorkloadReady::PodPending,
+            format!("pod {} is pending", pod.name_any()),
+        );
     }
     not_ready(
-        "PodNotReady",
+        WorkloadReady::PodNotReady,
         format!(
             "pod {} does not answer PING with PONG yet (starting or loading its data)",
             pod.name_any()
         ),
     )
 }
-
-/// Reason of `WorkloadReady=False` while the node's PVC is not bound.
-pub const REASON_CLAIM_NOT_BOUND: &str = "ClaimNotBound";
 
 /// Why `claim` keeps the pod from starting, or `None` once it is bound.
 pub fn claim_not_bound(claim: &PersistentVolumeClaim, class_missing: bool) -> Option<String> {
@@ -306,28 +306,22 @@ pub fn needs_update(current: Option<&ValkeyNodeStatus>, desired: &ValkeyNodeStat
         .any(|c| find(live, &c.type_) != Some(c))
 }
 
-fn roll_pending<'a>(o: &Observed<'a>) -> Desired<'a> {
-    let up_to_date = |reason: &'a str, message: String| Desired {
-        type_: types::ROLL_PENDING,
-        status: false,
-        reason,
-        message,
-    };
+fn roll_pending(o: &Observed<'_>) -> ConditionSpec {
+    let up_to_date =
+        |reason: RollPending, message: String| ConditionSpec::new(reason, false, message);
     match o.roll {
-        None => up_to_date("NoDesiredRevision", "no template to roll to".into()),
+        None => up_to_date(
+            RollPending::NoDesiredRevision,
+            "no template to roll to".into(),
+        ),
         Some(RollDecision::HoldAt {
             reason, message, ..
-        }) => Desired {
-            type_: types::ROLL_PENDING,
-            status: true,
-            reason,
-            message: message.clone(),
-        },
+        }) => ConditionSpec::new(*reason, true, message.clone()),
         Some(RollDecision::ApplyNow) => {
             let w = o.workload;
             if w.revision.is_some() && w.revision == w.desired_revision {
                 up_to_date(
-                    "UpToDate",
+                    RollPending::UpToDate,
                     format!(
                         "the pod runs revision {}",
                         w.revision.as_deref().unwrap_or_default()
@@ -335,7 +329,7 @@ fn roll_pending<'a>(o: &Observed<'a>) -> Desired<'a> {
                 )
             } else {
                 up_to_date(
-                    "Rolling",
+                    RollPending::Rolling,
                     format!(
                         "revision {} is applied; the pod is being replaced",
                         w.desired_revision.as_deref().unwrap_or("unknown")
@@ -351,7 +345,9 @@ mod tests {
     use super::*;
     use std::collections::BTreeMap;
 
-    use crd_types::conditions::{TRUE, find};
+    use crd_types::conditions::{TRUE, find, types};
+    use crd_types::template::WorkloadType;
+    use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
     use k8s_openapi::api::core::v1::{
         ContainerState, ContainerStateTerminated, ContainerStateWaiting, PodSpec, PodStatus,
     };
@@ -413,7 +409,7 @@ mod tests {
         let s = sts("cache");
         let p = pod("cache-0", 1, true);
         let w = workload_status(
-            Some(LiveWorkload::StatefulSet(&s)),
+            Some(&Workload::StatefulSet(s)),
             Some(&p),
             Some("rev2"),
             Some(4),
@@ -421,7 +417,7 @@ mod tests {
         assert_eq!(
             w,
             WorkloadStatus {
-                kind: Some("StatefulSet".into()),
+                kind: Some(WorkloadType::StatefulSet),
                 name: Some("cache".into()),
                 pod_name: Some("cache-0".into()),
                 pod_ip: Some("10.1.0.4".into()),
@@ -452,8 +448,8 @@ mod tests {
             },
             ..Default::default()
         };
-        let w = workload_status(Some(LiveWorkload::Deployment(&d)), None, Some("r"), None);
-        assert_eq!(w.kind.as_deref(), Some("Deployment"));
+        let w = workload_status(Some(&Workload::Deployment(d)), None, Some("r"), None);
+        assert_eq!(w.kind, Some(WorkloadType::Deployment));
         assert_eq!(w.pod_name, None);
         assert!(!w.ready);
     }
@@ -508,7 +504,7 @@ mod tests {
     fn all_good() {
         let p = pod("cache-0", 1, true);
         let mut w = workload_status(None, Some(&p), Some("rev1"), Some(1));
-        w.kind = Some("StatefulSet".into());
+        w.kind = Some(WorkloadType::StatefulSet);
         let roll = RollDecision::ApplyNow;
         let c = conditions(&[], &observed(&w, Some(&p), Some(&roll)), Some(1), at(10));
         assert_eq!(c.len(), 3);
@@ -634,6 +630,54 @@ mod tests {
     }
 
     #[test]
+    fn only_a_container_waiting_for_the_user_is_blocked() {
+        let waiting = |reason: &str, message: &str| {
+            let mut p = pod("cache-0", 1, false);
+            p.status
+                .as_mut()
+                .unwrap()
+                .container_statuses
+                .as_mut()
+                .unwrap()[0]
+                .state = Some(ContainerState {
+                waiting: Some(ContainerStateWaiting {
+                    reason: Some(reason.into()),
+                    message: Some(message.into()),
+                }),
+                ..Default::default()
+            });
+            p
+        };
+        let missing = waiting(
+            "CreateContainerConfigError",
+            "secret \"cache-auth\" not found",
+        );
+        let blocked = blocked_container(&missing).unwrap();
+        assert_eq!(
+            blocked,
+            BlockedContainer {
+                pod: "cache-0".into(),
+                reason: "CreateContainerConfigError".into(),
+                message: "secret \"cache-auth\" not found".into(),
+            }
+        );
+        assert!(
+            blocked.to_string().contains(
+                "cannot start: CreateContainerConfigError: secret \"cache-auth\" not found;"
+            ),
+            "{blocked}"
+        );
+        // These end by themselves (or are the server's own failure, with its own back-off).
+        for passing in ["ContainerCreating", "CrashLoopBackOff", "ErrImagePull"] {
+            assert_eq!(blocked_container(&waiting(passing, "")), None, "{passing}");
+        }
+        assert_eq!(blocked_container(&pod("cache-0", 1, true)), None);
+        let mut leaving = missing;
+        leaving.metadata.deletion_timestamp = Some(Time(at(5)));
+        assert_eq!(blocked_container(&leaving), None);
+    }
+
+    #[test]
     fn an_unbound_claim_is_named_as_the_reason() {
         use k8s_openapi::api::core::v1::{PersistentVolumeClaimSpec, PersistentVolumeClaimStatus};
         let w = WorkloadStatus::default();
@@ -662,7 +706,7 @@ mod tests {
         let wr = get(&c, types::WORKLOAD_READY);
         assert_eq!(
             (wr.status.as_str(), wr.reason.as_str()),
-            ("False", REASON_CLAIM_NOT_BOUND)
+            ("False", WorkloadReady::ClaimNotBound.as_str())
         );
         assert!(wr.message.contains("cache-data"), "{}", wr.message);
         assert!(
@@ -756,7 +800,7 @@ mod tests {
         let c = conditions(&[], &observed(&w, Some(&p), Some(&hold)), None, at(1));
         let rp = get(&c, types::ROLL_PENDING);
         assert_eq!(rp.status, TRUE);
-        assert_eq!(rp.reason, crate::revision::ROLL_PENDING_REASON);
+        assert_eq!(rp.reason, RollPending::WaitingForAllowedRevision.as_str());
         assert!(rp.message.contains("rev2"));
 
         let now = RollDecision::ApplyNow;

@@ -1,12 +1,18 @@
 //! service-controller: gives each ValkeyNode its own ClusterIP Service, the stable address
 //! the node announces, and writes `status.endpoint`.
 //!
-//! - [`service`]: the desired Service (pure);
-//! - [`status`]: `status.endpoint` and the `EndpointReady` condition (pure);
-//! - [`reconcile`]: fetch, apply with server-side apply, Events, status.
+//! A reconcile is five stages (see [`reconcile`]); the pure ones are their own modules:
+//! - [`build`]: what to do with the node's Service, from the live one;
+//! - [`service`]: the desired Service;
+//! - [`report`]: the status and Events to publish, built on [`status`] (`status.endpoint`
+//!   and the `EndpointReady` condition) and [`events`] (the typed Event reasons);
+//! - [`reconcile`]: the I/O stages (fetch, apply, publish) around them.
 
+mod build;
 mod error;
+mod events;
 mod reconcile;
+mod report;
 mod service;
 mod status;
 
@@ -17,7 +23,6 @@ use clap::Parser;
 use crd_types::names::labels;
 use crd_types::{FieldManager, ValkeyNode};
 use k8s_openapi::api::core::v1::Service;
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::watcher;
 use operator_runtime::{CommonArgs, Context, RequiredCrd, controller};
 
@@ -44,13 +49,6 @@ async fn main() -> ExitCode {
 }
 
 async fn run(ctx: Context) -> Result<(), std::convert::Infallible> {
-    let reporter = Reporter {
-        controller: ctx.name.into(),
-        instance: std::env::var("POD_NAME").ok(),
-    };
-    let state = reconcile::State {
-        recorder: Recorder::new(ctx.client.clone(), reporter),
-    };
     // Owning the Services means a deleted or edited Service reconciles its ValkeyNode at
     // once (and gets recreated or put back); only the operator's Services are watched.
     let services = ctx.watch_api::<Service>();
@@ -62,7 +60,7 @@ async fn run(ctx: Context) -> Result<(), std::convert::Infallible> {
     controller::run_watching::<ValkeyNode, _, _, _, _>(
         &ctx,
         |nodes| nodes.owns(services, ours),
-        Arc::new(state),
+        Arc::new(()),
         reconcile::reconcile,
     )
     .await;

@@ -1,190 +1,132 @@
-//! One reconcile of a ValkeyNode: fetch the Service, build the desired one, apply it,
-//! publish Events, apply this controller's part of the status.
+//! One reconcile of a ValkeyNode, in stages that each take the previous one's output:
+//! [`fetch`] -> [`build`](crate::build::build) (pure) -> [`apply`] (server-side apply under
+//! the controller's field manager) -> [`report`](crate::report::report) (pure: status and
+//! Events) -> [`publish`].
 
 use std::sync::Arc;
 
 use crd_types::ValkeyNode;
 use crd_types::names;
-use k8s_openapi::api::core::v1::{ObjectReference, Service};
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder};
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, Client, Resource, ResourceExt};
 use operator_runtime::controller::{self, ReconcileContext};
+use operator_runtime::{ApiError, ApiResultExt, Context, EventReason, ObjectName, Op};
 
+use crate::build::{Build, Live, build};
 use crate::error::Error;
-use crate::service;
-use crate::status::{self, Observed};
-
-/// Event reasons.
-pub const SERVICE_CREATED: &str = "ServiceCreated";
-pub const ANNOUNCE_ADDRESS_CHANGED: &str = "AnnounceAddressChanged";
-pub const SERVICE_NOT_OWNED: &str = status::REASON_NOT_OWNED;
-
-/// What every reconcile shares.
-pub struct State {
-    /// Publishes Events (events.k8s.io/v1) on ValkeyNodes as `service-controller`.
-    pub recorder: Recorder,
-}
+use crate::events::ServiceEvent;
+use crate::report::{Applied, Report, report};
 
 pub async fn reconcile(
     cached: Arc<ValkeyNode>,
-    ctx: Arc<ReconcileContext<State>>,
+    ctx: Arc<ReconcileContext<()>>,
 ) -> Result<Action, Error> {
-    let name = cached.name_any();
-    let namespace = cached.namespace().ok_or_else(|| Error::MissingField {
-        node: name.clone(),
-        field: "metadata.namespace",
-    })?;
-    let client = ctx.runtime.client.clone();
-    let services: Api<Service> = Api::namespaced(client.clone(), &namespace);
-    let nodes: Api<ValkeyNode> = Api::namespaced(client, &namespace);
-    let field_manager = ctx.runtime.field_manager;
-    let service_name = names::service_name(&name);
-
-    // Fetch. The node itself is read again: the cache may not show the status this
-    // controller applied a moment ago, and the recorded ClusterIP is what a new one is
-    // compared with.
-    let Some(node) = nodes
-        .get_opt(&name)
-        .await
-        .map_err(|source| Error::ReadNode {
-            namespace: namespace.clone(),
-            name: name.clone(),
-            source: Box::new(source),
-        })?
-    else {
+    let apis = Apis::for_node(&ctx.runtime.client, &cached)?;
+    let Some(live) = fetch(&apis, &cached.name_any()).await? else {
         return Ok(Action::await_change());
     };
-    // Deleting the node deletes its Service through the owner reference; nothing to do.
-    if node.meta().deletion_timestamp.is_some() {
-        return Ok(Action::await_change());
-    }
-    let recorder = &ctx.data.recorder;
-    let publish = |type_, reason, note, service: &Service| {
-        publish(
-            recorder,
-            &node,
-            type_,
-            reason,
-            note,
-            service.object_ref(&()),
-        )
-    };
-
-    let existing = services
-        .get_opt(&service_name)
-        .await
-        .map_err(|source| Error::ReadService {
-            namespace: namespace.clone(),
-            name: service_name.clone(),
-            source: Box::new(source),
-        })?;
-
-    let now = Timestamp::now();
-    let desired_status = match &existing {
-        Some(found) if !service::controlled_by(found, &node) => {
-            let desired = status::desired(&node, Observed::NotOwned, now);
-            if status::needs_update(&node, &desired) {
-                tracing::warn!(node = %name, %namespace, service = %service_name, "a Service of the node's name exists and is not controlled by it; leaving it alone");
-                publish(
-                    EventType::Warning,
-                    SERVICE_NOT_OWNED,
-                    format!(
-                        "Service {service_name} exists and is not controlled by this ValkeyNode; delete it so the node's own Service can be created"
-                    ),
-                    found,
-                )
-                .await?;
-            }
-            desired
-        }
-        _ => {
-            // Build and apply.
-            let desired = service::desired(&node)?;
-            // Skipped when the live Service already says it all: an idle resync costs a read.
-            let applied = match existing
-                .as_ref()
-                .filter(|live| operator_runtime::is_applied(&desired, live))
-            {
-                Some(live) => live.clone(),
-                None => operator_runtime::apply(&services, &service_name, &desired, field_manager)
-                    .await
-                    .map_err(|source| Error::ApplyService {
-                        namespace: namespace.clone(),
-                        name: service_name.clone(),
-                        source: Box::new(source),
-                    })?,
-            };
-            let cluster_ip = service::cluster_ip(&applied);
-            if existing.is_none() {
-                tracing::info!(node = %name, %namespace, service = %service_name, cluster_ip, "created Service");
-                publish(
-                    EventType::Normal,
-                    SERVICE_CREATED,
-                    format!(
-                        "Service {service_name} created with ClusterIP {}",
-                        cluster_ip.unwrap_or("<none yet>")
-                    ),
-                    &applied,
-                )
-                .await?;
-            }
-            // Published before the status records the new address, so a failed publish is
-            // retried: the next reconcile still sees the old address in the status.
-            if let Some(change) = status::address_change(&node, cluster_ip) {
-                tracing::warn!(node = %name, %namespace, old = %change.old, new = %change.new, "announce address changed");
-                publish(
-                    EventType::Warning,
-                    ANNOUNCE_ADDRESS_CHANGED,
-                    format!(
-                        "ClusterIP of Service {service_name} changed {} -> {}; peers must learn the new announce address and the pod restarts with it",
-                        change.old, change.new
-                    ),
-                    &applied,
-                )
-                .await?;
-            }
-            status::desired(&node, Observed::Service(&applied), now)
-        }
-    };
-
-    // Status.
-    if status::needs_update(&node, &desired_status) {
-        operator_runtime::apply_status(&nodes, &name, &desired_status, field_manager)
-            .await
-            .map_err(|source| Error::ApplyStatus {
-                namespace: namespace.clone(),
-                name: name.clone(),
-                source: Box::new(source),
-            })?;
-    }
+    let build = build(&live)?;
+    let applied = apply(&apis, build, ctx.runtime.field_manager).await?;
+    let report = report(&live, &applied, Timestamp::now());
+    publish(&apis, &ctx.runtime, &live.node, report).await?;
     Ok(controller::resync())
 }
 
-/// Publishes an Event about `node`, with its Service as the related object.
-async fn publish(
-    recorder: &Recorder,
-    node: &ValkeyNode,
-    type_: EventType,
-    reason: &'static str,
-    note: String,
-    service: ObjectReference,
-) -> Result<(), Error> {
-    let event = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note),
-        action: "ApplyService".into(),
-        secondary: Some(service),
-    };
-    recorder
-        .publish(&event, &node.object_ref(&()))
-        .await
-        .map_err(|source| Error::PublishEvent {
-            namespace: node.namespace().unwrap_or_default(),
-            name: node.name_any(),
-            reason,
-            source: Box::new(source),
+/// The APIs a reconcile of one node uses, in the node's namespace.
+struct Apis {
+    namespace: String,
+    nodes: Api<ValkeyNode>,
+    services: Api<Service>,
+}
+
+impl Apis {
+    fn for_node(client: &Client, node: &ValkeyNode) -> Result<Self, Error> {
+        let namespace = node.namespace().ok_or_else(|| Error::Invalid {
+            node: node.name_any(),
+            field: "metadata.namespace",
+        })?;
+        Ok(Self {
+            nodes: Api::namespaced(client.clone(), &namespace),
+            services: Api::namespaced(client.clone(), &namespace),
+            namespace,
         })
+    }
+}
+
+/// The node and the Service of its name; `None` when the node is gone or being deleted
+/// (its Service goes with it through the owner reference: nothing to do).
+async fn fetch(apis: &Apis, name: &str) -> Result<Option<Live>, ApiError> {
+    let ns = apis.namespace.as_str();
+    let Some(node) = apis
+        .nodes
+        .get_opt(name)
+        .await
+        .on(Op::Read, ObjectName::new::<ValkeyNode>(ns, name))?
+    else {
+        return Ok(None);
+    };
+    if node.meta().deletion_timestamp.is_some() {
+        return Ok(None);
+    }
+    let service_name = names::service_name(name);
+    let service = apis
+        .services
+        .get_opt(&service_name)
+        .await
+        .on(Op::Read, ObjectName::new::<Service>(ns, &service_name))?;
+    Ok(Some(Live { node, service }))
+}
+
+/// Applies the node's Service when `build` says so; returns it as the API server holds it.
+async fn apply(apis: &Apis, build: Build, field_manager: &str) -> Result<Applied, ApiError> {
+    let created = matches!(build, Build::Create { .. });
+    Ok(match build {
+        Build::NotOwned { found } => Applied::NotOwned { found },
+        Build::Current { live } => Applied::Service {
+            service: live,
+            created: false,
+        },
+        Build::Create { service } | Build::Update { service } => {
+            let name = service.name_any();
+            let stored = operator_runtime::apply(&apis.services, &name, &service, field_manager)
+                .await
+                .on(Op::Apply, ObjectName::of(&service))?;
+            Applied::Service {
+                service: stored,
+                created,
+            }
+        }
+    })
+}
+
+/// Publishes `report` about `node`: the Events first (a failed publish is then retried,
+/// because the status does not record the change yet), then the status.
+async fn publish(
+    apis: &Apis,
+    ctx: &Context,
+    node: &ValkeyNode,
+    report: Report,
+) -> Result<(), ApiError> {
+    let Report { status, events } = report;
+    for ServiceEvent {
+        reason,
+        note,
+        related,
+    } in events
+    {
+        if reason.is_warning() {
+            tracing::warn!(node = %node.name_any(), namespace = %apis.namespace, reason = reason.as_str(), %note);
+        } else {
+            tracing::info!(node = %node.name_any(), namespace = %apis.namespace, reason = reason.as_str(), %note);
+        }
+        ctx.events.publish(node, reason, note, related).await?;
+    }
+    if let Some(status) = status {
+        operator_runtime::apply_status(&apis.nodes, &node.name_any(), &status, ctx.field_manager)
+            .await
+            .on(Op::ApplyStatus, ObjectName::of(node))?;
+    }
+    Ok(())
 }

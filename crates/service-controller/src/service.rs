@@ -82,7 +82,7 @@ pub fn selector(node: &ValkeyNode) -> BTreeMap<String, String> {
 /// immutable, so the applied object must not claim it (re-applying would try to change or
 /// clear it).
 pub fn desired(node: &ValkeyNode) -> Result<Service, Error> {
-    let missing = |field| Error::MissingField {
+    let missing = |field| Error::Invalid {
         node: node.name_any(),
         field,
     };
@@ -286,7 +286,7 @@ pub(crate) mod tests {
         no_uid.metadata.uid = None;
         assert!(matches!(
             desired(&no_uid),
-            Err(Error::MissingField {
+            Err(Error::Invalid {
                 field: "metadata.uid",
                 ..
             })

@@ -4,7 +4,8 @@
 //! Only these two are ever applied (field manager `valkey-operator/service`): conditions are
 //! a list-map keyed by type, so the other controllers' conditions are left alone.
 
-use crd_types::conditions::{self, Desired, types};
+use crd_types::conditions::reasons::EndpointReady;
+use crd_types::conditions::{self, ConditionSpec, types};
 use crd_types::names;
 use crd_types::node::{EndpointPort, EndpointStatus};
 use crd_types::{ValkeyNode, ValkeyNodeStatus};
@@ -13,10 +14,6 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use crate::service;
-
-pub const REASON_READY: &str = "ServiceReady";
-pub const REASON_PENDING: &str = "ServicePending";
-pub const REASON_NOT_OWNED: &str = "ServiceNotOwned";
 
 /// What the controller found after applying (or refusing to apply) the Service.
 #[derive(Debug, Clone, Copy)]
@@ -45,32 +42,29 @@ pub fn desired(node: &ValkeyNode, observed: Observed<'_>, now: Timestamp) -> Val
                 .collect();
             let cluster_ip = service::cluster_ip(svc).map(str::to_owned);
             let condition = match &cluster_ip {
-                Some(ip) => Desired {
-                    type_: types::ENDPOINT_READY,
-                    status: true,
-                    reason: REASON_READY,
-                    message: format!("Service {service_name} has ClusterIP {ip}"),
-                },
-                None => Desired {
-                    type_: types::ENDPOINT_READY,
-                    status: false,
-                    reason: REASON_PENDING,
-                    message: format!("Service {service_name} has no ClusterIP yet"),
-                },
+                Some(ip) => ConditionSpec::new(
+                    EndpointReady::ServiceReady,
+                    true,
+                    format!("Service {service_name} has ClusterIP {ip}"),
+                ),
+                None => ConditionSpec::new(
+                    EndpointReady::ServicePending,
+                    false,
+                    format!("Service {service_name} has no ClusterIP yet"),
+                ),
             };
             (cluster_ip, ports, condition)
         }
         Observed::NotOwned => (
             None,
             Vec::new(),
-            Desired {
-                type_: types::ENDPOINT_READY,
-                status: false,
-                reason: REASON_NOT_OWNED,
-                message: format!(
+            ConditionSpec::new(
+                EndpointReady::ServiceNotOwned,
+                false,
+                format!(
                     "Service {namespace}/{service_name} exists but is not controlled by this ValkeyNode; delete that Service so service-controller can create the node's own"
                 ),
-            },
+            ),
         ),
     };
     let generation = node.metadata.generation;

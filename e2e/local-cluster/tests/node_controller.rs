@@ -2,7 +2,8 @@
 //! ValkeyNode becomes a ConfigMap, a PVC and a singleton StatefulSet or Deployment whose pod
 //! announces the node's Service ClusterIP; the pod comes back after a delete with its data
 //! (Kubernetes restarts it, not the operator); a claim that cannot bind is reported on the
-//! node while a healthy node stays healthy.
+//! node while a healthy node stays healthy; a container that cannot start for a missing
+//! Secret is reported, warned about and retried with a growing delay.
 
 use crd_types::ValkeyNode;
 use crd_types::conditions::{self, types};
@@ -11,18 +12,25 @@ use crd_types::template::WorkloadType;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use std::collections::BTreeMap;
 
+use std::time::{Duration, Instant};
+
 use crd_types::template::{Auth, SecretKeyRef};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
+use local_cluster::operator::RunningController;
 use local_cluster::testing::{
     cluster_with_operator, events_about, ready_node, valkey_cli, valkey_cli_as, valkey_node,
 };
 use local_cluster::{LocalCluster, operator};
 
 const NS: &str = "default";
+
+/// The failure label of a reconcile stopped by a container that waits for the user
+/// (node-controller's `Error::ContainerBlocked`).
+const CONTAINER_CONFIG: &str = "container_config";
 
 struct Apis {
     nodes: Api<ValkeyNode>,
@@ -55,19 +63,155 @@ async fn nodes_run_real_valkey_pods_that_survive_deletion() {
     owned_directive_in_another_case(&cluster, &client, &apis).await;
     authenticated_node(&cluster, &client, &apis).await;
 
-    // --- The controller never failed a reconcile on the way.
-    let node_controller = controllers
+    // --- The controller never failed a reconcile on the way, but for the node that waited
+    // for its Secrets (f), which is reported as a failure on purpose.
+    let metrics = metrics(node_controller(&controllers)).await;
+    let failures: Vec<&str> = metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with(
+                r#"valkey_operator_reconcile_failures_total{controller="node-controller""#,
+            )
+        })
+        .filter(|l| !l.contains(&format!(r#"error="{CONTAINER_CONFIG}""#)))
+        .collect();
+    assert!(failures.is_empty(), "{failures:?}");
+    cluster.stop().unwrap();
+}
+
+fn node_controller(controllers: &[RunningController]) -> &RunningController {
+    controllers
         .iter()
         .find(|c| c.process.binary == "node-controller")
-        .unwrap();
-    let metrics = operator::http_get(&node_controller.http_addr, "/metrics")
+        .unwrap()
+}
+
+async fn metrics(controller: &RunningController) -> String {
+    operator::http_get(&controller.http_addr, "/metrics")
+        .await
+        .unwrap()
+}
+
+/// The value of the metric line that starts with `series` (name and labels), 0 when absent.
+fn sample(metrics: &str, series: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}
+
+/// A ValkeyNode naming a Secret that does not exist: its valkey container cannot be created
+/// (CreateContainerConfigError), and only creating the Secret helps. The node says so,
+/// node-controller fails the reconcile with a Warning Event naming the Secret and looks
+/// again after a growing delay, and the node starts once the Secret exists without waiting
+/// out that delay.
+#[tokio::test]
+async fn a_missing_secret_warns_and_backs_off() {
+    let run = tempfile::tempdir().unwrap();
+    let (mut cluster, controllers) = cluster_with_operator(run.path(), true).await.unwrap();
+    let client = cluster.client().await.unwrap();
+    let apis = Apis::new(&client);
+    let controller = node_controller(&controllers);
+    let (name, secret) = ("orphan", "orphan-auth");
+    let mut node = valkey_node(name, WorkloadType::StatefulSet, false, None);
+    node.spec.auth = Some(Auth {
+        password_secret_ref: Some(SecretKeyRef {
+            name: secret.into(),
+            key: "password".into(),
+        }),
+        operator_secret_ref: None,
+    });
+    apis.nodes
+        .create(&PostParams::default(), &node)
         .await
         .unwrap();
-    assert!(
-        !metrics
-            .contains(r#"valkey_operator_reconcile_failures_total{controller="node-controller""#),
-        "{metrics}"
+
+    let event = cluster
+        .wait_for_value("a ReconcileFailed Event about the container", || async {
+            Ok(
+                events_about(&apis.events, "ValkeyNode", name, "ReconcileFailed")
+                    .await?
+                    .into_iter()
+                    .find(|e| {
+                        e.note
+                            .as_deref()
+                            .is_some_and(|n| n.contains("CreateContainerConfigError"))
+                    }),
+            )
+        })
+        .await
+        .unwrap();
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        event.reporting_controller.as_deref(),
+        Some("node-controller")
     );
+    let note = event.note.unwrap_or_default();
+    assert!(note.contains(&format!("secret \"{secret}\"")), "{note}");
+    // The status was written before the reconcile failed.
+    let status = apis.nodes.get_status(name).await.unwrap().status.unwrap();
+    let ready = conditions::find(&status.conditions, types::WORKLOAD_READY).unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "ContainerWaiting"),
+        "{ready:?}"
+    );
+    assert!(ready.message.contains(secret), "{}", ready.message);
+
+    // A minute of retries. The node agent, like the kubelet, writes the pod status only when
+    // it changes: it retries the container every 5 s with the same message, and a write
+    // would wake the reconcile whatever its delay. The pod's resourceVersion shows it did not.
+    let failed = format!(
+        r#"valkey_operator_reconcile_failures_total{{controller="node-controller",error="{CONTAINER_CONFIG}"}}"#
+    );
+    let runs = r#"valkey_operator_reconcile_runs_total{controller="node-controller"}"#;
+    let pod = format!("{name}-0");
+    let pod_version = apis.pods.get(&pod).await.unwrap().resource_version();
+    let before = metrics(controller).await;
+    let window = Instant::now();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let after = metrics(controller).await;
+    let elapsed = window.elapsed();
+    let failures = sample(&after, &failed) - sample(&before, &failed);
+    let reconciles = sample(&after, runs) - sample(&before, runs);
+    println!(
+        "in {elapsed:?}: {failures} {CONTAINER_CONFIG} failures ({} before, {} after), {reconciles} reconciles; a flat 10 s retry makes 6",
+        sample(&before, &failed),
+        sample(&after, &failed)
+    );
+    assert_eq!(
+        apis.pods.get(&pod).await.unwrap().resource_version(),
+        pod_version,
+        "the pod status was rewritten during the window"
+    );
+    assert!(failures >= 1, "the node is still looked at: {failures}");
+    assert!(
+        failures < 6,
+        "no growing delay: {failures} failures in a minute"
+    );
+
+    // The Secret appears: the container starts, and that pod change wakes the reconcile.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+    let s = Secret {
+        metadata: ObjectMeta {
+            name: Some(secret.into()),
+            ..Default::default()
+        },
+        string_data: Some(BTreeMap::from([(
+            "password".to_string(),
+            "s3cret".to_string(),
+        )])),
+        ..Default::default()
+    };
+    secrets.create(&PostParams::default(), &s).await.unwrap();
+    let created = Instant::now();
+    cluster
+        .wait_for_value("the node to be ready once its Secret exists", || {
+            ready_node(&apis.nodes, &apis.pods, name, None)
+        })
+        .await
+        .unwrap();
+    println!("ready {:?} after the Secret was created", created.elapsed());
     cluster.stop().unwrap();
 }
 

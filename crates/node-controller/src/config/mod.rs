@@ -7,12 +7,18 @@
 //! network namespace, which is exactly the pod IP plus loopback; the local node agent (pods
 //! share the host network there) appends `--bind <podIP>` itself. Pinning an address in the
 //! file would break one of the two.
+//!
+//! The values themselves are read and written as valkey.conf does, by [`args`].
 
-use crd_types::ValkeyNode;
-use crd_types::ValkeyNodeSpec;
+pub mod args;
+
+use crd_types::conditions::reasons::ConfigValid;
 use crd_types::names::ports;
 use crd_types::node::Mode;
 use crd_types::template::{Announce, OPERATOR_USER};
+
+use args::{quote, split_args};
+use crd_types::{ValkeyNode, ValkeyNodeSpec};
 
 /// Where the ConfigMap is mounted (read-only).
 pub const CONFIG_DIR: &str = "/etc/valkey";
@@ -73,11 +79,11 @@ fn describe(problems: &[(String, String)]) -> String {
 }
 
 impl ConfigError {
-    /// CamelCase reason for the ConfigValid condition and the Event.
-    pub fn reason(&self) -> &'static str {
+    /// The reason of the `ConfigValid=False` condition.
+    pub fn reason(&self) -> ConfigValid {
         match self {
-            ConfigError::OwnedDirectives(_) => "OwnedDirective",
-            ConfigError::InvalidDirectives(_) => "InvalidDirective",
+            ConfigError::OwnedDirectives(_) => ConfigValid::OwnedDirective,
+            ConfigError::InvalidDirectives(_) => ConfigValid::InvalidDirective,
         }
     }
 }
@@ -177,15 +183,15 @@ pub fn validate(spec: &ValkeyNodeSpec) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// Renders the node's config, or says it must wait for its Service's ClusterIP.
-///
-/// `cluster_ip` is `status.endpoint.clusterIP` (see [`cluster_ip`]); it is only used with
-/// `announce: Service`.
 /// Server directives rendered unless the user sets them: an append-only file, so a process
 /// crash or restart loses at most the last second of acknowledged writes rather than
 /// everything since the last snapshot.
 pub const SERVER_DEFAULTS: &[(&str, &str)] = &[("appendonly", "yes"), ("appendfsync", "everysec")];
 
+/// Renders the node's config, or says it must wait for its Service's ClusterIP.
+///
+/// `cluster_ip` is `status.endpoint.clusterIP` (see [`cluster_ip`]); it is only used with
+/// `announce: Service`.
 pub fn render(spec: &ValkeyNodeSpec, cluster_ip: Option<&str>) -> Result<Rendered, ConfigError> {
     validate(spec)?;
     let announce_ip = match spec.template.announce {
@@ -330,195 +336,6 @@ fn is_name_word(w: &str) -> bool {
     !w.is_empty()
         && w.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-}
-
-/// Splits a `config` value into arguments exactly as Valkey's `sdssplitargs` splits a
-/// valkey.conf line, so users write values as they would in valkey.conf
-/// (`client-output-buffer-limit: normal 0 0 0`, `save: ""`, `rename-command: "FLUSHALL" ""`).
-/// Every argument is then re-quoted by [`quote`] on one line, so no value can inject a
-/// second directive.
-pub fn split_args(value: &str) -> Result<Vec<String>, String> {
-    let b = value.as_bytes();
-    let mut out = Vec::new();
-    let mut i = 0;
-    loop {
-        while i < b.len() && is_c_space(b[i]) {
-            i += 1;
-        }
-        if i >= b.len() {
-            return Ok(out);
-        }
-        let mut cur = Vec::new();
-        let mut in_double = false;
-        let mut in_single = false;
-        loop {
-            if in_double {
-                match b.get(i) {
-                    None => return Err("unbalanced double quotes".into()),
-                    Some(b'\\')
-                        if i + 3 < b.len()
-                            && b[i + 1] == b'x'
-                            && b[i + 2].is_ascii_hexdigit()
-                            && b[i + 3].is_ascii_hexdigit() =>
-                    {
-                        let hex = std::str::from_utf8(&b[i + 2..i + 4]).unwrap_or("0");
-                        cur.push(u8::from_str_radix(hex, 16).unwrap_or(0));
-                        i += 3;
-                    }
-                    Some(b'\\') if i + 1 < b.len() => {
-                        i += 1;
-                        cur.push(match b[i] {
-                            b'n' => b'\n',
-                            b'r' => b'\r',
-                            b't' => b'\t',
-                            b'b' => 0x08,
-                            b'a' => 0x07,
-                            c => c,
-                        });
-                    }
-                    Some(b'"') => {
-                        if b.get(i + 1).is_some_and(|c| !is_c_space(*c)) {
-                            return Err("a closing quote must be followed by a space".into());
-                        }
-                        i += 1;
-                        break;
-                    }
-                    Some(c) => cur.push(*c),
-                }
-            } else if in_single {
-                match b.get(i) {
-                    None => return Err("unbalanced single quotes".into()),
-                    Some(b'\\') if b.get(i + 1) == Some(&b'\'') => {
-                        i += 1;
-                        cur.push(b'\'');
-                    }
-                    Some(b'\'') => {
-                        if b.get(i + 1).is_some_and(|c| !is_c_space(*c)) {
-                            return Err("a closing quote must be followed by a space".into());
-                        }
-                        i += 1;
-                        break;
-                    }
-                    Some(c) => cur.push(*c),
-                }
-            } else {
-                match b.get(i) {
-                    None | Some(b' ' | b'\n' | b'\r' | b'\t') => break,
-                    Some(b'"') => in_double = true,
-                    Some(b'\'') => in_single = true,
-                    Some(c) => cur.push(*c),
-                }
-            }
-            i += 1;
-        }
-        match String::from_utf8(cur) {
-            Ok(s) => out.push(s),
-            Err(_) => return Err("a \\x escape makes the value invalid UTF-8".into()),
-        }
-    }
-}
-
-fn is_c_space(c: u8) -> bool {
-    matches!(c, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c)
-}
-
-/// One argument as valkey.conf reads it back unchanged: bare when it is plain printable
-/// ASCII, double-quoted with escapes otherwise.
-pub fn quote(arg: &str) -> String {
-    let plain = !arg.is_empty()
-        && arg
-            .bytes()
-            .all(|c| c.is_ascii_graphic() && !matches!(c, b'"' | b'\'' | b'\\'));
-    if plain {
-        return arg.to_string();
-    }
-    let mut out = String::from("\"");
-    for ch in arg.chars() {
-        match ch {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c.is_ascii_control() => out.push_str(&format!("\\x{:02x}", c as u8)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// Directives that take effect through `CONFIG SET` on a running server, without a restart.
-///
-/// A change touching only these could be applied live instead of rolling the pod. Kept to
-/// settings that are mutable in Valkey 7.2+/8 and whose runtime change is routine:
-/// memory and eviction (`maxmemory*`), client limits (`maxclients`, `timeout`,
-/// `tcp-keepalive`, `client-output-buffer-limit`, `client-query-buffer-limit`), the event
-/// loop (`hz`, `dynamic-hz`), diagnostics (`slowlog-*`, `latency-*`, `loglevel`),
-/// `notify-keyspace-events`, persistence tuning (`save`, `appendonly`, `appendfsync`,
-/// `auto-aof-rewrite-*`, ...: `CONFIG SET appendonly yes` is also the safe way to turn AOF
-/// on, since a restart with a fresh AOF would start empty), replication tuning
-/// (`repl-*`, `min-replicas-*`), `lazyfree-*`, active defrag and encoding thresholds,
-/// and the cluster timeouts. Everything else (modules, `databases`, `io-threads`, ACL
-/// files, ...) needs a restart.
-pub fn is_live_directive(name: &str) -> bool {
-    const EXACT: &[&str] = &[
-        "activedefrag",
-        "active-expire-effort",
-        "appendfsync",
-        "appendonly",
-        "aof-rewrite-incremental-fsync",
-        "busy-reply-threshold",
-        "client-output-buffer-limit",
-        "client-query-buffer-limit",
-        "cluster-allow-reads-when-down",
-        "cluster-allow-replica-migration",
-        "cluster-migration-barrier",
-        "cluster-node-timeout",
-        "cluster-replica-validity-factor",
-        "cluster-require-full-coverage",
-        "dynamic-hz",
-        "hash-max-listpack-entries",
-        "hash-max-listpack-value",
-        "hll-sparse-max-bytes",
-        "hz",
-        "list-compress-depth",
-        "list-max-listpack-size",
-        "loglevel",
-        "lua-time-limit",
-        "maxclients",
-        "no-appendfsync-on-rewrite",
-        "notify-keyspace-events",
-        "proto-max-bulk-len",
-        "rdb-save-incremental-fsync",
-        "replica-lazy-flush",
-        "replica-read-only",
-        "replica-serve-stale-data",
-        "save",
-        "set-max-intset-entries",
-        "set-max-listpack-entries",
-        "set-max-listpack-value",
-        "stream-node-max-bytes",
-        "stream-node-max-entries",
-        "tcp-keepalive",
-        "timeout",
-        "zset-max-listpack-entries",
-        "zset-max-listpack-value",
-    ];
-    const PREFIXES: &[&str] = &[
-        "active-defrag-",
-        "auto-aof-rewrite-",
-        "latency-",
-        "lazyfree-",
-        "maxmemory",
-        "min-replicas-",
-        "repl-backlog-",
-        "repl-diskless-",
-        "repl-timeout",
-        "slowlog-",
-    ];
-    let name = name.to_ascii_lowercase();
-    EXACT.contains(&name.as_str()) || PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
 #[cfg(test)]
@@ -816,7 +633,7 @@ mod tests {
             err,
             ConfigError::OwnedDirectives(vec!["DIR".into(), "Port".into()])
         );
-        assert_eq!(err.reason(), "OwnedDirective");
+        assert_eq!(err.reason(), ConfigValid::OwnedDirective);
         assert!(err.to_string().contains("DIR, Port"), "{err}");
     }
 
@@ -864,7 +681,7 @@ mod tests {
             ],
         );
         let err = render(&s, None).unwrap_err();
-        assert_eq!(err.reason(), "InvalidDirective");
+        assert_eq!(err.reason(), ConfigValid::InvalidDirective);
         let ConfigError::InvalidDirectives(problems) = err else {
             unreachable!()
         };
@@ -936,81 +753,11 @@ mod tests {
     }
 
     #[test]
-    fn split_args_follows_sdssplitargs() {
-        let ok = |v: &str| split_args(v).unwrap();
-        assert_eq!(ok(""), Vec::<String>::new());
-        assert_eq!(ok("  a  b\t c "), ["a", "b", "c"]);
-        assert_eq!(ok("\"a b\" 'c d'"), ["a b", "c d"]);
-        assert_eq!(ok("\"\\x41\\n\\t\\\\\""), ["A\n\t\\"]);
-        assert_eq!(ok("'it\\'s'"), ["it's"]);
-        assert_eq!(ok("a\"b c\""), ["ab c"]);
-        assert_eq!(ok("\"\""), [""]);
-        assert!(split_args("\"a").is_err());
-        assert!(split_args("'a").is_err());
-        assert!(split_args("\"a\"b").is_err());
-        assert!(split_args("\"\\xff\"").is_err());
-    }
-
-    #[test]
-    fn quote_round_trips_through_split_args() {
-        for arg in [
-            "plain",
-            "",
-            "a b",
-            "q\"uote",
-            "back\\slash",
-            "nl\n",
-            "tab\t",
-            "\u{1}",
-            "ü",
-            "'",
-        ] {
-            let quoted = quote(arg);
-            assert_eq!(split_args(&quoted).unwrap(), [arg], "{quoted}");
-        }
-        assert_eq!(quote("1gb"), "1gb");
-        assert_eq!(quote("a b"), "\"a b\"");
-    }
-
-    #[test]
     fn rendering_is_deterministic() {
         let s = spec(Mode::Cluster, Announce::Service, &[("b", "2"), ("a", "1")]);
         assert_eq!(
             render(&s, Some("10.0.0.1")),
             render(&s.clone(), Some("10.0.0.1"))
         );
-    }
-
-    #[test]
-    fn live_directives() {
-        for live in [
-            "maxmemory",
-            "maxmemory-policy",
-            "MaxMemory-Samples",
-            "timeout",
-            "hz",
-            "slowlog-log-slower-than",
-            "slowlog-max-len",
-            "latency-monitor-threshold",
-            "notify-keyspace-events",
-            "appendfsync",
-            "save",
-            "lazyfree-lazy-eviction",
-            "repl-backlog-size",
-        ] {
-            assert!(is_live_directive(live), "{live}");
-        }
-        for restart in [
-            "databases",
-            "io-threads",
-            "loadmodule",
-            "rename-command",
-            "port",
-            "cluster-enabled",
-            "aclfile",
-            "always-show-logo",
-        ] {
-            assert!(!is_live_directive(restart), "{restart}");
-        }
     }
 }

@@ -1,0 +1,410 @@
+//! The pod's containers: valkey (the server or Sentinel, started through a password check
+//! when it has passwords), the Sentinel init container that prepares its writable config,
+//! and the exporter sidecar.
+
+use crd_types::ValkeyNode;
+use crd_types::names::ports;
+use crd_types::node::Mode;
+use crd_types::template::Exporter;
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, ContainerPort, SecurityContext, VolumeMount,
+};
+
+use super::pod::{DATA_VOLUME, TMP_VOLUME};
+use super::{env, probes};
+use crate::config::{CONFIG_DIR, DATA_DIR, OPERATOR_PASSWORD_ENV, PASSWORD_ENV, RenderedConfig};
+use crate::configmap::CONFIG_VOLUME;
+
+pub const VALKEY_CONTAINER: &str = "valkey";
+pub const EXPORTER_CONTAINER: &str = "exporter";
+/// Sentinel mode: copies sentinel.conf to /data before Sentinel starts.
+pub const SENTINEL_INIT_CONTAINER: &str = "sentinel-config";
+
+/// Sentinel rewrites its config file (it refuses to start on a read-only one) and keeps its
+/// state there (myid, monitored primaries, known replicas and sentinels, epochs), so it runs
+/// from a copy in /data. Each start takes the fresh operator-rendered file and carries over
+/// the `sentinel` state lines the fresh file does not set; `announce-ip` is never carried:
+/// it comes from the fresh file or the command line. This runs in an init container so the
+/// main container execs valkey-sentinel directly and SIGTERM reaches it (a shell wrapper
+/// would have to forward signals).
+pub const SENTINEL_INIT_SCRIPT: &str = r#"set -eu
+new=/data/sentinel.conf.new
+cp /etc/valkey/sentinel.conf "$new"
+if [ -f /data/sentinel.conf ]; then
+  awk 'NR == FNR { if ($1 == "sentinel") seen[$2] = 1; next }
+       $1 == "sentinel" && !($2 in seen) && $2 != "announce-ip"' \
+    /etc/valkey/sentinel.conf /data/sentinel.conf >> "$new"
+fi
+mv "$new" /data/sentinel.conf
+"#;
+
+/// The main port's number and name for `mode`.
+pub(super) fn main_port(mode: Mode) -> (i32, &'static str) {
+    match mode {
+        Mode::Sentinel => (ports::SENTINEL, ports::SENTINEL_NAME),
+        Mode::Standalone | Mode::Cluster => (ports::VALKEY, ports::VALKEY_NAME),
+    }
+}
+
+fn container_port(name: &str, port: i32) -> ContainerPort {
+    ContainerPort {
+        name: Some(name.into()),
+        container_port: port,
+        protocol: Some("TCP".into()),
+        ..Default::default()
+    }
+}
+
+/// Every container's security context: the restricted Pod Security Standard, read-only root.
+pub(super) fn restricted() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities {
+            add: None,
+            drop: Some(vec!["ALL".into()]),
+        }),
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: Some(true),
+        ..Default::default()
+    }
+}
+
+fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        read_only: read_only.then_some(true),
+        ..Default::default()
+    }
+}
+
+pub(super) fn valkey_container(node: &ValkeyNode, rendered: &RenderedConfig) -> Container {
+    let t = &node.spec.template;
+    let mode = node.spec.mode;
+    let (port, port_name) = main_port(mode);
+    let mut container_ports = vec![container_port(port_name, port)];
+    if mode == Mode::Cluster {
+        container_ports.push(container_port(ports::CLUSTER_BUS_NAME, ports::CLUSTER_BUS));
+    }
+    let (program, config_path) = match mode {
+        Mode::Sentinel => (
+            "valkey-sentinel",
+            format!("{DATA_DIR}/{}", rendered.file_name),
+        ),
+        Mode::Standalone | Mode::Cluster => (
+            "valkey-server",
+            format!("{CONFIG_DIR}/{}", rendered.file_name),
+        ),
+    };
+    let mut args = vec![config_path];
+    args.extend(rendered.args.iter().cloned());
+
+    let mut mounts = Vec::new();
+    if mode != Mode::Sentinel {
+        mounts.push(mount(CONFIG_VOLUME, CONFIG_DIR, true));
+    }
+    mounts.push(mount(DATA_VOLUME, DATA_DIR, false));
+    mounts.push(mount(TMP_VOLUME, "/tmp", false));
+
+    Container {
+        name: VALKEY_CONTAINER.into(),
+        image: Some(t.image.clone()),
+        image_pull_policy: t.image_pull_policy.clone(),
+        command: Some(server_command(node, program)),
+        args: Some(args),
+        ports: Some(container_ports),
+        env: Some(env::valkey_env(node)),
+        volume_mounts: Some(mounts),
+        resources: t.resources.clone(),
+        security_context: Some(restricted()),
+        startup_probe: Some(probes::startup(port_name)),
+        liveness_probe: Some(probes::liveness(port_name)),
+        readiness_probe: Some(probes::readiness(mode)),
+        // Valkey logs to stdout; a crash shows its last lines in the pod status.
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        ..Default::default()
+    }
+}
+
+/// The server's command. With passwords, a shell first refuses an empty one (or `-`, which
+/// valkey-server would read as "config from stdin"): Valkey takes an empty `requirepass` as
+/// no password at all, so a blank Secret must stop the start, loudly, rather than serve
+/// everyone. `exec` keeps the server the container's process; `$0` is the program.
+fn server_command(node: &ValkeyNode, program: &str) -> Vec<String> {
+    let Some(auth) = &node.spec.auth else {
+        return vec![program.into()];
+    };
+    let mut checks = Vec::new();
+    for (set, var, field) in [
+        (
+            auth.password_secret_ref.is_some(),
+            PASSWORD_ENV,
+            "passwordSecretRef",
+        ),
+        (
+            auth.operator_secret_ref.is_some(),
+            OPERATOR_PASSWORD_ENV,
+            "operatorSecretRef",
+        ),
+    ] {
+        if set {
+            checks.push(format!(
+                "case \"${{{var}-}}\" in ''|-) echo \"the password from auth.{field} is empty (or '-'): refusing to start without one\" >&2; exit 1;; esac"
+            ));
+        }
+    }
+    if checks.is_empty() {
+        return vec![program.into()];
+    }
+    checks.push("exec \"$0\" \"$@\"".into());
+    vec!["sh".into(), "-c".into(), checks.join("\n"), program.into()]
+}
+
+pub(super) fn sentinel_init_container(node: &ValkeyNode) -> Container {
+    let t = &node.spec.template;
+    Container {
+        name: SENTINEL_INIT_CONTAINER.into(),
+        image: Some(t.image.clone()),
+        image_pull_policy: t.image_pull_policy.clone(),
+        command: Some(vec!["sh".into(), "-c".into(), SENTINEL_INIT_SCRIPT.into()]),
+        volume_mounts: Some(vec![
+            mount(CONFIG_VOLUME, CONFIG_DIR, true),
+            mount(DATA_VOLUME, DATA_DIR, false),
+        ]),
+        resources: t.resources.clone(),
+        security_context: Some(restricted()),
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        ..Default::default()
+    }
+}
+
+pub(super) fn exporter_container(node: &ValkeyNode, exporter: &Exporter) -> Container {
+    Container {
+        name: EXPORTER_CONTAINER.into(),
+        image: Some(exporter.image.clone()),
+        ports: Some(vec![container_port(ports::METRICS_NAME, exporter.port)]),
+        env: Some(env::exporter_env(node, exporter)),
+        resources: exporter.resources.clone(),
+        security_context: Some(restricted()),
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crd_types::template::{Announce, Auth};
+
+    use crate::workload::fixtures::{build, container, node, pod, port_names, secret};
+
+    #[test]
+    fn ports_follow_the_contract() {
+        let name = |s: &str, p: i32| (s.to_string(), p);
+        let d = build(&node(Mode::Standalone, |_| {}));
+        assert_eq!(port_names(container(&d, "valkey")), [name("valkey", 6379)]);
+        let d = build(&node(Mode::Cluster, |_| {}));
+        assert_eq!(
+            port_names(container(&d, "valkey")),
+            [name("valkey", 6379), name("cluster-bus", 16379)]
+        );
+        let d = build(&node(Mode::Sentinel, |_| {}));
+        assert_eq!(
+            port_names(container(&d, "valkey")),
+            [name("sentinel", 26379)]
+        );
+    }
+
+    #[test]
+    fn server_command_and_config_mount() {
+        let d = build(&node(Mode::Cluster, |_| {}));
+        let c = container(&d, "valkey");
+        assert_eq!(
+            c.command.as_deref(),
+            Some(&["valkey-server".to_string()][..])
+        );
+        assert_eq!(
+            c.args.as_deref(),
+            Some(&["/etc/valkey/valkey.conf".to_string()][..])
+        );
+        let config = pod(&d)
+            .volumes
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|v| v.name == "config")
+            .unwrap();
+        let cm = config.config_map.as_ref().unwrap();
+        assert_eq!(cm.name, "cache-config");
+        let item = &cm.items.as_ref().unwrap()[0];
+        assert_eq!(item.key, d.config_key);
+        assert_eq!(item.path, "valkey.conf");
+        let mounts = c.volume_mounts.as_ref().unwrap();
+        assert!(mounts.iter().any(|m| m.name == "config"
+            && m.mount_path == "/etc/valkey"
+            && m.read_only == Some(true)));
+        assert!(
+            mounts
+                .iter()
+                .any(|m| m.name == "data" && m.mount_path == "/data")
+        );
+        assert!(
+            mounts
+                .iter()
+                .any(|m| m.name == "tmp" && m.mount_path == "/tmp")
+        );
+    }
+
+    #[test]
+    fn pod_ip_announce_expands_in_args() {
+        let d = build(&node(Mode::Standalone, |s| {
+            s.template.announce = Announce::PodIP
+        }));
+        let c = container(&d, "valkey");
+        assert_eq!(
+            c.args.as_ref().unwrap(),
+            &[
+                "/etc/valkey/valkey.conf",
+                "--replica-announce-ip",
+                "$(POD_IP)"
+            ]
+        );
+        let env = c.env.as_ref().unwrap();
+        let pod_ip = env.iter().find(|e| e.name == "POD_IP").unwrap();
+        assert_eq!(
+            pod_ip
+                .value_from
+                .as_ref()
+                .unwrap()
+                .field_ref
+                .as_ref()
+                .unwrap()
+                .field_path,
+            "status.podIP"
+        );
+        let names: Vec<_> = env.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, ["POD_IP", "POD_NAME", "POD_NAMESPACE"]);
+    }
+
+    #[test]
+    fn sentinel_runs_from_a_writable_copy() {
+        let d = build(&node(Mode::Sentinel, |s| {
+            s.template.announce = Announce::PodIP
+        }));
+        let c = container(&d, "valkey");
+        assert_eq!(
+            c.command.as_deref(),
+            Some(&["valkey-sentinel".to_string()][..])
+        );
+        assert_eq!(
+            c.args.as_ref().unwrap(),
+            &[
+                "/data/sentinel.conf",
+                "--sentinel",
+                "announce-ip",
+                "$(POD_IP)"
+            ]
+        );
+        assert!(
+            c.volume_mounts
+                .as_ref()
+                .unwrap()
+                .iter()
+                .all(|m| m.name != "config")
+        );
+        let init = &pod(&d).init_containers.as_ref().unwrap()[0];
+        assert_eq!(init.name, SENTINEL_INIT_CONTAINER);
+        assert_eq!(
+            init.image.as_deref(),
+            Some(crd_types::template::DEFAULT_IMAGE)
+        );
+        let script = &init.command.as_ref().unwrap()[2];
+        assert!(script.contains("cp /etc/valkey/sentinel.conf"));
+        assert!(script.contains("mv \"$new\" /data/sentinel.conf"));
+        assert_eq!(init.security_context, Some(restricted()));
+        let cm = pod(&d).volumes.as_ref().unwrap()[0]
+            .config_map
+            .clone()
+            .unwrap();
+        assert_eq!(cm.items.unwrap()[0].path, "sentinel.conf");
+    }
+
+    #[test]
+    fn exporter_sidecar() {
+        let d = build(&node(Mode::Standalone, |_| {}));
+        assert_eq!(pod(&d).containers.len(), 1);
+        let d = build(&node(Mode::Cluster, |s| {
+            s.template.exporter = Some(Exporter {
+                image: "oliver006/redis_exporter:v1.67.0".into(),
+                port: 9200,
+                resources: None,
+            })
+        }));
+        let e = container(&d, "exporter");
+        assert_eq!(e.image.as_deref(), Some("oliver006/redis_exporter:v1.67.0"));
+        assert_eq!(port_names(e), [("metrics".to_string(), 9200)]);
+        let env: Vec<_> = e
+            .env
+            .iter()
+            .flatten()
+            .map(|v| (v.name.as_str(), v.value.as_deref()))
+            .collect();
+        assert_eq!(
+            env,
+            [
+                ("POD_IP", None),
+                ("REDIS_ADDR", Some("redis://$(POD_IP):6379")),
+                ("REDIS_EXPORTER_WEB_LISTEN_ADDRESS", Some(":9200")),
+            ]
+        );
+        assert_eq!(e.security_context, Some(restricted()));
+    }
+
+    #[test]
+    fn an_empty_password_stops_the_start() {
+        let d = build(&node(Mode::Cluster, |s| {
+            s.auth = Some(Auth {
+                password_secret_ref: Some(secret("app")),
+                operator_secret_ref: Some(secret("op")),
+            });
+        }));
+        let command = container(&d, "valkey").command.clone().unwrap();
+        assert_eq!(command[..2], ["sh", "-c"]);
+        assert_eq!(command[3], "valkey-server", "$0 is the program");
+        let run = |env: &[(&str, &str)]| {
+            let out = std::process::Command::new("sh")
+                .args(["-c", &command[2], "echo"])
+                .arg("started")
+                .env_clear()
+                .envs(env.iter().copied())
+                .output()
+                .unwrap();
+            (
+                out.status.success(),
+                String::from_utf8_lossy(&out.stdout).trim().to_string(),
+                String::from_utf8_lossy(&out.stderr).to_string(),
+            )
+        };
+        let ok = [
+            ("REDISCLI_AUTH", "a b"),
+            ("VALKEY_OPERATOR_PASSWORD", "--x"),
+        ];
+        assert_eq!(run(&ok).1, "started");
+        for bad in [
+            vec![("REDISCLI_AUTH", ""), ("VALKEY_OPERATOR_PASSWORD", "x")],
+            vec![("REDISCLI_AUTH", "x"), ("VALKEY_OPERATOR_PASSWORD", "-")],
+            vec![("REDISCLI_AUTH", "x")],
+        ] {
+            let (success, stdout, stderr) = run(&bad);
+            assert!(!success && stdout.is_empty(), "{bad:?}");
+            assert!(stderr.contains("refusing to start"), "{stderr}");
+        }
+        // Without auth the server is started directly.
+        let plain = build(&node(Mode::Cluster, |_| {}));
+        assert_eq!(
+            container(&plain, "valkey").command.as_deref(),
+            Some(&["valkey-server".to_string()][..])
+        );
+    }
+}

@@ -1,0 +1,219 @@
+//! The pod template: the pod spec around the containers, its volumes (the ConfigMap, /data
+//! from the claim or an emptyDir, a scratch /tmp) and its security context (the restricted
+//! Pod Security Standard).
+
+use crd_types::ValkeyNode;
+use crd_types::names;
+use crd_types::node::Mode;
+use k8s_openapi::api::core::v1::{
+    ConfigMapVolumeSource, EmptyDirVolumeSource, KeyToPath, PersistentVolumeClaimVolumeSource,
+    PodSecurityContext, PodSpec, PodTemplateSpec, SeccompProfile, Volume,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::ResourceExt;
+
+use super::containers::{exporter_container, sentinel_init_container, valkey_container};
+use crate::config::RenderedConfig;
+use crate::configmap::{self, CONFIG_VOLUME};
+use crate::meta;
+
+pub const DATA_VOLUME: &str = "data";
+pub const TMP_VOLUME: &str = "tmp";
+/// The `valkey` user and group of the official image.
+pub const VALKEY_UID: i64 = 999;
+/// SIGTERM makes Valkey SHUTDOWN: save the RDB (when `save` is on) and fsync the AOF.
+/// A large dataset takes a while to write; SIGKILL in the middle loses the snapshot.
+pub const TERMINATION_GRACE_SECONDS: i64 = 60;
+
+/// The pod template without its revision annotation.
+pub fn pod_template(node: &ValkeyNode, rendered: &RenderedConfig) -> PodTemplateSpec {
+    let t = &node.spec.template;
+    let mode = node.spec.mode;
+    let scheduling = t.scheduling.clone().unwrap_or_default();
+
+    let mut containers = vec![valkey_container(node, rendered)];
+    if let Some(exporter) = &t.exporter {
+        containers.push(exporter_container(node, exporter));
+    }
+    let init_containers = (mode == Mode::Sentinel).then(|| vec![sentinel_init_container(node)]);
+
+    PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(meta::labels(node)),
+            ..Default::default()
+        }),
+        spec: Some(PodSpec {
+            init_containers,
+            containers,
+            volumes: Some(volumes(node, rendered)),
+            security_context: Some(PodSecurityContext {
+                run_as_non_root: Some(true),
+                run_as_user: Some(VALKEY_UID),
+                run_as_group: Some(VALKEY_UID),
+                fs_group: Some(VALKEY_UID),
+                // Skip the recursive chown of a large volume on every start.
+                fs_group_change_policy: Some("OnRootMismatch".into()),
+                seccomp_profile: Some(SeccompProfile {
+                    type_: "RuntimeDefault".into(),
+                    localhost_profile: None,
+                }),
+                ..Default::default()
+            }),
+            termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
+            // Valkey needs neither Service env vars nor API access.
+            enable_service_links: Some(false),
+            automount_service_account_token: Some(false),
+            node_selector: (!scheduling.node_selector.is_empty())
+                .then_some(scheduling.node_selector),
+            affinity: scheduling.affinity,
+            tolerations: (!scheduling.tolerations.is_empty()).then_some(scheduling.tolerations),
+            topology_spread_constraints: (!scheduling.topology_spread_constraints.is_empty())
+                .then_some(scheduling.topology_spread_constraints),
+            priority_class_name: scheduling.priority_class_name,
+            ..Default::default()
+        }),
+    }
+}
+
+pub(super) fn volumes(node: &ValkeyNode, rendered: &RenderedConfig) -> Vec<Volume> {
+    let name = node.name_any();
+    let config = Volume {
+        name: CONFIG_VOLUME.into(),
+        config_map: Some(ConfigMapVolumeSource {
+            name: names::config_map_name(&name),
+            items: Some(vec![KeyToPath {
+                key: configmap::config_key(rendered),
+                path: rendered.file_name.into(),
+                mode: None,
+            }]),
+            default_mode: Some(0o444),
+            optional: Some(false),
+        }),
+        ..Default::default()
+    };
+    let data = match &node.spec.template.persistence {
+        Some(_) => Volume {
+            name: DATA_VOLUME.into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: names::pvc_name(&name),
+                read_only: None,
+            }),
+            ..Default::default()
+        },
+        None => Volume {
+            name: DATA_VOLUME.into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        },
+    };
+    // /tmp: the root file system is read-only; valkey-cli and the shell may need scratch.
+    let tmp = Volume {
+        name: TMP_VOLUME.into(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Default::default()
+    };
+    vec![config, data, tmp]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    use crd_types::template::{Persistence, Scheduling};
+    use k8s_openapi::api::core::v1::{ResourceRequirements, Toleration};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    use crate::workload::DesiredWorkload;
+    use crate::workload::fixtures::{build, container, node, pod};
+
+    #[test]
+    fn servers_have_no_init_container() {
+        for mode in [Mode::Standalone, Mode::Cluster] {
+            assert_eq!(pod(&build(&node(mode, |_| {}))).init_containers, None);
+        }
+    }
+
+    #[test]
+    fn data_volume_is_the_claim_or_an_empty_dir() {
+        let d = build(&node(Mode::Standalone, |_| {}));
+        let data = |d: &DesiredWorkload| {
+            pod(d)
+                .volumes
+                .as_ref()
+                .unwrap()
+                .iter()
+                .find(|v| v.name == "data")
+                .cloned()
+                .unwrap()
+        };
+        assert!(data(&d).empty_dir.is_some());
+        let d = build(&node(Mode::Standalone, |s| {
+            s.template.persistence = Some(Persistence {
+                size: "1Gi".into(),
+                ..Default::default()
+            })
+        }));
+        assert_eq!(
+            data(&d).persistent_volume_claim.unwrap().claim_name,
+            "cache-data"
+        );
+    }
+
+    #[test]
+    fn restricted_security() {
+        let d = build(&node(Mode::Cluster, |_| {}));
+        let p = pod(&d);
+        let psc = p.security_context.as_ref().unwrap();
+        assert_eq!(psc.run_as_non_root, Some(true));
+        assert_eq!(psc.run_as_user, Some(999));
+        assert_eq!(psc.run_as_group, Some(999));
+        assert_eq!(psc.fs_group, Some(999));
+        assert_eq!(
+            psc.seccomp_profile.as_ref().unwrap().type_,
+            "RuntimeDefault"
+        );
+        let sc = container(&d, "valkey").security_context.as_ref().unwrap();
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
+        assert_eq!(
+            sc.capabilities.as_ref().unwrap().drop.as_deref(),
+            Some(&["ALL".to_string()][..])
+        );
+        assert_eq!(p.enable_service_links, Some(false));
+        assert_eq!(p.automount_service_account_token, Some(false));
+        assert_eq!(p.termination_grace_period_seconds, Some(60));
+    }
+
+    #[test]
+    fn resources_and_scheduling_pass_through() {
+        let resources = ResourceRequirements {
+            requests: Some(BTreeMap::from([("memory".into(), Quantity("1Gi".into()))])),
+            ..Default::default()
+        };
+        let toleration = Toleration {
+            key: Some("dedicated".into()),
+            operator: Some("Exists".into()),
+            ..Default::default()
+        };
+        let d = build(&node(Mode::Standalone, |s| {
+            s.template.resources = Some(resources.clone());
+            s.template.image_pull_policy = Some("Always".into());
+            s.template.scheduling = Some(Scheduling {
+                node_selector: BTreeMap::from([("disk".into(), "ssd".into())]),
+                tolerations: vec![toleration.clone()],
+                priority_class_name: Some("high".into()),
+                ..Default::default()
+            });
+        }));
+        let c = container(&d, "valkey");
+        assert_eq!(c.resources.as_ref(), Some(&resources));
+        assert_eq!(c.image_pull_policy.as_deref(), Some("Always"));
+        let p = pod(&d);
+        assert_eq!(p.node_selector.as_ref().unwrap()["disk"], "ssd");
+        assert_eq!(p.tolerations.as_deref(), Some(&[toleration][..]));
+        assert_eq!(p.priority_class_name.as_deref(), Some("high"));
+        assert_eq!(p.affinity, None);
+        assert_eq!(p.topology_spread_constraints, None);
+    }
+}
