@@ -9,10 +9,13 @@ use crd_types::{ValkeyCluster, ValkeyNode, ValkeyReplication};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use local_cluster::testing::cluster_with_operator;
+use local_cluster::testing::{cluster_with_operator, events_about};
 use local_cluster::{kube_client, operator};
 use serde_json::{Value, json};
 
@@ -259,4 +262,88 @@ async fn operator_installs_and_the_api_judges_input_as_documented() {
     assert!(recorded.len() >= 8, "{recorded:?}");
     cluster.stop().unwrap();
     assert!(recorded.iter().all(|r| !r.is_alive()), "{recorded:?}");
+}
+
+/// One ValkeyNode the controllers cannot read (a field of the wrong type, as an object
+/// written under an older or looser schema would have) fails alone: each controller reports
+/// it with a Warning Event `InvalidObject`, and a ValkeyNode created after it is still
+/// served. Without the guard, one bad object broke the watch of every object.
+#[tokio::test]
+async fn an_unreadable_object_fails_alone() {
+    let run = tempfile::tempdir().unwrap();
+    let (mut cluster, _controllers) = cluster_with_operator(run.path(), false).await.unwrap();
+    let client = cluster.client().await.unwrap();
+
+    // Loosen status.workload.restarts (an integer to every controller) to int-or-string.
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let pointer = "/spec/versions/0/schema/openAPIV3Schema/properties/status/properties/\
+                   workload/properties/restarts";
+    let crd = crds.get("valkeynodes.valkey.rs").await.unwrap();
+    let mut loosened = serde_json::to_value(&crd).unwrap();
+    *loosened.pointer_mut(pointer).expect("the restarts schema") =
+        json!({"x-kubernetes-int-or-string": true});
+    let loosened: CustomResourceDefinition = serde_json::from_value(loosened).unwrap();
+    crds.replace("valkeynodes.valkey.rs", &PostParams::default(), &loosened)
+        .await
+        .unwrap();
+
+    let nodes: Api<ValkeyNode> = Api::namespaced(client.clone(), "default");
+    let node = |name: &str| {
+        json!({"apiVersion": "valkey.rs/v1alpha1", "kind": "ValkeyNode",
+               "metadata": {"name": name, "namespace": "default"}, "spec": {}})
+    };
+    create::<ValkeyNode>(&client, node("broken")).await.unwrap();
+    // Written the way only a schema change lets it through: untyped, on the status.
+    let untyped: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "default",
+        &ApiResource::erase::<ValkeyNode>(&()),
+    );
+    cluster
+        .wait_for("the loosened schema to take effect", || async {
+            let patch = json!({"status": {"workload": {"restarts": "many"}}});
+            Ok(untyped
+                .patch_status("broken", &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .is_ok())
+        })
+        .await
+        .unwrap();
+
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    for reporter in ["node-controller", "service-controller"] {
+        let found = cluster
+            .wait_for_value(&format!("InvalidObject from {reporter}"), || async {
+                let found = events_about(&events, "ValkeyNode", "broken", "InvalidObject")
+                    .await?
+                    .into_iter()
+                    .find(|e| e.reporting_controller.as_deref() == Some(reporter));
+                Ok(found)
+            })
+            .await
+            .unwrap();
+        assert_eq!(found.type_.as_deref(), Some("Warning"));
+        let note = found.note.unwrap_or_default();
+        assert!(note.contains("cannot read this object as ValkeyNode"), "{note}");
+    }
+
+    // Another node, created after: still served by both controllers.
+    create::<ValkeyNode>(&client, node("fine")).await.unwrap();
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), "default");
+    cluster
+        .wait_for("fine's Service and StatefulSet", || async {
+            let endpoint = nodes
+                .get_status("fine")
+                .await?
+                .status
+                .and_then(|s| s.endpoint)
+                .and_then(|e| e.cluster_ip);
+            Ok(endpoint.is_some()
+                && services.get_opt("fine").await?.is_some()
+                && statefulsets.get_opt("fine").await?.is_some())
+        })
+        .await
+        .unwrap();
+    cluster.stop().unwrap();
 }

@@ -1,9 +1,10 @@
 //! Condition reasons as API types: one enum per condition type, each variant a CamelCase
 //! string that alerts, dashboards and `kubectl wait --for=jsonpath=...` can match on.
 //!
-//! [`ConditionSpec::new`](super::ConditionSpec::new) takes a reason and derives the condition type from
-//! it, so a reason can only ever be written under its own type. docs/status-conditions.md
-//! lists every type and reason; `tests/reasons_doc.rs` keeps it equal to these enums.
+//! [`ConditionSpec::new`](super::ConditionSpec::new) takes a reason and derives the condition
+//! type from it, so a reason can only ever be written under its own type.
+//! docs/status-conditions.md lists every type and reason; `tests/reasons_doc.rs` keeps it
+//! equal to these enums.
 
 use super::types;
 use crate::cluster::Phase;

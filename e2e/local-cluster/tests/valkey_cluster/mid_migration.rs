@@ -9,7 +9,7 @@ use local_cluster::operator;
 use local_cluster::testing::{restart_controller, stop_process};
 use serde_json::json;
 
-use crate::env::{Env, RESHAPE};
+use crate::env::{Env, RESHAPE, SETTLE};
 
 /// The value on the metric line `<series> <value>`.
 fn metric(text: &str, series: &str) -> Option<f64> {
@@ -94,9 +94,28 @@ async fn operator_restart_mid_migration_completes() {
         .iter()
         .position(|c| c.process.binary == "topology-controller")
         .unwrap();
+    // Its Lease is still held under the pod name by the killed process; the new process has
+    // the same name, so it leads at once instead of waiting for the Lease to expire.
+    let restarting = Instant::now();
     let restarted = restart_controller(&mut env.cluster, &env.controllers[index])
         .await
         .unwrap();
+    let runs = r#"valkey_operator_reconcile_runs_total{controller="topology-controller"}"#;
+    loop {
+        let text = operator::http_get(&restarted.http_addr, "/metrics").await;
+        if text.is_some_and(|t| metric(&t, runs).unwrap_or(0.0) >= 1.0) {
+            break;
+        }
+        assert!(
+            restarting.elapsed() < SETTLE,
+            "the restarted topology-controller ran no reconcile within {SETTLE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!(
+        "{name}: the restarted topology-controller led (first reconcile) {:?} after it was started",
+        restarting.elapsed()
+    );
     env.controllers[index] = restarted;
     let started = Instant::now();
     env.ready(name, RESHAPE).await;
