@@ -11,7 +11,7 @@ use local_cluster::cluster_testing::{
     wait_until,
 };
 use local_cluster::operator::RunningController;
-use local_cluster::testing::cluster_with_operator;
+use local_cluster::testing::{cluster_with_operator, restart_controller, stop_process};
 use serde_json::json;
 
 pub(crate) const NS: &str = "default";
@@ -232,6 +232,25 @@ impl Env {
             .iter()
             .find(|c| c.process.binary == "topology-controller")
             .expect("the overlay runs topology-controller")
+    }
+
+    /// Stops topology-controller (SIGTERM, SIGKILL after `grace`): nothing acts on the
+    /// clusters' topology until [`Env::restart_topology_controller`].
+    pub(crate) fn stop_topology_controller(&mut self, grace: Duration) {
+        stop_process(&mut self.cluster, "topology-controller", grace).unwrap();
+    }
+
+    /// Starts topology-controller again after [`Env::stop_topology_controller`].
+    pub(crate) async fn restart_topology_controller(&mut self) {
+        let index = self
+            .controllers
+            .iter()
+            .position(|c| c.process.binary == "topology-controller")
+            .expect("the overlay runs topology-controller");
+        let restarted = restart_controller(&mut self.cluster, &self.controllers[index])
+            .await
+            .unwrap();
+        self.controllers[index] = restarted;
     }
 
     /// With no `spec.auth`, both Secrets were generated and owned by the cluster: clients

@@ -6,7 +6,6 @@ use local_cluster::cluster_testing::{
     Access, DataSet, open_slots, slots_by_primary, valkey_cluster,
 };
 use local_cluster::operator;
-use local_cluster::testing::{restart_controller, stop_process};
 use serde_json::json;
 
 use crate::env::{Env, RESHAPE};
@@ -74,7 +73,7 @@ async fn operator_restart_mid_migration_completes() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    stop_process(&mut env.cluster, "topology-controller", Duration::ZERO).unwrap();
+    env.stop_topology_controller(Duration::ZERO);
     eprintln!("{name}: killed topology-controller on seeing {seen}");
 
     // Nothing moves without the controller, and every key is still served (following ASK
@@ -89,15 +88,7 @@ async fn operator_restart_mid_migration_completes() {
     );
     data.verify(&access).await.unwrap();
 
-    let index = env
-        .controllers
-        .iter()
-        .position(|c| c.process.binary == "topology-controller")
-        .unwrap();
-    let restarted = restart_controller(&mut env.cluster, &env.controllers[index])
-        .await
-        .unwrap();
-    env.controllers[index] = restarted;
+    env.restart_topology_controller().await;
     let started = Instant::now();
     env.ready(name, RESHAPE).await;
     eprintln!("{name}: Ready {:?} after the restart", started.elapsed());
