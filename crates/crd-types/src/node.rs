@@ -229,6 +229,20 @@ pub struct StorageStatus {
     pub observed_generation: Option<i64>,
 }
 
+/// The member with the least free space on its volume, for a topology's status: computed by
+/// topology-controller from the members' `status.storage` (written by pvc-resizer).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageHeadroom {
+    /// The ValkeyNode with the least free space.
+    pub member: String,
+    /// Its free bytes (`status.storage.availableBytes`).
+    pub min_available_bytes: i64,
+    /// Its used share of the capacity, in percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub used_percent: Option<i32>,
+}
+
 /// One growth pvc-resizer asked for (pvc-resizer).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

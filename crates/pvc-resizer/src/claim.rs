@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use crd_types::names::annotations::LAST_RESIZE;
+use crd_types::names::annotations::{CAPACITY_BEFORE_RESIZE, LAST_RESIZE};
 use crd_types::quantity;
 use k8s_openapi::api::core::v1::{
     PersistentVolumeClaim, PersistentVolumeClaimSpec, VolumeResourceRequirements,
@@ -33,6 +33,8 @@ pub struct ClaimState {
     pub resize_error: Option<String>,
     /// When pvc-resizer last asked for more ([`LAST_RESIZE`]).
     pub last_resize: Option<Timestamp>,
+    /// The file system capacity the kubelet reported then ([`CAPACITY_BEFORE_RESIZE`]).
+    pub capacity_before_resize: Option<u64>,
     /// `spec.storageClassName`.
     pub storage_class: Option<String>,
 }
@@ -45,6 +47,7 @@ impl ClaimState {
         };
         let spec = claim.spec.as_ref();
         let status = claim.status.as_ref();
+        let annotation = |key: &str| claim.metadata.annotations.as_ref()?.get(key);
         let requested = bytes(
             spec.and_then(|s| s.resources.as_ref())
                 .and_then(|r| r.requests.as_ref())
@@ -82,12 +85,8 @@ impl ClaimState {
             resizing: is_true("Resizing"),
             file_system_resize_pending: is_true("FileSystemResizePending"),
             resize_error,
-            last_resize: claim
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(LAST_RESIZE))
-                .and_then(|t| t.parse().ok()),
+            last_resize: annotation(LAST_RESIZE).and_then(|t| t.parse().ok()),
+            capacity_before_resize: annotation(CAPACITY_BEFORE_RESIZE).and_then(|b| b.parse().ok()),
             storage_class: spec.and_then(|s| s.storage_class_name.clone()),
         }
     }
@@ -101,13 +100,23 @@ impl ClaimState {
 }
 
 /// The claim to apply to grow `namespace/name` to `bytes`: only the fields pvc-resizer
-/// owns (the size and [`LAST_RESIZE`]).
-pub fn grown(namespace: &str, name: &str, bytes: u128, now: Timestamp) -> PersistentVolumeClaim {
+/// owns (the size, [`LAST_RESIZE`] and, when usage is known, [`CAPACITY_BEFORE_RESIZE`]).
+pub fn grown(
+    namespace: &str,
+    name: &str,
+    bytes: u128,
+    capacity_before: Option<u64>,
+    now: Timestamp,
+) -> PersistentVolumeClaim {
+    let mut annotations = BTreeMap::from([(LAST_RESIZE.to_string(), now.to_string())]);
+    if let Some(capacity) = capacity_before {
+        annotations.insert(CAPACITY_BEFORE_RESIZE.into(), capacity.to_string());
+    }
     PersistentVolumeClaim {
         metadata: ObjectMeta {
             name: Some(name.into()),
             namespace: Some(namespace.into()),
-            annotations: Some(BTreeMap::from([(LAST_RESIZE.into(), now.to_string())])),
+            annotations: Some(annotations),
             ..Default::default()
         },
         spec: Some(PersistentVolumeClaimSpec {
@@ -186,10 +195,10 @@ mod tests {
     #[test]
     fn reads_sizes_conditions_and_the_last_resize() {
         let mut claim = bound("2Gi", "1024Mi");
-        claim.metadata.annotations = Some(BTreeMap::from([(
-            LAST_RESIZE.into(),
-            "2025-01-02T03:04:05Z".into(),
-        )]));
+        claim.metadata.annotations = Some(BTreeMap::from([
+            (LAST_RESIZE.into(), "2025-01-02T03:04:05Z".into()),
+            (CAPACITY_BEFORE_RESIZE.into(), "1000".into()),
+        ]));
         let state = ClaimState::of(&claim);
         assert_eq!(state.requested, Some(2 << 30));
         assert_eq!(state.capacity, Some(1 << 30));
@@ -199,6 +208,7 @@ mod tests {
             state.last_resize,
             Some("2025-01-02T03:04:05Z".parse().unwrap())
         );
+        assert_eq!(state.capacity_before_resize, Some(1000));
 
         let done = ClaimState::of(&bound("2Gi", "2048Mi"));
         assert!(!done.in_flight() && done.last_resize.is_none());
@@ -226,7 +236,7 @@ mod tests {
     #[test]
     fn the_grown_claim_holds_only_pvc_resizers_fields() {
         let now: Timestamp = "2025-01-02T03:04:05Z".parse().unwrap();
-        let claim = grown("prod", "cache-data", 3 << 29, now);
+        let claim = grown("prod", "cache-data", 3 << 29, Some(1000), now);
         assert_eq!(
             serde_json::to_value(&claim).unwrap(),
             serde_json::json!({
@@ -235,7 +245,10 @@ mod tests {
                 "metadata": {
                     "name": "cache-data",
                     "namespace": "prod",
-                    "annotations": {"valkey.rs/last-resize-time": "2025-01-02T03:04:05Z"},
+                    "annotations": {
+                        "valkey.rs/last-resize-time": "2025-01-02T03:04:05Z",
+                        "valkey.rs/capacity-before-resize": "1000",
+                    },
                 },
                 "spec": {"resources": {"requests": {"storage": "1536Mi"}}},
             })

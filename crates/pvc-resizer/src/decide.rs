@@ -9,7 +9,8 @@
 //!    no limit: a person asked for it);
 //! 3. with `autoResize`, usage at or above the threshold asks for one step
 //!    ([`Policy::grown`]), never beyond the limit and not within the cooldown of the last
-//!    growth;
+//!    growth; usage read before the last growth reached the file system (the kubelet still
+//!    reports the capacity it had then) is not used;
 //! 4. a growth the StorageClass cannot do is not tried; one the API server refused is tried
 //!    again only after [`RETRY_REFUSED`] (or for another size);
 //! 5. nothing ever shrinks: every size asked for is above the claim's request.
@@ -69,8 +70,14 @@ pub enum Cause {
 /// What to do now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
-    /// Apply the claim at `to` bytes (it requests `from`).
-    Grow { from: u128, to: u128, cause: Cause },
+    /// Apply the claim at `to` bytes (it requests `from`); `capacity_before` is the file
+    /// system capacity the kubelet reports now, when known.
+    Grow {
+        from: u128,
+        to: u128,
+        cause: Cause,
+        capacity_before: Option<u64>,
+    },
     /// Nothing to apply; the reason and message go into StorageReady. `retry_at`: when the
     /// hold ends by itself (a cooldown, a refusal's wait).
     Hold {
@@ -168,9 +175,21 @@ pub fn decide(i: &Inputs) -> Decision {
             from: requested,
             to,
             cause,
+            capacity_before: match i.usage {
+                Usage::Known(u) => Some(u.capacity_bytes),
+                _ => None,
+            },
         };
     }
     match (by_usage, policy) {
+        (UsageStep::Stale(reported), _) => hold(
+            StorageReady::Resizing,
+            format!(
+                "the claim has {capacity}; waiting for the kubelet to report the grown file \
+                 system (it reports {})",
+                format_bytes(u128::from(reported))
+            ),
+        ),
         (UsageStep::AtLimit(percent, threshold), _) => hold(
             StorageReady::LimitReached,
             format!(
@@ -212,6 +231,9 @@ enum UsageStep {
     AtLimit(u8, u8),
     /// Above the threshold within the cooldown: until when, used percent.
     CoolingDown(Timestamp, u8),
+    /// The reading predates the last growth: the kubelet reports this capacity, no more than
+    /// before it.
+    Stale(u64),
 }
 
 fn usage_step(
@@ -221,6 +243,12 @@ fn usage_step(
     claim: &ClaimState,
     i: &Inputs,
 ) -> UsageStep {
+    if claim
+        .capacity_before_resize
+        .is_some_and(|before| usage.capacity_bytes <= before)
+    {
+        return UsageStep::Stale(usage.capacity_bytes);
+    }
     let Some(percent) = usage.used_percent() else {
         return UsageStep::Enough;
     };
@@ -488,6 +516,37 @@ mod tests {
                 Some(1536 * MI),
                 None,
             ),
+            // A reading from before the last growth reached the file system is not used.
+            (
+                "stale reading",
+                row(
+                    "16Mi",
+                    half(),
+                    Some(ClaimState {
+                        capacity_before_resize: Some(16 << 20),
+                        ..claim(32 * MI, 32 * MI)
+                    }),
+                    used(9 << 20, 16 << 20),
+                    None,
+                ),
+                None,
+                Some(StorageReady::Resizing),
+            ),
+            (
+                "fresh reading",
+                row(
+                    "16Mi",
+                    half(),
+                    Some(ClaimState {
+                        capacity_before_resize: Some(16 << 20),
+                        ..claim(32 * MI, 32 * MI)
+                    }),
+                    used(9 << 20, 32 << 20),
+                    None,
+                ),
+                None,
+                Some(StorageReady::VolumeReady),
+            ),
             // The spec: grows past the threshold logic, without autoResize, beyond the limit.
             (
                 "spec grows",
@@ -725,7 +784,8 @@ mod tests {
                 cause: Cause::Usage {
                     used_percent: 75,
                     threshold: 50
-                }
+                },
+                capacity_before: Some(16 << 20),
             }
         );
         let d = row(

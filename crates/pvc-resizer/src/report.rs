@@ -311,7 +311,9 @@ mod tests {
     fn reconcile(live: &Live, now: Timestamp) -> (Report, Applied) {
         let decision = decide(&live.inputs(now).unwrap());
         let applied = match decision {
-            Decision::Grow { from, to, cause } => Applied::Grown { from, to, cause },
+            Decision::Grow {
+                from, to, cause, ..
+            } => Applied::Grown { from, to, cause },
             Decision::Hold { .. } => Applied::Nothing,
         };
         (report(live, &decision, &applied, now), applied)

@@ -225,10 +225,8 @@ fn mount_tmpfs(dir: &Path, bytes: u128, remount: bool) -> std::io::Result<()> {
 /// Whether `dir` is a mount point of its own (its device differs from its parent's).
 pub(crate) fn is_mount_point(dir: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
-    let (Ok(me), Some(Ok(parent))) = (
-        std::fs::metadata(dir),
-        dir.parent().map(std::fs::metadata),
-    ) else {
+    let (Ok(me), Some(Ok(parent))) = (std::fs::metadata(dir), dir.parent().map(std::fs::metadata))
+    else {
         return false;
     };
     me.dev() != parent.dev()
@@ -729,11 +727,19 @@ mod tests {
         let mut sized = class(false);
         sized.metadata.name = Some(SIZED_STORAGE_CLASS.into());
         sized.parameters = Some(BTreeMap::from([(MEDIUM.into(), "tmpfs".into())]));
-        let pv = pv_for_claim(&claim(Some(SIZED_STORAGE_CLASS), "16Mi"), &sized, Path::new("/v"))
-            .unwrap();
+        let pv = pv_for_claim(
+            &claim(Some(SIZED_STORAGE_CLASS), "16Mi"),
+            &sized,
+            Path::new("/v"),
+        )
+        .unwrap();
         assert!(is_tmpfs_pv(&pv));
-        let plain = pv_for_claim(&claim(Some(STORAGE_CLASS), "16Mi"), &class(true), Path::new("/v"))
-            .unwrap();
+        let plain = pv_for_claim(
+            &claim(Some(STORAGE_CLASS), "16Mi"),
+            &class(true),
+            Path::new("/v"),
+        )
+        .unwrap();
         assert!(!is_tmpfs_pv(&plain));
         assert_eq!(tmpfs_size(16 << 20), 16 << 20);
         assert_eq!(tmpfs_size(1), 4096);

@@ -207,7 +207,10 @@ impl LocalCluster {
             .arg(format!("--kubelet-address={}", network.kubelet_ip))
             .arg(format!("--kubelet-netns={}", network.path().display()))
             .arg(format!("--control-addr=127.0.0.1:{control_port}"))
-            .arg(format!("--tls-cert-file={}", pki.kubelet_serving_cert().display()))
+            .arg(format!(
+                "--tls-cert-file={}",
+                pki.kubelet_serving_cert().display()
+            ))
             .arg(format!(
                 "--tls-private-key-file={}",
                 pki.kubelet_serving_key().display()

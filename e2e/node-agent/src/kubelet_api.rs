@@ -72,9 +72,7 @@ pub fn router(state: ApiState) -> Router {
         .with_state(state)
 }
 
-impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TlsListener>>
-    for Peer
-{
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TlsListener>> for Peer {
     fn connect_info(stream: axum::serve::IncomingStream<'_, TlsListener>) -> Self {
         stream.remote_addr().clone()
     }
@@ -165,10 +163,12 @@ fn tls_acceptor(node: &str, files: &TlsFiles) -> Result<TlsAcceptor> {
                 roots.add(cert?)?;
             }
             // A certificate is one way in; a bearer token is the other.
-            let verifier =
-                rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                    .allow_unauthenticated()
-                    .build()?;
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .allow_unauthenticated()
+            .build()?;
             builder.with_client_cert_verifier(verifier)
         }
         None => builder.with_no_client_auth(),

@@ -51,12 +51,14 @@ const ALLOWED_TTL: Duration = Duration::from_secs(300);
 const DENIED_TTL: Duration = Duration::from_secs(30);
 
 type Decisions = HashMap<(User, String, String), (bool, Instant)>;
+/// A token's user (`None`: not authenticated) and when it was reviewed.
+type Tokens = HashMap<String, (Option<User>, Instant)>;
 
 /// The webhook clients and their caches, shared by every node the agent serves.
 #[derive(Clone)]
 pub struct Authorizer {
     client: kube::Client,
-    tokens: Arc<Mutex<HashMap<String, (Option<User>, Instant)>>>,
+    tokens: Arc<Mutex<Tokens>>,
     decisions: Arc<Mutex<Decisions>>,
 }
 
@@ -236,7 +238,12 @@ pub async fn authorize<S: AuthState>(
 pub fn certificate_user(der: &[u8]) -> Option<User> {
     let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
     let subject = cert.subject();
-    let name = subject.iter_common_name().next()?.as_str().ok()?.to_string();
+    let name = subject
+        .iter_common_name()
+        .next()?
+        .as_str()
+        .ok()?
+        .to_string();
     let groups = subject
         .iter_organization()
         .filter_map(|o| o.as_str().ok().map(str::to_string))

@@ -20,10 +20,16 @@ pub async fn apply(
     field_manager: &str,
     now: Timestamp,
 ) -> Result<Applied, ApiError> {
-    let Decision::Grow { from, to, cause } = decision else {
+    let Decision::Grow {
+        from,
+        to,
+        cause,
+        capacity_before,
+    } = decision
+    else {
         return Ok(Applied::Nothing);
     };
-    let grown = claim::grown(&apis.namespace, claim_name, *to, now);
+    let grown = claim::grown(&apis.namespace, claim_name, *to, *capacity_before, now);
     match operator_runtime::apply(&apis.claims, claim_name, &grown, field_manager).await {
         Ok(_) => {
             tracing::info!(claim = %claim_name, namespace = %apis.namespace, from, to, "asked the claim to grow");
