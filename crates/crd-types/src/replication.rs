@@ -140,6 +140,10 @@ pub struct ValkeyReplicationStatus {
     /// Outcome of the latest switchover request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub switchover: Option<SwitchoverStatus>,
+    /// The member whose volume has the least free space (from the members'
+    /// `status.storage`; only members whose usage pvc-resizer reads, with autoResize).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<crate::node::StorageHeadroom>,
     /// The spec generation this status reflects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,

@@ -32,4 +32,5 @@ pub mod plan;
 mod sim;
 pub mod slots;
 pub mod status;
+pub mod storage;
 pub mod survey;
