@@ -53,6 +53,8 @@ const SENTINEL_OWNED_SUBCOMMANDS: &[&str] = &[
     "leader-epoch",
     "monitor",
     "myid",
+    "sentinel-pass",
+    "sentinel-user",
 ];
 
 /// Why a spec's config cannot be rendered. The controller reports it as `ConfigValid=False`
@@ -300,7 +302,19 @@ fn auth_args(spec: &ValkeyNodeSpec) -> Vec<String> {
             .map(String::from),
         );
     }
-    if spec.mode != Mode::Sentinel {
+    if spec.mode == Mode::Sentinel {
+        // Sentinels log in to each other as `operator` too: each one requires a password.
+        if auth.operator_secret_ref.is_some() {
+            args.extend([
+                "--sentinel".to_string(),
+                "sentinel-user".to_string(),
+                OPERATOR_USER.to_string(),
+                "--sentinel".to_string(),
+                "sentinel-pass".to_string(),
+                format!("$({OPERATOR_PASSWORD_ENV})"),
+            ]);
+        }
+    } else {
         if auth.operator_secret_ref.is_some() {
             args.extend([
                 "--masteruser".to_string(),
@@ -478,6 +492,15 @@ mod tests {
                 .starts_with(&["--requirepass".into(), "$(REDISCLI_AUTH)".into()])
         );
         assert!(!c.args.iter().any(|a| a.starts_with("--master")));
+        // Sentinels log in to each other as the operator user.
+        assert!(c.args.ends_with(&[
+            "--sentinel".into(),
+            "sentinel-user".into(),
+            "operator".into(),
+            "--sentinel".into(),
+            "sentinel-pass".into(),
+            "$(VALKEY_OPERATOR_PASSWORD)".into(),
+        ]));
     }
 
     #[test]

@@ -20,7 +20,8 @@ pub const EXPORTER_CONTAINER: &str = "exporter";
 /// Sentinel mode: copies sentinel.conf to /data before Sentinel starts.
 pub const SENTINEL_INIT_CONTAINER: &str = "sentinel-config";
 
-/// Sentinel rewrites its config file (it refuses to start on a read-only one) and keeps its
+/// Sentinel rewrites its config file (it refuses to start on a read-only one, so the copy is
+/// made writable, for its owner only: Sentinel writes passwords into it) and keeps its
 /// state there (myid, monitored primaries, known replicas and sentinels, epochs), so it runs
 /// from a copy in /data. Each start takes the fresh operator-rendered file and carries over
 /// the `sentinel` state lines the fresh file does not set; `announce-ip` is never carried:
@@ -29,7 +30,8 @@ pub const SENTINEL_INIT_CONTAINER: &str = "sentinel-config";
 /// would have to forward signals).
 pub const SENTINEL_INIT_SCRIPT: &str = r#"set -eu
 new=/data/sentinel.conf.new
-cp /etc/valkey/sentinel.conf "$new"
+cat /etc/valkey/sentinel.conf > "$new"
+chmod 600 "$new"
 if [ -f /data/sentinel.conf ]; then
   awk 'NR == FNR { if ($1 == "sentinel") seen[$2] = 1; next }
        $1 == "sentinel" && !($2 in seen) && $2 != "announce-ip"' \
@@ -320,7 +322,7 @@ mod tests {
             Some(crd_types::template::DEFAULT_IMAGE)
         );
         let script = &init.command.as_ref().unwrap()[2];
-        assert!(script.contains("cp /etc/valkey/sentinel.conf"));
+        assert!(script.contains("cat /etc/valkey/sentinel.conf > \"$new\""));
         assert!(script.contains("mv \"$new\" /data/sentinel.conf"));
         assert_eq!(init.security_context, Some(restricted()));
         let cm = pod(&d).volumes.as_ref().unwrap()[0]
