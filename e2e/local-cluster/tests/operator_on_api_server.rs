@@ -6,10 +6,10 @@
 use std::path::Path;
 
 use crd_types::{ValkeyCluster, ValkeyNode, ValkeyReplication};
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
-use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -324,7 +324,10 @@ async fn an_unreadable_object_fails_alone() {
             .unwrap();
         assert_eq!(found.type_.as_deref(), Some("Warning"));
         let note = found.note.unwrap_or_default();
-        assert!(note.contains("cannot read this object as ValkeyNode"), "{note}");
+        assert!(
+            note.contains("cannot read this object as ValkeyNode"),
+            "{note}"
+        );
     }
 
     // Another node, created after: still served by both controllers.
