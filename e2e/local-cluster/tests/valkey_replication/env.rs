@@ -1,0 +1,129 @@
+//! The shared test environment: timeouts, the `SERIAL` lock and [`Env`] with its helpers.
+
+use std::time::{Duration, Instant};
+
+use crd_types::ValkeyReplication;
+use kube::ResourceExt;
+use local_cluster::LocalCluster;
+use local_cluster::cluster_testing::{Progress, wait_until};
+use local_cluster::operator::RunningController;
+use local_cluster::replication_testing::{GroupAccess, ReplicationApis, access, ready_status};
+use local_cluster::testing::cluster_with_operator;
+
+pub(crate) const NS: &str = "default";
+/// A new group: members created, pods started, replicas attached, sentinels monitoring.
+pub(crate) const FORM: Duration = Duration::from_secs(180);
+/// Something that follows promptly from a state already reached.
+pub(crate) const SETTLE: Duration = Duration::from_secs(60);
+
+/// One test at a time: each starts a whole local cluster.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A local cluster with the operator. Fields drop in order: the processes stop before the
+/// run directory goes, and the next test starts only after both.
+pub(crate) struct Env {
+    pub(crate) cluster: LocalCluster,
+    #[allow(dead_code)]
+    pub(crate) controllers: Vec<RunningController>,
+    pub(crate) apis: ReplicationApis,
+    _run: tempfile::TempDir,
+    _serial: tokio::sync::MutexGuard<'static, ()>,
+}
+
+impl Env {
+    pub(crate) async fn start() -> Self {
+        let serial = SERIAL.lock().await;
+        let run = tempfile::tempdir().unwrap();
+        let (cluster, controllers) = cluster_with_operator(run.path(), true).await.unwrap();
+        let client = cluster.client().await.unwrap();
+        Self {
+            apis: ReplicationApis::new(&client, NS),
+            cluster,
+            controllers,
+            _run: run,
+            _serial: serial,
+        }
+    }
+
+    /// [`wait_until`], failing the test with the last reason on timeout.
+    pub(crate) async fn wait<T, F, Fut>(&self, what: &str, timeout: Duration, check: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = anyhow::Result<Progress<T>>>,
+    {
+        wait_until(&self.cluster, what, timeout, check)
+            .await
+            .unwrap_or_else(|e| panic!("{e:#}"))
+    }
+
+    pub(crate) async fn ready(
+        &self,
+        name: &str,
+        timeout: Duration,
+    ) -> crd_types::ValkeyReplicationStatus {
+        self.wait(
+            &format!("ValkeyReplication {name} to be Ready"),
+            timeout,
+            || ready_status(&self.apis, name),
+        )
+        .await
+    }
+
+    /// Creates the group, waits for Ready and checks Valkey and Sentinel agree with it.
+    pub(crate) async fn create_ready(&self, group: ValkeyReplication) -> GroupAccess {
+        let name = group.name_any();
+        let started = Instant::now();
+        self.apis.create(&group).await.unwrap();
+        let status = self.ready(&name, FORM).await;
+        eprintln!(
+            "{name}: {} data nodes + {} sentinels Ready {:?} after creation",
+            group.spec.replicas,
+            group.spec.sentinel.replicas,
+            started.elapsed()
+        );
+        let access = access(&self.apis, &name).await.unwrap();
+        let primary = status.current_primary.unwrap();
+        self.healthy(&access, &primary).await;
+        access
+    }
+
+    /// Valkey and Sentinel agree with status: `primary` serves as the one primary, every
+    /// other data node replicates it with its link up, every sentinel names it and lists
+    /// exactly the other data nodes and sentinels.
+    pub(crate) async fn healthy(&self, access: &GroupAccess, primary: &str) {
+        let primary_ip = access.ip(primary).unwrap().to_string();
+        self.wait(
+            &format!("every data node to follow {primary}"),
+            SETTLE,
+            || async {
+                for m in &access.data {
+                    let (role, follows) = access.role(&m.ip)?;
+                    let ok = if m.name == primary {
+                        role == "master"
+                    } else {
+                        role == "slave"
+                            && follows.as_deref() == Some(primary_ip.as_str())
+                            && access
+                                .cli(&m.ip, &["INFO", "replication"])
+                                .contains("master_link_status:up")
+                    };
+                    if !ok {
+                        return Ok(Err(format!("{}: {role} of {follows:?}", m.name)));
+                    }
+                }
+                Ok(Ok(()))
+            },
+        )
+        .await;
+        self.wait(
+            "every sentinel to know exactly the group",
+            SETTLE,
+            || async { Ok(access.sentinels_agree_on(&primary_ip)) },
+        )
+        .await;
+    }
+
+    pub(crate) fn finish(mut self) {
+        self.cluster.stop().unwrap();
+    }
+}

@@ -1,0 +1,11 @@
+//! ValkeyReplication end to end, with every controller and real valkey-server and
+//! valkey-sentinel pods: a group forms with one primary, its replicas linked and every
+//! sentinel knowing exactly the group, all by Service IP.
+//!
+//! Valkey and Sentinel are always asked directly too (`ROLE`, `SENTINEL REPLICAS` and
+//! `SENTINELS`), so a status that claims more than they show fails the tests.
+//!
+//! Each test starts its own local cluster; they run one at a time (`SERIAL`).
+
+mod env;
+mod forming;
