@@ -51,8 +51,10 @@ async fn run(ctx: Context) -> Result<(), std::convert::Infallible> {
     let clusters =
         controller::watching::<ValkeyCluster>(&ctx).owns(ctx.watch_api::<ValkeyNode>(), members);
     let group_members = watcher::Config::default().labels(labels::REPLICATION);
+    let (switches, wakes) = vkr::SwitchWatch::new();
     let replications = controller::watching::<ValkeyReplication>(&ctx)
-        .owns(ctx.watch_api::<ValkeyNode>(), group_members);
+        .owns(ctx.watch_api::<ValkeyNode>(), group_members)
+        .reconcile_all_on(wakes);
     let (cluster_store, replication_store) = (clusters.store(), replications.store());
     controller::ready_when(&ctx, async move {
         cluster_store.wait_until_ready().await?;
@@ -60,7 +62,7 @@ async fn run(ctx: Context) -> Result<(), std::convert::Infallible> {
     });
     tokio::join!(
         controller::run(&ctx, clusters, Arc::new(()), reconcile::reconcile),
-        controller::run(&ctx, replications, Arc::new(()), vkr::reconcile),
+        controller::run(&ctx, replications, Arc::new(switches), vkr::reconcile),
     );
     Ok(())
 }

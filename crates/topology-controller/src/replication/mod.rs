@@ -6,7 +6,8 @@
 //! ([`crate::plan::guard`]), the Secrets ([`crate::auth`]) and the INFO parser.
 //!
 //! - [`model`]: the spec read once into a `Group`; data nodes and sentinels as observed;
-//! - [`members`]: the member ValkeyNodes;
+//! - [`members`]: the member ValkeyNodes; [`services`]: the client Services and the pods'
+//!   role label;
 //! - [`observe`]: asking a data node and a sentinel;
 //! - [`survey`]: who is primary, and what keeps the group from being healthy;
 //! - [`plan`]: the next step;
@@ -21,6 +22,7 @@ pub mod members;
 pub mod model;
 pub mod observe;
 pub mod plan;
+pub mod services;
 #[cfg(test)]
 pub mod sim;
 pub mod status;

@@ -16,6 +16,11 @@ use topology_controller::replication::{PORT, SENTINEL_PORT};
 
 use crate::valkey::{Conn, Login};
 
+/// Bound on connecting to one member and asking it: a healthy member answers in
+/// milliseconds, and a frozen one must not hold up a reconcile that follows a failover
+/// (the read-write Service's label waits for it).
+const ASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The members with what they answered, in position order.
 pub struct Observed {
     /// The ValkeyNodes, as fetched.
@@ -96,28 +101,39 @@ async fn ask(name: &str, facts: Facts, login: Option<&Login>) -> Asked {
         return asked;
     };
     let port = if sentinel { SENTINEL_PORT } else { PORT };
-    let conn = match Conn::connect(&ip, port, login).await {
-        Ok(conn) => conn,
-        Err(e) => {
+    let conn = match tokio::time::timeout(ASK_TIMEOUT, Conn::connect(&ip, port, login)).await {
+        Ok(Ok(conn)) => conn,
+        Ok(Err(e)) => {
             note_refusal(&mut asked, &e);
             return asked;
         }
+        Err(_) => {
+            tracing::debug!(member = %asked.facts.name, "member does not answer in time");
+            return asked;
+        }
     };
-    let answered = if sentinel {
-        ask_sentinel(&conn, name)
-            .await
-            .map(|a| Answer::Sentinel(Some(a)))
-    } else {
-        ask_data(&conn).await.map(|a| Answer::Data(Some(a)))
-    };
+    let answered = tokio::time::timeout(ASK_TIMEOUT, async {
+        if sentinel {
+            ask_sentinel(&conn, name)
+                .await
+                .map(|a| Answer::Sentinel(Some(a)))
+        } else {
+            ask_data(&conn).await.map(|a| Answer::Data(Some(a)))
+        }
+    })
+    .await;
     match answered {
-        Ok(answer) => {
+        Ok(Ok(answer)) => {
             asked.answer = answer;
             asked.conn = Some(conn);
         }
-        Err(e) => {
+        Ok(Err(e)) => {
             tracing::debug!(member = %asked.facts.name, error = %e, "member answered badly");
             conn.close().await;
+        }
+        Err(_) => {
+            tracing::debug!(member = %asked.facts.name, "member does not answer in time");
+            drop(conn);
         }
     }
     asked

@@ -11,6 +11,10 @@
 //! Nothing is remembered between reconciles but what status says.
 
 mod connect;
+mod objects;
+mod watch;
+
+pub use watch::SwitchWatch;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +23,7 @@ use crd_types::cluster::Phase;
 use crd_types::names::labels;
 use crd_types::template::OPERATOR_USER;
 use crd_types::{ValkeyNode, ValkeyNodeStatus, ValkeyReplication, ValkeyReplicationStatus};
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
 use kube::runtime::controller::Action;
@@ -37,7 +41,7 @@ use topology_controller::replication::plan::{self, Circumstances, Step};
 use topology_controller::replication::status::{
     self, Inputs, sentinel_valkey_status, valkey_status,
 };
-use topology_controller::replication::survey::Health;
+use topology_controller::replication::survey::{self, Health};
 
 use crate::error::Error;
 use crate::secrets;
@@ -56,6 +60,8 @@ struct Apis {
     groups: Api<ValkeyReplication>,
     nodes: Api<ValkeyNode>,
     secrets: Api<Secret>,
+    services: Api<Service>,
+    pods: Api<Pod>,
     field_manager: &'static str,
 }
 
@@ -77,21 +83,38 @@ struct Passwords {
 
 pub async fn reconcile(
     cached: Arc<ValkeyReplication>,
-    ctx: Arc<ReconcileContext<()>>,
+    ctx: Arc<ReconcileContext<SwitchWatch>>,
 ) -> Result<Action, Error> {
     let apis = apis(&ctx.runtime, &cached)?;
-    let Some(live) = fetch(&apis, &cached.name_any()).await? else {
+    let name = cached.name_any();
+    let Some(live) = fetch(&apis, &name).await? else {
+        ctx.data.forget(&apis.namespace, &name);
         return Ok(Action::await_change());
     };
     // Passwords before members, so a member's pod finds its Secrets when it starts.
     let passwords = passwords(&apis, &live).await?;
     let nodes = apply_members(&apis, &live).await?;
+    objects::apply_services(
+        &apis.services,
+        &live.group,
+        &apis.namespace,
+        apis.field_manager,
+    )
+    .await?;
     let login = passwords.operator.as_ref().ok().map(|password| Login {
         user: OPERATOR_USER.to_string(),
         password: password.clone(),
     });
-    let (observed, connections) =
-        connect::observe(&live.group.name_any(), nodes, login.as_ref()).await;
+    let (observed, connections) = connect::observe(&name, nodes, login.as_ref()).await;
+    if let Some(login) = &login {
+        let sentinels = observed
+            .members
+            .sentinels
+            .iter()
+            .filter_map(|s| s.facts.address.clone())
+            .collect();
+        ctx.data.follow(&apis.namespace, &name, sentinels, login);
+    }
     let outcome = act(
         &ctx.runtime,
         &apis,
@@ -116,7 +139,9 @@ fn apis(ctx: &Context, group: &ValkeyReplication) -> Result<Apis, Error> {
     Ok(Apis {
         groups: Api::namespaced(client.clone(), &namespace),
         nodes: Api::namespaced(client.clone(), &namespace),
-        secrets: Api::namespaced(client, &namespace),
+        secrets: Api::namespaced(client.clone(), &namespace),
+        services: Api::namespaced(client.clone(), &namespace),
+        pods: Api::namespaced(client, &namespace),
         namespace,
         field_manager: ctx.field_manager,
     })
@@ -247,6 +272,19 @@ async fn act(
         })
     };
 
+    // The read-write and read-only Services follow the roles before anything else.
+    let primary = survey::primary(&group, members, recorded)
+        .ok()
+        .filter(|_| health.primary.is_ok());
+    objects::label_pods(
+        &apis.pods,
+        vkr,
+        members,
+        primary,
+        &apis.namespace,
+        apis.field_manager,
+    )
+    .await?;
     // Status first, so it says what is about to happen.
     write_member_statuses(apis, observed).await?;
     let planned = report(None);

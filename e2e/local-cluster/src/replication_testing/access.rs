@@ -31,6 +31,11 @@ pub struct GroupAccess {
     pub sentinel_password: String,
     /// The `operator` user's password (data nodes and sentinels).
     pub operator_password: String,
+    /// ClusterIPs of the read-write (`<name>`), read-only (`<name>-replicas`) and sentinel
+    /// (`<name>-sentinel`) Services, once they exist.
+    pub service_ip: Option<String>,
+    pub replicas_service_ip: Option<String>,
+    pub sentinel_service_ip: Option<String>,
 }
 
 /// What one sentinel says of the group.
@@ -83,7 +88,19 @@ pub async fn access(apis: &ReplicationApis, group: &str) -> Result<GroupAccess> 
     }
     data.sort_by_key(|m| m.index);
     sentinels.sort_by_key(|m| m.index);
+    let service_ip = |name: String| async move {
+        let service = apis.services.get_opt(&name).await?;
+        anyhow::Ok(
+            service
+                .and_then(|s| s.spec)
+                .and_then(|s| s.cluster_ip)
+                .filter(|ip| !ip.is_empty() && ip != "None"),
+        )
+    };
     Ok(GroupAccess {
+        service_ip: service_ip(names::primary_service_name(group)).await?,
+        replicas_service_ip: service_ip(names::replicas_service_name(group)).await?,
+        sentinel_service_ip: service_ip(names::sentinel_service_name(group)).await?,
         name: group.to_string(),
         data,
         sentinels,

@@ -3,6 +3,7 @@
 //! their Service ClusterIPs ([`GroupAccess`]) and what Valkey and Sentinel themselves say.
 
 mod access;
+mod writer;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -23,6 +24,7 @@ use kube::{Api, ResourceExt};
 use crate::cluster_testing::{Progress, TOPOLOGY_CONTROLLER};
 
 pub use access::{GroupAccess, MemberAddr, SentinelView, access};
+pub use writer::{GroupWriter, GroupWriterReport, Route};
 
 /// The APIs the replication tests use, in one namespace.
 #[derive(Clone)]

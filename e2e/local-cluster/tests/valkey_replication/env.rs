@@ -13,6 +13,8 @@ use local_cluster::testing::cluster_with_operator;
 pub(crate) const NS: &str = "default";
 /// A new group: members created, pods started, replicas attached, sentinels monitoring.
 pub(crate) const FORM: Duration = Duration::from_secs(180);
+/// A failover: down-after-milliseconds, the election, the operator following.
+pub(crate) const FAILOVER: Duration = Duration::from_secs(120);
 /// Something that follows promptly from a state already reached.
 pub(crate) const SETTLE: Duration = Duration::from_secs(60);
 
@@ -121,6 +123,32 @@ impl Env {
             || async { Ok(access.sentinels_agree_on(&primary_ip)) },
         )
         .await;
+    }
+
+    /// Whether `ip` (a Service) reaches `member` serving as primary: `ROLE` says master and
+    /// the run id is the member's own.
+    pub(crate) fn serves_as_primary(
+        &self,
+        access: &GroupAccess,
+        ip: &str,
+        member: &str,
+    ) -> Progress<()> {
+        let run_id = |ip: &str| {
+            access
+                .cli(ip, &["INFO", "server"])
+                .lines()
+                .find_map(|l| l.strip_prefix("run_id:").map(str::to_string))
+        };
+        let role = access.role(ip).map_err(|e| format!("{e:#}"))?.0;
+        let theirs = run_id(access.ip(member).ok_or("no such member")?);
+        let here = run_id(ip);
+        if role == "master" && here.is_some() && here == theirs {
+            Ok(())
+        } else {
+            Err(format!(
+                "{ip} answers {role} with run id {here:?}, {member} has {theirs:?}"
+            ))
+        }
     }
 
     pub(crate) fn finish(mut self) {

@@ -1,6 +1,7 @@
 //! ValkeyReplication end to end, with every controller and real valkey-server and
 //! valkey-sentinel pods: a group forms with one primary, its replicas linked and every
-//! sentinel knowing exactly the group, all by Service IP.
+//! sentinel knowing exactly the group, all by Service IP; a frozen primary is failed over by
+//! Sentinel, the read-write Service follows and no acknowledged write is lost.
 //!
 //! Valkey and Sentinel are always asked directly too (`ROLE`, `SENTINEL REPLICAS` and
 //! `SENTINELS`), so a status that claims more than they show fails the tests.
@@ -8,4 +9,5 @@
 //! Each test starts its own local cluster; they run one at a time (`SERIAL`).
 
 mod env;
+mod failover;
 mod forming;
