@@ -11,6 +11,7 @@
 //! The values themselves are read and written as valkey.conf does, by [`args`].
 
 pub mod args;
+pub mod replication;
 
 use crd_types::conditions::reasons::ConfigValid;
 use crd_types::names::ports;
@@ -100,6 +101,9 @@ pub struct RenderedConfig {
     /// Extra arguments after the config file: with `announce: PodIP` the address is only
     /// known at runtime, so it comes from `$(POD_IP)` (expanded by Kubernetes in args).
     pub args: Vec<String>,
+    /// The replication context (`spec.replication`), kept apart from the config: it is not
+    /// part of the revision (see [`replication`]).
+    pub replication: Option<String>,
 }
 
 /// What rendering decided.
@@ -269,10 +273,16 @@ pub fn render(spec: &ValkeyNodeSpec, cluster_ip: Option<&str>) -> Result<Rendere
         }
     }
     args.extend(auth_args(spec));
+    let replication = spec
+        .replication
+        .as_ref()
+        .map(|r| replication::render_context(r, announce_ip))
+        .transpose()?;
     Ok(Rendered::Config(RenderedConfig {
         file_name: file_name(spec.mode),
         text,
         args,
+        replication,
     }))
 }
 
