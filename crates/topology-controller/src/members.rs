@@ -139,6 +139,7 @@ pub fn member(
             tls: cluster.spec.tls.clone(),
             rollout_policy: RolloutPolicy::Gated,
             allowed_revision,
+            replication: None,
         },
         status: None,
     }

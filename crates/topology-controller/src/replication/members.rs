@@ -4,8 +4,9 @@
 
 use std::collections::BTreeMap;
 
+use crd_types::cluster::Phase;
 use crd_types::names::{self, components, labels};
-use crd_types::node::{Mode, RolloutPolicy};
+use crd_types::node::{Mode, NodeReplication, RolloutPolicy};
 use crd_types::template::{Auth, Scheduling, ValkeyNodeTemplate};
 use crd_types::{ValkeyNode, ValkeyNodeSpec, ValkeyReplication};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -14,7 +15,7 @@ use kube::{Resource, ResourceExt};
 use crate::auth;
 use crate::members::{announced_address, spread_softly};
 use crate::model::Revisions;
-use crate::replication::model::{At, Facts};
+use crate::replication::model::{At, Facts, Group};
 
 /// Directives the spec's `minReplicasToWrite` / `minReplicasMaxLag` own on data nodes.
 const MIN_REPLICAS_TO_WRITE: &str = "min-replicas-to-write";
@@ -62,12 +63,54 @@ pub fn member_labels(replication: &str, index: u32) -> BTreeMap<String, String> 
     ])
 }
 
-/// The member at `at`. `allowed_revision` is its roll gate's current value: it must be sent
-/// on every apply, or the field would be dropped.
+/// What every member is told of the group (`spec.replication`), from what Kubernetes says:
+/// the primary status last recorded (at creation, data node 0) by its announce address,
+/// whether the group was ever Ready (so sentinels monitor it), the wanted sentinels' and
+/// data nodes' addresses, and the spec's Sentinel options.
+pub fn context(replication: &ValkeyReplication, nodes: &[ValkeyNode]) -> NodeReplication {
+    let group = Group::of(replication);
+    let status = replication.status.as_ref();
+    let address = |name: &str| {
+        nodes
+            .iter()
+            .find(|n| n.name_any() == name)
+            .and_then(announced_address)
+            .map(|a| a.ip)
+    };
+    let addresses = |wanted: fn(&At) -> bool| {
+        let mut found: Vec<(At, String)> = nodes
+            .iter()
+            .filter_map(|n| Some((position_of(n)?, announced_address(n)?.ip)))
+            .filter(|(at, _)| wanted(at) && group.wants(*at))
+            .collect();
+        found.sort();
+        found.into_iter().map(|(_, ip)| ip).collect()
+    };
+    let first = group.member_name(At::Data(0));
+    let recorded = status.and_then(|s| s.current_primary.as_deref());
+    let sentinel = &replication.spec.sentinel;
+    NodeReplication {
+        primary_name: group.name.clone(),
+        primary: address(recorded.unwrap_or(&first)),
+        monitored: status
+            .and_then(|s| s.phase)
+            .is_some_and(|p| p != Phase::Creating),
+        sentinels: addresses(|at| matches!(at, At::Sentinel(_))),
+        data_nodes: addresses(|at| matches!(at, At::Data(_))),
+        quorum: sentinel.quorum,
+        down_after_milliseconds: sentinel.down_after_milliseconds,
+        failover_timeout: sentinel.failover_timeout,
+        parallel_syncs: sentinel.parallel_syncs,
+    }
+}
+
+/// The member at `at`, told `context` (see [`context`]). `allowed_revision` is its roll
+/// gate's current value: it must be sent on every apply, or the field would be dropped.
 pub fn member(
     replication: &ValkeyReplication,
     at: At,
     allowed_revision: Option<String>,
+    context: &NodeReplication,
 ) -> ValkeyNode {
     let name = replication.name_any();
     let spec = &replication.spec;
@@ -107,6 +150,7 @@ pub fn member(
             tls: spec.tls.clone(),
             rollout_policy: RolloutPolicy::Gated,
             allowed_revision,
+            replication: Some(context.clone()),
         },
         status: None,
     }
@@ -190,7 +234,7 @@ mod tests {
     #[test]
     fn data_nodes_are_gated_standalone_servers_owned_by_the_group() {
         let r = replication(3);
-        let n = member(&r, At::Data(2), Some("abc".into()));
+        let n = member(&r, At::Data(2), Some("abc".into()), &Default::default());
         assert_eq!(n.name_any(), "sessions-2");
         assert_eq!(n.spec.mode, Mode::Standalone);
         assert_eq!(n.spec.rollout_policy, RolloutPolicy::Gated);
@@ -209,7 +253,7 @@ mod tests {
     #[test]
     fn a_lone_primary_needs_no_replica_to_write_and_the_spec_wins_over_the_config() {
         let r = replication(1);
-        let n = member(&r, At::Data(0), None);
+        let n = member(&r, At::Data(0), None, &Default::default());
         assert_eq!(n.spec.template.config.0[MIN_REPLICAS_TO_WRITE], "0");
         let mut r = replication(3);
         r.spec.min_replicas_to_write = Some(2);
@@ -219,7 +263,11 @@ mod tests {
             .config
             .0
             .insert("Min-Replicas-To-Write".into(), "0".into());
-        let config = member(&r, At::Data(0), None).spec.template.config.0;
+        let config = member(&r, At::Data(0), None, &Default::default())
+            .spec
+            .template
+            .config
+            .0;
         assert_eq!(config.len(), 2, "{config:?}");
         assert_eq!(config[MIN_REPLICAS_TO_WRITE], "2");
         assert_eq!(config[MIN_REPLICAS_MAX_LAG], "4");
@@ -235,7 +283,7 @@ mod tests {
             .0
             .insert("maxmemory".into(), "1gb".into());
         r.spec.sentinel.image = Some("valkey/valkey:8.0".into());
-        let n = member(&r, At::Sentinel(1), None);
+        let n = member(&r, At::Sentinel(1), None, &Default::default());
         assert_eq!(n.name_any(), "sessions-sentinel-1");
         assert_eq!(n.spec.mode, Mode::Sentinel);
         assert_eq!(position_of(&n), Some(At::Sentinel(1)));
@@ -252,7 +300,10 @@ mod tests {
             name: "mine".into(),
             key: "k".into(),
         });
-        let auth = member(&r, At::Sentinel(0), None).spec.auth.unwrap();
+        let auth = member(&r, At::Sentinel(0), None, &Default::default())
+            .spec
+            .auth
+            .unwrap();
         assert_eq!(auth.password_secret_ref.unwrap().name, "mine");
     }
 
@@ -260,7 +311,7 @@ mod tests {
     fn members_spread_among_their_own_kind() {
         let r = replication(3);
         for (at, component) in [(At::Data(0), "server"), (At::Sentinel(0), "sentinel")] {
-            let n = member(&r, at, None);
+            let n = member(&r, at, None, &Default::default());
             let spread = n
                 .spec
                 .template
@@ -281,8 +332,56 @@ mod tests {
     }
 
     #[test]
+    fn the_context_names_the_recorded_primary_and_the_wanted_members() {
+        use crd_types::node::{EndpointStatus, ValkeyNodeStatus};
+        use crd_types::replication::ValkeyReplicationStatus;
+        let mut r = replication(2);
+        r.spec.sentinel.replicas = 1;
+        let mut nodes: Vec<ValkeyNode> = [At::Data(0), At::Data(1), At::Data(2), At::Sentinel(0)]
+            .into_iter()
+            .enumerate()
+            .map(|(k, at)| {
+                let mut n = member(&r, at, None, &Default::default());
+                n.status = Some(ValkeyNodeStatus {
+                    endpoint: Some(EndpointStatus {
+                        cluster_ip: Some(format!("10.96.0.{k}")),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                });
+                n
+            })
+            .collect();
+        let c = context(&r, &nodes);
+        assert_eq!(
+            c.primary.as_deref(),
+            Some("10.96.0.0"),
+            "data node 0 at creation"
+        );
+        assert!(!c.monitored);
+        assert_eq!(
+            c.data_nodes,
+            ["10.96.0.0", "10.96.0.1"],
+            "data node 2 is not wanted"
+        );
+        assert_eq!(c.sentinels, ["10.96.0.3"]);
+        assert_eq!((c.quorum, c.down_after_milliseconds), (2, 5000));
+        r.status = Some(ValkeyReplicationStatus {
+            phase: Some(Phase::Degraded),
+            current_primary: Some("sessions-1".into()),
+            ..Default::default()
+        });
+        nodes.truncate(2);
+        let c = context(&r, &nodes);
+        assert_eq!(c.primary.as_deref(), Some("10.96.0.1"));
+        assert!(c.monitored && c.sentinels.is_empty());
+        let n = member(&r, At::Data(0), None, &c);
+        assert_eq!(n.spec.replication, Some(c));
+    }
+
+    #[test]
     fn cluster_and_foreign_nodes_have_no_position() {
-        let mut n = member(&replication(1), At::Data(0), None);
+        let mut n = member(&replication(1), At::Data(0), None, &Default::default());
         n.spec.mode = Mode::Cluster;
         assert_eq!(position_of(&n), None);
         assert_eq!(position_of(&ValkeyNode::new("x", Default::default())), None);

@@ -202,6 +202,7 @@ async fn passwords(apis: &Apis, live: &Live) -> Result<Passwords, Error> {
 /// are afterwards (leaving ones included: the planner removes them).
 async fn apply_members(apis: &Apis, live: &Live) -> Result<Vec<ValkeyNode>, Error> {
     let group = Group::of(&live.group);
+    let context = members::context(&live.group, &live.owned);
     let mut owned = live.owned.clone();
     for at in group.positions() {
         let member_name = group.member_name(at);
@@ -210,7 +211,7 @@ async fn apply_members(apis: &Apis, live: &Live) -> Result<Vec<ValkeyNode>, Erro
         }
         let existing = owned.iter().position(|n| n.name_any() == member_name);
         let allowed = existing.and_then(|i| owned[i].spec.allowed_revision.clone());
-        let built = members::member(&live.group, at, allowed);
+        let built = members::member(&live.group, at, allowed, &context);
         if existing.is_some_and(|i| !topology_controller::members::needs_apply(&built, &owned[i])) {
             continue;
         }
