@@ -3,6 +3,7 @@
 //! their Service ClusterIPs ([`GroupAccess`]) and what Valkey and Sentinel themselves say.
 
 mod access;
+mod data;
 mod writer;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -24,6 +25,7 @@ use kube::{Api, ResourceExt};
 use crate::cluster_testing::{Progress, TOPOLOGY_CONTROLLER};
 
 pub use access::{GroupAccess, MemberAddr, SentinelView, access};
+pub use data::Keys;
 pub use writer::{GroupWriter, GroupWriterReport, Route};
 
 /// The APIs the replication tests use, in one namespace.
@@ -74,6 +76,19 @@ impl ReplicationApis {
             .items;
         nodes.sort_by_key(|n| n.name_any());
         Ok(nodes)
+    }
+
+    /// Deletes a pod with grace period 0: the process is killed, the object gone at once.
+    pub async fn kill_pod(&self, pod: &str) -> Result<()> {
+        let grace = kube::api::DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        };
+        self.pods
+            .delete(pod, &grace)
+            .await
+            .with_context(|| format!("killing pod {pod}"))?;
+        Ok(())
     }
 
     /// Events about the group reported by topology-controller, with `reason` when given.

@@ -93,7 +93,7 @@ pub struct GroupWriter {
     task: tokio::task::JoinHandle<GroupWriterReport>,
 }
 
-async fn connect(ip: &str, port: u16, password: Option<&str>) -> Result<ValkeyClient> {
+pub(super) async fn connect(ip: &str, port: u16, password: Option<&str>) -> Result<ValkeyClient> {
     let config = fred::types::config::Config {
         fail_fast: true,
         password: password.map(str::to_string),
@@ -118,7 +118,7 @@ async fn connect(ip: &str, port: u16, password: Option<&str>) -> Result<ValkeyCl
     Ok(client)
 }
 
-async fn raw<R: fred::types::FromValue>(
+pub(super) async fn raw<R: fred::types::FromValue>(
     client: &ValkeyClient,
     command: &'static str,
     args: Vec<Value>,

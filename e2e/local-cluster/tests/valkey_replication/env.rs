@@ -36,6 +36,10 @@ impl Env {
     pub(crate) async fn start() -> Self {
         let serial = SERIAL.lock().await;
         let run = tempfile::tempdir().unwrap();
+        if std::env::var_os("E2E_KEEP_RUN_DIRS").is_some() {
+            // For a post-mortem of a failed test: the logs stay in the run dir.
+            eprintln!("run dir {}", run.path().display());
+        }
         let (cluster, controllers) = cluster_with_operator(run.path(), true).await.unwrap();
         let client = cluster.client().await.unwrap();
         Self {
@@ -93,36 +97,39 @@ impl Env {
     /// other data node replicates it with its link up, every sentinel names it and lists
     /// exactly the other data nodes and sentinels.
     pub(crate) async fn healthy(&self, access: &GroupAccess, primary: &str) {
-        let primary_ip = access.ip(primary).unwrap().to_string();
         self.wait(
-            &format!("every data node to follow {primary}"),
+            &format!("Valkey and Sentinel to agree that {primary} is primary"),
             SETTLE,
+            || async { Ok(agrees(access, primary)) },
+        )
+        .await;
+    }
+
+    /// Waits until status says Ready, names `primary` (when given) and Valkey and Sentinel
+    /// agree with it: a status written before a change is not taken for one after it.
+    pub(crate) async fn ready_agreeing(
+        &self,
+        name: &str,
+        primary: Option<&str>,
+        timeout: Duration,
+    ) -> crd_types::ValkeyReplicationStatus {
+        self.wait(
+            &format!("ValkeyReplication {name} to be Ready, agreeing with Valkey"),
+            timeout,
             || async {
-                for m in &access.data {
-                    let (role, follows) = access.role(&m.ip)?;
-                    let ok = if m.name == primary {
-                        role == "master"
-                    } else {
-                        role == "slave"
-                            && follows.as_deref() == Some(primary_ip.as_str())
-                            && access
-                                .cli(&m.ip, &["INFO", "replication"])
-                                .contains("master_link_status:up")
-                    };
-                    if !ok {
-                        return Ok(Err(format!("{}: {role} of {follows:?}", m.name)));
-                    }
+                let status = match ready_status(&self.apis, name).await? {
+                    Ok(status) => status,
+                    Err(why) => return Ok(Err(why)),
+                };
+                let named = status.current_primary.clone().unwrap_or_default();
+                if primary.is_some_and(|p| p != named) {
+                    return Ok(Err(format!("currentPrimary is {named}, not {primary:?}")));
                 }
-                Ok(Ok(()))
+                let access = access(&self.apis, name).await?;
+                Ok(agrees(&access, &named).map(|()| status))
             },
         )
-        .await;
-        self.wait(
-            "every sentinel to know exactly the group",
-            SETTLE,
-            || async { Ok(access.sentinels_agree_on(&primary_ip)) },
-        )
-        .await;
+        .await
     }
 
     /// Whether `ip` (a Service) reaches `member` serving as primary: `ROLE` says master and
@@ -151,7 +158,66 @@ impl Env {
         }
     }
 
+    /// Waits until every member has been told the group is monitored and node-controller
+    /// has rendered that (so a pod that starts now reads it).
+    pub(crate) async fn contexts_monitored(&self, name: &str) {
+        self.wait(
+            "every member to be told the group is monitored",
+            SETTLE,
+            || async {
+                for node in self.apis.members(name).await? {
+                    let told = node.spec.replication.as_ref().is_some_and(|r| r.monitored);
+                    let rendered = node
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.workload.as_ref())
+                        .and_then(|w| w.observed_generation)
+                        == node.metadata.generation;
+                    if !(told && rendered) {
+                        return Ok(Err(format!(
+                            "{}: told {told}, rendered {rendered}",
+                            node.name_any()
+                        )));
+                    }
+                }
+                Ok(Ok(()))
+            },
+        )
+        .await
+    }
+
     pub(crate) fn finish(mut self) {
         self.cluster.stop().unwrap();
     }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if std::env::var_os("E2E_KEEP_RUN_DIRS").is_some() {
+            let dir = std::mem::replace(&mut self._run, tempfile::tempdir().unwrap());
+            let _ = dir.keep();
+        }
+    }
+}
+
+/// Whether Valkey and Sentinel agree that `primary` is the group's primary; see
+/// [`Env::healthy`].
+pub(crate) fn agrees(access: &GroupAccess, primary: &str) -> Progress<()> {
+    let primary_ip = access.ip(primary).ok_or("no such member")?.to_string();
+    for m in &access.data {
+        let (role, follows) = access.role(&m.ip).map_err(|e| format!("{e:#}"))?;
+        let ok = if m.name == primary {
+            role == "master"
+        } else {
+            role == "slave"
+                && follows.as_deref() == Some(primary_ip.as_str())
+                && access
+                    .cli(&m.ip, &["INFO", "replication"])
+                    .contains("master_link_status:up")
+        };
+        if !ok {
+            return Err(format!("{}: {role} of {follows:?}", m.name));
+        }
+    }
+    access.sentinels_agree_on(&primary_ip)
 }

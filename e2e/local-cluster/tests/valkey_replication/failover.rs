@@ -1,4 +1,5 @@
-//! Scenario 2: Sentinel fails over a frozen primary; the read-write Service follows.
+//! Scenario 2: Sentinel fails over a frozen primary, and a deleted one; the read-write
+//! Service follows and the old primary rejoins as a replica.
 
 use std::time::Instant;
 
@@ -103,5 +104,82 @@ async fn a_frozen_primary_is_replaced_and_rejoins_as_replica() {
         .and_then(|e| e.note.clone())
         .unwrap_or_default();
     assert_eq!(note, format!("primary moved from {old} to {new}"));
+    env.finish();
+}
+
+/// With two writers as above and persistence, the primary's pod is deleted (killed, grace
+/// 0) and comes back at once: it does not serve as primary again (its replicas may hold
+/// writes its append-only file missed) but waits until Sentinel fails over, then rejoins as
+/// a replica of the new primary. No acknowledged write is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_deleted_primary_waits_for_the_failover_and_rejoins_as_replica() {
+    let env = Env::start().await;
+    let name = "kill";
+    let access = env.create_ready(valkey_replication(name, 3, 3, true)).await;
+    let old = env.ready(name, SETTLE).await.current_primary.unwrap();
+    let service = access.service_ip.clone().unwrap();
+    let through_service = GroupWriter::start(&access, Route::Service(service.clone()), "svc");
+    let sentinel_aware = GroupWriter::start(
+        &access,
+        Route::Sentinel(access.sentinel_service_ip.clone().unwrap()),
+        "snt",
+    );
+    through_service.progressed(200, SETTLE).await.unwrap();
+    sentinel_aware.progressed(200, SETTLE).await.unwrap();
+
+    env.apis
+        .kill_pod(&statefulset_pod_name(&old))
+        .await
+        .unwrap();
+    let killed = Instant::now();
+    let new = env
+        .wait(
+            "Sentinel to fail over and status to follow",
+            FAILOVER,
+            || async {
+                let status = env.apis.groups.get(name).await?.status.unwrap_or_default();
+                Ok(match status.current_primary {
+                    Some(p) if p != old => Ok(p),
+                    other => Err(format!("currentPrimary is {other:?}")),
+                })
+            },
+        )
+        .await;
+    eprintln!(
+        "{name}: {new} named primary {:?} after the kill",
+        killed.elapsed()
+    );
+    env.ready(name, FAILOVER).await;
+    eprintln!("{name}: Ready again {:?} after the kill", killed.elapsed());
+    let access = replication_testing::access(&env.apis, name).await.unwrap();
+    env.healthy(&access, &new).await;
+    // What the restarted old primary's start script said.
+    let log = env
+        .apis
+        .pods
+        .logs(&statefulset_pod_name(&old), &Default::default())
+        .await
+        .unwrap();
+    let said: Vec<&str> = log.lines().filter(|l| l.contains("sentinels")).collect();
+    eprintln!("{name}: {old} at start: {said:?}");
+    assert!(
+        said.last()
+            .is_some_and(|l| l.contains("starting as its replica")),
+        "{log}"
+    );
+    through_service.progressed(200, SETTLE).await.unwrap();
+    sentinel_aware.progressed(200, SETTLE).await.unwrap();
+    for writer in [through_service, sentinel_aware] {
+        let report = writer.stop().await.unwrap();
+        eprintln!("{name}: {}", report.summary());
+        let lost = report.lost(&access).await.unwrap();
+        assert!(
+            lost.is_empty(),
+            "{} of {} acknowledged writes lost, e.g. {:?}",
+            lost.len(),
+            report.acked.len(),
+            &lost[..lost.len().min(10)]
+        );
+    }
     env.finish();
 }

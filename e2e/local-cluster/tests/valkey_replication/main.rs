@@ -1,7 +1,11 @@
 //! ValkeyReplication end to end, with every controller and real valkey-server and
 //! valkey-sentinel pods: a group forms with one primary, its replicas linked and every
 //! sentinel knowing exactly the group, all by Service IP; a frozen primary is failed over by
-//! Sentinel, the read-write Service follows and no acknowledged write is lost.
+//! Sentinel, the read-write Service follows and no acknowledged write is lost, and so is a
+//! deleted one, which waits for the failover instead of serving again; with every
+//! controller stopped, pods restart in their roles and nothing rolls once the controllers
+//! are back; every pod deleted at once comes back with the data and one primary, and
+//! Sentinel's lists keep one entry per member through many restarts.
 //!
 //! Valkey and Sentinel are always asked directly too (`ROLE`, `SENTINEL REPLICAS` and
 //! `SENTINELS`), so a status that claims more than they show fails the tests.
@@ -11,3 +15,4 @@
 mod env;
 mod failover;
 mod forming;
+mod restarts;
