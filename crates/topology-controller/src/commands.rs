@@ -240,6 +240,9 @@ pub enum StepError {
         primary: String,
         state: String,
     },
+    /// A hand-over of a primary did not happen as asked (writes were let through again).
+    #[error("{primary} was not handed over: {why}")]
+    NotHandedOver { primary: String, why: String },
     /// The Kubernetes half of a step (deleting a member, opening a roll gate).
     #[error("{error}: {}", .error.source)]
     Api {

@@ -18,6 +18,13 @@ operator_runtime::event_reasons! {
         SentinelConfigured: Normal,
         /// The primary moved to another data node.
         PrimaryChanged: Normal,
+        /// A replica's `replica-priority` was set (a switchover's target, or back after one).
+        ReplicaPrioritySet: Normal,
+        /// The primary was handed over with writes paused (a switchover, or before it
+        /// restarts or is removed).
+        HandedOver: Normal,
+        /// A member's roll gate was opened.
+        Rolling: Normal,
         /// A step failed; the note says what.
         StepFailed: Warning,
     }
@@ -33,6 +40,9 @@ pub fn step_event(step: &Step, error: Option<&str>) -> Option<(ReplicationEvent,
         Step::ReplicaOf { .. } => ReplicationEvent::ReplicaAttached,
         Step::Monitor { .. } => ReplicationEvent::SentinelMonitoring,
         Step::Configure { .. } => ReplicationEvent::SentinelConfigured,
+        Step::SetPriority { .. } => ReplicationEvent::ReplicaPrioritySet,
+        Step::HandOver { .. } => ReplicationEvent::HandedOver,
+        Step::AllowRoll { .. } => ReplicationEvent::Rolling,
     };
     let note = match error {
         Some(e) => format!("{step}: {e}"),

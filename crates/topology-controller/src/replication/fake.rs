@@ -26,7 +26,10 @@ struct Data {
     ip: String,
     /// The primary's address when a replica.
     primary: Option<String>,
+    /// A primary's offset; a replica's when it has none.
     offset: i64,
+    /// How far a replica's acknowledged offset stays behind its primary's.
+    lag: i64,
     priority: u32,
     paused: bool,
     killed: u64,
@@ -120,6 +123,7 @@ impl FakeGroup {
                     ip: format!("10.96.0.{i}"),
                     primary: None,
                     offset: 0,
+                    lag: 0,
                     priority: 100,
                     paused: false,
                     killed: 0,
@@ -182,9 +186,39 @@ impl FakeGroup {
         self.connect(&ip, PORT).expect("data node answers")
     }
 
-    /// Data node `i` takes `writes` writes (its replicas follow at once).
-    pub fn write(&self, i: usize, writes: i64) {
-        self.lock().data[i].offset += writes;
+    /// Data node `i` takes `writes` writes (its replicas follow at once); refused while its
+    /// writes are paused.
+    pub fn write(&self, i: usize, writes: i64) -> bool {
+        let mut state = self.lock();
+        if state.data[i].paused {
+            return false;
+        }
+        state.data[i].offset += writes;
+        true
+    }
+
+    /// Replica `i` acknowledges `lag` bytes less than its primary has.
+    pub fn lag(&self, i: usize, lag: i64) {
+        self.lock().data[i].lag = lag;
+    }
+
+    /// Whether data node `i`'s writes are paused.
+    pub fn paused(&self, i: usize) -> bool {
+        self.lock().data[i].paused
+    }
+
+    /// The address a majority of the sentinels name.
+    pub fn named_primary(&self) -> Option<String> {
+        let state = self.lock();
+        let named: Vec<&str> = state
+            .sentinels
+            .iter()
+            .filter_map(|s| s.monitor.as_ref().map(|m| m.primary.as_str()))
+            .collect();
+        named
+            .iter()
+            .find(|ip| named.iter().filter(|o| o == ip).count() * 2 > state.sentinels.len())
+            .map(|ip| ip.to_string())
     }
 
     /// The primary address data node `i` replicates, if any.
@@ -341,7 +375,7 @@ impl FakeGroupConn {
             Some(primary) => {
                 let p = state.data.iter().find(|d| &d.ip == primary);
                 let up = p.is_some_and(|p| p.answering);
-                let offset = p.map_or(node.offset, |p| p.offset);
+                let offset = p.map_or(node.offset, |p| p.offset - node.lag);
                 format!(
                     "# Replication\r\nrole:slave\r\nmaster_host:{primary}\r\nmaster_port:{PORT}\r\n\
                      master_link_status:{}\r\nmaster_sync_in_progress:0\r\n\
@@ -364,7 +398,8 @@ impl FakeGroupConn {
                 for (n, r) in replicas.iter().enumerate() {
                     text.push_str(&format!(
                         "slave{n}:ip={},port={PORT},state=online,offset={},lag=0\r\n",
-                        r.ip, node.offset
+                        r.ip,
+                        node.offset - r.lag
                     ));
                 }
                 text.push_str(&format!("master_repl_offset:{}\r\n", node.offset));
@@ -705,12 +740,44 @@ impl Valkey for FakeGroupConn {
         .await
     }
 
+    /// Promotes the replica Sentinel would (lowest non-zero priority, then highest
+    /// offset, then run id), moves the other replicas to it and tells every sentinel; the
+    /// old primary is left serving, as Sentinel converts it only later.
     async fn sentinel_failover(&self, name: &str) -> Result<(), ValkeyError> {
         let name = name.to_string();
-        self.sentinel(format!("FAILOVER {name}"), move |_, _| {
-            Err(refused(
-                "ERR SENTINEL FAILOVER is not modelled by the fake group yet",
-            ))
+        self.sentinel(format!("FAILOVER {name}"), move |state, j| {
+            let old = Self::monitor_of(state, j, &name)?.primary.clone();
+            let primary_offset = state
+                .data
+                .iter()
+                .find(|d| d.ip == old)
+                .map_or(0, |p| p.offset);
+            let chosen = state
+                .data
+                .iter()
+                .enumerate()
+                .filter(|(_, d)| {
+                    d.primary.as_deref() == Some(old.as_str()) && d.answering && d.priority > 0
+                })
+                .min_by_key(|(_, d)| (d.priority, d.lag, d.run_id.clone()))
+                .map(|(i, _)| i)
+                .ok_or_else(|| refused("NOGOODSLAVE No suitable replica to promote"))?;
+            let new = state.data[chosen].ip.clone();
+            for d in &mut state.data {
+                if d.ip == new {
+                    d.primary = None;
+                    d.offset = primary_offset - d.lag;
+                    d.lag = 0;
+                } else if d.primary.as_deref() == Some(old.as_str()) {
+                    d.primary = Some(new.clone());
+                }
+            }
+            for s in &mut state.sentinels {
+                if let Some(m) = s.monitor.as_mut().filter(|m| m.name == name) {
+                    m.primary = new.clone();
+                }
+            }
+            Ok(())
         })
         .await
     }

@@ -72,7 +72,15 @@ pub struct Group {
     pub sentinels: u32,
     pub options: SentinelOptions,
     pub switchover: Option<SwitchoverRequest>,
+    /// Every replica's `replica-priority` (the template's, else Valkey's 100); a switchover
+    /// target gets [`SWITCHOVER_PRIORITY`] for the time it takes.
+    pub replica_priority: u32,
 }
+
+/// The `replica-priority` of a switchover's target: lower wins Sentinel's choice.
+pub const SWITCHOVER_PRIORITY: u32 = 1;
+/// Valkey's own `replica-priority`.
+pub const DEFAULT_PRIORITY: u32 = 100;
 
 impl Group {
     pub fn of(replication: &ValkeyReplication) -> Group {
@@ -92,6 +100,14 @@ impl Group {
                 failover_timeout_ms: u64::try_from(sentinel.failover_timeout).unwrap_or(0),
                 parallel_syncs: count(sentinel.parallel_syncs),
             },
+            replica_priority: spec
+                .template
+                .config
+                .0
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case("replica-priority"))
+                .and_then(|(_, v)| v.trim().parse().ok())
+                .unwrap_or(DEFAULT_PRIORITY),
             name,
         }
     }
@@ -301,6 +317,48 @@ impl Members {
                 .sentinels
                 .iter()
                 .any(|s| s.facts.address.as_deref() == Some(ip))
+    }
+}
+
+/// A data node or a sentinel, for the roll (which goes through both kinds).
+#[derive(Clone, Copy, Debug)]
+pub enum Rolling<'a> {
+    Data(&'a DataNode),
+    Sentinel(&'a Sentinel),
+}
+
+impl Rolling<'_> {
+    fn member(&self) -> &dyn RollMember {
+        match self {
+            Rolling::Data(d) => *d,
+            Rolling::Sentinel(s) => *s,
+        }
+    }
+}
+
+impl RollMember for Rolling<'_> {
+    fn name(&self) -> &str {
+        self.member().name()
+    }
+
+    fn ready(&self) -> bool {
+        self.member().ready()
+    }
+
+    fn revisions(&self) -> &Revisions {
+        self.member().revisions()
+    }
+
+    fn answers(&self) -> bool {
+        self.member().answers()
+    }
+
+    fn restarts_freely(&self) -> bool {
+        self.member().restarts_freely()
+    }
+
+    fn plays_its_part(&self) -> bool {
+        self.member().plays_its_part()
     }
 }
 

@@ -2,16 +2,21 @@
 //! right now and never from memory. One step per reconcile, in order: form (a new group
 //! waits for every member), attach replicas to the primary (and demote a data node that
 //! serves as primary when the sentinels name another), have every sentinel monitor the
-//! primary with the spec's options. Sentinel elects primaries; the planner never promotes
-//! one (only the first, at creation, is chosen here: data node 0).
+//! primary with the spec's options, keep every replica's priority (a switchover's target
+//! is preferred), the switchover, the roll. Sentinel elects primaries; the planner never
+//! promotes one on its own (only the first, at creation: data node 0); a switchover and the
+//! hand-over before a primary restarts ask Sentinel to, with writes paused (see
+//! [`crate::replication::execute`]).
 
 use std::fmt;
 
 use crd_types::conditions::reasons::Waiting;
 
+use crate::plan::FailoverReason;
 use crate::plan::guard::{self, GuardedStep};
+use crate::plan::roll::{self, RollStep};
 use crate::replication::PORT;
-use crate::replication::model::{DataNode, Group, Members};
+use crate::replication::model::{DataNode, Group, Members, Rolling, SWITCHOVER_PRIORITY};
 use crate::replication::survey::{forming, primary};
 
 /// The one thing to do next.
@@ -39,6 +44,20 @@ pub enum Step {
         sentinel: String,
         options: Vec<(String, String)>,
     },
+    /// `CONFIG SET replica-priority` on the replica `member`.
+    SetPriority { member: String, priority: u32 },
+    /// Hand `primary` over with nothing lost: pause its writes until every replica holds
+    /// its last offset, `SENTINEL FAILOVER` through `sentinel`, then make it a replica of the
+    /// promoted one and disconnect its clients. With a `target`, Sentinel is expected to
+    /// promote it (it prefers it by priority).
+    HandOver {
+        primary: String,
+        target: Option<String>,
+        sentinel: String,
+        reason: FailoverReason,
+    },
+    /// Open the roll gate of `member` for `revision`.
+    AllowRoll { member: String, revision: String },
     /// Everything is as the spec asks.
     Idle,
 }
@@ -78,6 +97,24 @@ impl fmt::Display for Step {
                 let set: Vec<String> = options.iter().map(|(k, v)| format!("{k} {v}")).collect();
                 write!(f, "{sentinel} sets {}", set.join(", "))
             }
+            Step::SetPriority { member, priority } => {
+                write!(f, "{member} gets replica-priority {priority}")
+            }
+            Step::HandOver {
+                primary,
+                target,
+                reason,
+                ..
+            } => {
+                let to = target.as_deref().unwrap_or("a replica Sentinel picks");
+                let why = match reason {
+                    FailoverReason::Roll => "before it restarts",
+                    FailoverReason::Removal => "before it is removed",
+                    FailoverReason::Switchover => "as requested by spec.switchover",
+                };
+                write!(f, "{primary} hands over to {to} {why}")
+            }
+            Step::AllowRoll { member, revision } => write!(f, "{member} restarts into {revision}"),
             Step::Idle => f.write_str("the group is as specified"),
         }
     }
@@ -96,7 +133,15 @@ impl GuardedStep for Step {
     }
 
     fn needs_default_password(&self) -> bool {
-        matches!(self, Step::Idle)
+        matches!(
+            self,
+            Step::Idle
+                | Step::AllowRoll { .. }
+                | Step::HandOver {
+                    reason: FailoverReason::Roll,
+                    ..
+                }
+        )
     }
 }
 
@@ -105,6 +150,8 @@ impl GuardedStep for Step {
 pub struct Circumstances<'a> {
     /// `status.currentPrimary` as last written.
     pub recorded_primary: Option<&'a str>,
+    /// The switchover request id status already reports as done.
+    pub recorded_switchover: Option<&'a str>,
     /// A ValkeyNode with a member's name that this group does not own.
     pub foreign_member: Option<&'a str>,
     pub operator_password_problem: Option<&'a str>,
@@ -124,7 +171,7 @@ pub fn decide(group: &Group, members: &Members, c: &Circumstances) -> Step {
                 group.name
             ),
         ),
-        None => next_step(group, members, c.recorded_primary),
+        None => next_step(group, members, c.recorded_primary, c.recorded_switchover),
     };
     guard::guard_step(
         step,
@@ -134,8 +181,14 @@ pub fn decide(group: &Group, members: &Members, c: &Circumstances) -> Step {
     )
 }
 
-/// The next step; `recorded_primary` is `status.currentPrimary`.
-pub fn next_step(group: &Group, members: &Members, recorded_primary: Option<&str>) -> Step {
+/// The next step; `recorded_primary` is `status.currentPrimary`, `recorded_switchover` the
+/// switchover request id status reports as done.
+pub fn next_step(
+    group: &Group,
+    members: &Members,
+    recorded_primary: Option<&str>,
+    recorded_switchover: Option<&str>,
+) -> Step {
     let answering = members.data.iter().filter(|d| d.answer.is_some()).count()
         + members
             .sentinels
@@ -180,9 +233,168 @@ pub fn next_step(group: &Group, members: &Members, recorded_primary: Option<&str
             ),
         );
     };
+    let switchover = group
+        .switchover
+        .as_ref()
+        .filter(|r| recorded_switchover != Some(r.id.as_str()))
+        .map(|r| r.target.as_str());
     attach(group, members, p, ip)
         .or_else(|| monitor(group, members, p, ip))
+        .or_else(|| priorities(group, members, p, switchover))
+        .or_else(|| switch_over(group, members, p, ip, switchover))
+        .or_else(|| rolling(group, members, p, ip))
         .unwrap_or(Step::Idle)
+}
+
+/// `CONFIG SET replica-priority` on the first wanted replica whose priority is not the
+/// group's, or not the switchover priority for a pending switchover's target.
+fn priorities(
+    group: &Group,
+    members: &Members,
+    p: &DataNode,
+    switchover: Option<&str>,
+) -> Option<Step> {
+    members
+        .data
+        .iter()
+        .filter(|d| group.wants(d.facts.at) && d.name() != p.name())
+        .find_map(|d| {
+            let have = d.answer.as_ref()?.priority?;
+            let want = if switchover == Some(d.name()) {
+                SWITCHOVER_PRIORITY
+            } else {
+                group.replica_priority
+            };
+            (have != want).then(|| Step::SetPriority {
+                member: d.name().to_string(),
+                priority: want,
+            })
+        })
+}
+
+/// The first wanted sentinel that answers and names `p` (at `ip`), to run a hand-over.
+fn sentinel_for<'a>(group: &Group, members: &'a Members, ip: &str) -> Option<&'a str> {
+    members
+        .sentinels
+        .iter()
+        .filter(|s| group.wants(s.facts.at))
+        .find(|s| {
+            s.monitored()
+                .is_some_and(|m| m.primary == (ip.to_string(), PORT))
+        })
+        .map(|s| s.name())
+}
+
+/// A pending switchover to `target`: once it is an in-sync replica and every sentinel that
+/// names the primary prefers it (its priority is the switchover priority, and no other
+/// replica's is as low), the hand-over.
+fn switch_over(
+    group: &Group,
+    members: &Members,
+    p: &DataNode,
+    ip: &str,
+    switchover: Option<&str>,
+) -> Option<Step> {
+    let target = members.data_node(switchover?)?;
+    if target.name() == p.name() {
+        return None;
+    }
+    if !(target.facts.ready && target.in_sync_with(p)) {
+        return Some(Step::wait(
+            Waiting::NoReplicaInSync,
+            format!(
+                "{} must be an in-sync replica of {} to take over",
+                target.name(),
+                p.name()
+            ),
+        ));
+    }
+    let target_ip = target.address()?;
+    let unprepared = members
+        .sentinels
+        .iter()
+        .filter(|s| group.wants(s.facts.at))
+        .filter_map(|s| Some((s.name(), s.monitored()?)))
+        .find(|(_, m)| {
+            m.replicas.iter().any(|r| {
+                let preferred = r
+                    .priority
+                    .is_some_and(|p| p > 0 && p <= SWITCHOVER_PRIORITY);
+                preferred != (r.ip == target_ip)
+            }) || !m.replicas.iter().any(|r| r.ip == target_ip)
+        });
+    if let Some((sentinel, _)) = unprepared {
+        return Some(Step::wait(
+            Waiting::SentinelsCatchingUp,
+            format!(
+                "{sentinel} does not prefer {} yet (sentinels read replica-priority every 10 s)",
+                target.name()
+            ),
+        ));
+    }
+    let Some(sentinel) = sentinel_for(group, members, ip) else {
+        return Some(Step::wait(
+            Waiting::SentinelsCatchingUp,
+            format!("no sentinel names {} to run the switchover", p.name()),
+        ));
+    };
+    Some(Step::HandOver {
+        primary: p.name().to_string(),
+        target: Some(target.name().to_string()),
+        sentinel: sentinel.to_string(),
+        reason: FailoverReason::Switchover,
+    })
+}
+
+/// One member at a time through the roll gate (shared with a cluster's roll): replicas and
+/// sentinels first; the primary hands over first, once every replica is in sync.
+fn rolling(group: &Group, members: &Members, p: &DataNode, ip: &str) -> Option<Step> {
+    let wanted: Vec<Rolling> = members
+        .data
+        .iter()
+        .filter(|d| group.wants(d.facts.at))
+        .map(Rolling::Data)
+        .chain(
+            members
+                .sentinels
+                .iter()
+                .filter(|s| group.wants(s.facts.at))
+                .map(Rolling::Sentinel),
+        )
+        .collect();
+    let refs: Vec<&Rolling> = wanted.iter().collect();
+    Some(match roll::roll(&refs, group.data_nodes > 1)? {
+        RollStep::Wait { reason, message } => Step::Wait { reason, message },
+        RollStep::Allow { member, revision } => Step::AllowRoll { member, revision },
+        RollStep::HandOver { primary } => {
+            let lagging = members
+                .data
+                .iter()
+                .filter(|d| group.wants(d.facts.at) && d.name() != p.name())
+                .find(|d| !(d.facts.ready && d.in_sync_with(p)));
+            if let Some(r) = lagging {
+                return Some(Step::wait(
+                    Waiting::NoReplicaInSync,
+                    format!(
+                        "{primary} hands over before it restarts once every replica is in sync; {} is not",
+                        r.name()
+                    ),
+                ));
+            }
+            let Some(sentinel) = sentinel_for(group, members, ip) else {
+                return Some(Step::wait(
+                    Waiting::SentinelsCatchingUp,
+                    format!("no sentinel names {primary} to hand it over"),
+                ));
+            };
+            Step::HandOver {
+                primary,
+                target: None,
+                sentinel: sentinel.to_string(),
+                reason: FailoverReason::Roll,
+            }
+        }
+    })
 }
 
 /// `REPLICAOF` for the first wanted data node that serves as a primary besides `p` or
@@ -242,13 +454,13 @@ mod tests {
         let g = group(3, 3);
         let mut m = fresh(3, 3);
         m.sentinels[2].answer = None;
-        let (reason, why) = wait_of(next_step(&g, &m, None));
+        let (reason, why) = wait_of(next_step(&g, &m, None, None));
         assert_eq!(reason, Waiting::Forming);
         assert!(why.contains("5 of 6"), "{why}");
 
         let m = fresh(3, 3);
         assert_eq!(
-            next_step(&g, &m, None),
+            next_step(&g, &m, None, None),
             Step::ReplicaOf {
                 member: "g-1".into(),
                 primary: "g-0".into(),
@@ -260,14 +472,14 @@ mod tests {
 
         let m = formed_unmonitored(3, 3);
         assert_eq!(
-            next_step(&g, &m, None),
+            next_step(&g, &m, None, None),
             Step::Monitor {
                 sentinel: "g-sentinel-0".into(),
                 primary: "g-0".into(),
                 ip: ip(0),
             }
         );
-        assert_eq!(next_step(&g, &formed(3, 3), None), Step::Idle);
+        assert_eq!(next_step(&g, &formed(3, 3), None, None), Step::Idle);
     }
 
     #[test]
@@ -278,7 +490,7 @@ mod tests {
         promote(&mut m, 2);
         m.data[0] = data_primary(0, 0);
         assert_eq!(
-            next_step(&g, &m, Some("g-0")),
+            next_step(&g, &m, Some("g-0"), None),
             Step::ReplicaOf {
                 member: "g-0".into(),
                 primary: "g-2".into(),
@@ -298,7 +510,7 @@ mod tests {
                 .unwrap()
                 .primary = (ip(0), PORT);
         }
-        let (reason, why) = wait_of(next_step(&g, &m, None));
+        let (reason, why) = wait_of(next_step(&g, &m, None, None));
         assert_eq!(reason, Waiting::NoPrimary);
         assert!(
             why.contains("g-0 is the primary but does not serve"),
@@ -318,7 +530,7 @@ mod tests {
             .as_mut()
             .unwrap()
             .primary = (ip(1), PORT);
-        let (reason, why) = wait_of(next_step(&g, &m, None));
+        let (reason, why) = wait_of(next_step(&g, &m, None, None));
         assert_eq!(reason, Waiting::NoPrimary);
         assert!(why.contains("disagree"), "{why}");
     }
@@ -329,7 +541,7 @@ mod tests {
         g.options.quorum = 3;
         let m = formed(2, 3);
         assert_eq!(
-            next_step(&g, &m, None),
+            next_step(&g, &m, None, None),
             Step::Configure {
                 sentinel: "g-sentinel-0".into(),
                 options: vec![("quorum".into(), "3".into())],
@@ -355,5 +567,150 @@ mod tests {
             Waiting::DefaultPasswordUnreadable
         );
         assert_eq!(decide(&g, &m, &Circumstances::default()), Step::Idle);
+    }
+
+    fn switchover_to(g: &mut Group, member: u32) {
+        g.switchover = Some(crate::model::SwitchoverRequest {
+            id: "s1".into(),
+            target: format!("g-{member}"),
+        });
+    }
+
+    /// Sets what data node `i` and every sentinel say of its replica-priority.
+    fn priority(m: &mut Members, i: u32, priority: u32) {
+        m.data[i as usize].answer.as_mut().unwrap().priority = Some(priority);
+        for s in &mut m.sentinels {
+            for r in &mut s
+                .answer
+                .as_mut()
+                .unwrap()
+                .monitored
+                .as_mut()
+                .unwrap()
+                .replicas
+            {
+                if r.ip == ip(i) {
+                    r.priority = Some(priority);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_switchover_prefers_its_target_then_hands_over_once() {
+        let mut g = group(3, 3);
+        switchover_to(&mut g, 2);
+        let mut m = formed(3, 3);
+        assert_eq!(
+            next_step(&g, &m, None, None),
+            Step::SetPriority {
+                member: "g-2".into(),
+                priority: 1
+            }
+        );
+        // Set on the replica, not yet read by the sentinels (every 10 s).
+        m.data[2].answer.as_mut().unwrap().priority = Some(1);
+        let (reason, why) = wait_of(next_step(&g, &m, None, None));
+        assert_eq!(reason, Waiting::SentinelsCatchingUp);
+        assert!(why.contains("does not prefer g-2"), "{why}");
+        priority(&mut m, 2, 1);
+        assert_eq!(
+            next_step(&g, &m, None, None),
+            Step::HandOver {
+                primary: "g-0".into(),
+                target: Some("g-2".into()),
+                sentinel: "g-sentinel-0".into(),
+                reason: FailoverReason::Switchover,
+            }
+        );
+        // Done: g-2 is primary; recorded, the request is not done again and g-0, now a
+        // replica, keeps the default priority.
+        promote(&mut m, 2);
+        priority(&mut m, 0, 100);
+        assert_eq!(next_step(&g, &m, None, Some("s1")), Step::Idle);
+        // A replica left preferred after an earlier switchover gets its priority back.
+        priority(&mut m, 1, 1);
+        assert_eq!(
+            next_step(&g, &m, None, Some("s1")),
+            Step::SetPriority {
+                member: "g-1".into(),
+                priority: 100
+            }
+        );
+    }
+
+    #[test]
+    fn a_switchover_target_must_be_an_in_sync_replica() {
+        let mut g = group(3, 3);
+        switchover_to(&mut g, 1);
+        let mut m = formed(3, 3);
+        priority(&mut m, 1, 1);
+        m.data[1]
+            .answer
+            .as_mut()
+            .unwrap()
+            .replication
+            .primary
+            .as_mut()
+            .unwrap()
+            .link_up = false;
+        let (reason, why) = wait_of(next_step(&g, &m, None, None));
+        assert_eq!(reason, Waiting::NoReplicaInSync);
+        assert!(
+            why.contains("g-1 must be an in-sync replica of g-0"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn replicas_and_sentinels_roll_first_then_the_primary_hands_over() {
+        let g = group(2, 1);
+        let mut m = formed(2, 1);
+        let new =
+            |f: &mut crate::replication::model::Facts| f.revisions.desired = Some("r2".into());
+        new(&mut m.data[0].facts);
+        new(&mut m.data[1].facts);
+        new(&mut m.sentinels[0].facts);
+        assert_eq!(
+            next_step(&g, &m, None, None),
+            Step::AllowRoll {
+                member: "g-1".into(),
+                revision: "r2".into()
+            }
+        );
+        m.data[1].facts.revisions.running = Some("r2".into());
+        m.data[1].facts.revisions.allowed = Some("r2".into());
+        assert_eq!(
+            next_step(&g, &m, None, None),
+            Step::AllowRoll {
+                member: "g-sentinel-0".into(),
+                revision: "r2".into()
+            }
+        );
+        m.sentinels[0].facts.revisions.running = Some("r2".into());
+        m.sentinels[0].facts.revisions.allowed = Some("r2".into());
+        assert_eq!(
+            next_step(&g, &m, None, None),
+            Step::HandOver {
+                primary: "g-0".into(),
+                target: None,
+                sentinel: "g-sentinel-0".into(),
+                reason: FailoverReason::Roll,
+            }
+        );
+        // With the replica resyncing, the primary waits.
+        m.data[1]
+            .answer
+            .as_mut()
+            .unwrap()
+            .replication
+            .primary
+            .as_mut()
+            .unwrap()
+            .sync_in_progress = true;
+        assert_eq!(
+            wait_of(next_step(&g, &m, None, None)).0,
+            Waiting::MemberRolling
+        );
     }
 }

@@ -26,6 +26,7 @@ pub fn group(data: u32, sentinels: u32) -> Group {
         sentinels,
         options: options(sentinels.min(2)),
         switchover: None,
+        replica_priority: DEFAULT_PRIORITY,
     }
 }
 

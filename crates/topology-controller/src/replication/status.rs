@@ -3,13 +3,15 @@
 //! survey and the step. Each data node's own `status.valkey` is [`valkey_status`].
 
 use crd_types::ValkeyReplicationStatus;
-use crd_types::cluster::Phase;
+use crd_types::cluster::{Phase, SwitchoverOutcome, SwitchoverStatus};
 use crd_types::conditions::reasons::{Degraded, Progressing, TopologyReady};
 use crd_types::conditions::{self, ConditionSpec};
 use crd_types::node::{Role, ValkeyStatus};
 use crd_types::replication::ReplicationMemberStatus;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
+use crate::plan::FailoverReason;
 use crate::replication::model::{DataNode, Group, Members, Sentinel};
 use crate::replication::plan::Step;
 use crate::replication::survey::Health;
@@ -51,7 +53,7 @@ pub fn replication_status(i: Inputs) -> ValkeyReplicationStatus {
             .or_else(|| i.current.and_then(|c| c.current_primary.clone())),
         ready_replicas: i.health.ready_data as i32,
         ready_sentinels: i.health.ready_sentinels as i32,
-        switchover: i.current.and_then(|c| c.switchover.clone()),
+        switchover: switchover_status(&i),
         members: member_statuses(i.members, i.health),
         observed_generation: i.generation,
         conditions,
@@ -99,7 +101,13 @@ fn phase(i: &Inputs, ready: bool) -> Phase {
         Phase::Creating
     } else if !i.health.leaving.is_empty() || there < wanted || is_scaling(i.step) {
         Phase::Scaling
-    } else if i.health.rolling || roll_waits {
+    } else if i.health.rolling
+        || roll_waits
+        || matches!(
+            i.step,
+            Step::HandOver { .. } | Step::AllowRoll { .. } | Step::SetPriority { .. }
+        )
+    {
         Phase::Updating
     } else {
         Phase::Degraded
@@ -112,6 +120,51 @@ fn is_scaling(step: &Step) -> bool {
         step,
         Step::ReplicaOf { .. } | Step::Monitor { .. } | Step::Configure { .. }
     )
+}
+
+/// The outcome of the current switchover request; a finished one is kept as it was.
+/// Succeeded once the target is the primary; Failed when it is no data node of the group.
+fn switchover_status(i: &Inputs) -> Option<SwitchoverStatus> {
+    let request = i.group.switchover.as_ref()?;
+    if let Some(done) = i.current.and_then(|c| c.switchover.as_ref())
+        && done.id == request.id
+        && done.outcome.is_finished()
+    {
+        return Some(done.clone());
+    }
+    let finished = |outcome, message: String| SwitchoverStatus {
+        id: request.id.clone(),
+        outcome,
+        message,
+        finished_at: Some(Time(i.now)),
+    };
+    let target = &request.target;
+    if i.members.data_node(target).is_none() {
+        return Some(finished(
+            SwitchoverOutcome::Failed,
+            format!("{target} is no data node of the group"),
+        ));
+    }
+    if i.health.primary.as_deref() == Ok(target.as_str()) {
+        return Some(finished(
+            SwitchoverOutcome::Succeeded,
+            format!("{target} is the primary"),
+        ));
+    }
+    let message = match i.step {
+        Step::HandOver {
+            reason: FailoverReason::Switchover,
+            ..
+        } => format!("{target} is taking over"),
+        Step::Wait { message, .. } => format!("waiting: {message}"),
+        _ => format!("waiting for {target} to be an in-sync replica the sentinels prefer"),
+    };
+    Some(SwitchoverStatus {
+        id: request.id.clone(),
+        outcome: SwitchoverOutcome::Pending,
+        message,
+        finished_at: None,
+    })
 }
 
 fn ready_condition(i: &Inputs, ready: bool, phase: Phase) -> ConditionSpec {
@@ -258,7 +311,7 @@ mod tests {
         current: Option<&ValkeyReplicationStatus>,
     ) -> ValkeyReplicationStatus {
         let health = Health::of(g, m, current.and_then(|c| c.current_primary.as_deref()));
-        let step = next_step(g, m, None);
+        let step = next_step(g, m, None, None);
         replication_status(Inputs {
             group: g,
             members: m,
@@ -355,5 +408,29 @@ mod tests {
         assert_eq!(status.link_up, Some(true));
         let s = sentinel_valkey_status(&m.sentinels[0]).unwrap();
         assert_eq!(s.role, Some(Role::Sentinel));
+    }
+
+    #[test]
+    fn a_switchover_succeeds_once_its_target_is_primary_and_fails_for_a_stranger() {
+        let mut g = group(3, 3);
+        g.switchover = Some(crate::model::SwitchoverRequest {
+            id: "s1".into(),
+            target: "g-2".into(),
+        });
+        let mut m = formed(3, 3);
+        let pending = status_of(&g, &m, None).switchover.unwrap();
+        assert_eq!(pending.outcome, SwitchoverOutcome::Pending);
+        promote(&mut m, 2);
+        let done = status_of(&g, &m, None).switchover.unwrap();
+        assert_eq!(done.outcome, SwitchoverOutcome::Succeeded);
+        g.switchover.as_mut().unwrap().target = "g-7".into();
+        g.switchover.as_mut().unwrap().id = "s2".into();
+        let failed = status_of(&g, &m, None).switchover.unwrap();
+        assert_eq!(failed.outcome, SwitchoverOutcome::Failed);
+        assert!(
+            failed.message.contains("g-7 is no data node"),
+            "{}",
+            failed.message
+        );
     }
 }

@@ -246,6 +246,12 @@ async fn act(
         .status
         .as_ref()
         .and_then(|s| s.current_primary.as_deref());
+    let recorded_switchover = vkr
+        .status
+        .as_ref()
+        .and_then(|s| s.switchover.as_ref())
+        .filter(|s| s.outcome.is_finished())
+        .map(|s| s.id.as_str());
     let refused: Vec<&str> = observed.login_refused.iter().map(String::as_str).collect();
     let foreign = live.foreign.first().map(ResourceExt::name_any);
     let step = plan::decide(
@@ -253,6 +259,7 @@ async fn act(
         members,
         &Circumstances {
             recorded_primary: recorded,
+            recorded_switchover,
             foreign_member: foreign.as_deref(),
             operator_password_problem: passwords.operator.as_ref().err().map(String::as_str),
             default_password_problem: passwords.start_problem.as_deref(),
@@ -294,13 +301,21 @@ async fn act(
         ctx.events.publish(vkr, reason, note, None).await?;
     }
 
+    let context = members::context(vkr, &observed.nodes);
+    let objects = objects::GroupMembers {
+        group: vkr,
+        context: &context,
+        api: &apis.nodes,
+        namespace: &apis.namespace,
+        field_manager: apis.field_manager,
+    };
     let done = match login {
         Some(login) => {
             let data_login = DataLogin {
                 user: &login.user,
                 password: &login.password,
             };
-            execute(&step, &group, connections, &data_login).await
+            execute(&step, &group, members, connections, &objects, &data_login).await
         }
         // Without the operator's password the guard only ever lets waits through.
         None => Ok(()),

@@ -5,7 +5,8 @@
 //! deleted one, which waits for the failover instead of serving again; with every
 //! controller stopped, pods restart in their roles and nothing rolls once the controllers
 //! are back; every pod deleted at once comes back with the data and one primary, and
-//! Sentinel's lists keep one entry per member through many restarts.
+//! Sentinel's lists keep one entry per member through many restarts; a switchover to a named
+//! member and a roll of every member (the primary handing over first) lose nothing.
 //!
 //! Valkey and Sentinel are always asked directly too (`ROLE`, `SENTINEL REPLICAS` and
 //! `SENTINELS`), so a status that claims more than they show fails the tests.
@@ -16,3 +17,4 @@ mod env;
 mod failover;
 mod forming;
 mod restarts;
+mod switchover;
