@@ -145,6 +145,9 @@ pub trait Valkey: Send + Sync {
         options: &[(String, String)],
     ) -> impl Future<Output = Result<(), ValkeyError>> + Send;
 
+    /// `SENTINEL REMOVE name`: stop monitoring it, forgetting everything about it.
+    fn sentinel_remove(&self, name: &str) -> impl Future<Output = Result<(), ValkeyError>> + Send;
+
     /// `SENTINEL RESET name`: forget the replicas and sentinels known for it, then find the
     /// current ones again (sentinels within seconds, replicas at the next INFO of the
     /// primary).

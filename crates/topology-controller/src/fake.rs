@@ -845,6 +845,11 @@ impl Valkey for FakeConn {
             .await
     }
 
+    async fn sentinel_remove(&self, _: &str) -> Result<(), ValkeyError> {
+        self.run("SENTINEL REMOVE".into(), |_, _| Err(no_sentinel()))
+            .await
+    }
+
     async fn sentinel_reset(&self, _: &str) -> Result<(), ValkeyError> {
         self.run("SENTINEL RESET".into(), |_, _| Err(no_sentinel()))
             .await

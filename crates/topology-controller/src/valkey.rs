@@ -338,6 +338,12 @@ impl Valkey for Conn {
         self.sentinel(args).await.map(drop)
     }
 
+    async fn sentinel_remove(&self, name: &str) -> Result<(), ValkeyError> {
+        self.sentinel(vec!["REMOVE".into(), name.into()])
+            .await
+            .map(drop)
+    }
+
     async fn sentinel_reset(&self, name: &str) -> Result<(), ValkeyError> {
         self.sentinel(vec!["RESET".into(), name.into()])
             .await

@@ -18,6 +18,10 @@ operator_runtime::event_reasons! {
         SentinelConfigured: Normal,
         /// The primary moved to another data node.
         PrimaryChanged: Normal,
+        /// Members the spec no longer wants were deleted.
+        MembersRemoved: Normal,
+        /// A sentinel forgot the members that are gone (`SENTINEL RESET`).
+        SentinelReset: Normal,
         /// A replica's `replica-priority` was set (a switchover's target, or back after one).
         ReplicaPrioritySet: Normal,
         /// The primary was handed over with writes paused (a switchover, or before it
@@ -30,16 +34,38 @@ operator_runtime::event_reasons! {
     }
 }
 
+/// One Event: its reason, its note, and the member it concerns (its related object: Events
+/// that differ only in their note are folded into one series, so naming the member keeps,
+/// say, hand-overs of different primaries apart).
+pub type GroupEvent = (ReplicationEvent, String, Option<String>);
+
+/// The member a step concerns.
+fn concerned(step: &Step) -> Option<String> {
+    match step {
+        Step::ReplicaOf { member, .. }
+        | Step::SetPriority { member, .. }
+        | Step::AllowRoll { member, .. } => Some(member.clone()),
+        Step::Monitor { sentinel, .. }
+        | Step::Remonitor { sentinel, .. }
+        | Step::Configure { sentinel, .. }
+        | Step::Reset { sentinel } => Some(sentinel.clone()),
+        Step::HandOver { primary, .. } => Some(primary.clone()),
+        Step::Remove(_) | Step::Wait { .. } | Step::Idle => None,
+    }
+}
+
 /// The Event for `step` (carried out, or failed with `error`). `None` for a step that does
 /// nothing.
-pub fn step_event(step: &Step, error: Option<&str>) -> Option<(ReplicationEvent, String)> {
+pub fn step_event(step: &Step, error: Option<&str>) -> Option<GroupEvent> {
     let reason = match step {
         Step::Wait { .. } | Step::Idle => return None,
         _ if error.is_some() => ReplicationEvent::StepFailed,
         Step::ReplicaOf { demote: true, .. } => ReplicationEvent::PrimaryDemoted,
         Step::ReplicaOf { .. } => ReplicationEvent::ReplicaAttached,
-        Step::Monitor { .. } => ReplicationEvent::SentinelMonitoring,
+        Step::Monitor { .. } | Step::Remonitor { .. } => ReplicationEvent::SentinelMonitoring,
         Step::Configure { .. } => ReplicationEvent::SentinelConfigured,
+        Step::Remove(_) => ReplicationEvent::MembersRemoved,
+        Step::Reset { .. } => ReplicationEvent::SentinelReset,
         Step::SetPriority { .. } => ReplicationEvent::ReplicaPrioritySet,
         Step::HandOver { .. } => ReplicationEvent::HandedOver,
         Step::AllowRoll { .. } => ReplicationEvent::Rolling,
@@ -48,19 +74,17 @@ pub fn step_event(step: &Step, error: Option<&str>) -> Option<(ReplicationEvent,
         Some(e) => format!("{step}: {e}"),
         None => step.to_string(),
     };
-    Some((reason, note))
+    Some((reason, note, concerned(step)))
 }
 
 /// The Event for a primary that moved from `before` (the status' current primary) to
-/// `now`; `None` when it did not, or before the first primary is known.
-pub fn primary_changed(
-    before: Option<&str>,
-    now: Option<&str>,
-) -> Option<(ReplicationEvent, String)> {
+/// `now` (concerning `now`); `None` when it did not, or before the first primary is known.
+pub fn primary_changed(before: Option<&str>, now: Option<&str>) -> Option<GroupEvent> {
     match (before, now) {
         (Some(before), Some(now)) if before != now => Some((
             ReplicationEvent::PrimaryChanged,
             format!("primary moved from {before} to {now}"),
+            Some(now.to_string()),
         )),
         _ => None,
     }
@@ -82,10 +106,11 @@ mod tests {
             ip: "10.0.0.2".into(),
             demote: true,
         };
-        let (reason, note) = step_event(&demote, None).unwrap();
+        let (reason, note, member) = step_event(&demote, None).unwrap();
         assert_eq!(reason, ReplicationEvent::PrimaryDemoted);
         assert_eq!(note, "g-0 stops serving as primary and replicates g-2");
-        let (reason, note) = step_event(&demote, Some("REPLICAOF on g-0: timeout")).unwrap();
+        assert_eq!(member.as_deref(), Some("g-0"));
+        let (reason, note, _) = step_event(&demote, Some("REPLICAOF on g-0: timeout")).unwrap();
         assert!(reason.is_warning());
         assert!(note.ends_with(": REPLICAOF on g-0: timeout"), "{note}");
     }
@@ -95,8 +120,9 @@ mod tests {
         assert_eq!(primary_changed(None, Some("g-0")), None);
         assert_eq!(primary_changed(Some("g-0"), Some("g-0")), None);
         assert_eq!(primary_changed(Some("g-0"), None), None);
-        let (reason, note) = primary_changed(Some("g-0"), Some("g-2")).unwrap();
+        let (reason, note, member) = primary_changed(Some("g-0"), Some("g-2")).unwrap();
         assert_eq!(reason, ReplicationEvent::PrimaryChanged);
         assert_eq!(note, "primary moved from g-0 to g-2");
+        assert_eq!(member.as_deref(), Some("g-2"));
     }
 }

@@ -64,30 +64,30 @@ pub async fn execute<V: Valkey, O: MemberObjects>(
             }
         }
         Step::Monitor { sentinel, ip, .. } => {
+            monitor(group, conns.get(sentinel)?, sentinel, ip, login).await?
+        }
+        Step::Remonitor { sentinel, ip, .. } => {
             let conn = conns.get(sentinel)?;
-            conn.sentinel_monitor(&group.name, ip, PORT, group.options.quorum)
+            conn.sentinel_remove(&group.name)
                 .await
-                .on(
-                    format!(
-                        "SENTINEL MONITOR {} {ip} {PORT} {}",
-                        group.name, group.options.quorum
-                    ),
-                    sentinel,
-                )?;
-            let mut options = group.options.settings();
-            options.push(("auth-user".into(), login.user.into()));
-            options.push(("auth-pass".into(), login.password.into()));
-            // The password is not named in what the error says.
-            conn.sentinel_set(&group.name, &options).await.on(
-                format!("SENTINEL SET {} (options, login)", group.name),
-                sentinel,
-            )?;
+                .on(format!("SENTINEL REMOVE {}", group.name), sentinel)?;
+            monitor(group, conn, sentinel, ip, login).await?;
         }
         Step::Configure { sentinel, options } => conns
             .get(sentinel)?
             .sentinel_set(&group.name, options)
             .await
             .on(format!("SENTINEL SET {}", group.name), sentinel)?,
+        Step::Remove(names) => {
+            for member in names {
+                objects.delete(member).await?;
+            }
+        }
+        Step::Reset { sentinel } => conns
+            .get(sentinel)?
+            .sentinel_reset(&group.name)
+            .await
+            .on(format!("SENTINEL RESET {}", group.name), sentinel)?,
         Step::SetPriority { member, priority } => conns
             .get(member)?
             .config_set("replica-priority", &priority.to_string())
@@ -102,6 +102,33 @@ pub async fn execute<V: Valkey, O: MemberObjects>(
         Step::AllowRoll { member, revision } => objects.allow_roll(member, revision).await?,
     }
     Ok(())
+}
+
+/// `SENTINEL MONITOR` the primary at `ip` on `sentinel`, then its options and login.
+async fn monitor<V: Valkey>(
+    group: &Group,
+    conn: &V,
+    sentinel: &str,
+    ip: &str,
+    login: &DataLogin<'_>,
+) -> Result<(), StepError> {
+    conn.sentinel_monitor(&group.name, ip, PORT, group.options.quorum)
+        .await
+        .on(
+            format!(
+                "SENTINEL MONITOR {} {ip} {PORT} {}",
+                group.name, group.options.quorum
+            ),
+            sentinel,
+        )?;
+    let mut options = group.options.settings();
+    options.push(("auth-user".into(), login.user.into()));
+    options.push(("auth-pass".into(), login.password.into()));
+    // The password is not named in what the error says.
+    conn.sentinel_set(&group.name, &options).await.on(
+        format!("SENTINEL SET {} (options, login)", group.name),
+        sentinel,
+    )
 }
 
 /// The hand-over of `primary` through `sentinel`; see the module docs.

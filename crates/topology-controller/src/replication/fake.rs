@@ -728,6 +728,16 @@ impl Valkey for FakeGroupConn {
         .await
     }
 
+    async fn sentinel_remove(&self, name: &str) -> Result<(), ValkeyError> {
+        let name = name.to_string();
+        self.sentinel(format!("REMOVE {name}"), move |state, j| {
+            Self::monitor_of(state, j, &name)?;
+            state.sentinels[j].monitor = None;
+            Ok(())
+        })
+        .await
+    }
+
     async fn sentinel_reset(&self, name: &str) -> Result<(), ValkeyError> {
         let name = name.to_string();
         self.sentinel(format!("RESET {name}"), move |state, j| {

@@ -39,11 +39,25 @@ pub enum Step {
         primary: String,
         ip: String,
     },
+    /// `SENTINEL REMOVE` then `MONITOR` (and its options and login) on `sentinel`, which
+    /// names another primary than the majority while no failover runs: a sentinel reset in
+    /// the middle of a failover keeps the old address with the failover's config epoch, and
+    /// its peers' hellos, carrying the same epoch, never correct it.
+    Remonitor {
+        sentinel: String,
+        primary: String,
+        ip: String,
+    },
     /// `SENTINEL SET` on `sentinel` of the options that differ from the spec.
     Configure {
         sentinel: String,
         options: Vec<(String, String)>,
     },
+    /// Delete these ValkeyNodes: the spec no longer wants them and none is the primary.
+    Remove(Vec<String>),
+    /// `SENTINEL RESET` on `sentinel`: it forgets the replicas and sentinels it lists and
+    /// finds the current ones again, dropping those that are gone.
+    Reset { sentinel: String },
     /// `CONFIG SET replica-priority` on the replica `member`.
     SetPriority { member: String, priority: u32 },
     /// Hand `primary` over with nothing lost: pause its writes until every replica holds
@@ -93,9 +107,22 @@ impl fmt::Display for Step {
             Step::Monitor {
                 sentinel, primary, ..
             } => write!(f, "{sentinel} monitors {primary}"),
+            Step::Remonitor {
+                sentinel, primary, ..
+            } => write!(
+                f,
+                "{sentinel} forgets its stale primary and monitors {primary}"
+            ),
             Step::Configure { sentinel, options } => {
                 let set: Vec<String> = options.iter().map(|(k, v)| format!("{k} {v}")).collect();
                 write!(f, "{sentinel} sets {}", set.join(", "))
+            }
+            Step::Remove(names) => write!(f, "removing {}", names.join(", ")),
+            Step::Reset { sentinel } => {
+                write!(
+                    f,
+                    "{sentinel} forgets the members that are gone (SENTINEL RESET)"
+                )
             }
             Step::SetPriority { member, priority } => {
                 write!(f, "{member} gets replica-priority {priority}")
@@ -240,10 +267,158 @@ pub fn next_step(
         .map(|r| r.target.as_str());
     attach(group, members, p, ip)
         .or_else(|| monitor(group, members, p, ip))
+        .or_else(|| failover_running(group, members))
+        .or_else(|| remonitor(group, members, p, ip))
+        .or_else(|| remove(group, members, p))
+        .or_else(|| reset(group, members, ip))
+        .or_else(|| remove_primary(group, members, p, ip))
         .or_else(|| priorities(group, members, p, switchover))
         .or_else(|| switch_over(group, members, p, ip, switchover))
         .or_else(|| rolling(group, members, p, ip))
         .unwrap_or(Step::Idle)
+}
+
+/// While a sentinel runs a failover (it reconfigures the replicas one by one, until each
+/// follows the promoted one or counts down), nothing else changes: a reset or another
+/// hand-over in the middle would leave it behind.
+fn failover_running(group: &Group, members: &Members) -> Option<Step> {
+    let busy = members
+        .sentinels
+        .iter()
+        .filter(|s| group.wants(s.facts.at))
+        .find(|s| s.monitored().is_some_and(|m| m.failing_over()))?;
+    Some(Step::wait(
+        Waiting::SentinelsCatchingUp,
+        format!("{} runs a failover", busy.name()),
+    ))
+}
+
+/// A wanted sentinel that names another address than the primary `p` (at `ip`), which the
+/// majority names and which serves: it monitors `p` afresh.
+fn remonitor(group: &Group, members: &Members, p: &DataNode, ip: &str) -> Option<Step> {
+    let stale = members
+        .sentinels
+        .iter()
+        .filter(|s| group.wants(s.facts.at))
+        .find(|s| {
+            s.monitored()
+                .is_some_and(|m| m.primary != (ip.to_string(), PORT))
+        })?;
+    Some(Step::Remonitor {
+        sentinel: stale.name().to_string(),
+        primary: p.name().to_string(),
+        ip: ip.to_string(),
+    })
+}
+
+/// Members the spec no longer wants, every one at once but the primary (which hands over
+/// first, see [`remove_primary`]).
+fn remove(group: &Group, members: &Members, p: &DataNode) -> Option<Step> {
+    let leaving: Vec<String> = members
+        .data
+        .iter()
+        .map(|d| (&d.facts, d.name() == p.name()))
+        .chain(members.sentinels.iter().map(|s| (&s.facts, false)))
+        .filter(|(f, primary)| !group.wants(f.at) && !primary)
+        .map(|(f, _)| f.name.clone())
+        .collect();
+    (!leaving.is_empty()).then_some(Step::Remove(leaving))
+}
+
+/// A primary the spec no longer wants hands over, once the removed replicas are forgotten
+/// (so Sentinel can only pick a wanted one) and every wanted replica is in sync.
+fn remove_primary(group: &Group, members: &Members, p: &DataNode, ip: &str) -> Option<Step> {
+    if group.wants(p.facts.at) {
+        return None;
+    }
+    let lagging = members
+        .data
+        .iter()
+        .filter(|d| group.wants(d.facts.at))
+        .find(|d| !(d.facts.ready && d.in_sync_with(p)));
+    if let Some(r) = lagging {
+        return Some(Step::wait(
+            Waiting::NoReplicaInSync,
+            format!(
+                "{} leaves the group and hands over once every replica is in sync; {} is not",
+                p.name(),
+                r.name()
+            ),
+        ));
+    }
+    Some(match sentinel_for(group, members, ip) {
+        Some(sentinel) => Step::HandOver {
+            primary: p.name().to_string(),
+            target: None,
+            sentinel: sentinel.to_string(),
+            reason: FailoverReason::Removal,
+        },
+        None => Step::wait(
+            Waiting::SentinelsCatchingUp,
+            format!("no sentinel names {} to hand it over", p.name()),
+        ),
+    })
+}
+
+/// `SENTINEL RESET` on the first wanted sentinel that lists a replica or sentinel no member
+/// announces any more (a removed one), while every other wanted sentinel knows the whole
+/// group: one at a time, so the others can still agree on a failover meanwhile.
+fn reset(group: &Group, members: &Members, ip: &str) -> Option<Step> {
+    let wanted = || members.sentinels.iter().filter(|s| group.wants(s.facts.at));
+    let stale = wanted().find(|s| {
+        s.monitored().is_some_and(|m| {
+            m.primary.0 == ip
+                && m.replicas
+                    .iter()
+                    .chain(&m.sentinels)
+                    .any(|peer| !members.has_address(&peer.ip))
+        })
+    })?;
+    let incomplete = wanted()
+        .filter(|o| o.name() != stale.name())
+        .find(|o| !knows_the_group(group, members, o));
+    Some(match incomplete {
+        Some(o) => Step::wait(
+            Waiting::SentinelsCatchingUp,
+            format!(
+                "{} lists members that are gone; it is reset once {} knows the whole group",
+                stale.name(),
+                o.name()
+            ),
+        ),
+        None => Step::Reset {
+            sentinel: stale.name().to_string(),
+        },
+    })
+}
+
+/// Whether sentinel `s` answers and lists every wanted data node but the one it names
+/// primary, and every other wanted sentinel.
+fn knows_the_group(
+    group: &Group,
+    members: &Members,
+    s: &crate::replication::model::Sentinel,
+) -> bool {
+    let Some(m) = s.monitored() else {
+        return false;
+    };
+    let replicas = members
+        .data
+        .iter()
+        .filter(|d| group.wants(d.facts.at))
+        .filter_map(|d| d.address())
+        .filter(|ip| *ip != m.primary.0);
+    let sentinels = members
+        .sentinels
+        .iter()
+        .filter(|o| group.wants(o.facts.at) && o.name() != s.name())
+        .filter_map(|o| o.facts.address.as_deref());
+    replicas
+        .into_iter()
+        .all(|ip| m.replicas.iter().any(|r| r.ip == ip))
+        && sentinels
+            .into_iter()
+            .all(|ip| m.sentinels.iter().any(|o| o.ip == ip))
 }
 
 /// `CONFIG SET replica-priority` on the first wanted replica whose priority is not the
@@ -711,6 +886,134 @@ mod tests {
         assert_eq!(
             wait_of(next_step(&g, &m, None, None)).0,
             Waiting::MemberRolling
+        );
+    }
+
+    #[test]
+    fn scaling_in_removes_replicas_first_and_hands_a_leaving_primary_over() {
+        // 3 -> 1 data nodes while g-2 is primary: g-1 goes at once, g-2 hands over first.
+        let g = group(1, 3);
+        let mut m = formed(3, 3);
+        promote(&mut m, 2);
+        assert_eq!(
+            next_step(&g, &m, None, None),
+            Step::Remove(vec!["g-1".into()])
+        );
+        m.data.remove(1);
+        // The sentinels forget g-1 first, so Sentinel cannot pick it.
+        assert_eq!(
+            next_step(&g, &m, None, None),
+            Step::Reset {
+                sentinel: "g-sentinel-0".into()
+            }
+        );
+        for s in &mut m.sentinels {
+            let m = s.answer.as_mut().unwrap().monitored.as_mut().unwrap();
+            m.replicas.retain(|r| r.ip != ip(1));
+        }
+        assert_eq!(
+            next_step(&g, &m, None, None),
+            Step::HandOver {
+                primary: "g-2".into(),
+                target: None,
+                sentinel: "g-sentinel-0".into(),
+                reason: FailoverReason::Removal,
+            }
+        );
+        // Handed over: g-0 is primary, g-2 a replica that goes now.
+        m.data[0] = data_primary(0, 1);
+        m.data[1] = data_replica(2, 0);
+        for s in &mut m.sentinels {
+            s.answer
+                .as_mut()
+                .unwrap()
+                .monitored
+                .as_mut()
+                .unwrap()
+                .primary
+                .0 = ip(0);
+        }
+        assert_eq!(
+            next_step(&g, &m, None, None),
+            Step::Remove(vec!["g-2".into()])
+        );
+    }
+
+    #[test]
+    fn sentinels_forget_the_departed_one_at_a_time() {
+        // Sentinel 2 is gone; 0 and 1 still list it, and data node 2 left too.
+        let g = group(2, 2);
+        let mut m = formed(3, 3);
+        m.data.pop();
+        m.sentinels.pop();
+        assert_eq!(
+            next_step(&g, &m, None, None),
+            Step::Reset {
+                sentinel: "g-sentinel-0".into()
+            }
+        );
+        // Reset: g-sentinel-0 has not found g-sentinel-1 again yet, so 1 waits.
+        m.sentinels[0] = sentinel(0, Some(0), 2, 2);
+        m.sentinels[0]
+            .answer
+            .as_mut()
+            .unwrap()
+            .monitored
+            .as_mut()
+            .unwrap()
+            .sentinels
+            .clear();
+        let (reason, why) = wait_of(next_step(&g, &m, None, None));
+        assert_eq!(reason, Waiting::SentinelsCatchingUp);
+        assert!(
+            why.contains("g-sentinel-1 lists members that are gone"),
+            "{why}"
+        );
+        m.sentinels[0] = sentinel(0, Some(0), 2, 2);
+        assert_eq!(
+            next_step(&g, &m, None, None),
+            Step::Reset {
+                sentinel: "g-sentinel-1".into()
+            }
+        );
+        m.sentinels[1] = sentinel(1, Some(0), 2, 2);
+        assert_eq!(next_step(&g, &m, None, None), Step::Idle);
+    }
+
+    #[test]
+    fn nothing_moves_while_a_sentinel_fails_over_and_a_stale_sentinel_monitors_afresh() {
+        let g = group(3, 3);
+        let mut m = formed(3, 3);
+        m.sentinels[1]
+            .answer
+            .as_mut()
+            .unwrap()
+            .monitored
+            .as_mut()
+            .unwrap()
+            .flags
+            .push("failover_in_progress".into());
+        let (reason, why) = wait_of(next_step(&g, &m, None, None));
+        assert_eq!(reason, Waiting::SentinelsCatchingUp);
+        assert!(why.contains("g-sentinel-1 runs a failover"), "{why}");
+        // Reset mid-failover, g-sentinel-2 kept the old address; the majority names g-0.
+        let mut m = formed(3, 3);
+        m.sentinels[2]
+            .answer
+            .as_mut()
+            .unwrap()
+            .monitored
+            .as_mut()
+            .unwrap()
+            .primary
+            .0 = ip(1);
+        assert_eq!(
+            next_step(&g, &m, None, None),
+            Step::Remonitor {
+                sentinel: "g-sentinel-2".into(),
+                primary: "g-0".into(),
+                ip: ip(0),
+            }
         );
     }
 }

@@ -118,7 +118,16 @@ fn phase(i: &Inputs, ready: bool) -> Phase {
 fn is_scaling(step: &Step) -> bool {
     matches!(
         step,
-        Step::ReplicaOf { .. } | Step::Monitor { .. } | Step::Configure { .. }
+        Step::ReplicaOf { .. }
+            | Step::Monitor { .. }
+            | Step::Remonitor { .. }
+            | Step::Configure { .. }
+            | Step::Remove(_)
+            | Step::Reset { .. }
+            | Step::HandOver {
+                reason: FailoverReason::Removal,
+                ..
+            }
     )
 }
 

@@ -23,7 +23,7 @@ use crd_types::cluster::Phase;
 use crd_types::names::labels;
 use crd_types::template::OPERATOR_USER;
 use crd_types::{ValkeyNode, ValkeyNodeStatus, ValkeyReplication, ValkeyReplicationStatus};
-use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, Secret, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
 use kube::runtime::controller::Action;
@@ -297,8 +297,11 @@ async fn act(
     write_member_statuses(apis, observed).await?;
     let planned = report(None);
     write_status(apis, vkr, &planned).await?;
-    if let Some((reason, note)) = primary_changed(recorded, planned.current_primary.as_deref()) {
-        ctx.events.publish(vkr, reason, note, None).await?;
+    if let Some((reason, note, member)) =
+        primary_changed(recorded, planned.current_primary.as_deref())
+    {
+        let related = related(observed, member.as_deref());
+        ctx.events.publish(vkr, reason, note, related).await?;
     }
 
     let context = members::context(vkr, &observed.nodes);
@@ -325,8 +328,9 @@ async fn act(
         tracing::warn!(replication = %vkr.name_any(), step = %step, error = %e, "step failed");
         write_status(apis, vkr, &report(step_error.as_deref())).await?;
     }
-    if let Some((reason, note)) = step_event(&step, step_error.as_deref()) {
-        ctx.events.publish(vkr, reason, note, None).await?;
+    if let Some((reason, note, member)) = step_event(&step, step_error.as_deref()) {
+        let related = related(observed, member.as_deref());
+        ctx.events.publish(vkr, reason, note, related).await?;
     }
     let ready = planned.phase == Some(Phase::Ready);
     Ok(Action::requeue(next_look(
@@ -334,6 +338,13 @@ async fn act(
         step_error.is_some(),
         ready,
     )))
+}
+
+/// The ValkeyNode `member`, as an Event's related object.
+fn related(observed: &Observed, member: Option<&str>) -> Option<ObjectReference> {
+    let member = member?;
+    let node = observed.nodes.iter().find(|n| n.name_any() == member)?;
+    Some(node.object_ref(&()))
 }
 
 /// Each member's `status.valkey`, where it changed beyond the replication offset.
