@@ -4,7 +4,8 @@
 # For every overlay in deploy/overlays/*:
 #   * `kustomize build` must succeed;
 #   * no Role/ClusterRole rule may contain "*" in apiGroups, resources, verbs,
-#     resourceNames or nonResourceURLs (least privilege, no wildcards);
+#     resourceNames or nonResourceURLs (least privilege, no wildcards), nor grant
+#     nodes/proxy (its GET allows exec into any pod through the kubelet);
 #   * every Deployment must carry the "restricted" security settings: pod
 #     runAsNonRoot=true, runAsUser=runAsGroup=65532, seccompProfile
 #     RuntimeDefault; per container allowPrivilegeEscalation=false,
@@ -96,6 +97,9 @@ for doc in docs:
                 for value in rule.get(field) or []:
                     if "*" in str(value):
                         problems.append(f"{ident(doc)}: rules[{i}].{field} contains wildcard {value!r}")
+            # nodes/proxy GET is exec into any pod through the kubelet.
+            if "nodes/proxy" in (rule.get("resources") or []):
+                problems.append(f"{ident(doc)}: rules[{i}] grants nodes/proxy (exec into any pod); use nodes/stats or nodes/log")
     elif kind == "Deployment":
         deployments += 1
         pod = ((doc.get("spec") or {}).get("template") or {}).get("spec") or {}
@@ -187,6 +191,7 @@ check_fallback() {
       if ((kind == "Role" || kind == "ClusterRole") && in_rules) {
         if (line ~ /^-[[:space:]]/) rules++
         if (index(line, "*") > 0) problem("wildcard in rules: " line)
+        if (index(line, "nodes/proxy") > 0) problem("grants nodes/proxy (exec into any pod): " line)
       }
       if (kind == "Deployment") {
         if (line ~ /^[[:space:]]+runAsNonRoot:[[:space:]]*true$/) n_nonroot++

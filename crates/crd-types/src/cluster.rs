@@ -43,7 +43,7 @@ pub struct ValkeyClusterSpec {
     /// Number of shards (primaries), 1 to 500. Changing it moves slots online.
     #[x_kube(
         validation = Rule::new("self >= 1").message("shards must be at least 1"),
-        validation = Rule::new("self <= 500").message("shards must be at most 500")
+        validation = Rule::new(format!("self <= {MAX_SHARDS}")).message(format!("shards must be at most {MAX_SHARDS}").as_str())
     )]
     pub shards: i32,
 
@@ -51,7 +51,7 @@ pub struct ValkeyClusterSpec {
     #[serde(default = "default_replicas_per_shard")]
     #[x_kube(
         validation = Rule::new("self >= 0").message("replicasPerShard cannot be negative; use 0 for primaries without replicas"),
-        validation = Rule::new("self <= 5").message("replicasPerShard must be at most 5")
+        validation = Rule::new(format!("self <= {MAX_REPLICAS_PER_SHARD}")).message(format!("replicasPerShard must be at most {MAX_REPLICAS_PER_SHARD}").as_str())
     )]
     pub replicas_per_shard: i32,
 
@@ -140,6 +140,10 @@ pub struct ValkeyClusterStatus {
     /// Outcome of the latest switchover request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub switchover: Option<SwitchoverStatus>,
+    /// The member whose volume has the least free space (from the members'
+    /// `status.storage`; only members whose usage pvc-resizer reads, with autoResize).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<crate::node::StorageHeadroom>,
     /// The spec generation this status reflects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,

@@ -22,7 +22,9 @@ pub mod types {
     pub const CONFIG_VALID: &str = "ConfigValid";
     /// service-controller: the node's Service exists and has a ClusterIP.
     pub const ENDPOINT_READY: &str = "EndpointReady";
-    /// pvc-resizer: the volume has the requested size.
+    /// node-controller: the claim requests at least the spec's size.
+    pub const CLAIM_SIZE: &str = "ClaimSize";
+    /// pvc-resizer: the volume has the size the spec and its usage ask for.
     pub const STORAGE_READY: &str = "StorageReady";
     /// topology-controller: the node plays its role in its topology.
     pub const MEMBER_READY: &str = "MemberReady";

@@ -33,6 +33,16 @@ pub mod labels {
     pub const MANAGED_BY_VALUE: &str = "valkey-operator";
 }
 
+/// Annotation keys.
+pub mod annotations {
+    /// On a node's claim, written by pvc-resizer with each growth: when it asked for the
+    /// larger size (RFC 3339). A restarted pvc-resizer finds its cooldown there.
+    pub const LAST_RESIZE: &str = "valkey.rs/last-resize-time";
+    /// Written with [`LAST_RESIZE`] when usage was known: the file system capacity (bytes)
+    /// the kubelet reported then. Until it reports more, its usage predates the growth.
+    pub const CAPACITY_BEFORE_RESIZE: &str = "valkey.rs/capacity-before-resize";
+}
+
 /// Server-side-apply field managers: one per controller, so each owns its fields and
 /// conditions and a conflict between two controllers is visible in managedFields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,6 +1,6 @@
 //! ValkeyNode: one Valkey server or sentinel process in one pod.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -216,20 +216,27 @@ pub struct EndpointPort {
     pub port: i32,
 }
 
-/// Lifecycle of the node's volume as pvc-resizer sees it.
+/// Lifecycle of the node's volume as pvc-resizer sees it; the StorageReady condition's
+/// reason and message say more.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
 pub enum StorageState {
-    /// The PVC is not bound yet.
+    /// The PVC does not exist or is not bound yet.
     Pending,
     /// Bound with the requested capacity.
     Bound,
     /// A larger size was requested and the volume is growing.
     Resizing,
-    /// The file system grows when the pod restarts.
+    /// The volume grew; the node still has to grow the file system.
     FileSystemResizePending,
-    /// The volume reached autoResize.limit and cannot grow further.
+    /// Usage is above the threshold and the volume reached autoResize.limit.
     LimitReached,
-    /// Growing failed; see the StorageReady condition.
+    /// The volume must grow and its StorageClass does not allow expansion.
+    NotExpandable,
+    /// A ResourceQuota refused the larger size.
+    QuotaExceeded,
+    /// autoResize is on and the kubelet's volume stats cannot be read.
+    UsageUnknown,
+    /// Growing failed otherwise (the API server refused it, or the storage driver failed).
     Failed,
 }
 
@@ -254,9 +261,48 @@ pub struct StorageStatus {
     pub available_bytes: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<StorageState>,
+    /// The last growth pvc-resizer asked for, and how the API server took it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_resize: Option<LastResize>,
     /// The spec generation this part reflects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+}
+
+/// The member with the least free space on its volume, for a topology's status: computed by
+/// topology-controller from the members' `status.storage` (written by pvc-resizer).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageHeadroom {
+    /// The ValkeyNode with the least free space.
+    pub member: String,
+    /// Its free bytes (`status.storage.availableBytes`).
+    pub min_available_bytes: i64,
+    /// Its used share of the capacity, in percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub used_percent: Option<i32>,
+}
+
+/// One growth pvc-resizer asked for (pvc-resizer).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LastResize {
+    /// When it was asked for.
+    pub time: Time,
+    /// The size asked for.
+    pub size: String,
+    pub result: ResizeResult,
+}
+
+/// How the API server took a growth.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum ResizeResult {
+    /// The claim requests the larger size; the storage driver grows the volume.
+    Requested,
+    /// A ResourceQuota refused it.
+    QuotaExceeded,
+    /// The API server refused it otherwise.
+    Refused,
 }
 
 /// Replication role as Valkey reports it.

@@ -75,6 +75,28 @@ impl Amount {
     }
 }
 
+/// `bytes` as a storage quantity: in the largest binary unit that holds it exactly (`3Gi`,
+/// `1536Mi`), else plain bytes.
+pub fn format_bytes(bytes: u128) -> String {
+    const UNITS: [(&str, u32); 6] = [
+        ("Ei", 60),
+        ("Pi", 50),
+        ("Ti", 40),
+        ("Gi", 30),
+        ("Mi", 20),
+        ("Ki", 10),
+    ];
+    if bytes == 0 {
+        return "0".into();
+    }
+    for (suffix, shift) in UNITS {
+        if bytes.trailing_zeros() >= shift {
+            return format!("{}{suffix}", bytes >> shift);
+        }
+    }
+    bytes.to_string()
+}
+
 /// Compares two quantities by value.
 pub fn compare(a: &str, b: &str) -> Result<Ordering, String> {
     Ok(parse(a)?.cmp(&parse(b)?))
@@ -116,6 +138,18 @@ mod tests {
         assert_eq!(parse("1Gi").unwrap().whole_units(), 1 << 30);
         assert_eq!(parse("1500m").unwrap().whole_units(), 2);
         assert_eq!(parse("0").unwrap().whole_units(), 0);
+    }
+
+    #[test]
+    fn bytes_format_in_the_largest_exact_unit() {
+        assert_eq!(format_bytes(0), "0");
+        assert_eq!(format_bytes(1 << 30), "1Gi");
+        assert_eq!(format_bytes(3 << 29), "1536Mi");
+        assert_eq!(format_bytes(1000), "1000");
+        assert_eq!(format_bytes(5 << 40), "5Ti");
+        for q in ["7Gi", "12Mi", "3Ki", "999"] {
+            assert_eq!(format_bytes(parse(q).unwrap().whole_units()), q);
+        }
     }
 
     #[test]

@@ -211,6 +211,10 @@ pub struct ValkeyReplicationStatus {
     /// Data nodes and sentinels as Valkey reports them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub members: Vec<ReplicationMemberStatus>,
+    /// The member whose volume has the least free space (from the members'
+    /// `status.storage`; only members whose usage pvc-resizer reads, with autoResize).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<crate::node::StorageHeadroom>,
     /// The spec generation this status reflects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,

@@ -203,6 +203,23 @@ pub struct AutoResize {
     #[schemars(length(max = 32))]
     #[x_kube(validation = Rule::new("isQuantity(self)").message("autoResize.limit must be a Kubernetes quantity such as 100Gi"))]
     pub limit: String,
+
+    /// The smallest growth, a quantity (1Gi by default), so a percentage of a small volume
+    /// is not a few MiB: storage is often billed and allocated in GiB.
+    #[serde(default = "default_min_increase")]
+    #[schemars(length(max = 32))]
+    #[x_kube(
+        validation = Rule::new("isQuantity(self)").message("autoResize.minIncrease must be a Kubernetes quantity such as 1Gi"),
+        validation = Rule::new("!isQuantity(self) || quantity(self).isGreaterThan(quantity('0'))").message("autoResize.minIncrease must be larger than zero")
+    )]
+    pub min_increase: String,
+
+    /// Seconds to wait after a growth before the next one (300 by default, at most a day):
+    /// volume stats lag behind a resize, and some clouds allow one change per volume every
+    /// few hours.
+    #[serde(default = "default_cooldown_seconds")]
+    #[x_kube(validation = Rule::new("self >= 0 && self <= 86400").message("autoResize.cooldownSeconds must be between 0 and 86400 (a day)"))]
+    pub cooldown_seconds: i32,
 }
 
 fn default_used_percent_threshold() -> i32 {
@@ -211,6 +228,14 @@ fn default_used_percent_threshold() -> i32 {
 
 fn default_increase() -> String {
     "20%".to_string()
+}
+
+fn default_min_increase() -> String {
+    "1Gi".to_string()
+}
+
+fn default_cooldown_seconds() -> i32 {
+    300
 }
 
 /// Placement of the node's pod.

@@ -258,6 +258,13 @@ fn persistence_cannot_be_added_or_removed() {
 fn auto_resize_is_checked() {
     let ok = json!({"size": "10Gi", "autoResize": {"usedPercentThreshold": 80, "increase": "20%", "limit": "50Gi"}});
     accepted::<ValkeyNode>(&with_persistence(ok), None);
+    let every_field = json!({"size": "10Gi", "autoResize": {
+        "usedPercentThreshold": 50, "increase": "100%", "limit": "40Gi",
+        "minIncrease": "512Mi", "cooldownSeconds": 0
+    }});
+    accepted::<ValkeyNode>(&with_persistence(every_field), None);
+    let a_day = json!({"size": "10Gi", "autoResize": {"limit": "40Gi", "minIncrease": "1G", "cooldownSeconds": 86400}});
+    accepted::<ValkeyNode>(&with_persistence(a_day), None);
     let cases = [
         (
             json!({"usedPercentThreshold": 0, "limit": "50Gi"}),
@@ -282,6 +289,22 @@ fn auto_resize_is_checked() {
         (
             json!({"limit": "5Gi"}),
             "autoResize.limit must be at least persistence.size",
+        ),
+        (
+            json!({"limit": "50Gi", "minIncrease": "a bit"}),
+            "autoResize.minIncrease must be a Kubernetes quantity",
+        ),
+        (
+            json!({"limit": "50Gi", "minIncrease": "0"}),
+            "autoResize.minIncrease must be larger than zero",
+        ),
+        (
+            json!({"limit": "50Gi", "cooldownSeconds": -1}),
+            "autoResize.cooldownSeconds must be between 0 and 86400",
+        ),
+        (
+            json!({"limit": "50Gi", "cooldownSeconds": 86401}),
+            "autoResize.cooldownSeconds must be between 0 and 86400",
         ),
     ];
     for (auto_resize, message) in cases {

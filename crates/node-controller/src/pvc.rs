@@ -4,10 +4,11 @@
 //! same claim works for a Deployment, survives a workload re-creation, and its size can grow
 //! (templates are immutable).
 //!
-//! Field ownership: node-controller applies `spec.resources.requests.storage` under
-//! `valkey-operator/node` until pvc-resizer lands; then that field moves to
-//! `valkey-operator/pvc-resizer` and node-controller stops sending it on an existing claim.
-//! Until then [`storage_request`] keeps it from ever undoing a growth made by someone else.
+//! Field ownership: node-controller creates the claim at the spec's size and never changes
+//! the size afterwards: on an existing claim it applies the live request again
+//! ([`storage_request`]), so it never fights pvc-resizer, which owns the size from then on
+//! (it applies a new size with force and takes the field over). Without pvc-resizer a larger
+//! spec is not applied; the ClaimSize condition says so ([`crate::status`]).
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
@@ -73,23 +74,27 @@ fn access_modes(persistence: &Persistence, live: Option<&PersistentVolumeClaim>)
         .unwrap_or_else(|| vec![persistence.access_mode.as_str().to_string()])
 }
 
-/// The storage request to apply: the larger of the spec's size and the live claim's request,
-/// because a volume never shrinks (the API server refuses it) and a live request above the
-/// spec means someone (pvc-resizer, an admin) grew it on purpose. Equal values keep the spec's
-/// spelling so an unchanged spec applies an identical object.
+/// The storage request to apply: the spec's size for a new claim, the live request for an
+/// existing one (echoed, so server-side apply neither drops nor changes it). Growing it is
+/// pvc-resizer's.
 pub fn storage_request(
     persistence: &Persistence,
     live: Option<&PersistentVolumeClaim>,
 ) -> Quantity {
-    let spec = Quantity(persistence.size.clone());
-    let Some(live) = live_request(live) else {
-        return spec;
-    };
-    match quantity::compare(&live.0, &spec.0) {
-        Ok(Ordering::Greater) => live.clone(),
-        // Spec larger or equal; an unparsable side: the spec (admission proved it parses).
-        _ => spec,
-    }
+    live_request(live)
+        .cloned()
+        .unwrap_or_else(|| Quantity(persistence.size.clone()))
+}
+
+/// Whether the live claim requests less than `persistence.size`: `Some((requested, spec))`
+/// then. `None` without a claim, when it is large enough, or when a side does not parse.
+pub fn smaller_than_spec(
+    persistence: &Persistence,
+    live: Option<&PersistentVolumeClaim>,
+) -> Option<(String, String)> {
+    let requested = live_request(live)?;
+    let smaller = quantity::compare(&requested.0, &persistence.size) == Ok(Ordering::Less);
+    smaller.then(|| (requested.0.clone(), persistence.size.clone()))
 }
 
 /// The StorageClass to look up before reporting that the claim does not bind: the class the
@@ -227,19 +232,34 @@ mod tests {
     }
 
     #[test]
-    fn never_shrinks() {
+    fn an_existing_claim_keeps_its_size() {
         let n = node("10Gi", ReclaimPolicy::Retain, None);
-        // Grown by pvc-resizer beyond the spec: keep it.
+        // Grown by pvc-resizer beyond the spec: echoed.
         assert_eq!(request(&pvc(&n, Some(&live("12Gi"))).unwrap()), "12Gi");
-        // Spec grew: apply the spec.
-        assert_eq!(request(&pvc(&n, Some(&live("8Gi"))).unwrap()), "10Gi");
-        // Same value, other spelling: the spec's spelling.
-        assert_eq!(request(&pvc(&n, Some(&live("10240Mi"))).unwrap()), "10Gi");
-        // Unreadable live value: the spec.
-        assert_eq!(request(&pvc(&n, Some(&live("lots"))).unwrap()), "10Gi");
-        // A live claim without requests: the spec.
+        // The spec grew: still the live size; growing is pvc-resizer's.
+        assert_eq!(request(&pvc(&n, Some(&live("8Gi"))).unwrap()), "8Gi");
+        // Another spelling stays the live one, so the apply changes nothing.
+        assert_eq!(
+            request(&pvc(&n, Some(&live("10240Mi"))).unwrap()),
+            "10240Mi"
+        );
+        // A live claim without requests (never stored by the API server): the spec.
         let empty = PersistentVolumeClaim::default();
         assert_eq!(request(&pvc(&n, Some(&empty)).unwrap()), "10Gi");
+    }
+
+    #[test]
+    fn a_claim_below_the_spec_is_told() {
+        let n = node("10Gi", ReclaimPolicy::Retain, None);
+        let p = n.spec.template.persistence.as_ref().unwrap();
+        assert_eq!(
+            smaller_than_spec(p, Some(&live("8Gi"))),
+            Some(("8Gi".into(), "10Gi".into()))
+        );
+        assert_eq!(smaller_than_spec(p, Some(&live("10240Mi"))), None);
+        assert_eq!(smaller_than_spec(p, Some(&live("12Gi"))), None);
+        assert_eq!(smaller_than_spec(p, Some(&live("lots"))), None);
+        assert_eq!(smaller_than_spec(p, None), None);
     }
 
     #[test]

@@ -89,6 +89,7 @@ pub fn report(live: &Live, applied: &Applied, now: Timestamp) -> Report {
         pod,
         claim,
         storage_class_missing: live.storage_class_missing,
+        persistence: node.spec.template.persistence.as_ref(),
         roll: decision.roll.as_ref(),
         workload: &workload_status,
     };

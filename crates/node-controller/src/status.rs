@@ -2,9 +2,10 @@
 //! ConfigValid), built from the live workload and pod.
 
 use crd_types::ValkeyNodeStatus;
-use crd_types::conditions::reasons::{ConfigValid, RollPending, WorkloadReady};
+use crd_types::conditions::reasons::{ClaimSize, ConfigValid, RollPending, WorkloadReady};
 use crd_types::conditions::{ConditionSpec, find, transition};
 use crd_types::node::WorkloadStatus;
+use crd_types::template::Persistence;
 use k8s_openapi::api::core::v1::{ContainerStatus, PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
@@ -12,6 +13,7 @@ use kube::ResourceExt;
 
 use crate::config::ConfigError;
 use crate::meta::REVISION_ANNOTATION;
+use crate::pvc;
 use crate::revision::RollDecision;
 use crate::workload::{VALKEY_CONTAINER, Workload};
 
@@ -122,6 +124,8 @@ pub struct Observed<'a> {
     pub claim: Option<&'a PersistentVolumeClaim>,
     /// The claim names a StorageClass that does not exist.
     pub storage_class_missing: bool,
+    /// `spec.persistence`: ClaimSize compares the claim with its size.
+    pub persistence: Option<&'a Persistence>,
     /// The roll gate's decision; `None` when there is no desired template (config invalid or
     /// waiting for the endpoint).
     pub roll: Option<&'a RollDecision>,
@@ -129,7 +133,7 @@ pub struct Observed<'a> {
     pub workload: &'a WorkloadStatus,
 }
 
-/// The three conditions node-controller owns, with `lastTransitionTime` kept while a status
+/// The conditions node-controller owns (ClaimSize only once a claim exists), with `lastTransitionTime` kept while a status
 /// does not change.
 pub fn conditions(
     current: &[Condition],
@@ -138,13 +142,39 @@ pub fn conditions(
     now: Timestamp,
 ) -> Vec<Condition> {
     [
-        config_valid(observed),
-        workload_ready(observed),
-        roll_pending(observed),
+        Some(config_valid(observed)),
+        Some(workload_ready(observed)),
+        Some(roll_pending(observed)),
+        claim_size(observed),
     ]
     .into_iter()
+    .flatten()
     .map(|d| transition(current, d, generation, now))
     .collect()
+}
+
+/// Whether the claim requests the spec's size; only once the claim exists. node-controller
+/// never grows a claim (pvc-resizer does), so this is what tells a spec growth that nobody
+/// carries out.
+fn claim_size(o: &Observed<'_>) -> Option<ConditionSpec> {
+    let persistence = o.persistence?;
+    o.claim?;
+    Some(match pvc::smaller_than_spec(persistence, o.claim) {
+        Some((requested, spec)) => ConditionSpec::new(
+            ClaimSize::SmallerThanSpec,
+            false,
+            format!(
+                "the claim requests {requested} and persistence.size asks for {spec}: pvc-resizer \
+                 grows it (without pvc-resizer deployed, volumes never grow: grow the claim by \
+                 hand)"
+            ),
+        ),
+        None => ConditionSpec::new(
+            ClaimSize::MatchesSpec,
+            true,
+            "the claim requests at least persistence.size",
+        ),
+    })
 }
 
 fn config_valid(o: &Observed<'_>) -> ConditionSpec {
@@ -491,6 +521,7 @@ mod tests {
             pod,
             claim: None,
             storage_class_missing: false,
+            persistence: None,
             roll,
             workload: w,
         }
@@ -518,6 +549,60 @@ mod tests {
         // Re-observing the same keeps the clocks.
         let again = conditions(&c, &observed(&w, Some(&p), Some(&roll)), Some(2), at(99));
         assert!(again.iter().all(|x| x.last_transition_time == Time(at(10))));
+    }
+
+    #[test]
+    fn claim_size_tells_a_spec_growth_nobody_carried_out() {
+        use k8s_openapi::api::core::v1::{PersistentVolumeClaimSpec, VolumeResourceRequirements};
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+        use std::collections::BTreeMap;
+        let p = pod("cache-0", 1, true);
+        let w = workload_status(None, Some(&p), Some("rev1"), Some(1));
+        let roll = RollDecision::ApplyNow;
+        let persistence = Persistence {
+            size: "2Gi".into(),
+            ..Default::default()
+        };
+        let claim = |size: &str| PersistentVolumeClaim {
+            spec: Some(PersistentVolumeClaimSpec {
+                resources: Some(VolumeResourceRequirements {
+                    requests: Some(BTreeMap::from([("storage".into(), Quantity(size.into()))])),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let small = claim("1Gi");
+        let o = Observed {
+            claim: Some(&small),
+            persistence: Some(&persistence),
+            ..observed(&w, Some(&p), Some(&roll))
+        };
+        let c = conditions(&[], &o, Some(1), at(10));
+        let size = get(&c, types::CLAIM_SIZE);
+        assert_eq!(
+            (size.status.as_str(), size.reason.as_str()),
+            ("False", "SmallerThanSpec")
+        );
+        assert!(size.message.contains("requests 1Gi") && size.message.contains("pvc-resizer"));
+        let big = claim("2048Mi");
+        let o = Observed {
+            claim: Some(&big),
+            persistence: Some(&persistence),
+            ..observed(&w, Some(&p), Some(&roll))
+        };
+        let size = get(&conditions(&[], &o, Some(1), at(10)), types::CLAIM_SIZE).clone();
+        assert_eq!(
+            (size.status.as_str(), size.reason.as_str()),
+            ("True", "MatchesSpec")
+        );
+        // No claim yet: no condition.
+        let o = Observed {
+            persistence: Some(&persistence),
+            ..observed(&w, Some(&p), Some(&roll))
+        };
+        assert!(find(&conditions(&[], &o, Some(1), at(10)), types::CLAIM_SIZE).is_none());
     }
 
     #[test]
@@ -700,6 +785,7 @@ mod tests {
         let o = Observed {
             claim: Some(&claim),
             storage_class_missing: true,
+            persistence: None,
             ..observed(&w, Some(&pending), None)
         };
         let c = conditions(&[], &o, None, at(1));

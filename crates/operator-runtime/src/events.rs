@@ -3,9 +3,15 @@
 //! reasons once with [`event_reasons!`](crate::event_reasons) and publishes them with
 //! [`Publisher::publish`].
 //!
-//! The Recorder behind it folds a repeated Event (same object, reason and action) into one
-//! Event with a growing count, so a condition that keeps failing does not flood the
-//! namespace.
+//! A repeated Event (same object, reason, action and note) is folded into one Event with a
+//! growing count, so a condition that keeps failing does not flood the namespace. kube's
+//! Recorder folds by object, reason and action only and keeps the first note, so "grew 16Mi
+//! to 32Mi" then "32Mi to 64Mi" would read as the first twice: an Event with a new note
+//! therefore starts a new series.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -15,6 +21,8 @@ use crate::error::{ApiError, ApiResultExt, ObjectName, Op};
 
 /// The events.k8s.io limit on a note.
 const NOTE_LIMIT: usize = 1024;
+/// How long a series stays open: kube's Recorder forgets an Event after 6 minutes too.
+const SERIES_TTL: Duration = Duration::from_secs(360);
 
 /// A controller's Event reason: CamelCase, and whether it reports a problem.
 pub trait EventReason: Copy {
@@ -102,7 +110,20 @@ impl EventReason for RuntimeEvent {
 /// (`reportingInstance`: `POD_NAME`).
 #[derive(Clone)]
 pub struct Publisher {
+    client: Client,
+    reporter: Reporter,
+    /// The open series: per (object, reason, action), its note and the Recorder that folds
+    /// repeats of it.
+    series: Arc<Mutex<HashMap<SeriesKey, Series>>>,
+}
+
+/// (object uid or kind/namespace/name, reason, action).
+type SeriesKey = (String, &'static str, String);
+
+struct Series {
+    note: String,
     recorder: Recorder,
+    last: Instant,
 }
 
 impl Publisher {
@@ -112,7 +133,33 @@ impl Publisher {
             instance: std::env::var("POD_NAME").ok().filter(|n| !n.is_empty()),
         };
         Self {
-            recorder: Recorder::new(client, reporter),
+            client,
+            reporter,
+            series: Arc::default(),
+        }
+    }
+
+    /// The Recorder for this Event: the open series' when it carries the same note, else a
+    /// fresh one, which creates a new Event (then `true`).
+    fn recorder_for(&self, key: SeriesKey, note: &str) -> (Recorder, bool) {
+        let mut series = self.series.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        series.retain(|_, s| now.duration_since(s.last) < SERIES_TTL);
+        match series.get_mut(&key) {
+            Some(open) if open.note == note => {
+                open.last = now;
+                (open.recorder.clone(), false)
+            }
+            _ => {
+                let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
+                let opened = Series {
+                    note: note.to_string(),
+                    recorder: recorder.clone(),
+                    last: now,
+                };
+                series.insert(key, opened);
+                (recorder, true)
+            }
         }
     }
 
@@ -158,8 +205,19 @@ impl Publisher {
             action: action.into(),
             secondary: related,
         };
-        self.recorder
-            .publish(&event, &object.object_ref(&()))
+        let reference = object.object_ref(&());
+        let about = reference.uid.clone().unwrap_or_else(|| {
+            let namespace = reference.namespace.as_deref().unwrap_or_default();
+            format!(
+                "{}/{namespace}/{}",
+                K::kind(&()),
+                object.meta().name.as_deref().unwrap_or_default()
+            )
+        });
+        let note = event.note.as_deref().unwrap_or_default();
+        let (recorder, _) = self.recorder_for((about, reason.as_str(), action.to_string()), note);
+        recorder
+            .publish(&event, &reference)
             .await
             .on(Op::Publish, ObjectName::of(object))
     }
@@ -195,6 +253,26 @@ mod tests {
         assert!(!Sample::Done.is_warning());
         assert!(Sample::Broken.is_warning());
         assert_eq!(Sample::ALL, &[Sample::Done, Sample::Broken]);
+    }
+
+    #[tokio::test]
+    async fn a_repeated_note_continues_its_series_and_a_new_note_starts_one() {
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let publisher = Publisher::new(Client::try_from(config).unwrap(), "test");
+        let key = || ("uid-1".to_string(), "Resized", "Reconcile".to_string());
+        let opens = |key, note: &str| publisher.recorder_for(key, note).1;
+        assert!(opens(key(), "16Mi to 32Mi"));
+        assert!(
+            !opens(key(), "16Mi to 32Mi"),
+            "the same note folds into its series"
+        );
+        assert!(opens(key(), "32Mi to 64Mi"), "a new note is a new Event");
+        let other = ("uid-2".to_string(), "Resized", "Reconcile".to_string());
+        assert!(
+            opens(other, "32Mi to 64Mi"),
+            "another object has its own series"
+        );
+        assert_eq!(publisher.series.lock().unwrap().len(), 2);
     }
 
     #[test]

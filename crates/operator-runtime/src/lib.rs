@@ -481,7 +481,7 @@ pub(crate) fn describe_kube_error(error: &kube::Error) -> String {
 
 /// An error and its sources joined with ": ", skipping sources whose text the message
 /// already contains (many errors repeat their source in their own message).
-pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = one_line(&error.to_string());
     let mut source = error.source();
     while let Some(cause) = source {

@@ -97,6 +97,14 @@ impl Metrics {
             .inc();
     }
 
+    /// Adds a controller's own metrics to the registry served on /metrics.
+    pub fn register(
+        &self,
+        collector: Box<dyn prometheus::core::Collector>,
+    ) -> Result<(), prometheus::Error> {
+        self.registry.register(collector)
+    }
+
     /// The Prometheus text exposition of all metrics, as served on /metrics.
     pub fn encode(&self) -> Result<String, prometheus::Error> {
         TextEncoder::new().encode_to_string(&self.registry.gather())

@@ -487,9 +487,13 @@ impl FakeConn {
                     } else {
                         "wait_bgsave"
                     };
+                    // The address it connects from (its pod's), as in cluster mode a replica
+                    // does not tell its primary the address it announces.
                     text.push_str(&format!(
                         "slave{i}:ip={},port={},state={sync_state},offset={},lag=0\r\n",
-                        r.ip, r.port, node.offset
+                        r.ip.replacen("10.0.", "10.1.", 1),
+                        r.port,
+                        node.offset
                     ));
                 }
                 text.push_str(&format!("master_repl_offset:{}\r\n", node.offset));

@@ -97,6 +97,24 @@ impl ReplicationInfo {
     }
 }
 
+impl ReplicationInfo {
+    /// Why this primary cannot count on all `expected` replicas (its own CLUSTER NODES
+    /// count) receiving what it sends right now; `None` when every one is `online`. Valkey
+    /// copies slot states only to online replicas. Replicas are counted, not matched by
+    /// address: a `slaveN` line shows the address the replica connects from (its pod IP in
+    /// cluster mode), not the one it announces.
+    pub fn replicas_not_online(&self, expected: usize) -> Option<String> {
+        if let Some(r) = self.replicas.iter().find(|r| r.state != "online") {
+            return Some(format!(
+                "a replica (connected from {}:{}) is {}",
+                r.ip, r.port, r.state
+            ));
+        }
+        let online = self.replicas.len();
+        (online < expected).then(|| format!("{online} of {expected} replicas are connected"))
+    }
+}
+
 /// The server version from `INFO server`: `valkey_version`, or `redis_version` from a server
 /// that predates it (Valkey also reports `redis_version:7.2.4` for client compatibility).
 pub fn server_version(info: &str) -> Result<String, InfoError> {

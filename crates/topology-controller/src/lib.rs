@@ -36,4 +36,5 @@ pub mod replication;
 mod sim;
 pub mod slots;
 pub mod status;
+pub mod storage;
 pub mod survey;

@@ -204,8 +204,9 @@ async fn act(
         },
     );
     let survey = survey::survey(&shape, &observed.members);
-    let report = |step_error: Option<&str>| {
-        status::cluster_status(Inputs {
+    let report = |step_error: Option<&str>| ValkeyClusterStatus {
+        storage: topology_controller::storage::headroom(&live.owned),
+        ..status::cluster_status(Inputs {
             shape: &shape,
             members: &observed.members,
             survey: &survey,

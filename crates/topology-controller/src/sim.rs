@@ -146,9 +146,12 @@ pub fn members_with(sims: &[Sim], knows: impl Fn(&Sim, &Sim) -> bool) -> Vec<Mem
                         let mut text =
                             format!("role:master\nconnected_slaves:{}\n", followers.len());
                         for (i, r) in followers.iter().enumerate() {
+                            // From its pod IP: in cluster mode a replica does not send its
+                            // announced address to its primary.
                             text.push_str(&format!(
-                                "slave{i}:ip={},port=6379,state={},offset={},lag=0\n",
-                                ip(r.shard, r.member),
+                                "slave{i}:ip=10.1.{}.{},port=6379,state={},offset={},lag=0\n",
+                                r.shard,
+                                r.member,
                                 if r.synced { "online" } else { "wait_bgsave" },
                                 r.offset
                             ));

@@ -51,6 +51,8 @@ pub fn cluster_status(i: Inputs) -> ValkeyClusterStatus {
         slots_assigned: i.survey.slots_assigned as i32,
         shards: i.survey.shards.iter().map(shard_status).collect(),
         switchover: switchover_status(&i),
+        // The members' storage headroom is added by the caller (`crate::storage`).
+        storage: None,
         observed_generation: i.generation,
         conditions,
     }

@@ -35,7 +35,7 @@ pub use control::{ControlClient, Freezer, serve_control};
 pub use partitions::Partitions;
 pub use proxy::run_service_proxy;
 pub use stats::{VolumeStats, volume_stats};
-pub use storage::{PROVISIONER, STORAGE_CLASS, run_provisioner};
+pub use storage::{MEDIUM, PROVISIONER, SIZED_STORAGE_CLASS, STORAGE_CLASS, run_provisioner};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

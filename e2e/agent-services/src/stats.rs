@@ -21,7 +21,23 @@ pub struct VolumeStats {
 /// (`truncate -s 900M`) to drive pvc-resizer. `inodes_used` counts every
 /// entry below `path` (files, directories, symlinks, ...), not `path`
 /// itself. Entries that vanish or cannot be read during the walk are skipped.
+///
+/// A volume that is a file system of its own (a `local-sized` tmpfs) is measured like a
+/// real kubelet measures one: statvfs, so capacity follows a growth at once and usage is
+/// what the file system holds.
 pub fn volume_stats(path: &Path, capacity_bytes: u64) -> VolumeStats {
+    if crate::storage::is_mount_point(path)
+        && let Ok(fs) = nix::sys::statvfs::statvfs(path)
+    {
+        let block = fs.fragment_size();
+        let capacity = fs.blocks() * block;
+        return VolumeStats {
+            capacity_bytes: capacity,
+            used_bytes: (fs.blocks() - fs.blocks_free()) * block,
+            available_bytes: fs.blocks_available() * block,
+            inodes_used: fs.files() - fs.files_free(),
+        };
+    }
     let (mut used, mut inodes) = (0u64, 0u64);
     let mut stack = vec![path.to_path_buf()];
     while let Some(dir) = stack.pop() {

@@ -3,6 +3,16 @@
 //! cluster. kube-controller-manager's PV controller still does the binding:
 //! we create PVs pre-bound (claimRef) to their claim and let it finish.
 //!
+//! Two StorageClasses share the provisioner: `local-dir` (the default) backs each
+//! PV with a plain directory, which never fills; `local-sized` mounts a tmpfs of
+//! the claim's size on it, so a volume really fills up (ENOSPC) and `df` and the
+//! kubelet stats show its capacity. Growing a `local-sized` volume remounts the
+//! tmpfs with the new size (online, what a CSI driver's node expansion does),
+//! then records the size on the PV and the claim. A tmpfs lives as long as its
+//! mount: the data survives pod and agent restarts, not the local cluster (its
+//! teardown unmounts every mount under the run directory). The provisioner also
+//! serves any other class naming it (tests make one without expansion).
+//!
 //! Crash-safety: the PV name is derived from the claim UID (`pvc-<uid>`), so
 //! re-running after a crash finds the existing PV (409) instead of creating
 //! a duplicate. The directory is created before the PV; a crash in between
@@ -39,7 +49,13 @@ fn parse_quantity(q: &str) -> Option<u128> {
 }
 
 pub const STORAGE_CLASS: &str = "local-dir";
+/// Size-limited, growable volumes (a tmpfs per PV).
+pub const SIZED_STORAGE_CLASS: &str = "local-sized";
 pub const PROVISIONER: &str = "local.valkey-operator.dev/dir";
+/// The StorageClass parameter (and PV annotation) choosing the backing: `tmpfs` or a
+/// plain directory.
+pub const MEDIUM: &str = "medium";
+const MEDIUM_ANNOTATION: &str = "local.valkey-operator.dev/medium";
 
 const PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
 const DEFAULT_CLASS: &str = "storageclass.kubernetes.io/is-default-class";
@@ -137,7 +153,7 @@ pub async fn run_provisioner(
 }
 
 async fn ensure_storage_class(client: &Client) -> Result<(), Error> {
-    let sc = json!({
+    let dir = json!({
         "apiVersion": "storage.k8s.io/v1",
         "kind": "StorageClass",
         "metadata": {
@@ -149,14 +165,79 @@ async fn ensure_storage_class(client: &Client) -> Result<(), Error> {
         "reclaimPolicy": "Delete",
         "volumeBindingMode": "Immediate",
     });
-    Api::<StorageClass>::all(client.clone())
-        .patch(
-            STORAGE_CLASS,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&sc),
-        )
-        .await?;
+    let sized = json!({
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": { "name": SIZED_STORAGE_CLASS },
+        "provisioner": PROVISIONER,
+        "parameters": { MEDIUM: "tmpfs" },
+        "allowVolumeExpansion": true,
+        "reclaimPolicy": "Delete",
+        "volumeBindingMode": "Immediate",
+    });
+    let classes = Api::<StorageClass>::all(client.clone());
+    for (name, class) in [(STORAGE_CLASS, dir), (SIZED_STORAGE_CLASS, sized)] {
+        classes
+            .patch(
+                name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&class),
+            )
+            .await?;
+    }
     Ok(())
+}
+
+/// Whether PVs of `class` are size-limited tmpfs mounts.
+fn is_tmpfs(class: &StorageClass) -> bool {
+    class
+        .parameters
+        .as_ref()
+        .and_then(|p| p.get(MEDIUM))
+        .is_some_and(|m| m == "tmpfs")
+}
+
+/// `size=` for a tmpfs of `bytes`: whole pages, at least one.
+pub(crate) fn tmpfs_size(bytes: u128) -> u128 {
+    const PAGE: u128 = 4096;
+    bytes.div_ceil(PAGE).max(1) * PAGE
+}
+
+/// Mounts (or, `remount`, resizes) the tmpfs of a PV at `dir`.
+fn mount_tmpfs(dir: &Path, bytes: u128, remount: bool) -> std::io::Result<()> {
+    use nix::mount::{MsFlags, mount};
+    let options = format!("size={},mode=0777", tmpfs_size(bytes));
+    let flags = if remount {
+        MsFlags::MS_REMOUNT
+    } else {
+        MsFlags::empty()
+    };
+    mount(
+        Some("tmpfs"),
+        dir,
+        Some("tmpfs"),
+        flags | MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some(options.as_str()),
+    )
+    .map_err(std::io::Error::from)
+}
+
+/// Whether `dir` is a mount point of its own (its device differs from its parent's).
+pub(crate) fn is_mount_point(dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let (Ok(me), Some(Ok(parent))) = (std::fs::metadata(dir), dir.parent().map(std::fs::metadata))
+    else {
+        return false;
+    };
+    me.dev() != parent.dev()
+}
+
+fn is_tmpfs_pv(pv: &PersistentVolume) -> bool {
+    pv.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(MEDIUM_ANNOTATION))
+        .is_some_and(|m| m == "tmpfs")
 }
 
 struct Ctx {
@@ -254,10 +335,13 @@ pub(crate) fn pv_for_claim(
     Ok(PersistentVolume {
         metadata: ObjectMeta {
             name: Some(pv_name),
-            annotations: Some(BTreeMap::from([(
-                PROVISIONED_BY.into(),
-                PROVISIONER.into(),
-            )])),
+            annotations: Some(
+                [(PROVISIONED_BY, PROVISIONER)]
+                    .into_iter()
+                    .chain(is_tmpfs(class).then_some((MEDIUM_ANNOTATION, "tmpfs")))
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
             ..Default::default()
         },
         spec: Some(PersistentVolumeSpec {
@@ -359,13 +443,16 @@ async fn reconcile_claim(pvc: Arc<PersistentVolumeClaim>, ctx: Arc<Ctx>) -> Resu
     if pvc.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
-    let Some(class) = Api::<StorageClass>::all(ctx.client.clone())
-        .get_opt(STORAGE_CLASS)
-        .await?
-    else {
+    let classes = Api::<StorageClass>::all(ctx.client.clone());
+    let wanted = pvc
+        .spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.clone())
+        .unwrap_or_else(|| STORAGE_CLASS.to_string());
+    let Some(class) = classes.get_opt(&wanted).await? else {
         return Ok(Action::requeue(Duration::from_secs(10)));
     };
-    if !wants_class(&pvc, &class) {
+    if class.provisioner != PROVISIONER || !wants_class(&pvc, &class) {
         return Ok(Action::await_change());
     }
     let volume = pvc
@@ -392,6 +479,12 @@ async fn provision(
     let name = pv.metadata.name.clone().unwrap_or_default();
     let dir = ctx.volumes_dir.join(&name);
     tokio::fs::create_dir_all(&dir).await?;
+    if is_tmpfs_pv(&pv) && !is_mount_point(&dir) {
+        let bytes = storage_of(pv.spec.as_ref().and_then(|s| s.capacity.as_ref()))
+            .and_then(|q| parse_quantity(&q.0))
+            .unwrap_or(0);
+        mount_tmpfs(&dir, bytes, false)?;
+    }
     match Api::<PersistentVolume>::all(ctx.client.clone())
         .create(&PostParams::default(), &pv)
         .await
@@ -427,7 +520,13 @@ async fn expand(
     let Some(plan) = expansion_plan(pvc, &pv, class.allow_volume_expansion.unwrap_or(false)) else {
         return Ok(Action::await_change());
     };
-    // PV first: the claim status must never claim more than the volume has.
+    // The file system first (a CSI node expansion, online), then the PV: the claim
+    // status must never claim more than the volume has.
+    if plan.patch_pv && is_tmpfs_pv(&pv) {
+        let dir = ctx.volumes_dir.join(pv_name);
+        let bytes = parse_quantity(&plan.size.0).unwrap_or(0);
+        mount_tmpfs(&dir, bytes, true)?;
+    }
     if plan.patch_pv {
         let patch = json!({ "spec": { "capacity": { "storage": plan.size } } });
         pvs.patch(pv_name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -482,6 +581,10 @@ async fn reconcile_volume(pv: Arc<PersistentVolume>, ctx: Arc<Ctx>) -> Result<Ac
         warn!(pv = %name, "hostPath is outside the volumes dir; not deleting");
         return Ok(Action::await_change());
     };
+    if is_mount_point(&dir) {
+        nix::mount::umount2(&dir, nix::mount::MntFlags::MNT_DETACH)
+            .map_err(std::io::Error::from)?;
+    }
     match tokio::fs::remove_dir_all(&dir).await {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -617,6 +720,31 @@ mod tests {
         let mut no_req = claim(Some(STORAGE_CLASS), "1Gi");
         no_req.spec.as_mut().unwrap().resources = None;
         assert!(pv_for_claim(&no_req, &class(true), Path::new("/vols")).is_err());
+    }
+
+    #[test]
+    fn sized_classes_mark_their_volumes() {
+        let mut sized = class(false);
+        sized.metadata.name = Some(SIZED_STORAGE_CLASS.into());
+        sized.parameters = Some(BTreeMap::from([(MEDIUM.into(), "tmpfs".into())]));
+        let pv = pv_for_claim(
+            &claim(Some(SIZED_STORAGE_CLASS), "16Mi"),
+            &sized,
+            Path::new("/v"),
+        )
+        .unwrap();
+        assert!(is_tmpfs_pv(&pv));
+        let plain = pv_for_claim(
+            &claim(Some(STORAGE_CLASS), "16Mi"),
+            &class(true),
+            Path::new("/v"),
+        )
+        .unwrap();
+        assert!(!is_tmpfs_pv(&plain));
+        assert_eq!(tmpfs_size(16 << 20), 16 << 20);
+        assert_eq!(tmpfs_size(1), 4096);
+        assert_eq!(tmpfs_size(0), 4096);
+        assert!(!is_mount_point(Path::new("/nonexistent/x")));
     }
 
     #[test]

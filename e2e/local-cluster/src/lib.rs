@@ -106,7 +106,13 @@ impl LocalCluster {
             pki::SCHEDULER,
             pki::KUBELET_CLIENT,
         ];
-        let pki = pki::write(&run_dir.join("pki"), service_ip.into(), &clients)?;
+        let kubelet_ip = netns::KubeletNetwork::for_slot(ranges.slot).kubelet_ip;
+        let pki = pki::write(
+            &run_dir.join("pki"),
+            service_ip.into(),
+            kubelet_ip.into(),
+            &clients,
+        )?;
         let kubeconfig_for = |id: pki::Identity| -> Result<PathBuf> {
             let path = run_dir.join(format!("{}.kubeconfig", id.file));
             let (cert, key) = (pki.client_cert(id), pki.client_key(id));
@@ -146,6 +152,7 @@ impl LocalCluster {
         cluster.spawn("kube-apiserver", &mut api_server)?;
         let client = cluster.client().await?;
         cluster.wait_api_ready(&client).await?;
+        grant_kubelet_api_admin(&client).await?;
         cluster.spawn(
             "kube-controller-manager",
             &mut layout.controller_manager(&pki, &cm_kubeconfig),
@@ -180,6 +187,9 @@ impl LocalCluster {
 
     async fn start_agent(&mut self, options: &Options, client: &kube::Client) -> Result<()> {
         let agent = workspace_binary("node-agent")?;
+        let pki = pki::PkiPaths {
+            dir: self.layout.run_dir.join("pki"),
+        };
         let control_port = control_plane::free_port()?;
         let network = netns::KubeletNetwork::create(self.ranges.slot, &self.layout.run_dir)?;
         self.kubelet_network = Some(network.clone());
@@ -198,6 +208,15 @@ impl LocalCluster {
             .arg(format!("--kubelet-address={}", network.kubelet_ip))
             .arg(format!("--kubelet-netns={}", network.path().display()))
             .arg(format!("--control-addr=127.0.0.1:{control_port}"))
+            .arg(format!(
+                "--tls-cert-file={}",
+                pki.kubelet_serving_cert().display()
+            ))
+            .arg(format!(
+                "--tls-private-key-file={}",
+                pki.kubelet_serving_key().display()
+            ))
+            .arg(format!("--client-ca-file={}", pki.ca_cert().display()))
             .env(
                 "RUST_LOG",
                 std::env::var("AGENT_LOG").unwrap_or_else(|_| "info".into()),
@@ -297,6 +316,7 @@ impl LocalCluster {
         if let Some(network) = self.kubelet_network.take() {
             network.delete();
         }
+        unmount_under(&self.layout.run_dir);
         if failures.is_empty() {
             Ok(())
         } else {
@@ -315,6 +335,28 @@ impl Drop for LocalCluster {
     }
 }
 
+/// Unmounts every mount below `dir` (the `local-sized` volumes' tmpfs), deepest first.
+pub fn unmount_under(dir: &Path) {
+    let Ok(dir) = std::path::absolute(dir) else {
+        return;
+    };
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut points: Vec<PathBuf> = mounts
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(PathBuf::from)
+        .filter(|p| p.starts_with(&dir) && *p != dir)
+        .collect();
+    points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    for point in points {
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(&point)
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
 /// A kube client from a kubeconfig file.
 pub async fn kube_client(kubeconfig: &Path) -> Result<kube::Client> {
     let config = kube::config::Kubeconfig::read_from(kubeconfig)?;
@@ -322,6 +364,37 @@ pub async fn kube_client(kubeconfig: &Path) -> Result<kube::Client> {
         kube::Config::from_custom_kubeconfig(config, &kube::config::KubeConfigOptions::default())
             .await?;
     Ok(kube::Client::try_from(config)?)
+}
+
+/// Binds `system:kubelet-api-admin` (every kubelet API subresource) to the API server's
+/// kubelet client, as kubeadm does: the node agent authorizes the node proxy's requests
+/// (`kubectl logs`) with SubjectAccessReviews like a real kubelet.
+async fn grant_kubelet_api_admin(client: &kube::Client) -> Result<()> {
+    use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+    let binding: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "kube-apiserver-kubelet-api-admin"},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": "system:kubelet-api-admin",
+        },
+        "subjects": [{
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "User",
+            "name": pki::KUBELET_CLIENT.user,
+        }],
+    }))?;
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .patch(
+            "kube-apiserver-kubelet-api-admin",
+            &kube::api::PatchParams::apply("local-cluster").force(),
+            &kube::api::Patch::Apply(&binding),
+        )
+        .await
+        .context("binding system:kubelet-api-admin to the API server's kubelet client")?;
+    Ok(())
 }
 
 fn node_ready(node: &Node) -> bool {

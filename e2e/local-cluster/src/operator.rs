@@ -155,6 +155,16 @@ pub struct RunningController {
 /// waits for the CRDs, then starts each controller as a local process with a token of its
 /// ServiceAccount. Returns the controllers started.
 pub async fn install(cluster: &mut LocalCluster, overlay: &Path) -> Result<Vec<RunningController>> {
+    install_with_env(cluster, overlay, &[]).await
+}
+
+/// [`install`], with `(binary, name, value)` environment entries added to (or replacing)
+/// the Deployments' own: a test's shorter intervals, say.
+pub async fn install_with_env(
+    cluster: &mut LocalCluster,
+    overlay: &Path,
+    extra_env: &[(&str, &str, &str)],
+) -> Result<Vec<RunningController>> {
     let client = cluster.client().await?;
     let objects = documents(&kustomize_build(overlay)?)?;
     let (crds, rest): (Vec<_>, Vec<_>) = objects
@@ -215,7 +225,13 @@ pub async fn install(cluster: &mut LocalCluster, overlay: &Path) -> Result<Vec<R
     apply_all(&client, &rest).await?;
 
     let mut running = Vec::new();
-    for controller in controllers(&objects)? {
+    for mut controller in controllers(&objects)? {
+        for (binary, name, value) in extra_env {
+            if *binary == controller.binary {
+                controller.env.retain(|(n, _)| n != name);
+                controller.env.push((name.to_string(), value.to_string()));
+            }
+        }
         running.push(start_controller(cluster, &client, controller).await?);
     }
     Ok(running)

@@ -34,11 +34,13 @@ pub const SCHEDULER: Identity = Identity {
     user: "system:kube-scheduler",
     group: None,
 };
-/// The API server's identity towards the node agent's kubelet API.
+/// The API server's identity towards the node agent's kubelet API. Not a superuser: the
+/// kubelet authorizes it with a SubjectAccessReview, and the launcher binds it to
+/// `system:kubelet-api-admin` (as kubeadm does).
 pub const KUBELET_CLIENT: Identity = Identity {
     file: "apiserver-kubelet-client",
     user: "kube-apiserver-kubelet-client",
-    group: Some("system:masters"),
+    group: None,
 };
 
 /// Paths of everything written by [`write`].
@@ -72,6 +74,14 @@ impl PkiPaths {
     pub fn client_key(&self, id: Identity) -> PathBuf {
         self.dir.join(format!("{}.key", id.file))
     }
+    /// The kubelet API's serving certificate, signed by the CA (as `serverTLSBootstrap`
+    /// gets one), for the Nodes' InternalIP.
+    pub fn kubelet_serving_cert(&self) -> PathBuf {
+        self.dir.join("kubelet-serving.crt")
+    }
+    pub fn kubelet_serving_key(&self) -> PathBuf {
+        self.dir.join("kubelet-serving.key")
+    }
 }
 
 /// The names and addresses the API server's certificate must cover: loopback, the
@@ -88,9 +98,15 @@ pub fn serving_names(kubernetes_service_ip: IpAddr) -> Vec<String> {
     ]
 }
 
-/// Generates the CA, the serving certificate, the client certificates of `clients` and the
-/// service-account key into `dir` (private keys mode 0600).
-pub fn write(dir: &Path, kubernetes_service_ip: IpAddr, clients: &[Identity]) -> Result<PkiPaths> {
+/// Generates the CA, the serving certificate, the client certificates of `clients`, the
+/// kubelet serving certificate for `kubelet_ip` and the service-account key into `dir`
+/// (private keys mode 0600).
+pub fn write(
+    dir: &Path,
+    kubernetes_service_ip: IpAddr,
+    kubelet_ip: IpAddr,
+    clients: &[Identity],
+) -> Result<PkiPaths> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let paths = PkiPaths {
         dir: dir.to_path_buf(),
@@ -118,6 +134,16 @@ pub fn write(dir: &Path, kubernetes_service_ip: IpAddr, clients: &[Identity]) ->
     let cert = serving.signed_by(&key, &ca)?;
     write_file(&paths.serving_cert(), &cert.pem(), false)?;
     write_file(&paths.serving_key(), &key.serialize_pem(), true)?;
+
+    let mut kubelet = CertificateParams::new(vec![kubelet_ip.to_string()])?;
+    kubelet
+        .distinguished_name
+        .push(DnType::CommonName, "kubelet-serving");
+    kubelet.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let key = KeyPair::generate()?;
+    let cert = kubelet.signed_by(&key, &ca)?;
+    write_file(&paths.kubelet_serving_cert(), &cert.pem(), false)?;
+    write_file(&paths.kubelet_serving_key(), &key.serialize_pem(), true)?;
 
     for id in clients {
         let mut params = CertificateParams::new(Vec::<String>::new())?;
@@ -175,6 +201,7 @@ mod tests {
         let paths = write(
             dir.path(),
             "127.100.0.1".parse().unwrap(),
+            "10.250.1.2".parse().unwrap(),
             &[ADMIN, SCHEDULER],
         )
         .unwrap();
@@ -182,6 +209,7 @@ mod tests {
             paths.ca_cert(),
             paths.serving_cert(),
             paths.client_cert(ADMIN),
+            paths.kubelet_serving_cert(),
         ] {
             let pem = std::fs::read_to_string(&cert).unwrap();
             assert!(
@@ -192,6 +220,7 @@ mod tests {
         }
         for key in [
             paths.serving_key(),
+            paths.kubelet_serving_key(),
             paths.client_key(SCHEDULER),
             paths.service_account_key(),
         ] {

@@ -33,6 +33,18 @@ pub async fn cluster_with_operator(
     Ok((cluster, controllers))
 }
 
+/// [`cluster_with_operator`] from `options`, with `(binary, name, value)` environment
+/// entries for the controllers (see [`operator::install_with_env`]).
+pub async fn cluster_with_operator_using(
+    options: Options,
+    extra_env: &[(&str, &str, &str)],
+) -> Result<(LocalCluster, Vec<RunningController>)> {
+    let mut cluster = LocalCluster::start(options).await?;
+    let overlay = crate::repo_root().join("deploy/overlays/all");
+    let controllers = operator::install_with_env(&mut cluster, &overlay, extra_env).await?;
+    Ok((cluster, controllers))
+}
+
 /// `valkey-cli -h <host> -p 6379 <args>`: its trimmed output, or its error text when it
 /// printed nothing (so a failed assertion shows why).
 pub fn valkey_cli(host: &str, args: &[&str]) -> String {

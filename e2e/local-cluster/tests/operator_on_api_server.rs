@@ -5,6 +5,7 @@
 
 use std::path::Path;
 
+use crd_types::conditions::{self, types};
 use crd_types::{ValkeyCluster, ValkeyNode, ValkeyReplication};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::authorization::v1::{
@@ -293,6 +294,19 @@ async fn an_unreadable_object_fails_alone() {
                "metadata": {"name": name, "namespace": "default"}, "spec": {}})
     };
     create::<ValkeyNode>(&client, node("broken")).await.unwrap();
+    // node-controller applies status.workload with force whenever it changes (the pod
+    // appearing, then Pending): a bad value written before it settles is overwritten, and a
+    // controller that reconciles after that reads a valid object and never tells
+    // InvalidObject. So wait until it settles (no Node: the pod stays Pending).
+    cluster
+        .wait_for("broken's status to settle", || async {
+            let status = nodes.get_status("broken").await?.status.unwrap_or_default();
+            let pending = conditions::find(&status.conditions, types::WORKLOAD_READY)
+                .is_some_and(|c| c.reason == "PodPending");
+            Ok(pending && status.endpoint.is_some())
+        })
+        .await
+        .unwrap();
     // Written the way only a schema change lets it through: untyped, on the status.
     let untyped: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),

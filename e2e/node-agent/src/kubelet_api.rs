@@ -1,7 +1,9 @@
 //! The kubelet's HTTPS API, per node: /healthz, /stats/summary and
-//! /containerLogs, reached through the API server's node proxy (and by
-//! `kubectl logs`). The certificate is self-signed: the API server does not
-//! verify kubelet certificates unless configured to.
+//! /containerLogs, reached directly (pvc-resizer reads /stats/summary with its
+//! own token) and through the API server's node proxy (`kubectl logs`). Every
+//! path but /healthz is authenticated and authorized like a real kubelet's
+//! ([`crate::kubelet_auth`]). The serving certificate is the launcher's, signed
+//! by the cluster CA (as with `serverTLSBootstrap`), else self-signed.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -23,6 +25,7 @@ use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
+use crate::kubelet_auth::{self, AuthState, Authorizer, Peer};
 use crate::pods::volumes::{self, VolKind};
 use crate::pods::{PodEntry, Registry, find_pod};
 
@@ -32,23 +35,57 @@ pub struct ApiState {
     pub registry: Registry,
     pub state_dir: PathBuf,
     pub start_time: Timestamp,
+    pub authorizer: Authorizer,
+}
+
+impl AuthState for ApiState {
+    fn node_name(&self) -> &str {
+        &self.node_name
+    }
+
+    fn authorizer(&self) -> &Authorizer {
+        &self.authorizer
+    }
+}
+
+/// The serving certificate and the CA that signs client certificates.
+#[derive(Debug, Clone, Default)]
+pub struct TlsFiles {
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+    pub client_ca: Option<PathBuf>,
 }
 
 pub fn router(state: ApiState) -> Router {
-    Router::new()
-        .route("/healthz", get(|| async { "ok" }))
+    let state = Arc::new(state);
+    let guarded = Router::new()
         .route("/stats/summary", get(stats_summary))
         .route("/containerLogs/{ns}/{pod}/{container}", get(container_logs))
-        .with_state(Arc::new(state))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            kubelet_auth::authorize::<ApiState>,
+        ));
+    // Unauthenticated, like the kubelet's separate healthz port.
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .merge(guarded)
+        .with_state(state)
+}
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TlsListener>> for Peer {
+    fn connect_info(stream: axum::serve::IncomingStream<'_, TlsListener>) -> Self {
+        stream.remote_addr().clone()
+    }
 }
 
 /// Serves the router over TLS until `shutdown` resolves.
 pub async fn serve(
     tcp: TcpListener,
     state: ApiState,
+    tls: &TlsFiles,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    let acceptor = tls_acceptor(&state.node_name)?;
+    let acceptor = tls_acceptor(&state.node_name, tls)?;
     let addr = tcp.local_addr()?;
     let (tx, rx) = mpsc::channel(64);
     // Handshakes run in their own tasks so one slow client blocks no one.
@@ -63,6 +100,16 @@ pub async fn serve(
             tokio::spawn(async move {
                 match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(sock)).await {
                     Ok(Ok(tls)) => {
+                        let certificate = tls
+                            .get_ref()
+                            .1
+                            .peer_certificates()
+                            .and_then(|chain| chain.first())
+                            .and_then(|leaf| kubelet_auth::certificate_user(leaf));
+                        let peer = Peer {
+                            addr: peer,
+                            certificate,
+                        };
                         let _ = tx.send((tls, peer)).await;
                     }
                     Ok(Err(e)) => tracing::debug!(%peer, error = %e, "kubelet API TLS handshake"),
@@ -72,41 +119,73 @@ pub async fn serve(
         }
     });
     let listener = TlsListener { rx, local: addr };
-    let result = axum::serve(listener, router(state))
+    let app = router(state).into_make_service_with_connect_info::<Peer>();
+    let result = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await;
     accept_task.abort();
     result.context("kubelet API server")
 }
 
-fn tls_acceptor(node: &str) -> Result<TlsAcceptor> {
-    let ck = rcgen::generate_simple_self_signed(vec![
-        "127.0.0.1".to_string(),
-        "localhost".to_string(),
-        node.to_string(),
-    ])
-    .context("generating kubelet serving certificate")?;
-    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(rustls::pki_types::PrivatePkcs8KeyDer::from(
-        ck.signing_key.serialize_der(),
-    ));
-    let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()?
-    .with_no_client_auth()
-    .with_single_cert(vec![ck.cert.der().clone()], key)?;
+fn tls_acceptor(node: &str, files: &TlsFiles) -> Result<TlsAcceptor> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let (chain, key) = match (&files.cert, &files.key) {
+        (Some(cert), Some(key)) => (
+            CertificateDer::pem_file_iter(cert)
+                .with_context(|| format!("reading {}", cert.display()))?
+                .collect::<Result<Vec<_>, _>>()?,
+            PrivateKeyDer::from_pem_file(key)
+                .with_context(|| format!("reading {}", key.display()))?,
+        ),
+        _ => {
+            let ck = rcgen::generate_simple_self_signed(vec![
+                "127.0.0.1".to_string(),
+                "localhost".to_string(),
+                node.to_string(),
+            ])
+            .context("generating kubelet serving certificate")?;
+            let key = PrivateKeyDer::Pkcs8(rustls::pki_types::PrivatePkcs8KeyDer::from(
+                ck.signing_key.serialize_der(),
+            ));
+            (vec![ck.cert.der().clone()], key)
+        }
+    };
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()?;
+    let builder = match &files.client_ca {
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in CertificateDer::pem_file_iter(ca)
+                .with_context(|| format!("reading {}", ca.display()))?
+            {
+                roots.add(cert?)?;
+            }
+            // A certificate is one way in; a bearer token is the other.
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .allow_unauthenticated()
+            .build()?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut cfg = builder.with_single_cert(chain, key)?;
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(TlsAcceptor::from(Arc::new(cfg)))
 }
 
-struct TlsListener {
-    rx: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+pub struct TlsListener {
+    rx: mpsc::Receiver<(TlsStream<TcpStream>, Peer)>,
     local: SocketAddr,
 }
 
 impl axum::serve::Listener for TlsListener {
     type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
+    type Addr = Peer;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
         match self.rx.recv().await {
@@ -116,7 +195,10 @@ impl axum::serve::Listener for TlsListener {
     }
 
     fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.local)
+        Ok(Peer {
+            addr: self.local,
+            certificate: None,
+        })
     }
 }
 

@@ -6,6 +6,7 @@ mod container_exec;
 mod images;
 mod ipam;
 mod kubelet_api;
+mod kubelet_auth;
 mod netns;
 mod node;
 mod pods;
@@ -60,6 +61,15 @@ struct Cli {
     /// Where the storage provisioner creates PV directories [default: <state-dir>/volumes].
     #[arg(long)]
     volumes_dir: Option<PathBuf>,
+    /// The kubelet API's serving certificate (PEM) [default: self-signed].
+    #[arg(long, requires = "tls_private_key_file")]
+    tls_cert_file: Option<PathBuf>,
+    #[arg(long, requires = "tls_cert_file")]
+    tls_private_key_file: Option<PathBuf>,
+    /// CA that signs client certificates the kubelet API accepts (the API server's kubelet
+    /// client); without it only bearer tokens authenticate.
+    #[arg(long)]
+    client_ca_file: Option<PathBuf>,
 }
 
 fn main() {
@@ -166,6 +176,12 @@ async fn run(cli: Cli) -> Result<()> {
 
     let mut tasks = tokio::task::JoinSet::new();
     let start_time = Timestamp::now();
+    let authorizer = kubelet_auth::Authorizer::new(client.clone());
+    let tls = kubelet_api::TlsFiles {
+        cert: cli.tls_cert_file.clone(),
+        key: cli.tls_private_key_file.clone(),
+        client_ca: cli.client_ca_file.clone(),
+    };
     for n in &nodes {
         tasks.spawn(node::heartbeat(
             client.clone(),
@@ -177,6 +193,7 @@ async fn run(cli: Cli) -> Result<()> {
             registry: registry.clone(),
             state_dir: state_dir.clone(),
             start_time,
+            authorizer: authorizer.clone(),
         };
         let addr = SocketAddr::new(cli.kubelet_address, n.kubelet_port);
         let listener = match &cli.kubelet_netns {
@@ -186,8 +203,9 @@ async fn run(cli: Cli) -> Result<()> {
                 .with_context(|| format!("binding kubelet API on {addr}"))?,
         };
         let sd = shutdown(shutdown_rx.clone());
+        let tls = tls.clone();
         tasks.spawn(async move {
-            if let Err(e) = kubelet_api::serve(listener, state, sd).await {
+            if let Err(e) = kubelet_api::serve(listener, state, &tls, sd).await {
                 tracing::error!(error = %format!("{e:#}"), "kubelet API stopped");
             }
         });

@@ -118,6 +118,57 @@ reasons! {
 }
 
 reasons! {
+    /// `ClaimSize` (node-controller): the node's claim requests at least `persistence.size`.
+    /// node-controller creates the claim at that size and never changes it; pvc-resizer grows
+    /// it, so without pvc-resizer a larger spec stays `SmallerThanSpec`.
+    ClaimSize for types::CLAIM_SIZE {
+        /// The claim requests at least the spec's size.
+        MatchesSpec,
+        /// The spec asks for more than the claim requests; pvc-resizer grows it (without
+        /// pvc-resizer deployed, grow the claim by hand).
+        SmallerThanSpec,
+    }
+}
+
+reasons! {
+    /// `StorageReady` (pvc-resizer): the volume has the size the spec asks for and, with
+    /// `autoResize`, the room its usage needs.
+    StorageReady for types::STORAGE_READY {
+        /// Bound at the requested size, and usage (with autoResize) is below the threshold.
+        VolumeReady,
+        /// node-controller has not created the claim yet.
+        ClaimMissing,
+        /// The claim is not Bound yet.
+        ClaimNotBound,
+        /// A larger size was requested; the storage driver is growing the volume.
+        Resizing,
+        /// The volume grew; the kubelet grows the file system (online, or when the pod
+        /// restarts).
+        FileSystemResizePending,
+        /// Usage is above the threshold and the claim reached `autoResize.limit`: raise the
+        /// limit or free space.
+        LimitReached,
+        /// The volume must grow and its StorageClass does not set `allowVolumeExpansion`.
+        NotExpandable,
+        /// A ResourceQuota refused the larger size: raise the quota.
+        QuotaExceeded,
+        /// The API server refused the larger size for another reason (see the message).
+        ResizeRefused,
+        /// The storage driver reported an error growing the volume (`ControllerResizeError`
+        /// or `NodeResizeError` on the claim).
+        ResizeFailed,
+        /// Usage is above the threshold and the last growth was less than
+        /// `autoResize.cooldownSeconds` ago.
+        CoolingDown,
+        /// autoResize is on and the kubelet's volume stats of the pod's Node cannot be read.
+        UsageUnknown,
+        /// `autoResize` holds a value pvc-resizer cannot use (see the message); it grows the
+        /// claim only to the spec's size.
+        InvalidAutoResize,
+    }
+}
+
+reasons! {
     /// `EndpointReady` (service-controller): the node's Service exists and has a ClusterIP.
     EndpointReady for types::ENDPOINT_READY {
         /// The Service has its ClusterIP, published in `status.endpoint`.
@@ -329,7 +380,9 @@ pub fn table() -> Vec<Row> {
         rows(ConfigValid::ALL, ConfigValid::meaning),
         rows(WorkloadReady::ALL, WorkloadReady::meaning),
         rows(RollPending::ALL, RollPending::meaning),
+        rows(ClaimSize::ALL, ClaimSize::meaning),
         rows(EndpointReady::ALL, EndpointReady::meaning),
+        rows(StorageReady::ALL, StorageReady::meaning),
         rows(TopologyReady::ALL, TopologyReady::meaning),
         rows(&Progressing::all(), Progressing::meaning),
         rows(Degraded::ALL, Degraded::meaning),

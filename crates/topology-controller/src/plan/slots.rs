@@ -143,16 +143,18 @@ pub(super) fn clear_stale_markers(s: &Snapshot) -> Option<Step> {
     let Some(owner) = s.view.slot_owner(first.slot) else {
         return None; // an unowned slot is form's or rebalance's business
     };
-    let state = replica_state(first.primary, first.replica);
-    if state != Some("online") {
+    // The replica says it is in sync, and its primary that every replica is online: the
+    // re-sent state then reaches it.
+    let not_online = replica_not_online(first.primary).or_else(|| {
+        (!first.replica.is_synced_replica())
+            .then(|| format!("{} is not in sync", first.replica.name))
+    });
+    if let Some(why) = not_online {
         return Some(Step::wait(
             Waiting::ReplicaNotSynced,
             format!(
-                "{} keeps a stale marker for slot {}; it is cleared once it is online on {}                  (now {})",
-                first.replica.name,
-                first.slot,
-                first.primary.name,
-                state.unwrap_or("not connected")
+                "{} keeps a stale marker for slot {}; it is cleared once it is online ({why})",
+                first.replica.name, first.slot
             ),
         ));
     }
@@ -164,43 +166,17 @@ pub(super) fn clear_stale_markers(s: &Snapshot) -> Option<Step> {
     })
 }
 
-/// `replica`'s link state as `primary` reports it in INFO replication (`online` once in
-/// sync): the view Valkey itself uses to decide whom it copies slot states to.
-fn replica_state<'a>(primary: &'a Member, replica: &Member) -> Option<&'a str> {
-    let address = replica.address.as_ref()?;
-    primary
-        .reply
-        .as_ref()?
-        .replication
-        .replicas
-        .iter()
-        .find(|r| r.ip == address.ip && r.port == address.port)
-        .map(|r| r.state.as_str())
-}
-
-/// Why some replica of `primary` (as its own CLUSTER NODES lists them) is not online on it;
-/// `None` when all are. A slot may open or close only then, or that replica misses the
+/// Why some replica of `primary` (as its own CLUSTER NODES counts them) is not online on
+/// it; `None` when all are. A slot may open or close only then, or that replica misses the
 /// slot's state.
 fn replica_not_online(primary: &Member) -> Option<String> {
     let reply = primary.reply.as_ref()?;
     let me = reply.view.myself();
-    reply.view.replicas_of(&me.id).find_map(|r| {
-        let state = reply
-            .replication
-            .replicas
-            .iter()
-            .find(|c| c.ip == r.ip && c.port == r.port)
-            .map(|c| c.state.as_str());
-        (state != Some("online")).then(|| {
-            format!(
-                "replica {}:{} of {} is {}",
-                r.ip,
-                r.port,
-                primary.name,
-                state.unwrap_or("not connected")
-            )
-        })
-    })
+    let expected = reply.view.replicas_of(&me.id).count();
+    reply
+        .replication
+        .replicas_not_online(expected)
+        .map(|why| format!("on {}, {why}", primary.name))
 }
 
 /// Slots not on an even split over the wanted shards: leaving shards give all theirs away.
@@ -414,7 +390,7 @@ mod tests {
         let (reason, why) = wait_of(step(&d, &sims));
         assert_eq!(reason, Waiting::ReplicaNotSynced);
         assert!(
-            why.contains("c-1-1 keeps a stale marker for slot 100"),
+            why.contains("c-1-1 keeps a stale marker for slot 100; it is cleared once it is online (on c-1-0, a replica (connected from 10.1.1.1:6379) is wait_bgsave)"),
             "{why}"
         );
         sims[3].synced = true;
@@ -447,7 +423,7 @@ mod tests {
         let (reason, why) = wait_of(step(&d, &sims));
         assert_eq!(reason, Waiting::ReplicaNotSynced);
         assert!(
-            why.contains("replica 10.0.3.1:6379 of c-3-0 is wait_bgsave"),
+            why.contains("on c-3-0, a replica (connected from 10.1.3.1:6379) is wait_bgsave"),
             "{why}"
         );
         sims[7].synced = true;
@@ -462,7 +438,7 @@ mod tests {
         let (reason, why) = wait_of(step(&d, &sims));
         assert_eq!(reason, Waiting::ReplicaNotSynced);
         assert!(
-            why.contains("slot 100 is open: replica 10.0.0.1:6379 of c-0-0"),
+            why.contains("slot 100 is open: on c-0-0, a replica (connected from 10.1.0.1:6379)"),
             "{why}"
         );
     }

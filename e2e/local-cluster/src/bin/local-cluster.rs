@@ -117,6 +117,7 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Down => {
             let stopped = process::stop_all(&cli.run_dir, Duration::from_secs(10))?;
             local_cluster::netns::delete_for_run(&cli.run_dir);
+            local_cluster::unmount_under(&cli.run_dir);
             if stopped.is_empty() {
                 eprintln!(
                     "local-cluster: nothing running in {}",

@@ -10,8 +10,8 @@ use local_cluster::cluster_testing::{
     Access, ClusterApis, DataSet, Progress, access, ready_status, shape, status_matches_valkey,
     wait_until,
 };
-use local_cluster::operator::RunningController;
-use local_cluster::testing::cluster_with_operator;
+use local_cluster::operator::{self, RunningController};
+use local_cluster::testing::{cluster_with_operator, restart_controller, stop_process};
 use serde_json::json;
 
 pub(crate) const NS: &str = "default";
@@ -232,6 +232,42 @@ impl Env {
             .iter()
             .find(|c| c.process.binary == "topology-controller")
             .expect("the overlay runs topology-controller")
+    }
+
+    /// Stops topology-controller (SIGTERM, SIGKILL after `grace`): nothing acts on the
+    /// clusters' topology until [`Env::restart_topology_controller`].
+    pub(crate) fn stop_topology_controller(&mut self, grace: Duration) {
+        stop_process(&mut self.cluster, "topology-controller", grace).unwrap();
+    }
+
+    /// Starts topology-controller again after [`Env::stop_topology_controller`]; how long
+    /// after its start it ran its first reconcile. The stopped process still holds the Lease
+    /// under the same pod name, so the new one leads at once instead of waiting for it to
+    /// expire.
+    pub(crate) async fn restart_topology_controller(&mut self) -> Duration {
+        let index = self
+            .controllers
+            .iter()
+            .position(|c| c.process.binary == "topology-controller")
+            .expect("the overlay runs topology-controller");
+        let restarting = Instant::now();
+        let restarted = restart_controller(&mut self.cluster, &self.controllers[index])
+            .await
+            .unwrap();
+        let runs = r#"valkey_operator_reconcile_runs_total{controller="topology-controller"}"#;
+        loop {
+            let text = operator::http_get(&restarted.http_addr, "/metrics").await;
+            if text.is_some_and(|t| t.lines().any(|l| l.starts_with(runs))) {
+                break;
+            }
+            assert!(
+                restarting.elapsed() < SETTLE,
+                "the restarted topology-controller ran no reconcile within {SETTLE:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        self.controllers[index] = restarted;
+        restarting.elapsed()
     }
 
     /// With no `spec.auth`, both Secrets were generated and owned by the cluster: clients

@@ -3,9 +3,10 @@
 //! replaced by its replica and rejoins as a replica, and a requested switchover moves a
 //! primary, without losing an acknowledged write; a full restart reforms the cluster with its
 //! data; a template change rolls one member at a time without losing an acknowledged write;
-//! a topology-controller killed in the middle of a slot migration finishes it on restart; bad
-//! input is refused at admission, and an image that cannot start halts the roll at its first
-//! member while the cluster keeps serving.
+//! a topology-controller killed in the middle of a slot migration finishes it on restart; a
+//! replica that missed the end of a slot move while syncing keeps a stale slot marker, which
+//! topology-controller clears; bad input is refused at admission, and an image that cannot
+//! start halts the roll at its first member while the cluster keeps serving.
 //!
 //! Valkey is always asked directly too (`CLUSTER NODES`, `valkey-cli --cluster check`, reads
 //! of every key), so a status that claims more than Valkey shows fails the tests.
@@ -21,3 +22,4 @@ mod full_restart;
 mod mid_migration;
 mod rolling_update;
 mod scaling;
+mod stale_marker;

@@ -6,10 +6,9 @@ use local_cluster::cluster_testing::{
     Access, DataSet, open_slots, slots_by_primary, valkey_cluster,
 };
 use local_cluster::operator;
-use local_cluster::testing::{restart_controller, stop_process};
 use serde_json::json;
 
-use crate::env::{Env, RESHAPE, SETTLE};
+use crate::env::{Env, RESHAPE};
 
 /// The value on the metric line `<series> <value>`.
 fn metric(text: &str, series: &str) -> Option<f64> {
@@ -74,7 +73,7 @@ async fn operator_restart_mid_migration_completes() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    stop_process(&mut env.cluster, "topology-controller", Duration::ZERO).unwrap();
+    env.stop_topology_controller(Duration::ZERO);
     eprintln!("{name}: killed topology-controller on seeing {seen}");
 
     // Nothing moves without the controller, and every key is still served (following ASK
@@ -89,34 +88,10 @@ async fn operator_restart_mid_migration_completes() {
     );
     data.verify(&access).await.unwrap();
 
-    let index = env
-        .controllers
-        .iter()
-        .position(|c| c.process.binary == "topology-controller")
-        .unwrap();
-    // Its Lease is still held under the pod name by the killed process; the new process has
-    // the same name, so it leads at once instead of waiting for the Lease to expire.
-    let restarting = Instant::now();
-    let restarted = restart_controller(&mut env.cluster, &env.controllers[index])
-        .await
-        .unwrap();
-    let runs = r#"valkey_operator_reconcile_runs_total{controller="topology-controller"}"#;
-    loop {
-        let text = operator::http_get(&restarted.http_addr, "/metrics").await;
-        if text.is_some_and(|t| metric(&t, runs).unwrap_or(0.0) >= 1.0) {
-            break;
-        }
-        assert!(
-            restarting.elapsed() < SETTLE,
-            "the restarted topology-controller ran no reconcile within {SETTLE:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let led = env.restart_topology_controller().await;
     eprintln!(
-        "{name}: the restarted topology-controller led (first reconcile) {:?} after it was started",
-        restarting.elapsed()
+        "{name}: the restarted topology-controller led (first reconcile) {led:?} after it was started"
     );
-    env.controllers[index] = restarted;
     let started = Instant::now();
     env.ready(name, RESHAPE).await;
     eprintln!("{name}: Ready {:?} after the restart", started.elapsed());
