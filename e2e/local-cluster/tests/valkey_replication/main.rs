@@ -8,7 +8,8 @@
 //! Sentinel's lists keep one entry per member through many restarts; a switchover to a named
 //! member and a roll of every member (the primary handing over first) lose nothing; data
 //! nodes and sentinels scale out and in (a leaving primary handing over first, sentinels
-//! forgetting removed members); bad input is refused at admission.
+//! forgetting removed members); a primary cut off from the others stops taking writes and
+//! rejoins as a replica after the heal; bad input is refused at admission.
 //!
 //! Valkey and Sentinel are always asked directly too (`ROLE`, `SENTINEL REPLICAS` and
 //! `SENTINELS`), so a status that claims more than they show fails the tests.
@@ -19,6 +20,7 @@ mod bad_input;
 mod env;
 mod failover;
 mod forming;
+mod partition;
 mod restarts;
 mod scaling;
 mod switchover;
