@@ -55,6 +55,7 @@ pub fn replication_status(i: Inputs) -> ValkeyReplicationStatus {
         ready_sentinels: i.health.ready_sentinels as i32,
         switchover: switchover_status(&i),
         members: member_statuses(i.members, i.health),
+        // The members' storage headroom is added by the caller (`crate::storage`).
         storage: None,
         observed_generation: i.generation,
         conditions,

@@ -267,8 +267,9 @@ async fn act(
         },
     );
     let health = Health::of(&group, members, recorded);
-    let report = |step_error: Option<&str>| {
-        status::replication_status(Inputs {
+    let report = |step_error: Option<&str>| ValkeyReplicationStatus {
+        storage: topology_controller::storage::headroom(&live.owned),
+        ..status::replication_status(Inputs {
             group: &group,
             members,
             health: &health,
