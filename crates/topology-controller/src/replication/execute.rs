@@ -9,6 +9,13 @@
 //! the promoted one, `REPLICAOF` it and `CLIENT KILL TYPE normal` on the old primary (its
 //! clients reconnect through Sentinel or the read-write Service; Sentinel alone would
 //! convert it only 8 s later); then `CLIENT UNPAUSE`, whatever happened.
+//!
+//! `CLIENT PAUSE WRITE` does not stop the primary's replication PING (14 bytes, every
+//! `repl-ping-replica-period`; Valkey 8.0 skips it only during its own `FAILOVER`). One
+//! sent after the target is promoted reaches the replicas still following the old primary,
+//! which are then ahead of the new primary and must full-resync (seen in e2e: writes
+//! refused with NOREPLICAS for about 7 s). So the old primary's ping period is set out of
+//! reach for the hand-over and restored after it, like the pause.
 
 use std::time::Duration;
 
@@ -30,6 +37,9 @@ pub struct DataLogin<'a> {
 
 /// `CLIENT PAUSE`'s own bound: writes resume by themselves if the operator dies mid-way.
 pub const PAUSE: Duration = Duration::from_secs(10);
+/// The old primary's `repl-ping-replica-period` during a hand-over: Valkey pings when its
+/// once-a-second cron count is a multiple of it, so this value never comes round.
+pub const QUIET_PING_PERIOD: u32 = i32::MAX as u32;
 /// How long the replicas have to hold the paused primary's last offset.
 pub const CATCH_UP: Duration = Duration::from_secs(5);
 /// How long Sentinel has to promote a replica.
@@ -149,9 +159,18 @@ async fn hand_over<V: Valkey>(
         .iter()
         .filter(|d| group.wants(d.facts.at) && d.name() != primary && d.answer.is_some())
         .count();
-    conn.pause_writes(PAUSE.as_millis() as u64)
+    set_ping_period(conn, primary, QUIET_PING_PERIOD).await?;
+    let paused = conn
+        .pause_writes(PAUSE.as_millis() as u64)
         .await
-        .on(format!("CLIENT PAUSE {} WRITE", PAUSE.as_millis()), primary)?;
+        .on(format!("CLIENT PAUSE {} WRITE", PAUSE.as_millis()), primary);
+    if let Err(e) = paused {
+        // The pause's error is the one to tell; the restore's, if any, follows it in the log.
+        if let Err(restore) = set_ping_period(conn, primary, group.ping_period).await {
+            tracing::warn!(%restore, "after a refused pause");
+        }
+        return Err(e);
+    }
     let handed = async {
         caught_up(conn, primary, replicas).await?;
         guide
@@ -175,7 +194,17 @@ async fn hand_over<V: Valkey>(
     }
     .await;
     let unpaused = conn.unpause().await.on("CLIENT UNPAUSE", primary);
-    handed.and(unpaused)
+    let restored = set_ping_period(conn, primary, group.ping_period).await;
+    handed.and(unpaused).and(restored)
+}
+
+async fn set_ping_period<V: Valkey>(conn: &V, member: &str, seconds: u32) -> Result<(), StepError> {
+    conn.config_set("repl-ping-replica-period", &seconds.to_string())
+        .await
+        .on(
+            format!("CONFIG SET repl-ping-replica-period {seconds}"),
+            member,
+        )
 }
 
 /// Waits until the (paused) primary lists at least `replicas` replicas, every one online at
@@ -392,6 +421,15 @@ mod tests {
         assert!(at("CLIENT PAUSE") < at("SENTINEL FAILOVER"));
         assert!(at("SENTINEL FAILOVER") < at("REPLICAOF 10.96.0.2"));
         assert!(at("CLIENT KILL") < at("CLIENT UNPAUSE"));
+        // The old primary sends no PING from the pause until it follows the new one, so
+        // nobody is left ahead of the new primary.
+        let quiet = format!("10.96.0.0 CONFIG SET repl-ping-replica-period {QUIET_PING_PERIOD}");
+        assert!(at(&quiet) < at("CLIENT PAUSE"), "{log:?}");
+        assert!(
+            at("CLIENT UNPAUSE") < at("10.96.0.0 CONFIG SET repl-ping-replica-period 10"),
+            "{log:?}"
+        );
+        assert_eq!(fake.full_resyncs(), 0);
     }
 
     #[tokio::test(start_paused = true)]
@@ -414,6 +452,13 @@ mod tests {
         conns.close().await;
         assert!(e.to_string().contains("stayed at offset 90"), "{e}");
         assert!(!fake.paused(0), "writes resumed");
+        assert!(
+            fake.log()
+                .last()
+                .is_some_and(|l| l.ends_with("CONFIG SET repl-ping-replica-period 10")),
+            "the ping period is restored too: {:?}",
+            fake.log()
+        );
         assert_eq!(fake.named_primary().as_deref(), Some("10.96.0.0"));
         assert!(!fake.log().iter().any(|l| l.contains("SENTINEL FAILOVER")));
     }

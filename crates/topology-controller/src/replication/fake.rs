@@ -17,7 +17,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::commands::{ErrorKind, Fields, Key, SlotState, Valkey, ValkeyError};
 use crate::observe::Connections;
-use crate::replication::model::{At, DataNode, Facts, Group, Members, Sentinel};
+use crate::replication::execute::QUIET_PING_PERIOD;
+use crate::replication::model::{
+    At, DEFAULT_PING_PERIOD, DataNode, Facts, Group, Members, Sentinel,
+};
 use crate::replication::observe::{ask_data, ask_sentinel};
 use crate::replication::{PORT, SENTINEL_PORT};
 
@@ -31,6 +34,8 @@ struct Data {
     /// How far a replica's acknowledged offset stays behind its primary's.
     lag: i64,
     priority: u32,
+    /// `repl-ping-replica-period`.
+    ping_period: u32,
     paused: bool,
     killed: u64,
     answering: bool,
@@ -62,6 +67,8 @@ struct State {
     data: Vec<Data>,
     sentinels: Vec<SentinelState>,
     log: Vec<String>,
+    /// Members that had to full-resync after a promotion.
+    full_resyncs: usize,
     opened: usize,
     closed: usize,
 }
@@ -125,6 +132,7 @@ impl FakeGroup {
                     offset: 0,
                     lag: 0,
                     priority: 100,
+                    ping_period: DEFAULT_PING_PERIOD,
                     paused: false,
                     killed: 0,
                     answering: true,
@@ -224,6 +232,11 @@ impl FakeGroup {
     /// The primary address data node `i` replicates, if any.
     pub fn primary_of(&self, i: usize) -> Option<String> {
         self.lock().data[i].primary.clone()
+    }
+
+    /// How many members had to full-resync after a promotion.
+    pub fn full_resyncs(&self) -> usize {
+        self.lock().full_resyncs
     }
 
     /// How many times data node `i` disconnected its clients.
@@ -550,6 +563,11 @@ impl Valkey for FakeGroupConn {
                         value.parse().map_err(|_| refused("ERR Invalid argument"))?;
                     Ok(())
                 }
+                "repl-ping-replica-period" => {
+                    state.data[i].ping_period =
+                        value.parse().map_err(|_| refused("ERR Invalid argument"))?;
+                    Ok(())
+                }
                 other => Err(refused(&format!(
                     "ERR Unknown option or number of arguments for CONFIG SET - '{other}'"
                 ))),
@@ -773,6 +791,22 @@ impl Valkey for FakeGroupConn {
                 .map(|(i, _)| i)
                 .ok_or_else(|| refused("NOGOODSLAVE No suitable replica to promote"))?;
             let new = state.data[chosen].ip.clone();
+            // The worst case of a primary that still pings: a PING after the promotion
+            // puts the old primary and the replicas still following it ahead of the new
+            // primary, so each full-resyncs once moved.
+            let pinging = state
+                .data
+                .iter()
+                .any(|d| d.ip == old && d.ping_period != QUIET_PING_PERIOD);
+            if pinging {
+                state.full_resyncs += state
+                    .data
+                    .iter()
+                    .filter(|d| {
+                        d.ip == old || (d.primary.as_deref() == Some(old.as_str()) && d.ip != new)
+                    })
+                    .count();
+            }
             for d in &mut state.data {
                 if d.ip == new {
                     d.primary = None;

@@ -75,12 +75,29 @@ pub struct Group {
     /// Every replica's `replica-priority` (the template's, else Valkey's 100); a switchover
     /// target gets [`SWITCHOVER_PRIORITY`] for the time it takes.
     pub replica_priority: u32,
+    /// The data nodes' `repl-ping-replica-period` in seconds (the template's, else Valkey's
+    /// 10), restored on a primary after a hand-over quietened it.
+    pub ping_period: u32,
 }
 
 /// The `replica-priority` of a switchover's target: lower wins Sentinel's choice.
 pub const SWITCHOVER_PRIORITY: u32 = 1;
 /// Valkey's own `replica-priority`.
 pub const DEFAULT_PRIORITY: u32 = 100;
+/// Valkey's own `repl-ping-replica-period`.
+pub const DEFAULT_PING_PERIOD: u32 = 10;
+
+/// A number the template's config sets, under any spelling of its name's case.
+fn template_number(replication: &ValkeyReplication, directive: &str) -> Option<u32> {
+    replication
+        .spec
+        .template
+        .config
+        .0
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(directive))
+        .and_then(|(_, v)| v.trim().parse().ok())
+}
 
 impl Group {
     pub fn of(replication: &ValkeyReplication) -> Group {
@@ -100,14 +117,11 @@ impl Group {
                 failover_timeout_ms: u64::try_from(sentinel.failover_timeout).unwrap_or(0),
                 parallel_syncs: count(sentinel.parallel_syncs),
             },
-            replica_priority: spec
-                .template
-                .config
-                .0
-                .iter()
-                .find(|(k, _)| k.eq_ignore_ascii_case("replica-priority"))
-                .and_then(|(_, v)| v.trim().parse().ok())
+            replica_priority: template_number(replication, "replica-priority")
                 .unwrap_or(DEFAULT_PRIORITY),
+            ping_period: template_number(replication, "repl-ping-replica-period")
+                .filter(|&p| p > 0)
+                .unwrap_or(DEFAULT_PING_PERIOD),
             name,
         }
     }

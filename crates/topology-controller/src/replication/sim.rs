@@ -27,6 +27,7 @@ pub fn group(data: u32, sentinels: u32) -> Group {
         options: options(sentinels.min(2)),
         switchover: None,
         replica_priority: DEFAULT_PRIORITY,
+        ping_period: DEFAULT_PING_PERIOD,
     }
 }
 

@@ -143,6 +143,22 @@ async fn a_switchover_to_a_named_member_loses_nothing() {
         note,
         format!("{old} hands over to {target} as requested by spec.switchover")
     );
+    // Every other member followed the new primary with a partial resync: nobody was left
+    // ahead of it (a replication PING from the paused old primary after the promotion
+    // forced full resyncs and ~7 s of NOREPLICAS before the hand-over quietened it).
+    let stats = access.cli(access.ip(&target).unwrap(), &["INFO", "stats"]);
+    let stat = |field: &str| {
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+            .map(|v| v.trim().to_string())
+    };
+    assert_eq!(stat("sync_full").as_deref(), Some("0"), "{stats}");
+    let partial: u32 = stat("sync_partial_ok").unwrap().parse().unwrap();
+    assert!(
+        partial >= 2,
+        "the old primary and the other replica: {stats}"
+    );
     let reports = nothing_lost(name, writers, &access).await;
     for r in &reports {
         eprintln!("{name}: {} longest pause {:?}", r.route, r.longest_pause);
