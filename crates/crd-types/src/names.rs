@@ -19,6 +19,13 @@ pub mod labels {
     pub const SHARD: &str = "valkey.rs/shard";
     /// Member index inside its shard or replication group (0-based).
     pub const MEMBER: &str = "valkey.rs/member";
+    /// On a ValkeyReplication's data pods: `primary` or `replica`, kept by
+    /// topology-controller; the read-write and read-only Services select by it.
+    pub const ROLE: &str = "valkey.rs/role";
+
+    /// Values of [`ROLE`].
+    pub const ROLE_PRIMARY: &str = "primary";
+    pub const ROLE_REPLICA: &str = "replica";
 
     /// Value of [`NAME`] on everything that runs Valkey.
     pub const NAME_VALUE: &str = "valkey";
@@ -114,6 +121,27 @@ pub fn sentinel_member_name(replication: &str, index: u32) -> String {
     format!("{replication}-sentinel-{index}")
 }
 
+/// A ValkeyReplication's read-write Service: it follows the current primary.
+pub fn primary_service_name(replication: &str) -> String {
+    replication.to_string()
+}
+
+/// A ValkeyReplication's read-only Service: its replicas.
+pub fn replicas_service_name(replication: &str) -> String {
+    format!("{replication}-replicas")
+}
+
+/// A ValkeyReplication's Service in front of its sentinels, for Sentinel-aware clients.
+pub fn sentinel_service_name(replication: &str) -> String {
+    format!("{replication}-sentinel")
+}
+
+/// The Secret the topology controller generates for the sentinels' password when none is
+/// named.
+pub fn generated_sentinel_secret_name(replication: &str) -> String {
+    format!("{replication}-sentinel-auth")
+}
+
 /// The Secret the topology controller generates for client auth when none is named.
 pub fn generated_auth_secret_name(topology: &str) -> String {
     format!("{topology}-auth")
@@ -183,6 +211,13 @@ mod tests {
         assert_eq!(sentinel_member_name("sessions", 2), "sessions-sentinel-2");
         assert_eq!(generated_auth_secret_name("orders"), "orders-auth");
         assert_eq!(generated_operator_secret_name("orders"), "orders-operator");
+        assert_eq!(primary_service_name("sessions"), "sessions");
+        assert_eq!(replicas_service_name("sessions"), "sessions-replicas");
+        assert_eq!(sentinel_service_name("sessions"), "sessions-sentinel");
+        assert_eq!(
+            generated_sentinel_secret_name("sessions"),
+            "sessions-sentinel-auth"
+        );
     }
 
     #[test]

@@ -85,6 +85,46 @@ pub struct ValkeyNodeSpec {
     /// With rolloutPolicy Gated: the template revision the pod may roll to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allowed_revision: Option<String>,
+
+    /// The replication group this node is part of (set by topology-controller on a
+    /// ValkeyReplication's members): read by the node at start, so it comes back in the
+    /// right role without the operator. Not part of the pod's revision: it changes with
+    /// every failover and must not restart anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication: Option<NodeReplication>,
+}
+
+/// What a data node or sentinel of a ValkeyReplication needs to know at start.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeReplication {
+    /// The name sentinels know the primary by.
+    #[x_kube(validation = Rule::new("self.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')").message("replication.primaryName is a ValkeyReplication name"))]
+    pub primary_name: String,
+    /// The primary's address as topology-controller last saw it (at creation, the first
+    /// primary's): what the node falls back to when no sentinel answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary: Option<String>,
+    /// Sentinels already watch the group: a data node they still name primary while it
+    /// starts waits for them to fail over, and a sentinel without state monitors the group
+    /// by itself.
+    #[serde(default)]
+    pub monitored: bool,
+    /// Addresses of the group's sentinels (port 26379), asked at start.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sentinels: Vec<String>,
+    /// Addresses of the group's data nodes (port 6379).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub data_nodes: Vec<String>,
+    /// Sentinel's quorum, down-after-milliseconds, failover-timeout and parallel-syncs.
+    #[serde(default)]
+    pub quorum: i32,
+    #[serde(default)]
+    pub down_after_milliseconds: i64,
+    #[serde(default)]
+    pub failover_timeout: i64,
+    #[serde(default)]
+    pub parallel_syncs: i32,
 }
 
 /// Observed state, in parts: each part and each condition has exactly one writer.

@@ -3,10 +3,12 @@
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::{Phase, SwitchoverStatus};
-use crate::template::{Auth, Tls, ValkeyNodeTemplate};
+use crate::node::Role;
+use crate::template::{Auth, SecretKeyRef, Tls, ValkeyNodeTemplate};
 
 /// Most data nodes in a ValkeyReplication.
 pub const MAX_REPLICAS: u32 = 32;
@@ -35,7 +37,8 @@ pub const MAX_SENTINELS: u32 = 9;
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
-    validation = Rule::new("!has(self.switchover) || self.switchover.member < self.replicas").message("switchover.member must name an existing data node: members are numbered from 0 to replicas - 1"),
+    validation = Rule::new("!has(self.switchover) || self.switchover.member < self.replicas").message("switchover.member must name an existing data node: members are numbered from 0 to replicas - 1 (to scale in below a switchover already done, remove spec.switchover)"),
+    validation = Rule::new("!has(self.minReplicasToWrite) || self.minReplicasToWrite < self.replicas").message("minReplicasToWrite must be below replicas: a primary has at most replicas - 1 replicas to count on"),
     validation = crate::template::operator_secret_ref_is_immutable()
 )]
 pub struct ValkeyReplicationSpec {
@@ -65,6 +68,37 @@ pub struct ValkeyReplicationSpec {
     /// A request to make a given data node the primary.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub switchover: Option<ReplicationSwitchover>,
+
+    /// The primary refuses writes unless this many replicas acknowledged its stream within
+    /// `minReplicasMaxLag` seconds (`min-replicas-to-write`), so a primary cut off from its
+    /// replicas stops taking writes that the next failover would throw away. Default: 1 when
+    /// there is at least one replica, else 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 0").message("minReplicasToWrite cannot be negative; 0 turns the check off"))]
+    pub min_replicas_to_write: Option<i32>,
+
+    /// Seconds within which a replica must have acknowledged to count for
+    /// `minReplicasToWrite` (`min-replicas-max-lag`). Default 10.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 1").message("minReplicasMaxLag must be at least 1 second"))]
+    pub min_replicas_max_lag: Option<i32>,
+}
+
+/// `min-replicas-max-lag` when the spec does not say.
+pub const DEFAULT_MIN_REPLICAS_MAX_LAG: i32 = 10;
+
+impl ValkeyReplicationSpec {
+    /// `min-replicas-to-write`: the spec's, else 1 with at least one replica.
+    pub fn min_replicas_to_write(&self) -> i32 {
+        self.min_replicas_to_write
+            .unwrap_or(if self.replicas > 1 { 1 } else { 0 })
+    }
+
+    /// `min-replicas-max-lag`: the spec's, else [`DEFAULT_MIN_REPLICAS_MAX_LAG`].
+    pub fn min_replicas_max_lag(&self) -> i32 {
+        self.min_replicas_max_lag
+            .unwrap_or(DEFAULT_MIN_REPLICAS_MAX_LAG)
+    }
 }
 
 /// The Sentinel group.
@@ -89,6 +123,24 @@ pub struct SentinelSpec {
     /// CPU and memory for each sentinel.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+    /// How long the primary may not answer before a sentinel counts it down, in milliseconds
+    /// (`down-after-milliseconds`); a failover starts once `quorum` sentinels agree.
+    #[serde(default = "default_down_after")]
+    #[x_kube(validation = Rule::new("self >= 100").message("sentinel.downAfterMilliseconds must be at least 100"))]
+    pub down_after_milliseconds: i64,
+    /// Sentinel's `failover-timeout` in milliseconds: how long a failover may take before
+    /// another is tried, and how long Sentinel waits before correcting a replica's primary.
+    #[serde(default = "default_failover_timeout")]
+    #[x_kube(validation = Rule::new("self >= 1000").message("sentinel.failoverTimeout must be at least 1000 (milliseconds)"))]
+    pub failover_timeout: i64,
+    /// Replicas moved to a new primary at once after a failover (`parallel-syncs`).
+    #[serde(default = "default_parallel_syncs")]
+    #[x_kube(validation = Rule::new("self >= 1").message("sentinel.parallelSyncs must be at least 1"))]
+    pub parallel_syncs: i32,
+    /// The password sentinels require from clients (the default user's). Generated into
+    /// `<name>-sentinel-auth` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_secret_ref: Option<SecretKeyRef>,
 }
 
 impl Default for SentinelSpec {
@@ -98,6 +150,10 @@ impl Default for SentinelSpec {
             quorum: default_quorum(),
             image: None,
             resources: None,
+            down_after_milliseconds: default_down_after(),
+            failover_timeout: default_failover_timeout(),
+            parallel_syncs: default_parallel_syncs(),
+            password_secret_ref: None,
         }
     }
 }
@@ -108,6 +164,18 @@ fn default_sentinels() -> i32 {
 
 fn default_quorum() -> i32 {
     2
+}
+
+fn default_down_after() -> i64 {
+    5000
+}
+
+fn default_failover_timeout() -> i64 {
+    60_000
+}
+
+fn default_parallel_syncs() -> i32 {
+    1
 }
 
 /// Make data node `member` the primary. Performed once per `id`.
@@ -140,6 +208,9 @@ pub struct ValkeyReplicationStatus {
     /// Outcome of the latest switchover request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub switchover: Option<SwitchoverStatus>,
+    /// Data nodes and sentinels as Valkey reports them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<ReplicationMemberStatus>,
     /// The member whose volume has the least free space (from the members'
     /// `status.storage`; only members whose usage pvc-resizer reads, with autoResize).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -150,4 +221,24 @@ pub struct ValkeyReplicationStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
+}
+
+/// One member (data node or sentinel) of a ValkeyReplication.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicationMemberStatus {
+    /// ValkeyNode name.
+    pub name: String,
+    /// Primary or Replica as the data node says; Sentinel for a sentinel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<Role>,
+    /// The pod passes its readiness probe.
+    #[serde(default)]
+    pub ready: bool,
+    /// A data node's replication offset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication_offset: Option<i64>,
+    /// A replica's link to the primary is up; for a sentinel, it monitors the primary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_up: Option<bool>,
 }

@@ -15,6 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 
 use crate::config::RenderedConfig;
+use crate::config::replication::CONTEXT_KEY;
 use crate::{meta, revision};
 
 /// Name of the pod volume that mounts the ConfigMap.
@@ -62,6 +63,15 @@ pub fn config_map(
         }
     }
     data.insert(config_key(rendered), rendered.text.clone());
+    // Under a fixed key, always the current content: it is no part of any revision.
+    match &rendered.replication {
+        Some(context) => {
+            data.insert(CONTEXT_KEY.to_string(), context.clone());
+        }
+        None => {
+            data.remove(CONTEXT_KEY);
+        }
+    }
     ConfigMap {
         metadata: ObjectMeta {
             name: Some(names::config_map_name(&node.name_any())),
@@ -99,6 +109,7 @@ mod tests {
             file_name: "valkey.conf",
             text: text.into(),
             args: vec![],
+            replication: None,
         }
     }
 
@@ -152,6 +163,22 @@ mod tests {
                 (config_key(&r), "new\n".to_string()),
             ])
         );
+    }
+
+    #[test]
+    fn the_replication_context_is_always_current_under_its_own_key() {
+        let node = fixtures::node("cache", ValkeyNodeSpec::default());
+        let mut r = rendered("port 6379\n");
+        r.replication = Some("primary 10.0.0.1\n".into());
+        let live = config_map(&node, &r, None, &[]);
+        r.replication = Some("primary 10.0.0.2\n".into());
+        let keep = vec![config_key(&r), CONTEXT_KEY.to_string()];
+        let data = config_map(&node, &r, Some(&live), &keep).data.unwrap();
+        assert_eq!(data[CONTEXT_KEY], "primary 10.0.0.2\n");
+        assert_eq!(data.len(), 2);
+        r.replication = None;
+        let data = config_map(&node, &r, Some(&live), &keep).data.unwrap();
+        assert!(!data.contains_key(CONTEXT_KEY));
     }
 
     #[test]

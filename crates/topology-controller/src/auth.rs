@@ -1,15 +1,17 @@
-//! Object builders (layer 3): the password Secrets of a ValkeyCluster, named, built and
-//! read. Two Secrets: the default user's (`spec.auth.passwordSecretRef`, or `<cluster>-auth`)
-//! and the `operator` ACL user's (`spec.auth.operatorSecretRef`, or `<cluster>-operator`).
-//! The controller logs in as `operator` and replication does too, so the default user's
-//! password can change without breaking either. A generated Secret is created once and never
-//! rewritten: its value lives in running servers.
+//! Object builders (layer 3): the password Secrets of a topology, named, built and read.
+//! Two Secrets for every topology: the default user's (`spec.auth.passwordSecretRef`, or
+//! `<name>-auth`) and the `operator` ACL user's (`spec.auth.operatorSecretRef`, or
+//! `<name>-operator`); a ValkeyReplication's sentinels have a third, their own password
+//! (`spec.sentinel.passwordSecretRef`, or `<name>-sentinel-auth`). The controller logs in as
+//! `operator` and replication does too, so the default user's password can change without
+//! breaking either. A generated Secret is created once and never rewritten: its value lives
+//! in running servers.
 
 use std::collections::BTreeMap;
 
-use crd_types::ValkeyCluster;
 use crd_types::names::{self, labels};
 use crd_types::template::{Auth, SecretKeyRef};
+use crd_types::{ValkeyCluster, ValkeyReplication};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -20,50 +22,71 @@ pub const GENERATED_KEY: &str = "password";
 /// Random bytes in a generated password (hex-encoded, so 64 characters).
 pub const PASSWORD_BYTES: usize = 32;
 
-/// One of a cluster's password Secrets, and whether the controller generates it (the spec
+/// One of a topology's password Secrets, and whether the controller generates it (the spec
 /// names no Secret of its own).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ClusterSecret {
+pub struct TopologySecret {
     pub reference: SecretKeyRef,
     pub generated: bool,
 }
 
-/// The default user's Secret and the operator user's.
-pub fn cluster_secrets(cluster: &ValkeyCluster) -> (ClusterSecret, ClusterSecret) {
-    let name = cluster.name_any();
-    let given = cluster.spec.auth.clone().unwrap_or_default();
-    let pick = |named: Option<SecretKeyRef>, generated_name: String| match named {
-        Some(reference) => ClusterSecret {
+/// The Secret the spec names, else the generated one of that name.
+fn pick(named: Option<SecretKeyRef>, generated_name: String) -> TopologySecret {
+    match named {
+        Some(reference) => TopologySecret {
             reference,
             generated: false,
         },
-        None => ClusterSecret {
+        None => TopologySecret {
             reference: SecretKeyRef {
                 name: generated_name,
                 key: GENERATED_KEY.into(),
             },
             generated: true,
         },
-    };
+    }
+}
+
+/// The default user's Secret and the operator user's, of the topology `name` with `auth`.
+pub fn topology_secrets(name: &str, auth: Option<&Auth>) -> (TopologySecret, TopologySecret) {
+    let given = auth.cloned().unwrap_or_default();
     (
         pick(
             given.password_secret_ref,
-            names::generated_auth_secret_name(&name),
+            names::generated_auth_secret_name(name),
         ),
         pick(
             given.operator_secret_ref,
-            names::generated_operator_secret_name(&name),
+            names::generated_operator_secret_name(name),
         ),
     )
 }
 
-/// Both Secrets the members use, with the generated ones filled in.
-pub fn member_auth(cluster: &ValkeyCluster) -> Auth {
-    let (password, operator) = cluster_secrets(cluster);
+/// A cluster's default user's Secret and operator user's.
+pub fn cluster_secrets(cluster: &ValkeyCluster) -> (TopologySecret, TopologySecret) {
+    topology_secrets(&cluster.name_any(), cluster.spec.auth.as_ref())
+}
+
+/// The Secret of a ValkeyReplication's sentinels' own password.
+pub fn sentinel_secret(replication: &ValkeyReplication) -> TopologySecret {
+    pick(
+        replication.spec.sentinel.password_secret_ref.clone(),
+        names::generated_sentinel_secret_name(&replication.name_any()),
+    )
+}
+
+/// Both Secrets the members of topology `name` use, with the generated ones filled in.
+pub fn topology_member_auth(name: &str, auth: Option<&Auth>) -> Auth {
+    let (password, operator) = topology_secrets(name, auth);
     Auth {
         password_secret_ref: Some(password.reference),
         operator_secret_ref: Some(operator.reference),
     }
+}
+
+/// Both Secrets a cluster's members use.
+pub fn member_auth(cluster: &ValkeyCluster) -> Auth {
+    topology_member_auth(&cluster.name_any(), cluster.spec.auth.as_ref())
 }
 
 /// The Secrets the controller must create when absent: those the spec does not name.
@@ -76,23 +99,28 @@ pub fn generated_secret_names(cluster: &ValkeyCluster) -> Vec<String> {
         .collect()
 }
 
-/// A generated Secret holding `password`, owned by the cluster so it goes when the cluster
-/// does.
-pub fn generated_secret(cluster: &ValkeyCluster, secret: &str, password: &str) -> Secret {
-    let cluster_name = cluster.name_any();
+/// A generated Secret holding `password`, owned by `topology` (labelled `label_key=<name>`)
+/// so it goes when the topology does.
+pub fn generated_secret<K: Resource<DynamicType = ()>>(
+    topology: &K,
+    label_key: &str,
+    secret: &str,
+    password: &str,
+) -> Secret {
+    let topology_name = topology.meta().name.clone().unwrap_or_default();
     Secret {
         metadata: ObjectMeta {
             name: Some(secret.to_string()),
-            namespace: cluster.namespace(),
+            namespace: topology.meta().namespace.clone(),
             labels: Some(BTreeMap::from([
-                (labels::CLUSTER.to_string(), cluster_name.clone()),
-                (labels::PART_OF.to_string(), cluster_name),
+                (label_key.to_string(), topology_name.clone()),
+                (labels::PART_OF.to_string(), topology_name),
                 (
                     labels::MANAGED_BY.to_string(),
                     labels::MANAGED_BY_VALUE.to_string(),
                 ),
             ])),
-            owner_references: cluster.controller_owner_ref(&()).map(|o| vec![o]),
+            owner_references: topology.controller_owner_ref(&()).map(|o| vec![o]),
             ..Default::default()
         },
         type_: Some("Opaque".into()),
@@ -104,21 +132,27 @@ pub fn generated_secret(cluster: &ValkeyCluster, secret: &str, password: &str) -
     }
 }
 
-/// Why a Secret with a generated name cannot be used by `cluster`: it is being deleted, or
-/// another object controls it (an earlier cluster of the same name, not yet collected).
-pub fn not_this_clusters(secret: &Secret, cluster: &ValkeyCluster) -> Option<String> {
+/// Why a Secret with a generated name cannot be used by `topology`: it is being deleted, or
+/// another object controls it (an earlier topology of the same name, not yet collected).
+pub fn not_this_topologys<K: Resource<DynamicType = ()>>(
+    secret: &Secret,
+    topology: &K,
+) -> Option<String> {
     let name = secret.name_any();
     if secret.metadata.deletion_timestamp.is_some() {
         return Some(format!("Secret {name} is being deleted"));
     }
-    let uid = cluster.uid();
+    let uid = topology.meta().uid.as_ref();
     let other = secret
         .owner_references()
         .iter()
-        .find(|o| o.controller == Some(true) && Some(&o.uid) != uid.as_ref())?;
+        .find(|o| o.controller == Some(true) && Some(&o.uid) != uid)?;
     Some(format!(
-        "Secret {name} belongs to {} {} ({}), not this cluster; delete it or wait for it to be collected",
-        other.kind, other.name, other.uid
+        "Secret {name} belongs to {} {} ({}), not this {}; delete it or wait for it to be collected",
+        other.kind,
+        other.name,
+        other.uid,
+        K::kind(&())
     ))
 }
 
@@ -218,7 +252,7 @@ mod tests {
 
     #[test]
     fn a_generated_secret_is_owned_by_the_cluster() {
-        let s = generated_secret(&cluster(None), "orders-operator", "abc");
+        let s = generated_secret(&cluster(None), labels::CLUSTER, "orders-operator", "abc");
         assert_eq!(s.metadata.namespace.as_deref(), Some("prod"));
         let owner = &s.metadata.owner_references.as_ref().unwrap()[0];
         assert_eq!(
@@ -235,29 +269,48 @@ mod tests {
     #[test]
     fn a_secret_of_another_or_a_dying_cluster_is_not_used() {
         let c = cluster(None);
-        let mine = generated_secret(&c, "orders-auth", "p");
-        assert_eq!(not_this_clusters(&mine, &c), None);
+        let mine = generated_secret(&c, labels::CLUSTER, "orders-auth", "p");
+        assert_eq!(not_this_topologys(&mine, &c), None);
         let mut older = cluster(None);
         older.metadata.uid = Some("uid-old".into());
-        let theirs = generated_secret(&older, "orders-auth", "p");
+        let theirs = generated_secret(&older, labels::CLUSTER, "orders-auth", "p");
         assert!(
-            not_this_clusters(&theirs, &c)
+            not_this_topologys(&theirs, &c)
                 .unwrap()
                 .contains("belongs to ValkeyCluster orders (uid-old)")
         );
         // A Secret someone made by hand (no owner) is used as it is.
         let mut hand_made = mine.clone();
         hand_made.metadata.owner_references = None;
-        assert_eq!(not_this_clusters(&hand_made, &c), None);
+        assert_eq!(not_this_topologys(&hand_made, &c), None);
         let mut dying = mine;
         dying.metadata.deletion_timestamp =
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                 k8s_openapi::jiff::Timestamp::from_second(1).unwrap(),
             ));
         assert!(
-            not_this_clusters(&dying, &c)
+            not_this_topologys(&dying, &c)
                 .unwrap()
                 .contains("being deleted")
+        );
+    }
+
+    #[test]
+    fn a_replication_has_a_third_secret_for_its_sentinels() {
+        let mut r = ValkeyReplication::new("sessions", Default::default());
+        assert_eq!(
+            sentinel_secret(&r),
+            TopologySecret {
+                reference: secret_ref("sessions-sentinel-auth", "password"),
+                generated: true,
+            }
+        );
+        r.spec.sentinel.password_secret_ref = Some(secret_ref("mine", "pw"));
+        assert!(!sentinel_secret(&r).generated);
+        let auth = topology_member_auth("sessions", None);
+        assert_eq!(
+            auth.operator_secret_ref,
+            Some(secret_ref("sessions-operator", "password"))
         );
     }
 

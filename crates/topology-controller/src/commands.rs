@@ -1,5 +1,5 @@
-//! The seam in front of Valkey: every command topology-controller sends to one member, as
-//! the [`Valkey`] trait. The binary implements it with fred (one plain connection per
+//! The seam in front of Valkey: every command topology-controller sends to one member (a
+//! server or a sentinel), as the [`Valkey`] trait. The binary implements it with fred (one plain connection per
 //! member); tests use the in-memory cluster of [`crate::fake`]. Code that talks to Valkey
 //! (asking members, moving slots, carrying out a step) is generic over it, so it lives in
 //! this library and is tested without a server.
@@ -9,6 +9,9 @@ use std::future::Future;
 
 /// A key as Valkey stores it: bytes, not necessarily UTF-8.
 pub type Key = Vec<u8>;
+
+/// One entry of a SENTINEL listing: field name to value, as Sentinel prints them.
+pub type Fields = std::collections::BTreeMap<String, String>;
 
 /// One connected member. Every call is bounded by the implementation's own timeout.
 pub trait Valkey: Send + Sync {
@@ -76,6 +79,84 @@ pub trait Valkey: Send + Sync {
 
     /// `ROLE`'s first element: "master", "slave" or "sentinel".
     fn role(&self) -> impl Future<Output = Result<String, ValkeyError>> + Send;
+
+    /// `REPLICAOF host port`, or `REPLICAOF NO ONE` for `None`.
+    fn replica_of(
+        &self,
+        primary: Option<(&str, u16)>,
+    ) -> impl Future<Output = Result<(), ValkeyError>> + Send;
+
+    /// `CLIENT PAUSE millis WRITE`: write commands wait (reads go on) and the replication
+    /// offset stands still, until `CLIENT UNPAUSE` or the time is up.
+    fn pause_writes(&self, millis: u64) -> impl Future<Output = Result<(), ValkeyError>> + Send;
+
+    /// `CLIENT UNPAUSE`.
+    fn unpause(&self) -> impl Future<Output = Result<(), ValkeyError>> + Send;
+
+    /// `CLIENT KILL TYPE normal`: every normal client but this connection is disconnected;
+    /// how many were.
+    fn kill_clients(&self) -> impl Future<Output = Result<u64, ValkeyError>> + Send;
+
+    /// `CONFIG SET name value`.
+    fn config_set(
+        &self,
+        name: &str,
+        value: &str,
+    ) -> impl Future<Output = Result<(), ValkeyError>> + Send;
+
+    /// `SENTINEL MASTER name` as its fields; `None` when this sentinel does not monitor it.
+    fn sentinel_primary(
+        &self,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<Fields>, ValkeyError>> + Send;
+
+    /// `SENTINEL GET-MASTER-ADDR-BY-NAME name`: where this sentinel sends clients now (during
+    /// a failover, the promoted replica once it is promoted).
+    fn sentinel_primary_addr(
+        &self,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<(String, u16)>, ValkeyError>> + Send;
+
+    /// `SENTINEL REPLICAS name`: the replicas this sentinel knows, with their fields.
+    fn sentinel_replicas(
+        &self,
+        name: &str,
+    ) -> impl Future<Output = Result<Vec<Fields>, ValkeyError>> + Send;
+
+    /// `SENTINEL SENTINELS name`: the other sentinels this sentinel knows.
+    fn sentinel_sentinels(
+        &self,
+        name: &str,
+    ) -> impl Future<Output = Result<Vec<Fields>, ValkeyError>> + Send;
+
+    /// `SENTINEL MONITOR name ip port quorum`.
+    fn sentinel_monitor(
+        &self,
+        name: &str,
+        ip: &str,
+        port: u16,
+        quorum: u32,
+    ) -> impl Future<Output = Result<(), ValkeyError>> + Send;
+
+    /// `SENTINEL SET name option value [option value ...]`.
+    fn sentinel_set(
+        &self,
+        name: &str,
+        options: &[(String, String)],
+    ) -> impl Future<Output = Result<(), ValkeyError>> + Send;
+
+    /// `SENTINEL REMOVE name`: stop monitoring it, forgetting everything about it.
+    fn sentinel_remove(&self, name: &str) -> impl Future<Output = Result<(), ValkeyError>> + Send;
+
+    /// `SENTINEL RESET name`: forget the replicas and sentinels known for it, then find the
+    /// current ones again (sentinels within seconds, replicas at the next INFO of the
+    /// primary).
+    fn sentinel_reset(&self, name: &str) -> impl Future<Output = Result<(), ValkeyError>> + Send;
+
+    /// `SENTINEL FAILOVER name`: promote a replica of this sentinel's choosing without
+    /// asking the other sentinels.
+    fn sentinel_failover(&self, name: &str)
+    -> impl Future<Output = Result<(), ValkeyError>> + Send;
 
     /// Says goodbye (QUIT). Called once for every connection, whatever happened before.
     fn close(self) -> impl Future<Output = ()> + Send
@@ -162,6 +243,9 @@ pub enum StepError {
         primary: String,
         state: String,
     },
+    /// A hand-over of a primary did not happen as asked (writes were let through again).
+    #[error("{primary} was not handed over: {why}")]
+    NotHandedOver { primary: String, why: String },
     /// The Kubernetes half of a step (deleting a member, opening a roll gate).
     #[error("{error}: {}", .error.source)]
     Api {

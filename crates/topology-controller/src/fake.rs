@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::commands::{ErrorKind, Key, SlotState, Valkey, ValkeyError};
+use crate::commands::{ErrorKind, Fields, Key, SlotState, Valkey, ValkeyError};
 
 /// A replica's replication link, as its primary reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -782,9 +782,104 @@ impl Valkey for FakeConn {
         .await
     }
 
+    async fn replica_of(&self, _: Option<(&str, u16)>) -> Result<(), ValkeyError> {
+        self.run("REPLICAOF".into(), |_, _| {
+            Err(refused("ERR REPLICAOF not allowed in cluster mode."))
+        })
+        .await
+    }
+
+    async fn pause_writes(&self, _: u64) -> Result<(), ValkeyError> {
+        self.run("CLIENT PAUSE".into(), |_, _| {
+            Err(not_modelled("CLIENT PAUSE"))
+        })
+        .await
+    }
+
+    async fn unpause(&self) -> Result<(), ValkeyError> {
+        self.run("CLIENT UNPAUSE".into(), |_, _| {
+            Err(not_modelled("CLIENT UNPAUSE"))
+        })
+        .await
+    }
+
+    async fn kill_clients(&self) -> Result<u64, ValkeyError> {
+        self.run("CLIENT KILL".into(), |_, _| {
+            Err(not_modelled("CLIENT KILL"))
+        })
+        .await
+    }
+
+    async fn config_set(&self, name: &str, _: &str) -> Result<(), ValkeyError> {
+        self.run(format!("CONFIG SET {name}"), |_, _| {
+            Err(not_modelled("CONFIG SET"))
+        })
+        .await
+    }
+
+    async fn sentinel_primary(&self, _: &str) -> Result<Option<Fields>, ValkeyError> {
+        self.run("SENTINEL MASTER".into(), |_, _| Err(no_sentinel()))
+            .await
+    }
+
+    async fn sentinel_primary_addr(&self, _: &str) -> Result<Option<(String, u16)>, ValkeyError> {
+        self.run("SENTINEL GET-MASTER-ADDR-BY-NAME".into(), |_, _| {
+            Err(no_sentinel())
+        })
+        .await
+    }
+
+    async fn sentinel_replicas(&self, _: &str) -> Result<Vec<Fields>, ValkeyError> {
+        self.run("SENTINEL REPLICAS".into(), |_, _| Err(no_sentinel()))
+            .await
+    }
+
+    async fn sentinel_sentinels(&self, _: &str) -> Result<Vec<Fields>, ValkeyError> {
+        self.run("SENTINEL SENTINELS".into(), |_, _| Err(no_sentinel()))
+            .await
+    }
+
+    async fn sentinel_monitor(&self, _: &str, _: &str, _: u16, _: u32) -> Result<(), ValkeyError> {
+        self.run("SENTINEL MONITOR".into(), |_, _| Err(no_sentinel()))
+            .await
+    }
+
+    async fn sentinel_set(&self, _: &str, _: &[(String, String)]) -> Result<(), ValkeyError> {
+        self.run("SENTINEL SET".into(), |_, _| Err(no_sentinel()))
+            .await
+    }
+
+    async fn sentinel_remove(&self, _: &str) -> Result<(), ValkeyError> {
+        self.run("SENTINEL REMOVE".into(), |_, _| Err(no_sentinel()))
+            .await
+    }
+
+    async fn sentinel_reset(&self, _: &str) -> Result<(), ValkeyError> {
+        self.run("SENTINEL RESET".into(), |_, _| Err(no_sentinel()))
+            .await
+    }
+
+    async fn sentinel_failover(&self, _: &str) -> Result<(), ValkeyError> {
+        self.run("SENTINEL FAILOVER".into(), |_, _| Err(no_sentinel()))
+            .await
+    }
+
     async fn close(self) {
         self.cluster.lock().closed += 1;
     }
+}
+
+/// A cluster-mode server has no SENTINEL command.
+fn no_sentinel() -> ValkeyError {
+    refused("ERR unknown command 'SENTINEL'")
+}
+
+/// A command the in-memory cluster does not model; cluster steps never send it (a test that
+/// does fails on this error).
+fn not_modelled(command: &str) -> ValkeyError {
+    refused(&format!(
+        "ERR {command} is not modelled by the fake cluster"
+    ))
 }
 
 #[cfg(test)]

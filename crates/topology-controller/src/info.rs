@@ -126,6 +126,11 @@ pub fn server_version(info: &str) -> Result<String, InfoError> {
         .ok_or(InfoError::MissingField("valkey_version"))
 }
 
+/// One `key:value` field of an INFO reply (`run_id`, `slave_priority`...), if present.
+pub fn info_field(info: &str, key: &str) -> Option<String> {
+    InfoFields::parse(info).ok()?.get(key).map(str::to_string)
+}
+
 /// Whether `CLUSTER INFO` says `cluster_state:ok`: the node serves its slots. A node just
 /// given slots, or one rejoining after a partition, still answers CLUSTERDOWN for a moment.
 pub fn cluster_state_ok(cluster_info: &str) -> Result<bool, InfoError> {

@@ -10,6 +10,9 @@
 //! 5. reports: [`survey`], [`status`], [`member_status`], [`events`];
 //! 6. talking to members over [`commands`]: [`observe`] (asking them), [`migrate`] (moving
 //!    slots), [`execute`] (carrying out a step).
+//!
+//! [`replication`] is the ValkeyReplication's planner, status and executor, on the layers
+//! above that know no slots (`model`'s revisions, `auth`, `plan::roll`, `plan::guard`, `info`).
 
 pub mod agreement;
 pub mod auth;
@@ -28,6 +31,7 @@ pub mod migrate;
 pub mod model;
 pub mod observe;
 pub mod plan;
+pub mod replication;
 #[cfg(test)]
 mod sim;
 pub mod slots;

@@ -1,6 +1,6 @@
-//! topology-controller: builds ValkeyClusters from ValkeyNodes and talks to Valkey (MEET,
-//! slots, replication, failover); writes `status.valkey` on each member and the cluster's
-//! status. ValkeyReplication is observed only, until its issue.
+//! topology-controller: builds ValkeyClusters and ValkeyReplications from ValkeyNodes and
+//! talks to Valkey (MEET, slots, replication, failover, Sentinel); writes `status.valkey` on
+//! each member and the topology's status.
 
 mod connect;
 mod error;
@@ -8,6 +8,7 @@ mod objects;
 mod reconcile;
 mod secrets;
 mod valkey;
+mod vkr;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -18,7 +19,7 @@ use crd_types::{FieldManager, ValkeyCluster, ValkeyNode, ValkeyReplication};
 use kube::runtime::watcher;
 use operator_runtime::{CommonArgs, Context, RequiredCrd, controller};
 
-/// Builds ValkeyClusters from ValkeyNodes and drives Valkey to match.
+/// Builds ValkeyClusters and ValkeyReplications from ValkeyNodes and drives Valkey to match.
 #[derive(Parser)]
 #[command(name = "topology-controller", version)]
 struct Cli {
@@ -49,7 +50,11 @@ async fn run(ctx: Context) -> Result<(), std::convert::Infallible> {
     let members = watcher::Config::default().labels(labels::CLUSTER);
     let clusters =
         controller::watching::<ValkeyCluster>(&ctx).owns(ctx.watch_api::<ValkeyNode>(), members);
-    let replications = controller::watching::<ValkeyReplication>(&ctx);
+    let group_members = watcher::Config::default().labels(labels::REPLICATION);
+    let (switches, wakes) = vkr::SwitchWatch::new();
+    let replications = controller::watching::<ValkeyReplication>(&ctx)
+        .owns(ctx.watch_api::<ValkeyNode>(), group_members)
+        .reconcile_all_on(wakes);
     let (cluster_store, replication_store) = (clusters.store(), replications.store());
     controller::ready_when(&ctx, async move {
         cluster_store.wait_until_ready().await?;
@@ -57,7 +62,7 @@ async fn run(ctx: Context) -> Result<(), std::convert::Infallible> {
     });
     tokio::join!(
         controller::run(&ctx, clusters, Arc::new(()), reconcile::reconcile),
-        controller::run(&ctx, replications, Arc::new(()), controller::observe),
+        controller::run(&ctx, replications, Arc::new(switches), vkr::reconcile),
     );
     Ok(())
 }

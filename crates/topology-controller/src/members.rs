@@ -54,7 +54,7 @@ pub fn observed(node: &ValkeyNode) -> Option<Member> {
 
 /// Where the member's Valkey is reached: the address it announces (its Service's ClusterIP,
 /// or with `announce: PodIP` its pod's IP), once known.
-fn announced_address(node: &ValkeyNode) -> Option<Address> {
+pub fn announced_address(node: &ValkeyNode) -> Option<Address> {
     let status = node.status.as_ref()?;
     let ip = match node.spec.template.announce {
         Announce::Service => status.endpoint.as_ref()?.cluster_ip.clone(),
@@ -139,6 +139,7 @@ pub fn member(
             tls: cluster.spec.tls.clone(),
             rollout_policy: RolloutPolicy::Gated,
             allowed_revision,
+            replication: None,
         },
         status: None,
     }
@@ -148,6 +149,19 @@ pub fn member(
 /// shard's members apart: losing one Kubernetes node (or zone) then costs a shard at most
 /// one member, so a replica is left to take over.
 fn spread_shard(constraints: &mut Vec<TopologySpreadConstraint>, cluster: &str, at: Position) {
+    let selector = BTreeMap::from([
+        (labels::CLUSTER.to_string(), cluster.to_string()),
+        (labels::SHARD.to_string(), at.shard.to_string()),
+    ]);
+    spread_softly(constraints, &selector);
+}
+
+/// Adds, per spread key (host, zone) the user did not already constrain, a soft constraint
+/// (ScheduleAnyway, max skew 1) over the pods `selector` matches.
+pub fn spread_softly(
+    constraints: &mut Vec<TopologySpreadConstraint>,
+    selector: &BTreeMap<String, String>,
+) {
     for key in SPREAD_KEYS {
         if constraints.iter().any(|c| c.topology_key == key) {
             continue;
@@ -157,10 +171,7 @@ fn spread_shard(constraints: &mut Vec<TopologySpreadConstraint>, cluster: &str, 
             max_skew: 1,
             when_unsatisfiable: "ScheduleAnyway".to_string(),
             label_selector: Some(LabelSelector {
-                match_labels: Some(BTreeMap::from([
-                    (labels::CLUSTER.to_string(), cluster.to_string()),
-                    (labels::SHARD.to_string(), at.shard.to_string()),
-                ])),
+                match_labels: Some(selector.clone()),
                 ..Default::default()
             }),
             ..Default::default()

@@ -1,18 +1,20 @@
-//! The cluster's password Secrets: generated ones are created when absent (never
-//! rewritten), and the operator's password is read for logging in.
+//! A topology's password Secrets: generated ones are created when absent (never rewritten),
+//! and the passwords are read for logging in and for the guard.
 
+use std::fmt::Debug;
 use std::io::Read;
 
 use crd_types::ValkeyCluster;
+use crd_types::names::labels;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::PostParams;
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use operator_runtime::{ApiResultExt, ObjectName, Op};
-use topology_controller::auth::{self, ClusterSecret};
+use topology_controller::auth::{self, TopologySecret};
 
 use crate::error::Error;
 
-/// What the controller knows about the cluster's passwords.
+/// What the controller knows about a topology's passwords.
 pub struct Passwords {
     /// The `operator` user's password, or why it cannot be read.
     pub operator: Result<String, String>,
@@ -20,38 +22,42 @@ pub struct Passwords {
     pub default_problem: Option<String>,
 }
 
-/// Creates the missing generated Secrets and reads both passwords. A generated Secret is
-/// created only while the cluster has no member: once servers run with its value, a new
-/// random one would lock everyone out, so a deleted one is reported instead.
+/// A cluster's passwords; see [`read`].
 pub async fn prepare(
     secrets: &Api<Secret>,
     cluster: &ValkeyCluster,
     members_exist: bool,
 ) -> Result<Passwords, Error> {
     let (password, operator) = auth::cluster_secrets(cluster);
+    let read = |wanted| read(secrets, cluster, labels::CLUSTER, wanted, members_exist);
     Ok(Passwords {
-        operator: read(secrets, cluster, &operator, members_exist).await?,
-        default_problem: read(secrets, cluster, &password, members_exist)
-            .await?
-            .err(),
+        operator: read(&operator).await?,
+        default_problem: read(&password).await?.err(),
     })
 }
 
-/// One password, or why it cannot be used; a generated Secret is created first if it may be.
-async fn read(
+/// One password of `topology` (labelled `label_key`), or why it cannot be used; a generated
+/// Secret is created first if it may be. It may only while the topology has no member: once
+/// servers run with its value, a new random one would lock everyone out, so a deleted one is
+/// reported instead.
+pub async fn read<K>(
     secrets: &Api<Secret>,
-    cluster: &ValkeyCluster,
-    wanted: &ClusterSecret,
+    topology: &K,
+    label_key: &str,
+    wanted: &TopologySecret,
     members_exist: bool,
-) -> Result<Result<String, String>, Error> {
-    let ns = cluster.namespace().unwrap_or_default();
+) -> Result<Result<String, String>, Error>
+where
+    K: Resource<DynamicType = ()> + Debug,
+{
+    let ns = topology.namespace().unwrap_or_default();
     let reference = &wanted.reference;
     let mut secret = secrets
         .get_opt(&reference.name)
         .await
         .on(Op::Read, ObjectName::new::<Secret>(&ns, &reference.name))?;
     if secret.is_none() && wanted.generated && !members_exist {
-        secret = Some(create(secrets, cluster, &reference.name).await?);
+        secret = Some(create(secrets, topology, label_key, &reference.name).await?);
     }
     let problem = match &secret {
         None if wanted.generated && members_exist => Some(format!(
@@ -60,7 +66,7 @@ async fn read(
              restore it (CONFIG GET requirepass or masterauth on a member shows the value)",
             reference.name
         )),
-        Some(s) if wanted.generated => auth::not_this_clusters(s, cluster),
+        Some(s) if wanted.generated => auth::not_this_topologys(s, topology),
         _ => None,
     };
     Ok(match problem {
@@ -70,17 +76,22 @@ async fn read(
 }
 
 /// Creates a generated Secret; if another writer created it first, theirs is kept.
-async fn create(
+async fn create<K>(
     secrets: &Api<Secret>,
-    cluster: &ValkeyCluster,
+    topology: &K,
+    label_key: &str,
     name: &str,
-) -> Result<Secret, Error> {
-    let ns = cluster.namespace().unwrap_or_default();
+) -> Result<Secret, Error>
+where
+    K: Resource<DynamicType = ()>,
+{
+    let ns = topology.namespace().unwrap_or_default();
     let mut random = [0u8; auth::PASSWORD_BYTES];
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut random))
         .map_err(Error::Random)?;
-    let secret = auth::generated_secret(cluster, name, &auth::password_from_random(&random));
+    let password = auth::password_from_random(&random);
+    let secret = auth::generated_secret(topology, label_key, name, &password);
     let object = || ObjectName::new::<Secret>(&ns, name);
     let created = secrets.create(&PostParams::default(), &secret).await;
     if let Err(kube::Error::Api(e)) = &created
@@ -89,6 +100,11 @@ async fn create(
         return Ok(secrets.get(name).await.on(Op::Read, object())?);
     }
     let created = created.on(Op::Create, object())?;
-    tracing::info!(cluster = %cluster.name_any(), secret = %name, "generated a password Secret");
+    tracing::info!(
+        owner = %topology.name_any(),
+        kind = %K::kind(&()),
+        secret = %name,
+        "generated a password Secret"
+    );
     Ok(created)
 }

@@ -63,4 +63,31 @@ mod tests {
         let tie = [member("b", Some((1, 5))), member("a", Some((2, 5)))];
         assert_eq!(headroom(&tie).unwrap().member, "a");
     }
+
+    #[test]
+    fn a_replication_group_counts_its_data_nodes_and_never_its_sentinels() {
+        // Sentinels have no volume: pvc-resizer reports no usage for them.
+        let sentinel = |name: &str| {
+            let mut n = member(name, None);
+            n.status.as_mut().unwrap().storage = None;
+            n
+        };
+        let members = [
+            member("g-0", Some((40, 60))),
+            member("g-1", Some((55, 45))),
+            member("g-2", Some((41, 59))),
+            sentinel("g-sentinel-0"),
+            sentinel("g-sentinel-1"),
+            member("g-sentinel-2", None),
+        ];
+        assert_eq!(
+            headroom(&members),
+            Some(StorageHeadroom {
+                member: "g-1".into(),
+                min_available_bytes: 45,
+                used_percent: Some(55),
+            })
+        );
+        assert_eq!(headroom(&members[3..]), None);
+    }
 }

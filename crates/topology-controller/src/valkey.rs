@@ -1,5 +1,5 @@
-//! One plain (non-cluster) fred connection to one member, through its announce address, and
-//! the raw commands cluster management needs. Every call is bounded by a timeout: a stuck
+//! One plain (non-cluster) fred connection to one member (a server or a sentinel), through
+//! its announce address, and the raw commands topology management needs. Every call is bounded by a timeout: a stuck
 //! node must cost one reconcile a few seconds, never hang the controller.
 
 use std::time::Duration;
@@ -9,7 +9,7 @@ use fred::prelude::{
     Client, ClientLike, Config, ConnectionConfig, FromValue, PerformanceConfig, ServerConfig, Value,
 };
 use fred::types::{ClusterHash, CustomCommand};
-use topology_controller::commands::{ErrorKind, Key, SlotState, Valkey, ValkeyError};
+use topology_controller::commands::{ErrorKind, Fields, Key, SlotState, Valkey, ValkeyError};
 
 /// Bound on connecting and on each command.
 const TIMEOUT: Duration = Duration::from_secs(5);
@@ -81,6 +81,47 @@ impl Conn {
 
     async fn cluster<R: FromValue>(&self, args: Vec<Value>) -> Result<R, ValkeyError> {
         self.raw("CLUSTER", args).await
+    }
+
+    async fn sentinel(&self, args: Vec<Value>) -> Result<Value, ValkeyError> {
+        self.raw("SENTINEL", args).await
+    }
+
+    /// A SENTINEL listing: an array of entries, each one's fields.
+    async fn sentinel_list(
+        &self,
+        what: &'static str,
+        name: &str,
+    ) -> Result<Vec<Fields>, ValkeyError> {
+        match self.sentinel(vec![what.into(), name.into()]).await? {
+            Value::Array(entries) => Ok(entries.into_iter().map(fields).collect()),
+            other => Err(ValkeyError::new(
+                ErrorKind::Protocol,
+                format!("SENTINEL {what} answered {other:?}"),
+            )),
+        }
+    }
+}
+
+/// What a sentinel says of a name it does not monitor.
+const NOT_MONITORED: &str = "No such master";
+
+/// The fields of one SENTINEL entry: a map, or in RESP2 a flat array of names and values.
+fn fields(entry: Value) -> Fields {
+    match entry {
+        Value::Map(map) => map
+            .inner()
+            .into_iter()
+            .filter_map(|(k, v)| Some((k.as_str()?.to_string(), v.as_string()?)))
+            .collect(),
+        Value::Array(items) => items
+            .chunks(2)
+            .filter_map(|pair| match pair {
+                [k, v] => Some((k.as_string()?, v.as_string()?)),
+                _ => None,
+            })
+            .collect(),
+        _ => Fields::new(),
     }
 }
 
@@ -192,6 +233,129 @@ impl Valkey for Conn {
             .ok_or_else(|| ValkeyError::new(ErrorKind::Protocol, "empty ROLE reply"))
     }
 
+    async fn replica_of(&self, primary: Option<(&str, u16)>) -> Result<(), ValkeyError> {
+        let args: Vec<Value> = match primary {
+            Some((host, port)) => vec![host.into(), i64::from(port).into()],
+            None => vec!["NO".into(), "ONE".into()],
+        };
+        self.raw::<Value>("REPLICAOF", args).await.map(drop)
+    }
+
+    async fn pause_writes(&self, millis: u64) -> Result<(), ValkeyError> {
+        let millis = i64::try_from(millis).unwrap_or(i64::MAX);
+        self.raw::<Value>(
+            "CLIENT",
+            vec!["PAUSE".into(), millis.into(), "WRITE".into()],
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn unpause(&self) -> Result<(), ValkeyError> {
+        self.raw::<Value>("CLIENT", vec!["UNPAUSE".into()])
+            .await
+            .map(drop)
+    }
+
+    async fn kill_clients(&self) -> Result<u64, ValkeyError> {
+        self.raw(
+            "CLIENT",
+            vec!["KILL".into(), "TYPE".into(), "normal".into()],
+        )
+        .await
+    }
+
+    async fn config_set(&self, name: &str, value: &str) -> Result<(), ValkeyError> {
+        self.raw::<Value>("CONFIG", vec!["SET".into(), name.into(), value.into()])
+            .await
+            .map(drop)
+    }
+
+    async fn sentinel_primary(&self, name: &str) -> Result<Option<Fields>, ValkeyError> {
+        match self.sentinel(vec!["MASTER".into(), name.into()]).await {
+            Ok(reply) => Ok(Some(fields(reply))),
+            Err(e) if e.says(NOT_MONITORED) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn sentinel_primary_addr(
+        &self,
+        name: &str,
+    ) -> Result<Option<(String, u16)>, ValkeyError> {
+        let reply: Value = self
+            .sentinel(vec!["GET-MASTER-ADDR-BY-NAME".into(), name.into()])
+            .await?;
+        let Value::Array(parts) = reply else {
+            return Ok(None);
+        };
+        let mut parts = parts.into_iter().filter_map(|v| v.as_string());
+        match (parts.next(), parts.next().and_then(|p| p.parse().ok())) {
+            (Some(ip), Some(port)) => Ok(Some((ip, port))),
+            _ => Err(ValkeyError::new(
+                ErrorKind::Protocol,
+                "GET-MASTER-ADDR-BY-NAME answered no address and port",
+            )),
+        }
+    }
+
+    async fn sentinel_replicas(&self, name: &str) -> Result<Vec<Fields>, ValkeyError> {
+        self.sentinel_list("REPLICAS", name).await
+    }
+
+    async fn sentinel_sentinels(&self, name: &str) -> Result<Vec<Fields>, ValkeyError> {
+        self.sentinel_list("SENTINELS", name).await
+    }
+
+    async fn sentinel_monitor(
+        &self,
+        name: &str,
+        ip: &str,
+        port: u16,
+        quorum: u32,
+    ) -> Result<(), ValkeyError> {
+        self.sentinel(vec![
+            "MONITOR".into(),
+            name.into(),
+            ip.into(),
+            i64::from(port).into(),
+            i64::from(quorum).into(),
+        ])
+        .await
+        .map(drop)
+    }
+
+    async fn sentinel_set(
+        &self,
+        name: &str,
+        options: &[(String, String)],
+    ) -> Result<(), ValkeyError> {
+        let mut args: Vec<Value> = vec!["SET".into(), name.into()];
+        for (option, value) in options {
+            args.push(option.as_str().into());
+            args.push(value.as_str().into());
+        }
+        self.sentinel(args).await.map(drop)
+    }
+
+    async fn sentinel_remove(&self, name: &str) -> Result<(), ValkeyError> {
+        self.sentinel(vec!["REMOVE".into(), name.into()])
+            .await
+            .map(drop)
+    }
+
+    async fn sentinel_reset(&self, name: &str) -> Result<(), ValkeyError> {
+        self.sentinel(vec!["RESET".into(), name.into()])
+            .await
+            .map(drop)
+    }
+
+    async fn sentinel_failover(&self, name: &str) -> Result<(), ValkeyError> {
+        self.sentinel(vec!["FAILOVER".into(), name.into()])
+            .await
+            .map(drop)
+    }
+
     /// QUIT (dropping the client would close it too, but QUIT is polite to the server).
     async fn close(self) {
         let _ = self.client.quit().await;
@@ -258,6 +422,20 @@ fn field(value: Value, name: &str) -> Option<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sentinel_fields_from_resp2_and_resp3() {
+        let flat = Value::Array(vec![
+            "ip".into(),
+            "10.0.0.1".into(),
+            "port".into(),
+            6379.into(),
+        ]);
+        let f = fields(flat);
+        assert_eq!(f["ip"], "10.0.0.1");
+        assert_eq!(f["port"], "6379");
+        assert!(fields(Value::Null).is_empty());
+    }
 
     #[test]
     fn shard_ids_from_a_resp2_shards_entry() {

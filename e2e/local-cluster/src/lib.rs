@@ -15,6 +15,7 @@ pub mod operator;
 pub mod pki;
 pub mod process;
 pub mod ranges;
+pub mod replication_testing;
 pub mod testing;
 
 use std::net::SocketAddr;

@@ -186,6 +186,8 @@ reasons! {
     TopologyReady for types::READY {
         /// Every shard serves with all its members ready and in sync, all slots assigned.
         ClusterReady,
+        /// The primary serves, every replica is linked to it and every sentinel monitors it.
+        ReplicationReady,
         /// Members are being created and joined; never ready yet.
         Creating,
         /// Shards or members are being added or removed.
@@ -205,7 +207,7 @@ reasons! {
     Waiting for types::PROGRESSING {
         /// No member's Valkey answers yet.
         NoMemberAnswers,
-        /// A new cluster forms only once every member answers.
+        /// A new topology forms only once every member answers.
         Forming,
         /// A member the next step needs has no ValkeyNode yet.
         MemberMissing,
@@ -245,6 +247,12 @@ reasons! {
         DefaultPasswordUnreadable,
         /// A member refuses the operator user's login.
         LoginRefused,
+        /// No data node can be named primary: the sentinels do not agree on one and no single
+        /// data node serves as primary.
+        NoPrimary,
+        /// Sentinels have not yet seen what the next step needs (a replica's priority, or the
+        /// replicas and sentinels they find again after a reset).
+        SentinelsCatchingUp,
     }
 }
 
@@ -325,6 +333,13 @@ reasons! {
         StaleSlotMarker,
         /// Some shard is not ready: its primary unhealthy or a replica not in sync.
         ShardsNotReady,
+        /// No data node serves as the one primary the sentinels name.
+        NoPrimary,
+        /// A replica is not linked to the primary, or is resyncing.
+        ReplicasNotLinked,
+        /// A sentinel does not monitor the primary, names another one, or lists members that
+        /// are gone.
+        SentinelsNotMonitoring,
     }
 }
 

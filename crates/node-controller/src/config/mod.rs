@@ -11,6 +11,7 @@
 //! The values themselves are read and written as valkey.conf does, by [`args`].
 
 pub mod args;
+pub mod replication;
 
 use crd_types::conditions::reasons::ConfigValid;
 use crd_types::names::ports;
@@ -53,6 +54,8 @@ const SENTINEL_OWNED_SUBCOMMANDS: &[&str] = &[
     "leader-epoch",
     "monitor",
     "myid",
+    "sentinel-pass",
+    "sentinel-user",
 ];
 
 /// Why a spec's config cannot be rendered. The controller reports it as `ConfigValid=False`
@@ -98,6 +101,9 @@ pub struct RenderedConfig {
     /// Extra arguments after the config file: with `announce: PodIP` the address is only
     /// known at runtime, so it comes from `$(POD_IP)` (expanded by Kubernetes in args).
     pub args: Vec<String>,
+    /// The replication context (`spec.replication`), kept apart from the config: it is not
+    /// part of the revision (see [`replication`]).
+    pub replication: Option<String>,
 }
 
 /// What rendering decided.
@@ -267,10 +273,16 @@ pub fn render(spec: &ValkeyNodeSpec, cluster_ip: Option<&str>) -> Result<Rendere
         }
     }
     args.extend(auth_args(spec));
+    let replication = spec
+        .replication
+        .as_ref()
+        .map(|r| replication::render_context(r, announce_ip))
+        .transpose()?;
     Ok(Rendered::Config(RenderedConfig {
         file_name: file_name(spec.mode),
         text,
         args,
+        replication,
     }))
 }
 
@@ -300,7 +312,19 @@ fn auth_args(spec: &ValkeyNodeSpec) -> Vec<String> {
             .map(String::from),
         );
     }
-    if spec.mode != Mode::Sentinel {
+    if spec.mode == Mode::Sentinel {
+        // Sentinels log in to each other as `operator` too: each one requires a password.
+        if auth.operator_secret_ref.is_some() {
+            args.extend([
+                "--sentinel".to_string(),
+                "sentinel-user".to_string(),
+                OPERATOR_USER.to_string(),
+                "--sentinel".to_string(),
+                "sentinel-pass".to_string(),
+                format!("$({OPERATOR_PASSWORD_ENV})"),
+            ]);
+        }
+    } else {
         if auth.operator_secret_ref.is_some() {
             args.extend([
                 "--masteruser".to_string(),
@@ -478,6 +502,15 @@ mod tests {
                 .starts_with(&["--requirepass".into(), "$(REDISCLI_AUTH)".into()])
         );
         assert!(!c.args.iter().any(|a| a.starts_with("--master")));
+        // Sentinels log in to each other as the operator user.
+        assert!(c.args.ends_with(&[
+            "--sentinel".into(),
+            "sentinel-user".into(),
+            "operator".into(),
+            "--sentinel".into(),
+            "sentinel-pass".into(),
+            "$(VALKEY_OPERATOR_PASSWORD)".into(),
+        ]));
     }
 
     #[test]

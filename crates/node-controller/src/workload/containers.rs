@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{
 };
 
 use super::pod::{DATA_VOLUME, TMP_VOLUME};
-use super::{env, probes};
+use super::{env, probes, scripts};
 use crate::config::{CONFIG_DIR, DATA_DIR, OPERATOR_PASSWORD_ENV, PASSWORD_ENV, RenderedConfig};
 use crate::configmap::CONFIG_VOLUME;
 
@@ -19,24 +19,6 @@ pub const VALKEY_CONTAINER: &str = "valkey";
 pub const EXPORTER_CONTAINER: &str = "exporter";
 /// Sentinel mode: copies sentinel.conf to /data before Sentinel starts.
 pub const SENTINEL_INIT_CONTAINER: &str = "sentinel-config";
-
-/// Sentinel rewrites its config file (it refuses to start on a read-only one) and keeps its
-/// state there (myid, monitored primaries, known replicas and sentinels, epochs), so it runs
-/// from a copy in /data. Each start takes the fresh operator-rendered file and carries over
-/// the `sentinel` state lines the fresh file does not set; `announce-ip` is never carried:
-/// it comes from the fresh file or the command line. This runs in an init container so the
-/// main container execs valkey-sentinel directly and SIGTERM reaches it (a shell wrapper
-/// would have to forward signals).
-pub const SENTINEL_INIT_SCRIPT: &str = r#"set -eu
-new=/data/sentinel.conf.new
-cp /etc/valkey/sentinel.conf "$new"
-if [ -f /data/sentinel.conf ]; then
-  awk 'NR == FNR { if ($1 == "sentinel") seen[$2] = 1; next }
-       $1 == "sentinel" && !($2 in seen) && $2 != "announce-ip"' \
-    /etc/valkey/sentinel.conf /data/sentinel.conf >> "$new"
-fi
-mv "$new" /data/sentinel.conf
-"#;
 
 /// The main port's number and name for `mode`.
 pub(super) fn main_port(mode: Mode) -> (i32, &'static str) {
@@ -129,29 +111,36 @@ pub(super) fn valkey_container(node: &ValkeyNode, rendered: &RenderedConfig) -> 
 /// The server's command. With passwords, a shell first refuses an empty one (or `-`, which
 /// valkey-server would read as "config from stdin"): Valkey takes an empty `requirepass` as
 /// no password at all, so a blank Secret must stop the start, loudly, rather than serve
-/// everyone. `exec` keeps the server the container's process; `$0` is the program.
+/// everyone. A replication member's shell then decides its role (a data node) or adds its
+/// login to the data nodes (a sentinel), see [`scripts`]. `exec` keeps the server the
+/// container's process; `$0` is the program.
 fn server_command(node: &ValkeyNode, program: &str) -> Vec<String> {
-    let Some(auth) = &node.spec.auth else {
-        return vec![program.into()];
-    };
     let mut checks = Vec::new();
-    for (set, var, field) in [
-        (
-            auth.password_secret_ref.is_some(),
-            PASSWORD_ENV,
-            "passwordSecretRef",
-        ),
-        (
-            auth.operator_secret_ref.is_some(),
-            OPERATOR_PASSWORD_ENV,
-            "operatorSecretRef",
-        ),
-    ] {
-        if set {
-            checks.push(format!(
-                "case \"${{{var}-}}\" in ''|-) echo \"the password from auth.{field} is empty (or '-'): refusing to start without one\" >&2; exit 1;; esac"
-            ));
+    if let Some(auth) = &node.spec.auth {
+        for (set, var, field) in [
+            (
+                auth.password_secret_ref.is_some(),
+                PASSWORD_ENV,
+                "passwordSecretRef",
+            ),
+            (
+                auth.operator_secret_ref.is_some(),
+                OPERATOR_PASSWORD_ENV,
+                "operatorSecretRef",
+            ),
+        ] {
+            if set {
+                checks.push(format!(
+                    "case \"${{{var}-}}\" in ''|-) echo \"the password from auth.{field} is empty (or '-'): refusing to start without one\" >&2; exit 1;; esac"
+                ));
+            }
         }
+    }
+    if node.spec.replication.is_some() {
+        checks.push(match node.spec.mode {
+            Mode::Sentinel => scripts::SENTINEL_LOGIN.to_string(),
+            Mode::Standalone | Mode::Cluster => scripts::data_role(),
+        });
     }
     if checks.is_empty() {
         return vec![program.into()];
@@ -166,7 +155,10 @@ pub(super) fn sentinel_init_container(node: &ValkeyNode) -> Container {
         name: SENTINEL_INIT_CONTAINER.into(),
         image: Some(t.image.clone()),
         image_pull_policy: t.image_pull_policy.clone(),
-        command: Some(vec!["sh".into(), "-c".into(), SENTINEL_INIT_SCRIPT.into()]),
+        command: Some(vec!["sh".into(), "-c".into(), scripts::sentinel_init()]),
+        // The operator's password (asking the other sentinels) and the pod IP (its own
+        // address with `announce: PodIP`).
+        env: Some(env::valkey_env(node)),
         volume_mounts: Some(vec![
             mount(CONFIG_VOLUME, CONFIG_DIR, true),
             mount(DATA_VOLUME, DATA_DIR, false),
@@ -315,12 +307,13 @@ mod tests {
         );
         let init = &pod(&d).init_containers.as_ref().unwrap()[0];
         assert_eq!(init.name, SENTINEL_INIT_CONTAINER);
+        assert_eq!(init.command.as_ref().unwrap()[2], scripts::sentinel_init());
         assert_eq!(
             init.image.as_deref(),
             Some(crd_types::template::DEFAULT_IMAGE)
         );
         let script = &init.command.as_ref().unwrap()[2];
-        assert!(script.contains("cp /etc/valkey/sentinel.conf"));
+        assert!(script.contains("cat /etc/valkey/sentinel.conf > \"$new\""));
         assert!(script.contains("mv \"$new\" /data/sentinel.conf"));
         assert_eq!(init.security_context, Some(restricted()));
         let cm = pod(&d).volumes.as_ref().unwrap()[0]

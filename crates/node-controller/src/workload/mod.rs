@@ -15,13 +15,14 @@
 //! the old pod to be gone, is the default for that reason.
 //!
 //! The pod template is built in parts: [`pod`] (the pod spec, its volumes and security),
-//! [`containers`] (valkey, the sentinel init container, the exporter), [`env`] and
-//! [`probes`].
+//! [`containers`] (valkey, the sentinel init container, the exporter), [`env`], [`probes`]
+//! and [`scripts`] (a replication member's role at start).
 
 pub mod containers;
 pub mod env;
 pub mod pod;
 pub mod probes;
+pub mod scripts;
 
 #[cfg(test)]
 mod fixtures;
@@ -284,6 +285,40 @@ mod tests {
         let mut later = n.clone();
         later.metadata.generation = Some(9);
         assert_eq!(build(&later).revision, a.revision);
+    }
+
+    #[test]
+    fn a_new_replication_context_restarts_nothing() {
+        use crd_types::node::NodeReplication;
+        let context = |primary: &str| NodeReplication {
+            primary_name: "g".into(),
+            primary: Some(primary.into()),
+            monitored: true,
+            ..Default::default()
+        };
+        let before = build(&node(Mode::Standalone, |s| {
+            s.replication = Some(context("10.96.0.1"))
+        }));
+        let after = build(&node(Mode::Standalone, |s| {
+            s.replication = Some(context("10.96.0.2"))
+        }));
+        assert_eq!(before.revision, after.revision, "a failover rolls nobody");
+        assert_eq!(before.workload, after.workload);
+        let items = fixtures::pod(&before).volumes.as_ref().unwrap()[0]
+            .config_map
+            .clone()
+            .unwrap()
+            .items
+            .unwrap();
+        assert_eq!(items[1].key, "replication");
+        // The role script runs before the server.
+        let command = container(&before, "valkey").command.clone().unwrap();
+        assert!(command[2].contains("SENTINEL GET-MASTER-ADDR-BY-NAME"));
+        // Joining a replication group at all is a new template.
+        assert_ne!(
+            build(&node(Mode::Standalone, |_| {})).revision,
+            before.revision
+        );
     }
 
     #[test]

@@ -14,6 +14,7 @@ use kube::ResourceExt;
 
 use super::containers::{exporter_container, sentinel_init_container, valkey_container};
 use crate::config::RenderedConfig;
+use crate::config::replication::CONTEXT_KEY;
 use crate::configmap::{self, CONFIG_VOLUME};
 use crate::meta;
 
@@ -75,17 +76,32 @@ pub fn pod_template(node: &ValkeyNode, rendered: &RenderedConfig) -> PodTemplate
     }
 }
 
+/// The config file under its content's key and, for a replication member, the context
+/// under its fixed key: the template names no context content, so a new context restarts
+/// nothing.
+fn config_items(rendered: &RenderedConfig) -> Vec<KeyToPath> {
+    let mut items = vec![KeyToPath {
+        key: configmap::config_key(rendered),
+        path: rendered.file_name.into(),
+        mode: None,
+    }];
+    if rendered.replication.is_some() {
+        items.push(KeyToPath {
+            key: CONTEXT_KEY.into(),
+            path: CONTEXT_KEY.into(),
+            mode: None,
+        });
+    }
+    items
+}
+
 pub(super) fn volumes(node: &ValkeyNode, rendered: &RenderedConfig) -> Vec<Volume> {
     let name = node.name_any();
     let config = Volume {
         name: CONFIG_VOLUME.into(),
         config_map: Some(ConfigMapVolumeSource {
             name: names::config_map_name(&name),
-            items: Some(vec![KeyToPath {
-                key: configmap::config_key(rendered),
-                path: rendered.file_name.into(),
-                mode: None,
-            }]),
+            items: Some(config_items(rendered)),
             default_mode: Some(0o444),
             optional: Some(false),
         }),

@@ -5,23 +5,59 @@ use crd_types::conditions::reasons::Waiting;
 
 use super::{FailoverReason, Step};
 
+/// A planner's step as the guard sees it: a cluster's [`Step`], a replication's.
+pub trait GuardedStep: Sized {
+    /// A wait with `reason` and `message`.
+    fn waiting(reason: Waiting, message: String) -> Self;
+    /// The message of a wait; `None` for any other step.
+    fn wait_message(&self) -> Option<&str>;
+    /// Idle, or a step that lets a member restart: held while the default user's password
+    /// cannot be read (a member that restarts would not start again, and nothing is Ready).
+    fn needs_default_password(&self) -> bool;
+}
+
+impl GuardedStep for Step {
+    fn waiting(reason: Waiting, message: String) -> Self {
+        Step::wait(reason, message)
+    }
+
+    fn wait_message(&self) -> Option<&str> {
+        match self {
+            Step::Wait { message, .. } => Some(message),
+            _ => None,
+        }
+    }
+
+    fn needs_default_password(&self) -> bool {
+        matches!(
+            self,
+            Step::Idle
+                | Step::AllowRoll { .. }
+                | Step::Failover {
+                    reason: FailoverReason::Roll,
+                    ..
+                }
+        )
+    }
+}
+
 /// The planner's step, held back by what is known of the passwords:
 /// - without the operator's password nothing was asked, so nothing may be done;
 /// - while the default user's password cannot be read (missing, empty), no member may
-///   restart (a roll, or the hand-over before one) and the cluster is not Ready: a member
+///   restart (a roll, or the hand-over before one) and the topology is not Ready: a member
 ///   that restarts would not start again;
 /// - members refusing the operator's login say why they seem silent.
 ///
 /// Each problem is put in front of a waiting step's own message, never instead of it; the
 /// wait then carries the first problem's reason, the cause to act on.
-pub fn guard_step(
-    step: Step,
+pub fn guard_step<S: GuardedStep>(
+    step: S,
     operator_problem: Option<&str>,
     default_problem: Option<&str>,
     refused_by: &[&str],
-) -> Step {
+) -> S {
     if let Some(why) = operator_problem {
-        return Step::wait(
+        return S::waiting(
             Waiting::NoOperatorPassword,
             format!("cannot log in to the members: {why} (spec.auth.operatorSecretRef)"),
         );
@@ -51,17 +87,13 @@ pub fn guard_step(
         .map(|(_, problem)| problem)
         .collect::<Vec<_>>()
         .join("; ");
-    match step {
-        Step::Wait { message, .. } => Step::wait(reason, format!("{problems}; {message}")),
-        // Not Ready either: a member that restarts now would not start again.
-        Step::Idle
-        | Step::AllowRoll { .. }
-        | Step::Failover {
-            reason: FailoverReason::Roll,
-            ..
-        } if default_problem.is_some() => Step::wait(reason, problems),
-        other => other,
+    if let Some(message) = step.wait_message() {
+        return S::waiting(reason, format!("{problems}; {message}"));
     }
+    if default_problem.is_some() && step.needs_default_password() {
+        return S::waiting(reason, problems);
+    }
+    step
 }
 
 #[cfg(test)]

@@ -25,6 +25,7 @@ use crd_types::conditions::reasons::Waiting;
 
 use crate::model::{Address, Member, Shape};
 use crate::slots::{Move, SlotRange, format_ranges, slot_count};
+use roll::RollStep;
 use snapshot::Snapshot;
 
 /// Why a failover is asked for.
@@ -248,7 +249,20 @@ pub fn next_step(shape: &Shape, members: &[Member], recorded_switchover: Option<
         })
         .or_else(|| {
             let wanted: Vec<&Member> = members.iter().filter(|m| shape.wants(m.at)).collect();
-            roll::roll(&wanted, shape.replicas_per_shard > 0, node_id)
+            Some(match roll::roll(&wanted, shape.replicas_per_shard > 0)? {
+                RollStep::Wait { reason, message } => Step::wait(reason, message),
+                RollStep::Allow { member, revision } => Step::AllowRoll { member, revision },
+                RollStep::HandOver { primary } => {
+                    let primary = wanted.iter().find(|m| m.name == primary)?;
+                    replicas::hand_over(
+                        wanted.iter().copied(),
+                        primary,
+                        node_id(primary),
+                        FailoverReason::Roll,
+                        "waits for an in-sync replica to hand over to before it restarts",
+                    )
+                }
+            })
         })
         .unwrap_or(Step::Idle)
 }

@@ -6,9 +6,9 @@
 use crd_types::conditions::reasons::Waiting;
 use crd_types::node::Role;
 
-use super::replicas::{best_replica, hand_over};
+use super::replicas::best_replica;
 use super::{FailoverReason, Step};
-use crate::model::{Member, SwitchoverRequest};
+use crate::model::{Member, Revisions, SwitchoverRequest};
 
 /// A requested switchover not yet `recorded` as done: fail over to the target when it is an
 /// in-sync replica of the primary `primary_of` names (member and node id) for it. Status
@@ -35,93 +35,141 @@ pub fn switchover<'a>(
     })
 }
 
-/// One member of `wanted` at a time through the roll gate: replicas first; with
-/// `with_replicas`, a primary hands over to its most caught-up replica (the one following
-/// `node_id(primary)`) before it may restart.
-pub fn roll<'a>(
-    wanted: &[&'a Member],
-    with_replicas: bool,
-    node_id: impl Fn(&Member) -> Option<&'a str>,
-) -> Option<Step> {
+/// What the roll needs to know of a member: a cluster's members, and a replication's data
+/// nodes and sentinels.
+pub trait RollMember {
+    fn name(&self) -> &str;
+    fn ready(&self) -> bool;
+    fn revisions(&self) -> &Revisions;
+    /// Its Valkey answered this time.
+    fn answers(&self) -> bool;
+    /// Restarting it costs a resync at most: a replica, or a sentinel.
+    fn restarts_freely(&self) -> bool;
+    /// It plays its part: a primary serves, a replica is in sync, a sentinel monitors.
+    fn plays_its_part(&self) -> bool;
+}
+
+impl RollMember for Member {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn ready(&self) -> bool {
+        self.ready
+    }
+
+    fn revisions(&self) -> &Revisions {
+        &self.revisions
+    }
+
+    fn answers(&self) -> bool {
+        self.reply.is_some()
+    }
+
+    fn restarts_freely(&self) -> bool {
+        self.role() == Some(Role::Replica)
+    }
+
+    fn plays_its_part(&self) -> bool {
+        self.role() == Some(Role::Primary) || self.is_synced_replica()
+    }
+}
+
+/// The roll's next move.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RollStep {
+    Wait {
+        reason: Waiting,
+        message: String,
+    },
+    /// Open `member`'s roll gate for `revision`.
+    Allow {
+        member: String,
+        revision: String,
+    },
+    /// `primary` must hand over to a replica before it may restart.
+    HandOver {
+        primary: String,
+    },
+}
+
+/// One member of `wanted` at a time through the roll gate: those that restart freely first;
+/// with `with_replicas`, a primary hands over before it may restart.
+pub fn roll<M: RollMember>(wanted: &[&M], with_replicas: bool) -> Option<RollStep> {
+    let wait = |reason, message: String| Some(RollStep::Wait { reason, message });
     // A template change reaches members one by one: wait until node-controller has rendered
     // every one, or the first member seen changing would roll first, replica or not.
-    if let Some(behind) = wanted.iter().find(|m| !m.revisions.observed) {
-        return Some(Step::wait(
+    if let Some(behind) = wanted.iter().find(|m| !m.revisions().observed) {
+        return wait(
             Waiting::SpecNotRendered,
             format!(
                 "node-controller has not rendered {}'s current spec yet",
-                behind.name
+                behind.name()
             ),
-        ));
+        );
     }
-    let settled = |m: &Member| {
-        m.ready
-            && m.revisions.running == m.revisions.desired
-            && (m.role() == Some(Role::Primary) || m.is_synced_replica())
-    };
+    let settled =
+        |m: &M| m.ready() && m.revisions().running == m.revisions().desired && m.plays_its_part();
     if let Some(busy) = wanted.iter().find(|m| {
-        m.revisions.desired.is_some() && m.revisions.allowed == m.revisions.desired && !settled(m)
+        let r = m.revisions();
+        r.desired.is_some() && r.allowed == r.desired && !settled(m)
     }) {
-        return Some(Step::wait(
+        return wait(
             Waiting::MemberRolling,
             format!(
                 "{} must be ready and in sync before the next member rolls",
-                busy.name
+                busy.name()
             ),
-        ));
+        );
     }
-    let pending: Vec<&Member> = wanted
+    let pending: Vec<&M> = wanted
         .iter()
         .copied()
         .filter(|m| {
-            m.revisions.desired.is_some()
-                && m.revisions.running != m.revisions.desired
-                && m.revisions.allowed != m.revisions.desired
+            let r = m.revisions();
+            r.desired.is_some() && r.running != r.desired && r.allowed != r.desired
         })
         .collect();
     if pending.is_empty() {
         return None;
     }
-    // Only a healthy cluster rolls: every wanted member answering, ready and settled, except
-    // those waiting for their own roll.
-    let is_pending = |m: &Member| pending.iter().any(|p| p.name == m.name);
+    // Only a healthy topology rolls: every wanted member answering, ready and settled,
+    // except those waiting for their own roll.
+    let is_pending = |m: &M| pending.iter().any(|p| p.name() == m.name());
     if let Some(unwell) = wanted
         .iter()
-        .find(|m| !is_pending(m) && (m.reply.is_none() || !m.ready || !settled(m)))
+        .find(|m| !is_pending(m) && (!m.answers() || !m.ready() || !settled(m)))
     {
-        return Some(Step::wait(
+        return wait(
             Waiting::MemberNotReady,
-            format!("{} must be ready before the next member rolls", unwell.name),
-        ));
+            format!(
+                "{} must be ready before the next member rolls",
+                unwell.name()
+            ),
+        );
     }
-    let is_down = |m: &Member| m.reply.is_none() || !m.ready;
+    let allow = |m: &M| {
+        Some(RollStep::Allow {
+            member: m.name().to_string(),
+            revision: m.revisions().desired.clone()?,
+        })
+    };
     // A pending member that is down serves nothing, so its roll costs nothing and may be what
     // heals it (a bad image reverted: its gate still names the broken revision).
-    if let Some(down) = pending.iter().find(|m| is_down(m)) {
-        return Some(Step::AllowRoll {
-            member: down.name.clone(),
-            revision: down.revisions.desired.clone()?,
-        });
+    if let Some(down) = pending.iter().find(|m| !m.answers() || !m.ready()) {
+        return allow(down);
     }
-    let is_replica = |m: &Member| m.role() == Some(Role::Replica);
     let next = pending
         .iter()
-        .find(|m| is_replica(m))
+        .find(|m| m.restarts_freely())
         .or_else(|| pending.first())?;
-    if !is_replica(next) && with_replicas {
+    if !next.restarts_freely() && with_replicas {
         // A primary with replicas never restarts while it serves: hand over first.
-        return Some(hand_over(
-            wanted.iter().copied(),
-            next,
-            node_id(next),
-            FailoverReason::Roll,
-            "waits for an in-sync replica to hand over to before it restarts",
-        ));
+        return Some(RollStep::HandOver {
+            primary: next.name().to_string(),
+        });
     }
-    Some(Step::AllowRoll {
-        member: next.name.clone(),
-        revision: next.revisions.desired.clone()?,
-    })
+    allow(next)
 }
 
 #[cfg(test)]

@@ -33,7 +33,13 @@ enum Cmd {
         #[arg(long, default_value = "deploy/overlays/all")]
         overlay: PathBuf,
         /// Samples to apply after the operator is up (repeatable).
-        #[arg(long, default_values = ["deploy/samples/valkeycluster.yaml"])]
+        #[arg(
+            long,
+            default_values = [
+                "deploy/samples/valkeycluster.yaml",
+                "deploy/samples/valkeyreplication.yaml"
+            ]
+        )]
         sample: Vec<PathBuf>,
     },
     /// Stop every process of the run, by PID.
@@ -89,6 +95,7 @@ async fn run(cli: Cli) -> Result<()> {
                 let client = cluster.client().await?;
                 let mut nodes = Vec::new();
                 let mut clusters = Vec::new();
+                let mut groups = Vec::new();
                 for path in &sample {
                     let yaml = std::fs::read_to_string(path)
                         .with_context(|| format!("reading {}", path.display()))?;
@@ -102,12 +109,22 @@ async fn run(cli: Cli) -> Result<()> {
                         match object.types.as_ref().map(|t| t.kind.as_str()) {
                             Some("ValkeyNode") => nodes.push(name),
                             Some("ValkeyCluster") => clusters.push(name),
+                            Some("ValkeyReplication") => groups.push(name),
                             _ => {}
                         }
                     }
                     operator::apply_all(&client, &objects).await?;
                 }
-                print_summary(&cluster, &controllers, &sample, &nodes, &clusters);
+                print_summary(
+                    &cluster,
+                    &controllers,
+                    &sample,
+                    &Applied {
+                        nodes,
+                        clusters,
+                        groups,
+                    },
+                );
             } else {
                 println!("export KUBECONFIG={}", cluster.admin_kubeconfig.display());
             }
@@ -138,12 +155,18 @@ async fn run(cli: Cli) -> Result<()> {
     }
 }
 
+/// The names of the samples' objects, by kind.
+struct Applied {
+    nodes: Vec<String>,
+    clusters: Vec<String>,
+    groups: Vec<String>,
+}
+
 fn print_summary(
     cluster: &LocalCluster,
     controllers: &[operator::RunningController],
     samples: &[PathBuf],
-    valkey_nodes: &[String],
-    valkey_clusters: &[String],
+    applied: &Applied,
 ) {
     let names: Vec<&str> = controllers
         .iter()
@@ -159,13 +182,13 @@ fn print_summary(
     for sample in samples {
         println!("  applied {}", sample.display());
     }
-    println!("  kubectl get nodes,pods,valkeynodes,valkeyclusters -A");
-    for node in valkey_nodes {
+    println!("  kubectl get nodes,pods,valkeynodes,valkeyclusters,valkeyreplications -A");
+    for node in &applied.nodes {
         println!(
             "  valkey-cli -h \"$(kubectl get vkn {node} -o jsonpath='{{.status.endpoint.clusterIP}}')\" ping"
         );
     }
-    for cluster in valkey_clusters {
+    for cluster in &applied.clusters {
         println!(
             "  kubectl wait vkc/{cluster} --for=jsonpath='{{.status.phase}}'=Ready --timeout=3m"
         );
@@ -174,6 +197,20 @@ fn print_summary(
         );
         println!(
             "  valkey-cli -c -h \"$(kubectl get vkn {cluster}-0-0 -o jsonpath='{{.status.endpoint.clusterIP}}')\" set hello world"
+        );
+    }
+    for group in &applied.groups {
+        println!(
+            "  kubectl wait vkr/{group} --for=jsonpath='{{.status.phase}}'=Ready --timeout=3m"
+        );
+        println!(
+            "  export REDISCLI_AUTH=\"$(kubectl get secret {group}-auth -o jsonpath='{{.data.password}}' | base64 -d)\""
+        );
+        println!(
+            "  valkey-cli -h \"$(kubectl get svc {group} -o jsonpath='{{.spec.clusterIP}}')\" set hello world"
+        );
+        println!(
+            "  REDISCLI_AUTH=\"$(kubectl get secret {group}-sentinel-auth -o jsonpath='{{.data.password}}' | base64 -d)\" valkey-cli -h \"$(kubectl get svc {group}-sentinel -o jsonpath='{{.spec.clusterIP}}')\" -p 26379 sentinel get-primary-addr-by-name {group}"
         );
     }
     println!("  logs: {run_dir}/logs/   stop: just down");

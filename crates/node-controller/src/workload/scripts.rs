@@ -1,0 +1,293 @@
+//! The shell a member of a ValkeyReplication runs before Valkey or Sentinel starts, so a pod
+//! that restarts comes back in the right role with the operator down. Both read the
+//! replication context (`/etc/valkey/replication`, see [`crate::config::replication`]) and
+//! ask the group's sentinels (as the `operator` user, 2 s each) which address they name
+//! primary (`SENTINEL GET-MASTER-ADDR-BY-NAME`), taking the answer of a majority of those
+//! that answer.
+//!
+//! - A data node ([`data_role`]) starts as a replica of the named primary. When the
+//!   sentinels name the node itself, it is restarting while they still count it primary:
+//!   its replicas may hold writes it lost, so it waits (not serving) until they fail over
+//!   and name another, or until a failover is evidently not coming (twice
+//!   down-after-milliseconds plus 30 s, or a group with one data node) and then starts as
+//!   primary. When no sentinel names anyone (none answers, or none monitors the group yet),
+//!   it follows the primary the operator last saw (15 s later once the group is monitored,
+//!   at once before), starting as primary if that is itself.
+//! - A sentinel's init container ([`SENTINEL_INIT`]) carries its state over from
+//!   /data/sentinel.conf; a sentinel without state (a new pod) in a monitored group monitors
+//!   the primary its peers name (or the last one seen) with the spec's options and every
+//!   other data node as a known replica, so it can fail over even if the primary never
+//!   comes back. Its main container adds the login to the data nodes
+//!   ([`SENTINEL_LOGIN`]), kept out of files.
+
+/// Where the replication context is mounted.
+pub const CONTEXT_PATH: &str = "/etc/valkey/replication";
+
+/// Reads the context into shell variables, and `named`: the address a majority of the
+/// answering sentinels name primary (nothing when none does).
+const READ_CONTEXT: &str = r#"ctx=/etc/valkey/replication
+name= self="${POD_IP-}" primary= monitored=no quorum=2 down=5000 failover=60000 syncs=1
+sentinels= data= data_count=0
+if [ -r "$ctx" ]; then
+  while read -r key value; do
+    case "$key" in
+      name) name=$value ;;
+      self) self=$value ;;
+      primary) primary=$value ;;
+      monitored) monitored=$value ;;
+      quorum) quorum=$value ;;
+      down-after-milliseconds) down=$value ;;
+      failover-timeout) failover=$value ;;
+      parallel-syncs) syncs=$value ;;
+      sentinel) sentinels="$sentinels $value" ;;
+      data) data="$data $value"; data_count=$((data_count + 1)) ;;
+    esac
+  done < "$ctx"
+fi
+named() {
+  answers=
+  for s in $sentinels; do
+    a=$(REDISCLI_AUTH="${VALKEY_OPERATOR_PASSWORD-}" timeout 2 valkey-cli --no-auth-warning \
+      -h "$s" -p 26379 ${VALKEY_OPERATOR_PASSWORD:+--user operator} --raw \
+      SENTINEL GET-MASTER-ADDR-BY-NAME "$name" 2>/dev/null | head -n 1) || a=
+    case "$a" in ''|*[!0-9a-fA-F.:]*) ;; *) answers="$answers $a" ;; esac
+  done
+  total=$(echo $answers | wc -w)
+  for a in $answers; do
+    n=$(echo $answers | tr ' ' '\n' | grep -cx "$a")
+    if [ $((n * 2)) -gt "$total" ]; then echo "$a"; return; fi
+  done
+}
+"#;
+
+/// A data node's role at start; appended to its start command before the `exec`, it adds
+/// `--replicaof <primary> 6379` to the server's arguments when it starts as a replica.
+pub fn data_role() -> String {
+    format!("{READ_CONTEXT}{DATA_ROLE}")
+}
+
+const DATA_ROLE: &str = r#"if [ -n "$name" ]; then
+  started=$(date +%s)
+  patience=$((down / 1000 * 2 + 30))
+  while :; do
+    now=$(named)
+    waited=$(( $(date +%s) - started ))
+    if [ -n "$now" ] && [ "$now" != "$self" ]; then
+      echo "the sentinels name $now primary: starting as its replica" >&2
+      set -- "$@" --replicaof "$now" 6379
+      break
+    elif [ -z "$now" ]; then
+      if [ "$monitored" != yes ] || [ "$waited" -ge 15 ]; then
+        if [ -n "$primary" ] && [ "$primary" != "$self" ]; then
+          echo "no sentinel names a primary: starting as a replica of $primary, the last seen" >&2
+          set -- "$@" --replicaof "$primary" 6379
+        else
+          echo "no sentinel names a primary: starting as primary, the last seen" >&2
+        fi
+        break
+      fi
+    elif [ "$data_count" -le 1 ] || [ "$waited" -ge "$patience" ]; then
+      echo "the sentinels still name this node primary and fail nobody over: starting as primary" >&2
+      break
+    else
+      echo "the sentinels still name this restarting node primary: waiting for a failover" >&2
+    fi
+    sleep 1
+  done
+fi
+"#;
+
+/// A sentinel's init container: the rendered sentinel.conf, the state it had, and, for a
+/// sentinel without state in a monitored group, what to monitor.
+pub fn sentinel_init() -> String {
+    format!("set -eu\n{READ_CONTEXT}{SENTINEL_INIT}")
+}
+
+/// Sentinel rewrites its config file (it refuses to start on a read-only one, so the copy is
+/// made writable, for its owner only: Sentinel writes passwords into it) and keeps its
+/// state there (myid, monitored primaries, known replicas and sentinels, epochs), so it runs
+/// from a copy in /data. Each start takes the fresh operator-rendered file and carries over
+/// the `sentinel` state lines the fresh file does not set; `announce-ip` is never carried:
+/// it comes from the fresh file or the command line. This runs in an init container so the
+/// main container execs valkey-sentinel directly and SIGTERM reaches it (a shell wrapper
+/// would have to forward signals).
+pub const SENTINEL_INIT: &str = r#"new=/data/sentinel.conf.new
+cat /etc/valkey/sentinel.conf > "$new"
+chmod 600 "$new"
+if [ -f /data/sentinel.conf ]; then
+  awk 'NR == FNR { if ($1 == "sentinel") seen[$2] = 1; next }
+       $1 == "sentinel" && !($2 in seen) && $2 != "announce-ip"' \
+    /etc/valkey/sentinel.conf /data/sentinel.conf >> "$new"
+fi
+if [ -n "$name" ] && [ "$monitored" = yes ] && ! grep -q "^sentinel monitor $name " "$new"; then
+  now=$(named)
+  [ -n "$now" ] || now=$primary
+  if [ -n "$now" ]; then
+    echo "no state: monitoring $now, named by the other sentinels or last seen" >&2
+    {
+      echo "sentinel monitor $name $now 6379 $quorum"
+      echo "sentinel down-after-milliseconds $name $down"
+      echo "sentinel failover-timeout $name $failover"
+      echo "sentinel parallel-syncs $name $syncs"
+      echo "sentinel auth-user $name operator"
+      for d in $data; do
+        [ "$d" = "$now" ] || echo "sentinel known-replica $name $d 6379"
+      done
+    } >> "$new"
+  fi
+fi
+mv "$new" /data/sentinel.conf
+"#;
+
+/// The sentinel's login to the data nodes, from the environment: added to its arguments
+/// when it monitors a group (`auth-pass` must follow the `monitor` line).
+pub const SENTINEL_LOGIN: &str = r#"group=$(sed -n 's/^sentinel monitor \([^ ]*\) .*/\1/p' /data/sentinel.conf | head -n 1)
+if [ -n "$group" ] && [ -n "${VALKEY_OPERATOR_PASSWORD-}" ]; then
+  set -- "$@" --sentinel auth-user "$group" operator --sentinel auth-pass "$group" "$VALKEY_OPERATOR_PASSWORD"
+fi
+"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+    use std::process::Command;
+
+    /// A `valkey-cli` on PATH that answers GET-MASTER-ADDR-BY-NAME as `answers` says, by
+    /// host: `host=address`, one per line, or `host=` for a sentinel that does not know the
+    /// group; hosts not listed do not answer. A host's answers may be a `,`-list, used in
+    /// turn (the last one sticks).
+    fn fake_cli(dir: &Path, answers: &str) {
+        std::fs::write(dir.join("answers"), answers).unwrap();
+        let cli = format!(
+            r#"#!/bin/sh
+while [ $# -gt 0 ]; do case "$1" in -h) host=$2; shift ;; esac; shift; done
+line=$(grep "^$host=" {dir}/answers) || exit 1
+list=${{line#*=}}
+n=$(cat {dir}/count.$host 2>/dev/null || echo 1)
+echo $((n + 1)) > {dir}/count.$host
+a=$(echo "$list" | tr ',' '\n' | sed -n "${{n}}p")
+[ -n "$a" ] || a=$(echo "$list" | tr ',' '\n' | tail -n 1)
+[ -z "$a" ] || printf '%s\n6379\n' "$a"
+"#,
+            dir = dir.display()
+        );
+        let path = dir.join("valkey-cli");
+        std::fs::write(&path, cli).unwrap();
+        Command::new("chmod")
+            .args(["+x", path.to_str().unwrap()])
+            .status()
+            .unwrap();
+    }
+
+    /// Runs `script` (the context path pointed at `dir`) as `sh -c script echo started`:
+    /// what it passes to the program, and what it said.
+    fn run(dir: &Path, script: &str, context: &str) -> (String, String) {
+        std::fs::write(dir.join("replication"), context).unwrap();
+        let script = script.replace(CONTEXT_PATH, dir.join("replication").to_str().unwrap());
+        let script = format!("{script}exec \"$0\" \"$@\"");
+        let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap());
+        let out = Command::new("sh")
+            .args(["-c", &script, "echo", "started"])
+            .env("PATH", path)
+            .env("VALKEY_OPERATOR_PASSWORD", "pw")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        (
+            String::from_utf8_lossy(&out.stdout).trim().to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    }
+
+    const CONTEXT: &str = "name g\nself 10.0.0.2\nprimary 10.0.0.1\nmonitored yes\n\
+                           down-after-milliseconds 1000\nsentinel 10.1.0.1\nsentinel 10.1.0.2\n\
+                           sentinel 10.1.0.3\ndata 10.0.0.1\ndata 10.0.0.2\ndata 10.0.0.3\n";
+
+    #[test]
+    fn a_data_node_follows_the_primary_a_majority_of_sentinels_names() {
+        let dir = tempfile::tempdir().unwrap();
+        fake_cli(
+            dir.path(),
+            "10.1.0.1=10.0.0.3\n10.1.0.2=10.0.0.3\n10.1.0.3=10.0.0.1\n",
+        );
+        let (args, said) = run(dir.path(), &data_role(), CONTEXT);
+        assert_eq!(args, "started --replicaof 10.0.0.3 6379", "{said}");
+    }
+
+    #[test]
+    fn a_restarting_primary_waits_until_the_sentinels_fail_over() {
+        let dir = tempfile::tempdir().unwrap();
+        // The sentinels name this node (10.0.0.2) once, then the replica they promoted.
+        fake_cli(
+            dir.path(),
+            "10.1.0.1=10.0.0.2,10.0.0.3\n10.1.0.2=10.0.0.2,10.0.0.3\n",
+        );
+        let (args, said) = run(dir.path(), &data_role(), CONTEXT);
+        assert_eq!(args, "started --replicaof 10.0.0.3 6379", "{said}");
+        assert!(said.contains("waiting for a failover"), "{said}");
+        // A lone data node has nobody to fail over to: it starts as primary at once.
+        let dir = tempfile::tempdir().unwrap();
+        fake_cli(dir.path(), "10.1.0.1=10.0.0.2\n");
+        let lone = CONTEXT
+            .replace("data 10.0.0.1\n", "")
+            .replace("data 10.0.0.3\n", "");
+        let (args, _) = run(dir.path(), &data_role(), &lone);
+        assert_eq!(args, "started");
+    }
+
+    #[test]
+    fn with_no_sentinel_knowing_the_group_the_last_primary_seen_is_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        fake_cli(dir.path(), "10.1.0.1=\n10.1.0.2=\n10.1.0.3=\n");
+        let new = CONTEXT.replace("monitored yes", "monitored no");
+        let (args, said) = run(dir.path(), &data_role(), &new);
+        assert_eq!(args, "started --replicaof 10.0.0.1 6379", "{said}");
+        // The last primary seen is this node: it starts as primary.
+        let first = new.replace("self 10.0.0.2", "self 10.0.0.1");
+        assert_eq!(run(dir.path(), &data_role(), &first).0, "started");
+        // No context: nothing added.
+        let (args, _) = run(dir.path(), &data_role(), "");
+        assert_eq!(args, "started");
+    }
+
+    #[test]
+    fn a_sentinel_without_state_monitors_what_its_peers_name() {
+        let dir = tempfile::tempdir().unwrap();
+        fake_cli(dir.path(), "10.1.0.1=10.0.0.3\n10.1.0.2=10.0.0.3\n");
+        let data = dir.path().join("data");
+        std::fs::create_dir(&data).unwrap();
+        std::fs::write(dir.path().join("sentinel.conf"), "port 26379\n").unwrap();
+        let script = sentinel_init()
+            .replace("/data/", &format!("{}/", data.display()))
+            .replace(
+                "/etc/valkey/sentinel.conf",
+                dir.path().join("sentinel.conf").to_str().unwrap(),
+            );
+        run(
+            dir.path(),
+            &script,
+            &CONTEXT.replace("down-after-milliseconds 1000\n", ""),
+        );
+        let written = std::fs::read_to_string(data.join("sentinel.conf")).unwrap();
+        assert_eq!(
+            written,
+            "port 26379\nsentinel monitor g 10.0.0.3 6379 2\n\
+             sentinel down-after-milliseconds g 5000\nsentinel failover-timeout g 60000\n\
+             sentinel parallel-syncs g 1\nsentinel auth-user g operator\n\
+             sentinel known-replica g 10.0.0.1 6379\nsentinel known-replica g 10.0.0.2 6379\n"
+        );
+        // Restarted with its state, it keeps what it had.
+        std::fs::write(
+            data.join("sentinel.conf"),
+            "sentinel monitor g 10.0.0.1 6379 2\nsentinel myid abc\nsentinel announce-ip 1.1.1.1\n",
+        )
+        .unwrap();
+        run(dir.path(), &script, CONTEXT);
+        let kept = std::fs::read_to_string(data.join("sentinel.conf")).unwrap();
+        assert_eq!(
+            kept,
+            "port 26379\nsentinel monitor g 10.0.0.1 6379 2\nsentinel myid abc\n"
+        );
+    }
+}

@@ -1,0 +1,416 @@
+//! One reconcile of a ValkeyReplication, as stages:
+//!
+//! 1. fetch: the group and the ValkeyNodes labelled as its members;
+//! 2. apply: the password Secrets and the members the spec asks for;
+//! 3. observe: ask every data node and sentinel what it knows ([`connect`]);
+//! 4. decide (pure, `replication::plan::decide`) and report (pure,
+//!    `replication::status`), written before the step runs;
+//! 5. execute the step (`replication::execute`);
+//! 6. publish its Event, and one when the primary moved.
+//!
+//! Nothing is remembered between reconciles but what status says.
+
+mod connect;
+mod objects;
+mod watch;
+
+pub use watch::SwitchWatch;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crd_types::cluster::Phase;
+use crd_types::names::labels;
+use crd_types::template::OPERATOR_USER;
+use crd_types::{ValkeyNode, ValkeyNodeStatus, ValkeyReplication, ValkeyReplicationStatus};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, Secret, Service};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::ListParams;
+use kube::runtime::controller::Action;
+use kube::{Api, Resource, ResourceExt};
+use operator_runtime::controller::ReconcileContext;
+use operator_runtime::{ApiResultExt, Context, ObjectName, Op, apply};
+use topology_controller::auth;
+use topology_controller::member_status::member_status_changed;
+use topology_controller::observe::Connections;
+use topology_controller::replication::events::{primary_changed, step_event};
+use topology_controller::replication::execute::{DataLogin, execute};
+use topology_controller::replication::members;
+use topology_controller::replication::model::Group;
+use topology_controller::replication::plan::{self, Circumstances, Step};
+use topology_controller::replication::status::{
+    self, Inputs, sentinel_valkey_status, valkey_status,
+};
+use topology_controller::replication::survey::{self, Health};
+
+use crate::error::Error;
+use crate::secrets;
+use crate::valkey::{Conn, Login};
+use connect::Observed;
+
+/// How soon to look again: after a step, while waiting or not ready, and when Ready (a
+/// failover inside Valkey changes no Kubernetes object).
+const AFTER_STEP: Duration = Duration::from_secs(1);
+const WHILE_WAITING: Duration = Duration::from_secs(2);
+const WHEN_IDLE: Duration = Duration::from_secs(30);
+
+/// The API handles of one namespace, and the field manager every write uses.
+struct Apis {
+    namespace: String,
+    groups: Api<ValkeyReplication>,
+    nodes: Api<ValkeyNode>,
+    secrets: Api<Secret>,
+    services: Api<Service>,
+    pods: Api<Pod>,
+    field_manager: &'static str,
+}
+
+/// What the API server holds: the group, its members, and ValkeyNodes with a member's
+/// label it does not own (never taken over).
+struct Live {
+    group: ValkeyReplication,
+    owned: Vec<ValkeyNode>,
+    foreign: Vec<ValkeyNode>,
+}
+
+/// What is known of the group's passwords.
+struct Passwords {
+    operator: Result<String, String>,
+    /// Why a password the members need to start cannot be read (the data nodes' default
+    /// user's, or the sentinels'), if one cannot.
+    start_problem: Option<String>,
+}
+
+pub async fn reconcile(
+    cached: Arc<ValkeyReplication>,
+    ctx: Arc<ReconcileContext<SwitchWatch>>,
+) -> Result<Action, Error> {
+    let apis = apis(&ctx.runtime, &cached)?;
+    let name = cached.name_any();
+    let Some(live) = fetch(&apis, &name).await? else {
+        ctx.data.forget(&apis.namespace, &name);
+        return Ok(Action::await_change());
+    };
+    // Passwords before members, so a member's pod finds its Secrets when it starts.
+    let passwords = passwords(&apis, &live).await?;
+    let nodes = apply_members(&apis, &live).await?;
+    objects::apply_services(
+        &apis.services,
+        &live.group,
+        &apis.namespace,
+        apis.field_manager,
+    )
+    .await?;
+    let login = passwords.operator.as_ref().ok().map(|password| Login {
+        user: OPERATOR_USER.to_string(),
+        password: password.clone(),
+    });
+    let (observed, connections) = connect::observe(&name, nodes, login.as_ref()).await;
+    if let Some(login) = &login {
+        let sentinels = observed
+            .members
+            .sentinels
+            .iter()
+            .filter_map(|s| s.facts.address.clone())
+            .collect();
+        ctx.data.follow(&apis.namespace, &name, sentinels, login);
+    }
+    let outcome = act(
+        &ctx.runtime,
+        &apis,
+        &live,
+        &passwords,
+        login.as_ref(),
+        &observed,
+        &connections,
+    )
+    .await;
+    connections.close().await;
+    outcome
+}
+
+fn apis(ctx: &Context, group: &ValkeyReplication) -> Result<Apis, Error> {
+    let namespace = group.namespace().ok_or_else(|| Error::Invalid {
+        kind: "ValkeyReplication",
+        name: group.name_any(),
+        field: "metadata.namespace",
+    })?;
+    let client = ctx.client.clone();
+    Ok(Apis {
+        groups: Api::namespaced(client.clone(), &namespace),
+        nodes: Api::namespaced(client.clone(), &namespace),
+        secrets: Api::namespaced(client.clone(), &namespace),
+        services: Api::namespaced(client.clone(), &namespace),
+        pods: Api::namespaced(client, &namespace),
+        namespace,
+        field_manager: ctx.field_manager,
+    })
+}
+
+/// The group as it is now (the cache may lag behind the status written a moment ago) and
+/// its members; `None` when it is gone or going.
+async fn fetch(apis: &Apis, name: &str) -> Result<Option<Live>, Error> {
+    let Some(group) = apis.groups.get_opt(name).await.on(
+        Op::Read,
+        ObjectName::new::<ValkeyReplication>(&apis.namespace, name),
+    )?
+    else {
+        return Ok(None);
+    };
+    if group.meta().deletion_timestamp.is_some() {
+        return Ok(None);
+    }
+    let uid = group.uid().unwrap_or_default();
+    let listed = apis
+        .nodes
+        .list(&ListParams::default().labels(&format!("{}={name}", labels::REPLICATION)))
+        .await
+        .on(
+            Op::List,
+            ObjectName::new::<ValkeyNode>(&apis.namespace, name),
+        )?
+        .items;
+    let (owned, foreign) = listed
+        .into_iter()
+        .partition(|n| n.owner_references().iter().any(|o| o.uid == uid));
+    Ok(Some(Live {
+        group,
+        owned,
+        foreign,
+    }))
+}
+
+/// Creates the missing generated Secrets and reads the passwords.
+async fn passwords(apis: &Apis, live: &Live) -> Result<Passwords, Error> {
+    let group = &live.group;
+    let exist = !live.owned.is_empty();
+    let (default, operator) = auth::topology_secrets(&group.name_any(), group.spec.auth.as_ref());
+    let sentinel = auth::sentinel_secret(group);
+    let read = |wanted| secrets::read(&apis.secrets, group, labels::REPLICATION, wanted, exist);
+    let operator = read(&operator).await?;
+    let problems: Vec<String> = [read(&default).await?.err(), read(&sentinel).await?.err()]
+        .into_iter()
+        .flatten()
+        .collect();
+    Ok(Passwords {
+        operator,
+        start_problem: (!problems.is_empty()).then(|| problems.join("; ")),
+    })
+}
+
+/// Creates the members the spec asks for and updates the changed ones; the members as they
+/// are afterwards (leaving ones included: the planner removes them).
+async fn apply_members(apis: &Apis, live: &Live) -> Result<Vec<ValkeyNode>, Error> {
+    let group = Group::of(&live.group);
+    let context = members::context(&live.group, &live.owned);
+    let mut owned = live.owned.clone();
+    for at in group.positions() {
+        let member_name = group.member_name(at);
+        if live.foreign.iter().any(|n| n.name_any() == member_name) {
+            continue; // reported by the planner, never taken over
+        }
+        let existing = owned.iter().position(|n| n.name_any() == member_name);
+        let allowed = existing.and_then(|i| owned[i].spec.allowed_revision.clone());
+        let built = members::member(&live.group, at, allowed, &context);
+        if existing.is_some_and(|i| !topology_controller::members::needs_apply(&built, &owned[i])) {
+            continue;
+        }
+        let applied = apply::apply(&apis.nodes, &member_name, &built, apis.field_manager)
+            .await
+            .on(
+                Op::Apply,
+                ObjectName::new::<ValkeyNode>(&apis.namespace, &member_name),
+            )?;
+        match existing {
+            Some(i) => owned[i] = applied,
+            None => owned.push(applied),
+        }
+    }
+    Ok(owned)
+}
+
+/// Decides, reports, executes and publishes.
+async fn act(
+    ctx: &Context,
+    apis: &Apis,
+    live: &Live,
+    passwords: &Passwords,
+    login: Option<&Login>,
+    observed: &Observed,
+    connections: &Connections<Conn>,
+) -> Result<Action, Error> {
+    let vkr = &live.group;
+    let group = Group::of(vkr);
+    let members = &observed.members;
+    let recorded = vkr
+        .status
+        .as_ref()
+        .and_then(|s| s.current_primary.as_deref());
+    let recorded_switchover = vkr
+        .status
+        .as_ref()
+        .and_then(|s| s.switchover.as_ref())
+        .filter(|s| s.outcome.is_finished())
+        .map(|s| s.id.as_str());
+    let refused: Vec<&str> = observed.login_refused.iter().map(String::as_str).collect();
+    let foreign = live.foreign.first().map(ResourceExt::name_any);
+    let step = plan::decide(
+        &group,
+        members,
+        &Circumstances {
+            recorded_primary: recorded,
+            recorded_switchover,
+            foreign_member: foreign.as_deref(),
+            operator_password_problem: passwords.operator.as_ref().err().map(String::as_str),
+            default_password_problem: passwords.start_problem.as_deref(),
+            login_refused: &refused,
+        },
+    );
+    let health = Health::of(&group, members, recorded);
+    let report = |step_error: Option<&str>| ValkeyReplicationStatus {
+        storage: topology_controller::storage::headroom(&live.owned),
+        ..status::replication_status(Inputs {
+            group: &group,
+            members,
+            health: &health,
+            step: &step,
+            step_error,
+            current: vkr.status.as_ref(),
+            generation: vkr.metadata.generation,
+            now: Timestamp::now(),
+        })
+    };
+
+    // The read-write and read-only Services follow the roles before anything else.
+    let primary = survey::primary(&group, members, recorded)
+        .ok()
+        .filter(|_| health.primary.is_ok());
+    objects::label_pods(
+        &apis.pods,
+        vkr,
+        members,
+        primary,
+        &apis.namespace,
+        apis.field_manager,
+    )
+    .await?;
+    // Status first, so it says what is about to happen.
+    write_member_statuses(apis, observed).await?;
+    let planned = report(None);
+    write_status(apis, vkr, &planned).await?;
+    if let Some((reason, note, member)) =
+        primary_changed(recorded, planned.current_primary.as_deref())
+    {
+        let related = related(observed, member.as_deref());
+        ctx.events.publish(vkr, reason, note, related).await?;
+    }
+
+    let context = members::context(vkr, &observed.nodes);
+    let objects = objects::GroupMembers {
+        group: vkr,
+        context: &context,
+        api: &apis.nodes,
+        namespace: &apis.namespace,
+        field_manager: apis.field_manager,
+    };
+    let done = match login {
+        Some(login) => {
+            let data_login = DataLogin {
+                user: &login.user,
+                password: &login.password,
+            };
+            execute(&step, &group, members, connections, &objects, &data_login).await
+        }
+        // Without the operator's password the guard only ever lets waits through.
+        None => Ok(()),
+    };
+    let step_error = done.as_ref().err().map(ToString::to_string);
+    if let Err(e) = &done {
+        tracing::warn!(replication = %vkr.name_any(), step = %step, error = %e, "step failed");
+        write_status(apis, vkr, &report(step_error.as_deref())).await?;
+    }
+    if let Some((reason, note, member)) = step_event(&step, step_error.as_deref()) {
+        let related = related(observed, member.as_deref());
+        ctx.events.publish(vkr, reason, note, related).await?;
+    }
+    let ready = planned.phase == Some(Phase::Ready);
+    Ok(Action::requeue(next_look(
+        &step,
+        step_error.is_some(),
+        ready,
+    )))
+}
+
+/// The ValkeyNode `member`, as an Event's related object.
+fn related(observed: &Observed, member: Option<&str>) -> Option<ObjectReference> {
+    let member = member?;
+    let node = observed.nodes.iter().find(|n| n.name_any() == member)?;
+    Some(node.object_ref(&()))
+}
+
+/// Each member's `status.valkey`, where it changed beyond the replication offset.
+async fn write_member_statuses(apis: &Apis, observed: &Observed) -> Result<(), Error> {
+    let members = &observed.members;
+    let statuses = members
+        .data
+        .iter()
+        .map(|d| (d.name(), valkey_status(d, members)))
+        .chain(
+            members
+                .sentinels
+                .iter()
+                .map(|s| (s.name(), sentinel_valkey_status(s))),
+        );
+    for (name, valkey) in statuses {
+        let Some(valkey) = valkey else { continue };
+        let node = observed.nodes.iter().find(|n| n.name_any() == name);
+        let live = node
+            .and_then(|n| n.status.as_ref())
+            .and_then(|s| s.valkey.as_ref());
+        if !member_status_changed(live, &valkey) {
+            continue;
+        }
+        let body = ValkeyNodeStatus {
+            valkey: Some(valkey),
+            ..Default::default()
+        };
+        apply::apply_status(&apis.nodes, name, &body, apis.field_manager)
+            .await
+            .on(
+                Op::ApplyStatus,
+                ObjectName::new::<ValkeyNode>(&apis.namespace, name),
+            )?;
+    }
+    Ok(())
+}
+
+/// The group's status, when it differs from what is written.
+async fn write_status(
+    apis: &Apis,
+    group: &ValkeyReplication,
+    status: &ValkeyReplicationStatus,
+) -> Result<(), Error> {
+    if group.status.as_ref() == Some(status) {
+        return Ok(());
+    }
+    let name = group.name_any();
+    apply::apply_status(&apis.groups, &name, status, apis.field_manager)
+        .await
+        .on(
+            Op::ApplyStatus,
+            ObjectName::new::<ValkeyReplication>(&apis.namespace, &name),
+        )?;
+    Ok(())
+}
+
+/// When to look again: soon after a step, a little later while waiting or not ready, and at
+/// the idle poll once Ready.
+fn next_look(step: &Step, failed: bool, ready: bool) -> Duration {
+    match step {
+        _ if failed => WHILE_WAITING,
+        Step::Wait { .. } => WHILE_WAITING,
+        Step::Idle if !ready => WHILE_WAITING,
+        Step::Idle => WHEN_IDLE,
+        _ => AFTER_STEP,
+    }
+}

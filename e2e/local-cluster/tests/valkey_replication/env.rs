@@ -1,0 +1,223 @@
+//! The shared test environment: timeouts, the `SERIAL` lock and [`Env`] with its helpers.
+
+use std::time::{Duration, Instant};
+
+use crd_types::ValkeyReplication;
+use kube::ResourceExt;
+use local_cluster::LocalCluster;
+use local_cluster::cluster_testing::{Progress, wait_until};
+use local_cluster::operator::RunningController;
+use local_cluster::replication_testing::{GroupAccess, ReplicationApis, access, ready_status};
+use local_cluster::testing::cluster_with_operator;
+
+pub(crate) const NS: &str = "default";
+/// A new group: members created, pods started, replicas attached, sentinels monitoring.
+pub(crate) const FORM: Duration = Duration::from_secs(180);
+/// A failover: down-after-milliseconds, the election, the operator following.
+pub(crate) const FAILOVER: Duration = Duration::from_secs(120);
+/// Something that follows promptly from a state already reached.
+pub(crate) const SETTLE: Duration = Duration::from_secs(60);
+
+/// One test at a time: each starts a whole local cluster.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A local cluster with the operator. Fields drop in order: the processes stop before the
+/// run directory goes, and the next test starts only after both.
+pub(crate) struct Env {
+    pub(crate) cluster: LocalCluster,
+    #[allow(dead_code)]
+    pub(crate) controllers: Vec<RunningController>,
+    pub(crate) apis: ReplicationApis,
+    _run: tempfile::TempDir,
+    _serial: tokio::sync::MutexGuard<'static, ()>,
+}
+
+impl Env {
+    pub(crate) async fn start() -> Self {
+        let serial = SERIAL.lock().await;
+        let run = tempfile::tempdir().unwrap();
+        if std::env::var_os("E2E_KEEP_RUN_DIRS").is_some() {
+            // For a post-mortem of a failed test: the logs stay in the run dir.
+            eprintln!("run dir {}", run.path().display());
+        }
+        let (cluster, controllers) = cluster_with_operator(run.path(), true).await.unwrap();
+        let client = cluster.client().await.unwrap();
+        Self {
+            apis: ReplicationApis::new(&client, NS),
+            cluster,
+            controllers,
+            _run: run,
+            _serial: serial,
+        }
+    }
+
+    /// [`wait_until`], failing the test with the last reason on timeout.
+    pub(crate) async fn wait<T, F, Fut>(&self, what: &str, timeout: Duration, check: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = anyhow::Result<Progress<T>>>,
+    {
+        wait_until(&self.cluster, what, timeout, check)
+            .await
+            .unwrap_or_else(|e| panic!("{e:#}"))
+    }
+
+    pub(crate) async fn ready(
+        &self,
+        name: &str,
+        timeout: Duration,
+    ) -> crd_types::ValkeyReplicationStatus {
+        self.wait(
+            &format!("ValkeyReplication {name} to be Ready"),
+            timeout,
+            || ready_status(&self.apis, name),
+        )
+        .await
+    }
+
+    /// Creates the group, waits for Ready and checks Valkey and Sentinel agree with it.
+    pub(crate) async fn create_ready(&self, group: ValkeyReplication) -> GroupAccess {
+        let name = group.name_any();
+        let started = Instant::now();
+        self.apis.create(&group).await.unwrap();
+        let status = self.ready(&name, FORM).await;
+        eprintln!(
+            "{name}: {} data nodes + {} sentinels Ready {:?} after creation",
+            group.spec.replicas,
+            group.spec.sentinel.replicas,
+            started.elapsed()
+        );
+        let access = access(&self.apis, &name).await.unwrap();
+        let primary = status.current_primary.unwrap();
+        self.healthy(&access, &primary).await;
+        access
+    }
+
+    /// Valkey and Sentinel agree with status: `primary` serves as the one primary, every
+    /// other data node replicates it with its link up, every sentinel names it and lists
+    /// exactly the other data nodes and sentinels.
+    pub(crate) async fn healthy(&self, access: &GroupAccess, primary: &str) {
+        self.wait(
+            &format!("Valkey and Sentinel to agree that {primary} is primary"),
+            SETTLE,
+            || async { Ok(agrees(access, primary)) },
+        )
+        .await;
+    }
+
+    /// Waits until status says Ready, names `primary` (when given) and Valkey and Sentinel
+    /// agree with it: a status written before a change is not taken for one after it.
+    pub(crate) async fn ready_agreeing(
+        &self,
+        name: &str,
+        primary: Option<&str>,
+        timeout: Duration,
+    ) -> crd_types::ValkeyReplicationStatus {
+        self.wait(
+            &format!("ValkeyReplication {name} to be Ready, agreeing with Valkey"),
+            timeout,
+            || async {
+                let status = match ready_status(&self.apis, name).await? {
+                    Ok(status) => status,
+                    Err(why) => return Ok(Err(why)),
+                };
+                let named = status.current_primary.clone().unwrap_or_default();
+                if primary.is_some_and(|p| p != named) {
+                    return Ok(Err(format!("currentPrimary is {named}, not {primary:?}")));
+                }
+                let access = access(&self.apis, name).await?;
+                Ok(agrees(&access, &named).map(|()| status))
+            },
+        )
+        .await
+    }
+
+    /// Whether `ip` (a Service) reaches `member` serving as primary: `ROLE` says master and
+    /// the run id is the member's own.
+    pub(crate) fn serves_as_primary(
+        &self,
+        access: &GroupAccess,
+        ip: &str,
+        member: &str,
+    ) -> Progress<()> {
+        let run_id = |ip: &str| {
+            access
+                .cli(ip, &["INFO", "server"])
+                .lines()
+                .find_map(|l| l.strip_prefix("run_id:").map(str::to_string))
+        };
+        let role = access.role(ip).map_err(|e| format!("{e:#}"))?.0;
+        let theirs = run_id(access.ip(member).ok_or("no such member")?);
+        let here = run_id(ip);
+        if role == "master" && here.is_some() && here == theirs {
+            Ok(())
+        } else {
+            Err(format!(
+                "{ip} answers {role} with run id {here:?}, {member} has {theirs:?}"
+            ))
+        }
+    }
+
+    /// Waits until every member has been told the group is monitored and node-controller
+    /// has rendered that (so a pod that starts now reads it).
+    pub(crate) async fn contexts_monitored(&self, name: &str) {
+        self.wait(
+            "every member to be told the group is monitored",
+            SETTLE,
+            || async {
+                for node in self.apis.members(name).await? {
+                    let told = node.spec.replication.as_ref().is_some_and(|r| r.monitored);
+                    let rendered = node
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.workload.as_ref())
+                        .and_then(|w| w.observed_generation)
+                        == node.metadata.generation;
+                    if !(told && rendered) {
+                        return Ok(Err(format!(
+                            "{}: told {told}, rendered {rendered}",
+                            node.name_any()
+                        )));
+                    }
+                }
+                Ok(Ok(()))
+            },
+        )
+        .await
+    }
+
+    pub(crate) fn finish(mut self) {
+        self.cluster.stop().unwrap();
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if std::env::var_os("E2E_KEEP_RUN_DIRS").is_some() {
+            let dir = std::mem::replace(&mut self._run, tempfile::tempdir().unwrap());
+            let _ = dir.keep();
+        }
+    }
+}
+
+/// Whether Valkey and Sentinel agree that `primary` is the group's primary; see
+/// [`Env::healthy`].
+pub(crate) fn agrees(access: &GroupAccess, primary: &str) -> Progress<()> {
+    let primary_ip = access.ip(primary).ok_or("no such member")?.to_string();
+    for m in &access.data {
+        let (role, follows) = access.role(&m.ip).map_err(|e| format!("{e:#}"))?;
+        let ok = if m.name == primary {
+            role == "master"
+        } else {
+            role == "slave"
+                && follows.as_deref() == Some(primary_ip.as_str())
+                && access
+                    .cli(&m.ip, &["INFO", "replication"])
+                    .contains("master_link_status:up")
+        };
+        if !ok {
+            return Err(format!("{}: {role} of {follows:?}", m.name));
+        }
+    }
+    access.sentinels_agree_on(&primary_ip)
+}

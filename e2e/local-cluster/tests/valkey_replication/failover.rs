@@ -1,0 +1,185 @@
+//! Scenario 2: Sentinel fails over a frozen primary, and a deleted one; the read-write
+//! Service follows and the old primary rejoins as a replica.
+
+use std::time::Instant;
+
+use agent_services::ControlClient;
+use crd_types::names::statefulset_pod_name;
+use local_cluster::replication_testing::{self, GroupWriter, Route, valkey_replication};
+
+use crate::env::{Env, FAILOVER, NS, SETTLE};
+
+/// With two writers (one through the read-write Service, one asking the sentinels), the
+/// primary's pod is frozen (SIGSTOP) past down-after-milliseconds: Sentinel fails over,
+/// status and the read-write Service follow, and once thawed the old primary rejoins as a
+/// replica. No acknowledged write is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_frozen_primary_is_replaced_and_rejoins_as_replica() {
+    let env = Env::start().await;
+    let name = "freeze";
+    let access = env
+        .create_ready(valkey_replication(name, 3, 3, false))
+        .await;
+    let status = env.ready(name, SETTLE).await;
+    let old = status.current_primary.clone().unwrap();
+    let service = access.service_ip.clone().unwrap();
+    env.wait(
+        "the read-write Service to reach the primary",
+        SETTLE,
+        || async { Ok(env.serves_as_primary(&access, &service, &old)) },
+    )
+    .await;
+    let through_service = GroupWriter::start(&access, Route::Service(service.clone()), "svc");
+    let sentinel_aware = GroupWriter::start(
+        &access,
+        Route::Sentinel(access.sentinel_service_ip.clone().unwrap()),
+        "snt",
+    );
+    through_service.progressed(200, SETTLE).await.unwrap();
+    sentinel_aware.progressed(200, SETTLE).await.unwrap();
+
+    let control = ControlClient::new(env.cluster.control_addr.unwrap());
+    let pod = format!("{NS}/{}", statefulset_pod_name(&old));
+    control.freeze(&pod).await.unwrap();
+    let frozen = Instant::now();
+    let new = env
+        .wait(
+            "Sentinel to fail over and status to follow",
+            FAILOVER,
+            || async {
+                let status = env.apis.groups.get(name).await?.status.unwrap_or_default();
+                Ok(match status.current_primary {
+                    Some(p) if p != old => Ok(p),
+                    other => Err(format!("currentPrimary is {other:?}")),
+                })
+            },
+        )
+        .await;
+    eprintln!(
+        "{name}: {new} named primary {:?} after the freeze",
+        frozen.elapsed()
+    );
+    env.wait(
+        "the read-write Service to reach the new primary",
+        SETTLE,
+        || async { Ok(env.serves_as_primary(&access, &service, &new)) },
+    )
+    .await;
+    eprintln!(
+        "{name}: the read-write Service reaches {new} {:?} after the freeze",
+        frozen.elapsed()
+    );
+    let acked = through_service.acked();
+    through_service.progressed(1, SETTLE).await.unwrap();
+    eprintln!(
+        "{name}: first write acknowledged through the Service {:?} after the freeze ({acked} before)",
+        frozen.elapsed()
+    );
+
+    control.thaw(&pod).await.unwrap();
+    env.ready(name, FAILOVER).await;
+    let access = replication_testing::access(&env.apis, name).await.unwrap();
+    env.healthy(&access, &new).await;
+    through_service.progressed(200, SETTLE).await.unwrap();
+    sentinel_aware.progressed(200, SETTLE).await.unwrap();
+    for writer in [through_service, sentinel_aware] {
+        let report = writer.stop().await.unwrap();
+        eprintln!("{name}: {}", report.summary());
+        let lost = report.lost(&access).await.unwrap();
+        assert!(
+            lost.is_empty(),
+            "{} of {} acknowledged writes lost, e.g. {:?}",
+            lost.len(),
+            report.acked.len(),
+            &lost[..lost.len().min(10)]
+        );
+    }
+    let moved = env
+        .apis
+        .group_events(name, Some("PrimaryChanged"))
+        .await
+        .unwrap();
+    let note = moved
+        .first()
+        .and_then(|e| e.note.clone())
+        .unwrap_or_default();
+    assert_eq!(note, format!("primary moved from {old} to {new}"));
+    env.finish();
+}
+
+/// With two writers as above and persistence, the primary's pod is deleted (killed, grace
+/// 0) and comes back at once: it does not serve as primary again (its replicas may hold
+/// writes its append-only file missed) but waits until Sentinel fails over, then rejoins as
+/// a replica of the new primary. No acknowledged write is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_deleted_primary_waits_for_the_failover_and_rejoins_as_replica() {
+    let env = Env::start().await;
+    let name = "kill";
+    let access = env.create_ready(valkey_replication(name, 3, 3, true)).await;
+    let old = env.ready(name, SETTLE).await.current_primary.unwrap();
+    let service = access.service_ip.clone().unwrap();
+    let through_service = GroupWriter::start(&access, Route::Service(service.clone()), "svc");
+    let sentinel_aware = GroupWriter::start(
+        &access,
+        Route::Sentinel(access.sentinel_service_ip.clone().unwrap()),
+        "snt",
+    );
+    through_service.progressed(200, SETTLE).await.unwrap();
+    sentinel_aware.progressed(200, SETTLE).await.unwrap();
+
+    env.apis
+        .kill_pod(&statefulset_pod_name(&old))
+        .await
+        .unwrap();
+    let killed = Instant::now();
+    let new = env
+        .wait(
+            "Sentinel to fail over and status to follow",
+            FAILOVER,
+            || async {
+                let status = env.apis.groups.get(name).await?.status.unwrap_or_default();
+                Ok(match status.current_primary {
+                    Some(p) if p != old => Ok(p),
+                    other => Err(format!("currentPrimary is {other:?}")),
+                })
+            },
+        )
+        .await;
+    eprintln!(
+        "{name}: {new} named primary {:?} after the kill",
+        killed.elapsed()
+    );
+    env.ready(name, FAILOVER).await;
+    eprintln!("{name}: Ready again {:?} after the kill", killed.elapsed());
+    let access = replication_testing::access(&env.apis, name).await.unwrap();
+    env.healthy(&access, &new).await;
+    // What the restarted old primary's start script said.
+    let log = env
+        .apis
+        .pods
+        .logs(&statefulset_pod_name(&old), &Default::default())
+        .await
+        .unwrap();
+    let said: Vec<&str> = log.lines().filter(|l| l.contains("sentinels")).collect();
+    eprintln!("{name}: {old} at start: {said:?}");
+    assert!(
+        said.last()
+            .is_some_and(|l| l.contains("starting as its replica")),
+        "{log}"
+    );
+    through_service.progressed(200, SETTLE).await.unwrap();
+    sentinel_aware.progressed(200, SETTLE).await.unwrap();
+    for writer in [through_service, sentinel_aware] {
+        let report = writer.stop().await.unwrap();
+        eprintln!("{name}: {}", report.summary());
+        let lost = report.lost(&access).await.unwrap();
+        assert!(
+            lost.is_empty(),
+            "{} of {} acknowledged writes lost, e.g. {:?}",
+            lost.len(),
+            report.acked.len(),
+            &lost[..lost.len().min(10)]
+        );
+    }
+    env.finish();
+}

@@ -1,0 +1,26 @@
+//! ValkeyReplication end to end, with every controller and real valkey-server and
+//! valkey-sentinel pods: a group forms with one primary, its replicas linked and every
+//! sentinel knowing exactly the group, all by Service IP; a frozen primary is failed over by
+//! Sentinel, the read-write Service follows and no acknowledged write is lost, and so is a
+//! deleted one, which waits for the failover instead of serving again; with every
+//! controller stopped, pods restart in their roles and nothing rolls once the controllers
+//! are back; every pod deleted at once comes back with the data and one primary, and
+//! Sentinel's lists keep one entry per member through many restarts; a switchover to a named
+//! member and a roll of every member (the primary handing over first) lose nothing; data
+//! nodes and sentinels scale out and in (a leaving primary handing over first, sentinels
+//! forgetting removed members); a primary cut off from the others stops taking writes and
+//! rejoins as a replica after the heal; bad input is refused at admission.
+//!
+//! Valkey and Sentinel are always asked directly too (`ROLE`, `SENTINEL REPLICAS` and
+//! `SENTINELS`), so a status that claims more than they show fails the tests.
+//!
+//! Each test starts its own local cluster; they run one at a time (`SERIAL`).
+
+mod bad_input;
+mod env;
+mod failover;
+mod forming;
+mod partition;
+mod restarts;
+mod scaling;
+mod switchover;
