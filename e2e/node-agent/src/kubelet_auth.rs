@@ -50,7 +50,31 @@ const AUTHN_TTL: Duration = Duration::from_secs(120);
 const ALLOWED_TTL: Duration = Duration::from_secs(300);
 const DENIED_TTL: Duration = Duration::from_secs(30);
 
-type Decisions = HashMap<(User, String, String), (bool, Instant)>;
+/// What a SubjectAccessReview asks: the Node is part of it, as a grant can name one Node.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Question {
+    user: User,
+    node: String,
+    verb: String,
+    subresource: String,
+}
+
+/// Authorization answers, each kept for its TTL.
+#[derive(Default)]
+struct Decisions(HashMap<Question, (bool, Instant)>);
+
+impl Decisions {
+    fn get(&self, question: &Question, now: Instant) -> Option<bool> {
+        let (allowed, at) = self.0.get(question)?;
+        let ttl = if *allowed { ALLOWED_TTL } else { DENIED_TTL };
+        (now.duration_since(*at) < ttl).then_some(*allowed)
+    }
+
+    fn insert(&mut self, question: Question, allowed: bool, at: Instant) {
+        self.0.insert(question, (allowed, at));
+    }
+}
+
 /// A token's user (`None`: not authenticated) and when it was reviewed.
 type Tokens = HashMap<String, (Option<User>, Instant)>;
 
@@ -110,12 +134,19 @@ impl Authorizer {
         verb: &str,
         subresource: &str,
     ) -> Result<bool, String> {
-        let key = (user.clone(), verb.to_string(), subresource.to_string());
-        if let Some((allowed, at)) = self.decisions.lock().unwrap().get(&key) {
-            let ttl = if *allowed { ALLOWED_TTL } else { DENIED_TTL };
-            if at.elapsed() < ttl {
-                return Ok(*allowed);
-            }
+        let question = Question {
+            user: user.clone(),
+            node: node.to_string(),
+            verb: verb.to_string(),
+            subresource: subresource.to_string(),
+        };
+        if let Some(allowed) = self
+            .decisions
+            .lock()
+            .unwrap()
+            .get(&question, Instant::now())
+        {
+            return Ok(allowed);
         }
         let review = SubjectAccessReview {
             spec: SubjectAccessReviewSpec {
@@ -140,7 +171,7 @@ impl Authorizer {
         self.decisions
             .lock()
             .unwrap()
-            .insert(key, (allowed, Instant::now()));
+            .insert(question, allowed, Instant::now());
         Ok(allowed)
     }
 }
@@ -275,6 +306,35 @@ mod tests {
         }
         assert_eq!(verb(&Method::GET), "get");
         assert_eq!(verb(&Method::POST), "create");
+    }
+
+    #[test]
+    fn a_decision_holds_for_its_node_and_its_ttl_only() {
+        let question = |node: &str| Question {
+            user: User {
+                name: "system:serviceaccount:ops:pvc-resizer".into(),
+                groups: vec![],
+            },
+            node: node.into(),
+            verb: "get".into(),
+            subresource: "stats".into(),
+        };
+        let start = Instant::now();
+        let mut decisions = Decisions::default();
+        decisions.insert(question("node-a"), true, start);
+        decisions.insert(question("node-c"), false, start);
+        assert_eq!(decisions.get(&question("node-a"), start), Some(true));
+        // A grant for one Node (resourceNames) says nothing about another.
+        assert_eq!(decisions.get(&question("node-b"), start), None);
+        assert_eq!(
+            decisions.get(&question("node-a"), start + ALLOWED_TTL),
+            None
+        );
+        assert_eq!(decisions.get(&question("node-c"), start + DENIED_TTL), None);
+        assert_eq!(
+            decisions.get(&question("node-c"), start + DENIED_TTL / 2),
+            Some(false)
+        );
     }
 
     #[test]
