@@ -49,7 +49,7 @@ bench-local: e2e-deps
     cargo build --quiet --release -p node-agent -p local-cluster
     cargo run --quiet --release -p local-cluster --bin bench-local
 
-# ValkeyNode figures (create to Ready, idle API requests, controller RSS) for docs/benchmarks.md.
+# ValkeyNode figures (create to Ready, idle API and kubelet requests, controller RSS) for docs/benchmarks.md.
 bench-nodes: e2e-deps
     cargo build --quiet --release --workspace --bins
     cargo run --quiet --release -p local-cluster --bin bench-nodes

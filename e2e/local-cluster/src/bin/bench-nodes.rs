@@ -1,21 +1,26 @@
-//! `just bench-nodes`: what a ValkeyNode costs in time, API requests and controller memory.
-//! Prints Markdown tables for docs/benchmarks.md.
+//! `just bench-nodes`: what a ValkeyNode costs in time, API requests, kubelet requests and
+//! controller memory. Prints Markdown tables for docs/benchmarks.md.
 //!
 //! One local cluster with the operator (deploy/overlays/all, each controller a local process
-//! with its own ServiceAccount token) and the API server's audit log on:
+//! with its own ServiceAccount token) and the API server's audit log on. Every node has a
+//! small `local-sized` volume (a tmpfs, whose usage the node agent's `/stats/summary`
+//! reports as a kubelet does) with `autoResize` on, far below its threshold, so pvc-resizer
+//! reads the kubelets and nothing grows.
 //!
-//! 1. create-to-Ready of 10 nodes one at a time, then of 10 at once (1Gi volume each),
-//!    split into the steps of our controllers and those of Kubernetes. Writes are timed by
-//!    the audit log (microseconds, as the API server saw them); pod Ready and WorkloadReady
-//!    by watches from here.
-//! 2. 80 more nodes (emptyDir) at once, then an idle window of one resync period in which
-//!    the audit events of each controller's ServiceAccount are counted;
+//! 1. create-to-Ready of 10 nodes one at a time, then of 10 at once, split into the steps of
+//!    our controllers and those of Kubernetes. Writes are timed by the audit log
+//!    (microseconds, as the API server saw them); pod Ready and WorkloadReady by watches
+//!    from here.
+//! 2. 80 more nodes at once; once pvc-resizer has published every volume's usage, an idle
+//!    window of one resync period in which the audit events of each controller's
+//!    ServiceAccount are counted, with pvc-resizer's kubelet stats calls (its metrics) and
+//!    the TokenReviews and SubjectAccessReviews the node agent's kubelet API makes for them;
 //! 3. each controller's VmRSS with 1 node and with 100.
 //!
 //! `BENCH_IDLE_SECS` shortens the idle window for a trial run (the per-hour figures then
 //! miss part of the resync cycle).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::BufRead;
 use std::path::Path;
 use std::time::Duration;
@@ -23,7 +28,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use crd_types::ValkeyNode;
 use crd_types::conditions::{self, types};
-use crd_types::template::WorkloadType;
+use crd_types::template::{AutoResize, WorkloadType};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::PostParams;
@@ -35,7 +40,7 @@ use local_cluster::{LocalCluster, Options};
 use serde::Deserialize;
 
 const NS: &str = "default";
-/// node-controller's and service-controller's resync period
+/// node-controller's, service-controller's and pvc-resizer's resync period
 /// (`operator_runtime::controller::RESYNC_INTERVAL`): a window this long sees every idle
 /// node reconciled exactly once, so window counts x 3600 / window are per-hour rates.
 const RESYNC: Duration = Duration::from_secs(300);
@@ -47,6 +52,14 @@ const BATCH: usize = 10;
 const TOTAL: usize = 100;
 /// The longest a node may take to become Ready before the benchmark gives up.
 const NODE_TIMEOUT: Duration = Duration::from_secs(180);
+/// `agent_services::SIZED_STORAGE_CLASS` (a dev-dependency only, so not importable here).
+const SIZED: &str = "local-sized";
+/// Small: a tmpfs takes memory only for what is written, and Valkey writes a few KiB.
+const VOLUME: &str = "32Mi";
+/// The controllers measured, by binary name.
+const MEASURED: [&str; 3] = ["node-controller", "service-controller", "pvc-resizer"];
+const STATS_CALLS: &str = "valkey_operator_kubelet_stats_calls_total";
+const STATS_FAILURES: &str = "valkey_operator_kubelet_stats_failures_total";
 
 #[tokio::main]
 async fn main() -> Result<()> {
@@ -64,8 +77,10 @@ async fn main() -> Result<()> {
         &local_cluster::repo_root().join("deploy/overlays/all"),
     )
     .await?;
-    let node_ctl = Controller::find(&controllers, &run, "node-controller")?;
-    let service_ctl = Controller::find(&controllers, &run, "service-controller")?;
+    let measured = MEASURED
+        .iter()
+        .map(|name| Controller::find(&controllers, &run, name))
+        .collect::<Result<Vec<_>>>()?;
     let client = cluster.client().await?;
     let nodes: Api<ValkeyNode> = Api::namespaced(client.clone(), NS);
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
@@ -74,41 +89,46 @@ async fn main() -> Result<()> {
     let mut sequential = Vec::new();
     let mut rss_one = None;
     for i in 0..SEQUENTIAL {
-        sequential.extend(create_and_wait(&client, &[format!("seq-{i}")], true).await?);
+        sequential.extend(create_and_wait(&client, &[format!("seq-{i}")]).await?);
         if rss_one.is_none() {
-            rss_one = Some((node_ctl.rss_kib()?, service_ctl.rss_kib()?));
+            rss_one = Some(rss_of(&measured)?);
         }
     }
     let names: Vec<String> = (0..BATCH).map(|i| format!("batch-{i}")).collect();
-    let batch = create_and_wait(&client, &names, true).await?;
+    let batch = create_and_wait(&client, &names).await?;
 
     // 2. Up to 100 nodes, then let everything settle before the idle window.
     let started = Timestamp::now();
     for i in 0..TOTAL - SEQUENTIAL - BATCH {
-        let name = format!("scale-{i}");
         nodes
-            .create(
-                &PostParams::default(),
-                &valkey_node(&name, WorkloadType::StatefulSet, false, None),
-            )
+            .create(&PostParams::default(), &auto_resized(&format!("scale-{i}")))
             .await?;
     }
-    wait_all_ready(&cluster, &nodes).await?;
+    wait_all(&cluster, &nodes, "WorkloadReady", workload_ready).await?;
     let scale_up = Timestamp::now().duration_since(started);
-    settle(&node_ctl, &service_ctl).await?;
-    let before = (
-        node_ctl.reconciles().await?,
-        service_ctl.reconciles().await?,
-    );
+    // The first stats round after a node starts wakes it (its usage becomes known) and
+    // writes status.storage; the window starts after all of that.
+    wait_all(&cluster, &nodes, "usage in status.storage", usage_known).await?;
+    settle(&measured).await?;
+    let mut before = Vec::new();
+    for c in &measured {
+        before.push(Counters::read(c).await?);
+    }
     let window_start = Timestamp::now();
     tokio::time::sleep(idle).await;
     let window_end = Timestamp::now();
-    let after = (
-        node_ctl.reconciles().await?,
-        service_ctl.reconciles().await?,
-    );
-    let ready_after = ready_count(&nodes).await?;
-    let rss_hundred = (node_ctl.rss_kib()?, service_ctl.rss_kib()?);
+    let mut after = Vec::new();
+    for c in &measured {
+        after.push(Counters::read(c).await?);
+    }
+    let listed = nodes.list(&Default::default()).await?.items;
+    let ready_after = listed.iter().filter(|n| workload_ready(n)).count();
+    // The Kubernetes Nodes pvc-resizer reads: those running a node's pod.
+    let kube_nodes: BTreeSet<String> = listed
+        .iter()
+        .filter_map(|n| n.status.as_ref()?.workload.as_ref()?.node_name.clone())
+        .collect();
+    let rss_hundred = rss_of(&measured)?;
     let pod_count = pods.list(&Default::default()).await?.items.len();
 
     let audit_log = cluster.audit_log.clone().context("the audit log is on")?;
@@ -117,7 +137,7 @@ async fn main() -> Result<()> {
     let audit_bytes = std::fs::metadata(&audit_log)?.len();
 
     // --- Report.
-    let users = (node_ctl.username.as_str(), service_ctl.username.as_str());
+    let users = (measured[0].username.as_str(), measured[1].username.as_str());
     println!("## Create to Ready\n");
     print_latency(
         &format!("{SEQUENTIAL} nodes one at a time"),
@@ -128,60 +148,173 @@ async fn main() -> Result<()> {
         &steps(&events, &batch, users)?,
     );
     println!(
-        "{} more nodes (emptyDir) at once: all {TOTAL} WorkloadReady {:.1} s after the first create\n",
+        "{} more nodes at once: all {TOTAL} WorkloadReady {:.1} s after the first create\n",
         TOTAL - SEQUENTIAL - BATCH,
         scale_up.as_secs_f64()
     );
 
     println!("## Idle API requests\n");
     let window = window_end.duration_since(window_start).as_secs_f64();
+    let reconciles: Vec<String> = measured
+        .iter()
+        .zip(before.iter().zip(&after))
+        .map(|(c, (b, a))| format!("{} {}", c.name, a.reconciles - b.reconciles))
+        .collect();
     println!(
-        "Window {window:.0} s with {ready_after} of {TOTAL} nodes WorkloadReady ({pod_count} pods); \
-         reconciles in the window: node-controller {}, service-controller {}; audit log {} MiB\n",
-        after.0 - before.0,
-        after.1 - before.1,
+        "Window {window:.0} s with {ready_after} of {TOTAL} nodes WorkloadReady ({pod_count} pods, \
+         {VOLUME} `{SIZED}` volume each, autoResize on); reconciles in the window: {}; \
+         audit log {} MiB\n",
+        reconciles.join(", "),
         audit_bytes / (1 << 20)
     );
-    let costs =
-        [&node_ctl, &service_ctl].map(|c| (c, idle_cost(c, &events, window_start, window_end)));
+    let costs: Vec<IdleCost> = measured
+        .iter()
+        .map(|c| idle_cost(c, &events, window_start, window_end))
+        .collect();
     println!(
         "Per hour: WATCH = open streams x 3600 / {WATCH_TIMEOUT_SECS:.0} s; the rest = window \
-         count x 3600 / {window:.0} s (per node: divided by the node count)\n"
+         count x 3600 / {window:.0} s (per node: divided by {TOTAL})\n"
     );
     println!(
-        "| controller | WATCH requests (any node count) | Lease requests (any node count) | other requests per idle node with a volume | per idle node, emptyDir |"
+        "| controller | WATCH requests (any node count) | Lease requests (any node count) | other requests, {TOTAL} nodes | per idle node |"
     );
     println!("|---|---|---|---|---|");
-    for (controller, cost) in &costs {
+    for (controller, cost) in measured.iter().zip(&costs) {
         println!(
-            "| {} | {:.0} ({} streams) | {:.0} | {:.1} | {:.1} |",
+            "| {} | {:.0} ({} streams) | {:.0} | {:.0} | {:.1} |",
             controller.name,
             cost.watches,
             cost.watches_open,
             cost.leases,
-            cost.per_node_volume,
-            cost.per_node_empty_dir
+            cost.others,
+            cost.per_node
+        );
+    }
+    println!();
+
+    println!("## Kubelet requests (pvc-resizer)\n");
+    let (b, a) = (&before[2], &after[2]);
+    let calls = a.stats_calls - b.stats_calls;
+    let failures = a.stats_failures - b.stats_failures;
+    let per_hour = |count: u64| count as f64 * 3600.0 / window;
+    println!(
+        "GET /stats/summary in the window: {calls} ({failures} failed) to the {} Nodes running \
+         the {TOTAL} nodes' pods ({}); per hour {:.0}, per Node-hour {:.1}, per node-hour {:.2}\n",
+        kube_nodes.len(),
+        kube_nodes.iter().cloned().collect::<Vec<_>>().join(", "),
+        per_hour(calls),
+        per_hour(calls) / kube_nodes.len().max(1) as f64,
+        per_hour(calls) / TOTAL as f64
+    );
+    let reviews = reviews(&events, window_start, window_end);
+    println!(
+        "| review (by the kubelet API) | in the window | per hour | per stats call | at (s into the window) |"
+    );
+    println!("|---|---|---|---|---|");
+    for (resource, (users, at)) in &reviews {
+        let by: Vec<&str> = users.iter().map(String::as_str).collect();
+        println!(
+            "| {resource} by {} | {} | {:.0} | {:.2} | {} |",
+            if by.is_empty() {
+                "-".into()
+            } else {
+                by.join(", ")
+            },
+            at.len(),
+            per_hour(at.len() as u64),
+            at.len() as f64 / calls.max(1) as f64,
+            at.iter()
+                .map(|t| format!("{t:.1}"))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     }
     println!();
 
     println!("## Memory (VmRSS)\n");
-    let (one, hundred) = (rss_one.context("no first node")?, rss_hundred);
+    let one = rss_one.context("no first node")?;
     println!("| controller | 1 node | {TOTAL} nodes |");
     println!("|---|---|---|");
-    println!(
-        "| node-controller | {:.1} MiB | {:.1} MiB |",
-        mib(one.0),
-        mib(hundred.0)
-    );
-    println!(
-        "| service-controller | {:.1} MiB | {:.1} MiB |",
-        mib(one.1),
-        mib(hundred.1)
-    );
-    // Kept after a failure: the audit log and the components' logs say what went wrong.
+    for (i, controller) in measured.iter().enumerate() {
+        println!(
+            "| {} | {:.1} MiB | {:.1} MiB |",
+            controller.name,
+            mib(one[i]),
+            mib(rss_hundred[i])
+        );
+    }
+    // Stopped first: the run directory holds the volumes' tmpfs mounts, which the stop
+    // unmounts. Kept after a failure: the audit log and the components' logs say what went
+    // wrong.
+    cluster.stop()?;
     let _ = std::fs::remove_dir_all(&run);
     Ok(())
+}
+
+/// A node with a small `local-sized` volume and autoResize at its defaults (80 %).
+fn auto_resized(name: &str) -> ValkeyNode {
+    let mut node = valkey_node(name, WorkloadType::StatefulSet, true, Some(SIZED));
+    let persistence = node
+        .spec
+        .template
+        .persistence
+        .as_mut()
+        .expect("a persistent node");
+    persistence.size = VOLUME.into();
+    // Through serde, so the fields left out take the CRD's defaults.
+    let auto_resize: AutoResize =
+        serde_json::from_value(serde_json::json!({"limit": "128Mi"})).expect("valid");
+    persistence.auto_resize = Some(auto_resize);
+    node
+}
+
+fn workload_ready(node: &ValkeyNode) -> bool {
+    node.status
+        .as_ref()
+        .is_some_and(|s| conditions::is_true(&s.conditions, types::WORKLOAD_READY))
+}
+
+fn usage_known(node: &ValkeyNode) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.storage.as_ref())
+        .is_some_and(|s| s.used_bytes.is_some())
+}
+
+fn rss_of(controllers: &[Controller]) -> Result<Vec<u64>> {
+    controllers.iter().map(Controller::rss_kib).collect()
+}
+
+/// Counters of one controller's /metrics.
+struct Counters {
+    reconciles: u64,
+    stats_calls: u64,
+    stats_failures: u64,
+}
+
+impl Counters {
+    async fn read(controller: &Controller) -> Result<Self> {
+        let metrics = controller.metrics().await?;
+        let reconcile_runs = format!(
+            "valkey_operator_reconcile_runs_total{{controller=\"{}\"}}",
+            controller.name
+        );
+        Ok(Self {
+            reconciles: sample(&metrics, &reconcile_runs)?,
+            stats_calls: sample(&metrics, STATS_CALLS)?,
+            stats_failures: sample(&metrics, STATS_FAILURES)?,
+        })
+    }
+}
+
+/// The value of the series named exactly `series`, 0 when absent.
+fn sample(metrics: &str, series: &str) -> Result<u64> {
+    let prefix = format!("{series} ");
+    let value = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or("0");
+    Ok(value.trim().parse()?)
 }
 
 /// A controller process of the run: its ServiceAccount user, PID and metrics address.
@@ -225,20 +358,10 @@ impl Controller {
         Ok(rss.trim().trim_end_matches("kB").trim().parse()?)
     }
 
-    /// `valkey_operator_reconcile_runs_total` of this controller.
-    async fn reconciles(&self) -> Result<u64> {
-        let metrics = operator::http_get(&self.http_addr, "/metrics")
+    async fn metrics(&self) -> Result<String> {
+        operator::http_get(&self.http_addr, "/metrics")
             .await
-            .with_context(|| format!("{} /metrics", self.name))?;
-        let prefix = format!(
-            "valkey_operator_reconcile_runs_total{{controller=\"{}\"}} ",
-            self.name
-        );
-        let value = metrics
-            .lines()
-            .find_map(|l| l.strip_prefix(&prefix))
-            .unwrap_or("0");
-        Ok(value.trim().parse()?)
+            .with_context(|| format!("{} /metrics", self.name))
     }
 }
 
@@ -255,11 +378,7 @@ struct Observed {
 
 /// Creates `names` (all at once) and waits until each node's pod is Ready and the node
 /// says WorkloadReady, timing both by a watch started before the create.
-async fn create_and_wait(
-    client: &Client,
-    names: &[String],
-    persistent: bool,
-) -> Result<Vec<Observed>> {
+async fn create_and_wait(client: &Client, names: &[String]) -> Result<Vec<Observed>> {
     let nodes: Api<ValkeyNode> = Api::namespaced(client.clone(), NS);
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let mut waits = Vec::new();
@@ -282,8 +401,9 @@ async fn create_and_wait(
     // The watches list before they watch; give them that moment so none starts late.
     tokio::time::sleep(Duration::from_millis(500)).await;
     for name in names {
-        let node = valkey_node(name, WorkloadType::StatefulSet, persistent, None);
-        nodes.create(&PostParams::default(), &node).await?;
+        nodes
+            .create(&PostParams::default(), &auto_resized(name))
+            .await?;
     }
     let mut observed = Vec::new();
     for (name, pod, node) in waits {
@@ -311,49 +431,59 @@ where
     Ok(Timestamp::now())
 }
 
-async fn ready_count(nodes: &Api<ValkeyNode>) -> Result<usize> {
+/// How many nodes satisfy `test`.
+async fn count(nodes: &Api<ValkeyNode>, test: fn(&ValkeyNode) -> bool) -> Result<usize> {
     Ok(nodes
         .list(&Default::default())
         .await?
         .items
         .iter()
-        .filter(|n| {
-            n.status
-                .as_ref()
-                .is_some_and(|s| conditions::is_true(&s.conditions, types::WORKLOAD_READY))
-        })
+        .filter(|n| test(n))
         .count())
 }
 
-async fn wait_all_ready(cluster: &LocalCluster, nodes: &Api<ValkeyNode>) -> Result<()> {
+/// Waits until all [`TOTAL`] nodes satisfy `test`, at most [`NODE_TIMEOUT`].
+async fn wait_all(
+    cluster: &LocalCluster,
+    nodes: &Api<ValkeyNode>,
+    what: &str,
+    test: fn(&ValkeyNode) -> bool,
+) -> Result<()> {
     let deadline = tokio::time::Instant::now() + NODE_TIMEOUT;
     loop {
         // Through wait_for_value, which fails at once when a component of the run died.
-        let ready = cluster
+        let done = cluster
             .wait_for_value("a node count", || async {
-                Ok(Some(ready_count(nodes).await?))
+                Ok(Some(count(nodes, test).await?))
             })
             .await?;
-        if ready == TOTAL {
+        if done == TOTAL {
             return Ok(());
         }
         if tokio::time::Instant::now() > deadline {
-            bail!("only {ready} of {TOTAL} nodes WorkloadReady after {NODE_TIMEOUT:?}");
+            bail!("only {done} of {TOTAL} nodes with {what} after {NODE_TIMEOUT:?}");
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
 
-/// Waits until neither controller has reconciled for 15 s (pods and StatefulSets settle
-/// a little after Ready), at most two minutes.
-async fn settle(a: &Controller, b: &Controller) -> Result<()> {
+/// Waits until no controller has reconciled for 15 s (pods and StatefulSets settle a
+/// little after Ready), at most two minutes.
+async fn settle(controllers: &[Controller]) -> Result<()> {
     let quiet = Duration::from_secs(15);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    let mut last = (a.reconciles().await?, b.reconciles().await?);
+    let runs = || async {
+        let mut runs = Vec::new();
+        for c in controllers {
+            runs.push(Counters::read(c).await?.reconciles);
+        }
+        anyhow::Ok(runs)
+    };
+    let mut last = runs().await?;
     let mut since = tokio::time::Instant::now();
     while since.elapsed() < quiet && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let now = (a.reconciles().await?, b.reconciles().await?);
+        let now = runs().await?;
         if now != last {
             last = now;
             since = tokio::time::Instant::now();
@@ -611,8 +741,10 @@ struct IdleCost {
     watches_open: usize,
     watches: f64,
     leases: f64,
-    per_node_volume: f64,
-    per_node_empty_dir: f64,
+    /// Every request but WATCH and Lease.
+    others: f64,
+    /// Those about a node, divided by the node count.
+    per_node: f64,
 }
 
 /// What `controller` asked the API server in [start, end): WATCH requests apart (the
@@ -675,17 +807,7 @@ fn idle_cost(
             None => unattributed += 1,
         }
     }
-    let requests_of = |prefix: &str| -> usize {
-        per_node
-            .iter()
-            .filter(|(n, _)| n.starts_with(prefix))
-            .map(|(_, c)| c)
-            .sum()
-    };
-    let volume_nodes = SEQUENTIAL + BATCH;
-    let volume = requests_of("seq-") + requests_of("batch-");
-    let empty_dir_nodes = TOTAL - volume_nodes;
-    let empty_dir = requests_of("scale-");
+    let about_nodes: usize = per_node.values().sum();
 
     println!("### {}\n", controller.name);
     let lasted = match lengths.len() {
@@ -702,9 +824,8 @@ fn idle_cost(
     );
     println!("- Lease: {} requests {lease_verbs:?}", leases.len());
     println!(
-        "- everything else: {} requests ({volume} about the {volume_nodes} nodes with a volume, \
-         {empty_dir} about the {empty_dir_nodes} without, {unattributed} about no node); \
-         {} nodes had requests, at most {} each",
+        "- everything else: {} requests ({about_nodes} about a node, {unattributed} about \
+         none); {} nodes had requests, at most {} each",
         others.len(),
         per_node.len(),
         per_node.values().max().copied().unwrap_or(0)
@@ -717,7 +838,32 @@ fn idle_cost(
         watches_open: watched.len(),
         watches: watched.len() as f64 * 3600.0 / WATCH_TIMEOUT_SECS,
         leases: per_hour(leases.len()),
-        per_node_volume: per_hour(volume) / volume_nodes as f64,
-        per_node_empty_dir: per_hour(empty_dir) / empty_dir_nodes as f64,
+        others: per_hour(others.len()),
+        per_node: per_hour(about_nodes) / TOTAL as f64,
     }
+}
+
+/// Per review resource (`tokenreviews`, `subjectaccessreviews`), who created them in
+/// [start, end) and when (seconds into the window). Only the node agent's kubelet API
+/// makes reviews here (the API server's node proxy presents a certificate), and in the
+/// idle window only pvc-resizer calls it, so these are the price of its stats calls.
+fn reviews(
+    events: &[AuditEvent],
+    start: Timestamp,
+    end: Timestamp,
+) -> BTreeMap<&'static str, (BTreeSet<String>, Vec<f64>)> {
+    let mut found = BTreeMap::new();
+    for resource in ["tokenreviews", "subjectaccessreviews"] {
+        let mut users = BTreeSet::new();
+        let mut at = Vec::new();
+        for e in events
+            .iter()
+            .filter(|e| e.resource == resource && e.completed() && e.at >= start && e.at < end)
+        {
+            users.insert(e.user.clone());
+            at.push(e.at.duration_since(start).as_secs_f64());
+        }
+        found.insert(resource, (users, at));
+    }
+    found
 }
