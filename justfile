@@ -59,8 +59,13 @@ bench-cluster: e2e-deps
     cargo build --quiet --release --workspace --bins
     cargo run --quiet --release -p local-cluster --bin bench-cluster
 
+# ValkeyReplication figures (apply to Ready, failover, switchover) next to hand-wired Sentinel's.
+bench-replication: e2e-deps
+    cargo build --quiet --release --workspace --bins
+    cargo run --quiet --release -p local-cluster --bin bench-replication
+
 # Every benchmark.
-bench: bench-local bench-nodes bench-cluster
+bench: bench-local bench-nodes bench-cluster bench-replication
 
 # Stop everything `just up` started, by PID.
 down:

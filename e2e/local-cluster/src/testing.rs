@@ -217,3 +217,33 @@ pub fn pod_ready(pod: &Pod) -> bool {
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
+
+/// The valkey-server listening on `pod_ip`, port 6379 (its process title names the
+/// address): the pod's process on this machine, for freezing it with [`signal`].
+pub fn valkey_server_pid(pod_ip: &str) -> Result<u32> {
+    for entry in std::fs::read_dir("/proc")? {
+        let entry = entry?;
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(&cmdline);
+        if text.starts_with(&format!("valkey-server {pod_ip}:6379")) {
+            return Ok(pid);
+        }
+    }
+    anyhow::bail!("no valkey-server on {pod_ip}")
+}
+
+/// `kill -<name> <pid>`: `STOP` freezes a process, `CONT` lets it go on.
+pub fn signal(pid: u32, name: &str) -> Result<()> {
+    let status = Command::new("kill")
+        .args([&format!("-{name}"), &pid.to_string()])
+        .status()?;
+    if !status.success() {
+        anyhow::bail!("kill -{name} {pid} failed");
+    }
+    Ok(())
+}

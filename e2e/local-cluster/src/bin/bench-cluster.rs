@@ -27,7 +27,7 @@ use kube::api::PostParams;
 use local_cluster::cluster_testing::{
     Access, ClusterApis, ClusterNode, DataSet, MemberAddr, PORT, Progress, access,
 };
-use local_cluster::testing::{cluster_with_operator, valkey_node};
+use local_cluster::testing::{cluster_with_operator, signal, valkey_node, valkey_server_pid};
 use serde_json::json;
 
 const NS: &str = "default";
@@ -613,7 +613,7 @@ async fn failover(
         .status
         .and_then(|s| s.pod_ip)
         .context("no pod IP")?;
-    let pid = valkey_pid(&pod_ip)?;
+    let pid = valkey_server_pid(&pod_ip)?;
     let started = Instant::now();
     signal(pid, "STOP")?;
     let result = wait("the replica to accept writes", LIMIT, || async {
@@ -625,32 +625,4 @@ async fn failover(
     signal(pid, "CONT")?;
     result?;
     Ok(took)
-}
-
-/// The valkey-server listening on `pod_ip` (its process title names the address).
-fn valkey_pid(pod_ip: &str) -> Result<u32> {
-    for entry in std::fs::read_dir("/proc")? {
-        let entry = entry?;
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let text = String::from_utf8_lossy(&cmdline);
-        if text.starts_with(&format!("valkey-server {pod_ip}:6379")) {
-            return Ok(pid);
-        }
-    }
-    bail!("no valkey-server on {pod_ip}")
-}
-
-fn signal(pid: u32, name: &str) -> Result<()> {
-    let status = Command::new("kill")
-        .args([&format!("-{name}"), &pid.to_string()])
-        .status()?;
-    if !status.success() {
-        bail!("kill -{name} {pid} failed");
-    }
-    Ok(())
 }

@@ -210,6 +210,21 @@ pub async fn wait_until<T, F, Fut>(
     cluster: &LocalCluster,
     what: &str,
     timeout: Duration,
+    check: F,
+) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Progress<T>>>,
+{
+    poll_until(cluster, what, timeout, Duration::from_millis(250), check).await
+}
+
+/// [`wait_until`], polling every `every` (benchmarks time with it).
+pub async fn poll_until<T, F, Fut>(
+    cluster: &LocalCluster,
+    what: &str,
+    timeout: Duration,
+    every: Duration,
     mut check: F,
 ) -> Result<T>
 where
@@ -234,6 +249,6 @@ where
         if started.elapsed() > timeout {
             bail!("timed out after {timeout:?} waiting for {what}; last: {last}");
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(every).await;
     }
 }

@@ -110,13 +110,15 @@ pub async fn access(apis: &ReplicationApis, group: &str) -> Result<GroupAccess> 
     })
 }
 
-/// `valkey-cli` (bounded by `timeout 10`) logged in through REDISCLI_AUTH: its trimmed
-/// stdout, or stderr when stdout is empty.
+/// `valkey-cli` (bounded by `timeout 10`) logged in through REDISCLI_AUTH (not at all with
+/// an empty password): its trimmed stdout, or stderr when stdout is empty.
 fn run_cli(ip: &str, port: i32, password: &str, user: Option<&str>, args: &[&str]) -> String {
     let mut command = Command::new("timeout");
-    command
-        .args(["10", "valkey-cli", "-h", ip, "-p", &port.to_string()])
-        .env("REDISCLI_AUTH", password);
+    command.args(["10", "valkey-cli", "-h", ip, "-p", &port.to_string()]);
+    // An empty password: a server without one (bench-replication's hand-made floor).
+    if !password.is_empty() {
+        command.env("REDISCLI_AUTH", password);
+    }
     if let Some(user) = user {
         command.args(["--user", user]);
     }
@@ -190,6 +192,13 @@ impl GroupAccess {
         )
     }
 
+    /// The run id of the data node (or Service) at `ip`, from `INFO server`.
+    pub fn run_id(&self, ip: &str) -> Option<String> {
+        self.cli(ip, &["INFO", "server"])
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("run_id:").map(str::to_string))
+    }
+
     /// The data node's role: `("master", None)` or `("slave", Some(primary ip))`.
     pub fn role(&self, ip: &str) -> Result<(String, Option<String>)> {
         let text = self.cli(ip, &["ROLE"]);
@@ -235,6 +244,43 @@ impl GroupAccess {
                 .filter_map(|e| Some((field(e, "ip")?.to_string(), port(e)?)))
                 .collect(),
         })
+    }
+
+    /// `(ip, slave-priority)` of each replica the sentinel on `ip` lists.
+    pub fn replica_priorities(&self, ip: &str) -> Result<Vec<(String, i64)>> {
+        let text = self.sentinel_cli(ip, &["SENTINEL", "REPLICAS", &self.name]);
+        if text.starts_with("ERR") || text.contains("Could not connect") {
+            bail!("SENTINEL REPLICAS on {ip}: {text}");
+        }
+        Ok(entries(&text)
+            .iter()
+            .filter_map(|e| {
+                let priority = field(e, "slave-priority")?.parse().ok()?;
+                Some((field(e, "ip")?.to_string(), priority))
+            })
+            .collect())
+    }
+
+    /// Whether Valkey and Sentinel agree that the data node at `primary_ip` is the primary:
+    /// it serves as primary, every other data node replicates it with its link up, and
+    /// [`Self::sentinels_agree_on`] it.
+    pub fn agree_on(&self, primary_ip: &str) -> Progress<()> {
+        for m in &self.data {
+            let (role, follows) = self.role(&m.ip).map_err(|e| format!("{e:#}"))?;
+            let ok = if m.ip == primary_ip {
+                role == "master"
+            } else {
+                role == "slave"
+                    && follows.as_deref() == Some(primary_ip)
+                    && self
+                        .cli(&m.ip, &["INFO", "replication"])
+                        .contains("master_link_status:up")
+            };
+            if !ok {
+                return Err(format!("{}: {role} of {follows:?}", m.name));
+            }
+        }
+        self.sentinels_agree_on(primary_ip)
     }
 
     /// Whether every sentinel names `primary` (a data node's ClusterIP) and lists exactly

@@ -4,6 +4,7 @@
 
 mod access;
 mod data;
+mod probe;
 mod writer;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -26,6 +27,7 @@ use crate::cluster_testing::{Progress, TOPOLOGY_CONTROLLER};
 
 pub use access::{GroupAccess, MemberAddr, SentinelView, access};
 pub use data::Keys;
+pub use probe::WriteProbes;
 pub use writer::{GroupWriter, GroupWriterReport, Route};
 
 /// The APIs the replication tests use, in one namespace.
