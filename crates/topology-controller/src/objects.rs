@@ -1,13 +1,51 @@
-//! The Kubernetes half of a step: deleting a member's ValkeyNode, opening its roll gate.
+//! The Kubernetes half of a topology: fetching it with its member ValkeyNodes, and a step's
+//! changes to them (deleting a member's ValkeyNode, opening its roll gate).
+
+use std::fmt::Debug;
 
 use crd_types::{ValkeyCluster, ValkeyNode};
-use kube::Api;
-use kube::api::DeleteParams;
-use operator_runtime::{ApiResultExt, ObjectName, Op, apply};
+use k8s_openapi::serde::de::DeserializeOwned;
+use kube::api::{DeleteParams, ListParams};
+use kube::{Api, Resource, ResourceExt};
+use operator_runtime::{ApiError, ApiResultExt, ObjectName, Op, apply};
 use topology_controller::commands::StepError;
 use topology_controller::execute::MemberObjects;
 use topology_controller::members;
 use topology_controller::model::Member;
+
+/// A topology as it is now (the cache may lag behind the status written a moment ago) and
+/// the ValkeyNodes labelled `<label>=<name>`, split into those it owns and the others;
+/// `None` when it is gone or going.
+pub async fn fetch_with_members<K>(
+    parents: &Api<K>,
+    nodes: &Api<ValkeyNode>,
+    namespace: &str,
+    name: &str,
+    label: &str,
+) -> Result<Option<(K, Vec<ValkeyNode>, Vec<ValkeyNode>)>, ApiError>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    let Some(parent) = parents
+        .get_opt(name)
+        .await
+        .on(Op::Read, ObjectName::new::<K>(namespace, name))?
+    else {
+        return Ok(None);
+    };
+    if parent.meta().deletion_timestamp.is_some() {
+        return Ok(None);
+    }
+    let uid = parent.uid().unwrap_or_default();
+    let (owned, foreign) = nodes
+        .list(&ListParams::default().labels(&format!("{label}={name}")))
+        .await
+        .on(Op::List, ObjectName::new::<ValkeyNode>(namespace, name))?
+        .items
+        .into_iter()
+        .partition(|n| n.owner_references().iter().any(|o| o.uid == uid));
+    Ok(Some((parent, owned, foreign)))
+}
 
 /// A cluster's member ValkeyNodes, changed through the API server under the controller's
 /// field manager.

@@ -21,9 +21,8 @@ use crd_types::template::OPERATOR_USER;
 use crd_types::{ValkeyCluster, ValkeyNode, ValkeyNodeStatus};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::ListParams;
 use kube::runtime::controller::Action;
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, ResourceExt};
 use operator_runtime::controller::ReconcileContext;
 use operator_runtime::{ApiResultExt, Context, ObjectName, Op, apply};
 use topology_controller::events::step_event;
@@ -38,7 +37,7 @@ use topology_controller::survey::{self, switchover_outcome};
 
 use crate::connect::{self, Observed};
 use crate::error::Error;
-use crate::objects::ClusterMembers;
+use crate::objects::{ClusterMembers, fetch_with_members};
 use crate::secrets::{self, Passwords};
 use crate::valkey::{Conn, Login};
 
@@ -114,30 +113,15 @@ fn apis(ctx: &Context, cluster: &ValkeyCluster) -> Result<Apis, Error> {
 /// The cluster as it is now (the cache may lag behind the status written a moment ago) and
 /// its members; `None` when it is gone or going.
 async fn fetch(apis: &Apis, name: &str) -> Result<Option<Live>, Error> {
-    let Some(cluster) = apis.clusters.get_opt(name).await.on(
-        Op::Read,
-        ObjectName::new::<ValkeyCluster>(&apis.namespace, name),
-    )?
-    else {
-        return Ok(None);
-    };
-    if cluster.meta().deletion_timestamp.is_some() {
-        return Ok(None);
-    }
-    let uid = cluster.uid().unwrap_or_default();
-    let listed = apis
-        .nodes
-        .list(&ListParams::default().labels(&format!("{}={name}", labels::CLUSTER)))
-        .await
-        .on(
-            Op::List,
-            ObjectName::new::<ValkeyNode>(&apis.namespace, name),
-        )?
-        .items;
-    let (owned, foreign) = listed
-        .into_iter()
-        .partition(|n| n.owner_references().iter().any(|o| o.uid == uid));
-    Ok(Some(Live {
+    let fetched = fetch_with_members(
+        &apis.clusters,
+        &apis.nodes,
+        &apis.namespace,
+        name,
+        labels::CLUSTER,
+    )
+    .await?;
+    Ok(fetched.map(|(cluster, owned, foreign)| Live {
         cluster,
         owned,
         foreign,

@@ -25,7 +25,6 @@ use crd_types::template::OPERATOR_USER;
 use crd_types::{ValkeyNode, ValkeyNodeStatus, ValkeyReplication, ValkeyReplicationStatus};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Secret, Service};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::ListParams;
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 use operator_runtime::controller::ReconcileContext;
@@ -44,6 +43,7 @@ use topology_controller::replication::status::{
 use topology_controller::replication::survey::{self, Health};
 
 use crate::error::Error;
+use crate::objects::fetch_with_members;
 use crate::secrets;
 use crate::valkey::{Conn, Login};
 use connect::Observed;
@@ -150,30 +150,15 @@ fn apis(ctx: &Context, group: &ValkeyReplication) -> Result<Apis, Error> {
 /// The group as it is now (the cache may lag behind the status written a moment ago) and
 /// its members; `None` when it is gone or going.
 async fn fetch(apis: &Apis, name: &str) -> Result<Option<Live>, Error> {
-    let Some(group) = apis.groups.get_opt(name).await.on(
-        Op::Read,
-        ObjectName::new::<ValkeyReplication>(&apis.namespace, name),
-    )?
-    else {
-        return Ok(None);
-    };
-    if group.meta().deletion_timestamp.is_some() {
-        return Ok(None);
-    }
-    let uid = group.uid().unwrap_or_default();
-    let listed = apis
-        .nodes
-        .list(&ListParams::default().labels(&format!("{}={name}", labels::REPLICATION)))
-        .await
-        .on(
-            Op::List,
-            ObjectName::new::<ValkeyNode>(&apis.namespace, name),
-        )?
-        .items;
-    let (owned, foreign) = listed
-        .into_iter()
-        .partition(|n| n.owner_references().iter().any(|o| o.uid == uid));
-    Ok(Some(Live {
+    let fetched = fetch_with_members(
+        &apis.groups,
+        &apis.nodes,
+        &apis.namespace,
+        name,
+        labels::REPLICATION,
+    )
+    .await?;
+    Ok(fetched.map(|(group, owned, foreign)| Live {
         group,
         owned,
         foreign,
