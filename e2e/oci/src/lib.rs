@@ -1,0 +1,12 @@
+//! Test infrastructure: build OCI images from a directory, push them to a registry, and pull and
+//! unpack them on a node, all without Docker.
+
+pub mod build;
+pub mod digest;
+pub mod manifest;
+pub mod reference;
+
+pub use build::{Built, ImageConfig, build_layout, read_layout};
+pub use digest::{Digest, HashingWriter};
+pub use manifest::{Descriptor, Index, Manifest, Platform};
+pub use reference::Reference;
