@@ -5,6 +5,7 @@ pub mod build;
 pub mod digest;
 pub mod manifest;
 pub mod reference;
+pub mod unpack;
 
 pub use build::{Built, ImageConfig, build_layout, read_layout};
 pub use digest::{Digest, HashingWriter};
