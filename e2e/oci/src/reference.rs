@@ -163,7 +163,9 @@ mod tests {
     #[test]
     fn parse_table() {
         let d = format!("sha256:{HEX}");
-        let cases: Vec<(String, &str, &str, Option<&str>, Option<&str>)> = vec![
+        // (input, registry, repository, tag, digest)
+        type Case<'a> = (String, &'a str, &'a str, Option<&'a str>, Option<&'a str>);
+        let cases: Vec<Case> = vec![
             (
                 "valkey/valkey:8.1".into(),
                 "docker.io",
