@@ -42,7 +42,8 @@ pub enum RegistryError {
     Connect(String),
     #[error("digest mismatch: expected {expected}, the content hashes to {actual}")]
     DigestMismatch { expected: Digest, actual: Digest },
-    #[error("invalid registry exchange: {0}")]
+    /// A broken layout or an answer we cannot use; the message says which.
+    #[error("{0}")]
     Invalid(String),
     #[error(transparent)]
     Io(#[from] std::io::Error),
@@ -85,8 +86,8 @@ impl RegistryClient {
         repository: &str,
         tag: &str,
     ) -> Result<Digest, RegistryError> {
-        let (digest, manifest) =
-            read_layout(layout).map_err(|e| RegistryError::Invalid(format!("{e:#}")))?;
+        let (digest, manifest) = read_layout(layout)
+            .map_err(|e| RegistryError::Invalid(format!("bad image layout: {e:#}")))?;
         for desc in std::iter::once(&manifest.config).chain(&manifest.layers) {
             let what = format!("{repository}@{}", desc.digest);
             let url = format!("{}/v2/{repository}/blobs/{}", self.base, desc.digest);
@@ -123,8 +124,9 @@ impl RegistryClient {
         if resp.status() != StatusCode::ACCEPTED {
             return Err(error_from(resp, &what).await);
         }
-        let location = location(resp.headers())
-            .ok_or_else(|| RegistryError::Invalid(format!("upload of {what}: no Location")))?;
+        let location = location(resp.headers()).ok_or_else(|| {
+            RegistryError::Invalid(format!("upload of {what}: the registry gave no Location"))
+        })?;
         let sep = if location.contains('?') { '&' } else { '?' };
         let url = format!("{}{sep}digest={digest}", self.absolute(&location));
         let headers = [(header::CONTENT_TYPE, "application/octet-stream")];
@@ -162,7 +164,7 @@ impl RegistryClient {
             ));
         }
         let index: Index = serde_json::from_slice(&raw)
-            .map_err(|e| RegistryError::Invalid(format!("index {reference}: {e}")))?;
+            .map_err(|e| RegistryError::Invalid(format!("unreadable index {reference}: {e}")))?;
         let entry = index
             .manifests
             .iter()
@@ -285,7 +287,8 @@ impl RegistryClient {
                 actual,
             });
         }
-        parse_config(&raw).map_err(|e| RegistryError::Invalid(format!("config {what}: {e}")))
+        parse_config(&raw)
+            .map_err(|e| RegistryError::Invalid(format!("unreadable config {what}: {e}")))
     }
 
     /// GET a blob, following redirects (registries may hand blobs off to another URL).
@@ -368,7 +371,8 @@ fn parse_manifest(raw: &[u8], media_type: &str, what: &str) -> Result<Manifest, 
             "{what}: unsupported manifest media type {media_type}"
         )));
     }
-    serde_json::from_slice(raw).map_err(|e| RegistryError::Invalid(format!("manifest {what}: {e}")))
+    serde_json::from_slice(raw)
+        .map_err(|e| RegistryError::Invalid(format!("unreadable manifest {what}: {e}")))
 }
 
 fn location(headers: &HeaderMap) -> Option<String> {

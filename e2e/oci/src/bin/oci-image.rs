@@ -75,7 +75,7 @@ fn json_array(flag: &str, value: Option<String>) -> anyhow::Result<Vec<String>> 
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
@@ -83,7 +83,18 @@ async fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .init();
-    match Cli::parse().command {
+    // One line with the cause chain, not a backtrace: callers are scripts that log stderr.
+    match run(Cli::parse()).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("oci-image: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
         Command::Build {
             rootfs,
             out,
