@@ -211,8 +211,8 @@ mod tests {
                 Some(&d),
             ),
             (
-                format!("quay.io/a/b-c_d.e:v1.2-rc@{d}"),
-                "quay.io",
+                format!("registry.example:443/a/b-c_d.e:v1.2-rc@{d}"),
+                "registry.example:443",
                 "a/b-c_d.e",
                 Some("v1.2-rc"),
                 Some(&d),
