@@ -45,7 +45,9 @@ esac
 self="$(readlink -f "${BASH_SOURCE[0]}")"
 cache="${VALKEY_OPERATOR_CACHE:-$HOME/.cache/valkey-operator}"
 arch=amd64
-pkgs=(valkey-server valkey-sentinel valkey-tools dash bash coreutils grep sed mawk findutils "${hints[@]}")
+# libc-bin: ldconfig and the C.UTF-8 locale (valkey-server exits with "Failed to
+# configure LOCALE" when LANG names a locale the image lacks, e.g. LANG=C.UTF-8).
+pkgs=(valkey-server valkey-sentinel valkey-tools dash bash coreutils grep sed mawk findutils libc-bin "${hints[@]}")
 
 # --- The Debian mirror, as configured for this machine's own suite ---------------
 # Same derivation as e2e/setup-valkey.sh: the first URI given for the host's codename
