@@ -11,7 +11,8 @@
 # oci-image binary) and are skipped when present; <layout>.digest holds the
 # manifest digest oci-image printed. oci-image is taken from $OCI_IMAGE, else PATH.
 #
-# The image config mirrors the official valkey/valkey image: CMD ["valkey-server"],
+# The image config mirrors the official valkey/valkey image: ENTRYPOINT
+# ["docker-entrypoint.sh"] (see valkey-rootfs.sh), CMD ["valkey-server"],
 # WORKDIR /data, EXPOSE 6379/tcp, the usual PATH, no USER (root; pods set
 # runAsUser 999, the valkey user in /etc/passwd).
 set -euo pipefail
@@ -42,6 +43,7 @@ for v in "${versions[@]}"; do
   args=(
     --rootfs "$rootfs"
     --tag "$ref"
+    --entrypoint '["docker-entrypoint.sh"]'
     --cmd '["valkey-server"]'
     --workdir /data
     --expose 6379/tcp

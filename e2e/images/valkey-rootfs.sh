@@ -198,6 +198,17 @@ chown 999:999 "$root/data" && chmod 0755 "$root/data"
 chmod 1777 "$root/tmp" "$root/var/tmp"
 chmod 0700 "$root/root"
 
+# The official image's entrypoint contract: options or a config file as the first argument
+# run valkey-server with them; a 0022 umask becomes 0077. (Its drop from root to the valkey
+# user is left out: no setpriv here, and the operator's pods run as 999 already.)
+mkdir -p "$root/usr/local/bin"
+printf '%s\n' '#!/bin/sh' 'set -e' \
+  'if [ "${1#-}" != "$1" ] || [ "${1%.conf}" != "$1" ]; then' \
+  '	set -- valkey-server "$@"' 'fi' \
+  "if [ \"\$(umask)\" = '0022' ]; then" '	umask 0077' 'fi' 'exec "$@"' \
+  >"$root/usr/local/bin/docker-entrypoint.sh"
+chmod 0755 "$root/usr/local/bin/docker-entrypoint.sh"
+
 # Slim down: docs, man/info pages, locales, systemd units and SysV init scripts.
 rm -rf "$root"/usr/share/{doc,man,info,locale,lintian,bug} \
   "$root"/usr/lib/systemd "$root"/etc/systemd "$root"/etc/init.d
