@@ -1,8 +1,9 @@
 //! The re-executed helpers that become container processes.
 //!
 //! `node-agent run-container --spec <file>` runs in a fresh, single-threaded
-//! process: it builds the container's filesystem in a private mount namespace,
-//! chroots into it, drops privileges and execs the program. Doing this in a
+//! process: in a private mount namespace it lays a writable overlay over the
+//! image's unpacked root, mounts the volumes, chroots into it, drops privileges
+//! and execs the program found on the container's PATH. Doing this in a
 //! separate process keeps non-async-signal-safe work out of pre_exec hooks of
 //! the multithreaded agent. `node-agent exec-in <json>` joins a running
 //! container's namespaces to run exec probes.
@@ -10,7 +11,6 @@
 use std::ffi::CString;
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
@@ -23,11 +23,6 @@ use serde::{Deserialize, Serialize};
 /// Default PATH of the valkey image.
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-/// Host directories shared read-only with every container.
-const SYSTEM_DIRS: &[&str] = &[
-    "usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "opt",
-];
-
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct MountSpec {
     /// Host path (file or directory).
@@ -39,18 +34,22 @@ pub struct MountSpec {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ContainerSpec {
-    /// Where the container's root tmpfs is mounted (host path).
+    /// Where the container's root is mounted (host path).
     pub root: PathBuf,
+    /// The image's unpacked root filesystem, shared read-only by its containers.
+    pub image_root: PathBuf,
+    /// This container's writable layer (overlay upper and work dirs below it).
+    pub layer: PathBuf,
+    /// securityContext.readOnlyRootFilesystem: the root is remounted read-only once set up.
+    pub read_only_root: bool,
     /// Scratch directory for stashes (host path).
     pub scratch: PathBuf,
-    /// Extra host directories bound read-only at the same path (e.g. --bin-dir).
-    pub extra_dirs: Vec<PathBuf>,
     /// Files placed over /etc/hosts, /etc/resolv.conf, /etc/hostname.
     pub etc_files: Vec<(PathBuf, String)>,
     pub mounts: Vec<MountSpec>,
     pub hostname: String,
     pub workdir: String,
-    pub program: PathBuf,
+    /// argv[0] is looked up on the container's PATH inside its root, as runc does.
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
     pub uid: Option<u32>,
@@ -72,9 +71,6 @@ pub struct ExecInSpec {
     pub gid: Option<u32>,
     pub groups: Vec<u32>,
 }
-
-/// Host directories hidden behind an empty tmpfs in every container.
-const HOST_ONLY_DIRS: &[&str] = &["etc/valkey", "etc/redis"];
 
 /// Exit code when the container could not be set up (like runc's 128 range).
 pub const SETUP_FAILED: i32 = 128;
@@ -159,56 +155,12 @@ fn setup_and_exec(spec: &ContainerSpec) -> Result<std::convert::Infallible> {
     let root = &spec.root;
     fs::create_dir_all(root).with_context(|| format!("mkdir {}", root.display()))?;
     fs::create_dir_all(&spec.scratch)?;
-    tmpfs(root, "0755")?;
-
-    for d in SYSTEM_DIRS {
-        let host = Path::new("/").join(d);
-        let Ok(meta) = fs::symlink_metadata(&host) else {
-            continue;
-        };
-        let inside = root.join(d);
-        if meta.file_type().is_symlink() {
-            // Merged-/usr layouts: keep /bin -> usr/bin as a link.
-            std::os::unix::fs::symlink(fs::read_link(&host)?, &inside)?;
-        } else if meta.is_dir() {
-            fs::create_dir(&inside)?;
-            bind(&host, &inside, true)?;
-        }
-    }
+    overlay(&spec.image_root, &spec.layer, root)?;
     for d in ["dev", "proc", "sys"] {
-        let inside = root.join(d);
-        fs::create_dir(&inside)?;
+        let inside = ensure_path(root, &spec.scratch, &mut 0, d, true)?;
         bind(&Path::new("/").join(d), &inside, false)?;
     }
-    for (d, mode) in [("tmp", "1777"), ("run", "0755")] {
-        let inside = root.join(d);
-        fs::create_dir(&inside)?;
-        tmpfs(&inside, mode)?;
-    }
-    for d in ["var/lib", "var/log", "var/tmp", "root", "data"] {
-        fs::create_dir_all(root.join(d))?;
-    }
-    fs::set_permissions(root.join("var/tmp"), fs::Permissions::from_mode(0o1777))?;
-    std::os::unix::fs::symlink("/run", root.join("var/run"))?;
-
-    // Host packages' config dirs are not part of the valkey image.
-    for d in HOST_ONLY_DIRS {
-        let inside = root.join(d);
-        if inside.is_dir() {
-            tmpfs(&inside, "0755")?;
-        }
-    }
     let mut stash_counter = 0;
-    for dir in &spec.extra_dirs {
-        let target = ensure_path(
-            root,
-            &spec.scratch,
-            &mut stash_counter,
-            &dir.to_string_lossy(),
-            true,
-        )?;
-        bind(dir, &target, true)?;
-    }
     for (src, target) in &spec.etc_files {
         let t = ensure_path(root, &spec.scratch, &mut stash_counter, target, false)?;
         bind(src, &t, true)?;
@@ -224,11 +176,47 @@ fn setup_and_exec(spec: &ContainerSpec) -> Result<std::convert::Infallible> {
         bind(&m.source, &t, m.read_only)?;
     }
 
+    if spec.read_only_root {
+        // A recursive bind keeps the volumes below writable; only the root itself turns read-only.
+        bind(root, root, true)?;
+    }
+
     sethostname(&spec.hostname).context("sethostname")?;
     chroot(root).context("chroot")?;
     enter_workdir(&spec.workdir)?;
+    let first = spec.argv.first().context("empty command")?;
+    let program = resolve_in_path(first, &spec.env)
+        .with_context(|| format!("exec: {first:?}: executable file not found in $PATH"))?;
     drop_privileges(spec.uid, spec.gid, &spec.groups)?;
-    exec(&spec.program, &spec.argv, &spec.env)
+    exec(&program, &spec.argv, &spec.env)
+}
+
+/// The image's root read-only below, this container's own writable layer on top.
+fn overlay(image_root: &Path, layer: &Path, target: &Path) -> Result<()> {
+    let upper = layer.join("upper");
+    let work = layer.join("work");
+    fs::create_dir_all(&upper)?;
+    fs::create_dir_all(&work)?;
+    let opts = format!(
+        "lowerdir={},upperdir={},workdir={}",
+        image_root.display(),
+        upper.display(),
+        work.display()
+    );
+    mount(
+        Some("overlay"),
+        target,
+        Some("overlay"),
+        MsFlags::empty(),
+        Some(opts.as_str()),
+    )
+    .with_context(|| {
+        format!(
+            "mount overlay of {} on {}",
+            image_root.display(),
+            target.display()
+        )
+    })
 }
 
 fn enter_workdir(workdir: &str) -> Result<()> {
@@ -265,9 +253,9 @@ fn exec(
 }
 
 /// Makes `target` (absolute, inside the container) exist below `root` as a
-/// directory or file. A parent that is a read-only host bind (e.g. /etc) is
-/// shadowed: its entries are re-bound onto a fresh tmpfs so new entries can
-/// be created, as image layers would allow.
+/// directory or file. A parent that is a read-only volume is shadowed: its
+/// entries are re-bound onto a fresh tmpfs so the mount point can be created,
+/// as a container runtime does for nested mounts.
 fn ensure_path(
     root: &Path,
     scratch: &Path,
@@ -304,13 +292,6 @@ fn ensure_path(
                 }
                 _ => break,
             }
-        }
-        if !last
-            && fs::metadata(&next).is_ok_and(|m| m.is_dir() && m.permissions().mode() & 0o001 == 0)
-        {
-            // A host package's private dir (e.g. /etc/valkey 0750) that no
-            // image would have: replace it with an empty one.
-            tmpfs(&next, "0755")?;
         }
         if fs::symlink_metadata(&next).is_err() {
             let create = |p: &Path| -> std::io::Result<()> {

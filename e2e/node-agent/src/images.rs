@@ -1,133 +1,83 @@
-//! Maps container images to binaries installed on the host.
+//! What a kubelet derives from a pulled image: the command line, user, environment and
+//! working directory of a container, and the pull policy.
 //!
-//! There is no container runtime: a pod's container is a host binary run in a
-//! private mount namespace. Only images we know how to emulate are accepted;
-//! anything else stays Waiting so tests never see a fake Running container.
+//! Pulling and unpacking live in the oci-image crate; this module is pure. The one local
+//! special case is [`bind_args`]: pods share the host network here, so a Valkey server or
+//! sentinel is told to listen on its pod IP only.
 
 use std::net::Ipv4Addr;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::path::Path;
 
-/// Image repositories the agent can run.
-pub const KNOWN_IMAGES: &[&str] = &["valkey/valkey"];
+use oci_image::{ImageConfig, PullError, PullPolicy};
 
-/// Binaries shipped by the valkey image (the image also has redis-* symlinks).
-const VALKEY_TOOLS: &[&str] = &[
-    "valkey-server",
-    "valkey-sentinel",
-    "valkey-cli",
-    "valkey-benchmark",
-    "valkey-check-aof",
-    "valkey-check-rdb",
-];
-
-/// Host tools a test may use as a container command by bare name.
-const SHELL_TOOLS: &[&str] = &[
-    "sh", "bash", "cat", "sleep", "echo", "true", "false", "env", "ls", "mkdir", "cp", "mv", "rm",
-    "touch", "chmod", "chown", "grep", "sed", "awk", "test", "date", "tail", "head", "timeout",
-    "kill", "hostname", "id", "printf", "wc", "sort", "tee", "stat", "df", "du", "ps", "pwd",
-];
-
-const HOST_PATH: &[&str] = &["/usr/local/bin", "/usr/bin", "/bin", "/usr/sbin", "/sbin"];
-
-/// A container command resolved to a host program.
+/// The command line a container runs, as a kubelet builds it from the pod and the image.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mapped {
-    /// Absolute path of the program, valid both on the host and in the container root.
-    pub program: PathBuf,
-    /// Full argv, argv[0] as the pod spec spelled it.
+pub struct Argv {
     pub argv: Vec<String>,
-    /// valkey-server / valkey-sentinel: the daemon gets the pod IP as bind address.
+    /// The process is (or execs into) valkey-server or valkey-sentinel.
     pub is_daemon: bool,
 }
 
-/// Why a container cannot start; becomes its Waiting reason and message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MapFailure {
-    pub reason: &'static str,
-    pub message: String,
-}
-
-/// Repository part of an image reference: no registry host, tag or digest.
-pub fn image_repository(image: &str) -> String {
-    let no_digest = image.split('@').next().unwrap_or(image);
-    // A tag is a ':' after the last '/'; a ':' before it belongs to a registry port.
-    let no_tag = match no_digest.rfind(':') {
-        Some(i) if !no_digest[i..].contains('/') => &no_digest[..i],
-        _ => no_digest,
+/// Kubernetes' rules: `command` replaces the image's Entrypoint (and drops its Cmd), `args`
+/// replaces Cmd; the server's bind arguments are appended when the process is a server.
+pub fn container_argv(
+    config: &ImageConfig,
+    command: &[String],
+    args: &[String],
+    pod_ip: Ipv4Addr,
+) -> Result<Argv, String> {
+    let mut argv: Vec<String> = if !command.is_empty() {
+        command.iter().chain(args).cloned().collect()
+    } else if !args.is_empty() {
+        config.entrypoint.iter().chain(args).cloned().collect()
+    } else {
+        config
+            .entrypoint
+            .iter()
+            .chain(&config.cmd)
+            .cloned()
+            .collect()
     };
-    let mut parts: Vec<&str> = no_tag.split('/').collect();
-    if parts.len() > 1 {
-        let first = parts[0];
-        if first.contains('.') || first.contains(':') || first == "localhost" {
-            parts.remove(0);
-        }
+    if argv.is_empty() {
+        return Err(
+            "no command specified: the pod sets none and the image has no Entrypoint or Cmd".into(),
+        );
     }
-    if parts.len() == 2 && parts[0] == "library" {
-        parts.remove(0);
+    let is_daemon = runs_server(&argv);
+    if is_daemon {
+        argv.extend(bind_args(pod_ip));
     }
-    parts.join("/")
+    Ok(Argv { argv, is_daemon })
 }
 
-pub struct ImageMapper {
-    bin_dir: PathBuf,
-    warned_fallback: AtomicBool,
+fn base(arg: &str) -> &str {
+    arg.rsplit('/').next().unwrap_or(arg)
 }
 
-impl ImageMapper {
-    pub fn new(bin_dir: PathBuf) -> Self {
-        Self {
-            bin_dir,
-            warned_fallback: AtomicBool::new(false),
-        }
-    }
-
-    pub fn bin_dir(&self) -> &Path {
-        &self.bin_dir
-    }
-
-    /// Resolves a container to a host program using the real filesystem.
-    pub fn map(
-        &self,
-        image: &str,
-        command: &[String],
-        args: &[String],
-        pod_ip: Ipv4Addr,
-    ) -> Result<Mapped, MapFailure> {
-        let mapped = map_container(&self.bin_dir, image, command, args, pod_ip, &|p| {
-            p.is_file()
-        })?;
-        if mapped
-            .program
-            .file_name()
-            .is_some_and(|n| n.to_string_lossy().starts_with("redis-"))
-            && !self.warned_fallback.swap(true, Ordering::Relaxed)
-        {
-            tracing::warn!(
-                bin_dir = %self.bin_dir.display(),
-                "valkey binaries not found, falling back to redis-* binaries"
-            );
-        }
-        Ok(mapped)
-    }
+fn is_server(arg: &str) -> bool {
+    matches!(
+        base(arg),
+        "valkey-server" | "valkey-sentinel" | "redis-server" | "redis-sentinel"
+    )
 }
 
-/// The command line the image would run: `command` overrides the entrypoint;
-/// otherwise the official image's entrypoint prepends `valkey-server` when the
-/// first argument is an option or a config file, and runs args as-is otherwise.
-pub fn effective_argv(command: &[String], args: &[String]) -> Vec<String> {
-    if !command.is_empty() {
-        return command.iter().chain(args).cloned().collect();
+/// Whether `argv` ends up as a server: directly, through the image's entrypoint script
+/// (which prepends valkey-server to options or a config file), or as
+/// `sh -c '<checks>; exec "$0" "$@"' valkey-server <args>`.
+fn runs_server(argv: &[String]) -> bool {
+    let first = base(&argv[0]);
+    if is_server(first) {
+        return true;
     }
-    match args.first() {
-        None => vec!["valkey-server".to_string()],
-        Some(first) if first.starts_with('-') || first.ends_with(".conf") => {
-            std::iter::once("valkey-server".to_string())
-                .chain(args.iter().cloned())
-                .collect()
-        }
-        Some(_) => args.to_vec(),
+    if first == "docker-entrypoint.sh" {
+        return argv
+            .get(1)
+            .is_some_and(|a| is_server(a) || a.starts_with('-') || a.ends_with(".conf"));
     }
+    matches!(first, "sh" | "bash" | "dash")
+        && argv.len() >= 4
+        && argv[1] == "-c"
+        && is_server(&argv[3])
 }
 
 /// A server listens on its pod IP only (pods share the host network here), and its outgoing
@@ -142,97 +92,93 @@ fn bind_args(pod_ip: Ipv4Addr) -> [String; 4] {
     ]
 }
 
-/// Pure mapping logic; `exists` tells whether a host file exists.
-pub fn map_container(
-    bin_dir: &Path,
-    image: &str,
-    command: &[String],
-    args: &[String],
-    pod_ip: Ipv4Addr,
-    exists: &dyn Fn(&Path) -> bool,
-) -> Result<Mapped, MapFailure> {
-    let repo = image_repository(image);
-    if !KNOWN_IMAGES.contains(&repo.as_str()) {
-        return Err(MapFailure {
-            reason: "ImageNotMapped",
-            message: format!(
-                "image {image:?} has no local binary in the node agent (known images: {})",
-                KNOWN_IMAGES.join(", ")
-            ),
-        });
-    }
-    let mut argv = effective_argv(command, args);
-    let first = argv[0].clone();
-    let base = first.rsplit('/').next().unwrap_or(&first).to_string();
-    // The image ships redis-* as aliases of the valkey tools.
-    let tool = match base.strip_prefix("redis-") {
-        Some(rest) => format!("valkey-{rest}"),
-        None => base.clone(),
+/// uid and gid from the image's `User` ("name", "uid", "uid:gid", "name:group"), names
+/// looked up in the image's own /etc/passwd and /etc/group.
+pub fn image_user(user: Option<&str>, rootfs: &Path) -> Result<(Option<u32>, Option<u32>), String> {
+    let Some(user) = user.filter(|u| !u.is_empty()) else {
+        return Ok((None, None));
     };
-    if VALKEY_TOOLS.contains(&tool.as_str()) {
-        let valkey = bin_dir.join(&tool);
-        let redis = bin_dir.join(tool.replacen("valkey-", "redis-", 1));
-        let program = if exists(&valkey) {
-            valkey
-        } else if exists(&redis) {
-            redis
-        } else {
-            return Err(MapFailure {
-                reason: "BinaryNotFound",
-                message: format!(
-                    "neither {} nor {} exists on the node (install valkey, see e2e/setup-valkey.sh)",
-                    valkey.display(),
-                    redis.display()
-                ),
-            });
-        };
-        let is_daemon = tool == "valkey-server" || tool == "valkey-sentinel";
-        if is_daemon {
-            argv.extend(bind_args(pod_ip));
-        }
-        return Ok(Mapped {
-            program,
-            argv,
-            is_daemon,
-        });
-    }
-    if first.starts_with('/') {
-        let p = PathBuf::from(&first);
-        if exists(&p) {
-            return Ok(Mapped {
-                program: p,
-                argv,
-                is_daemon: false,
-            });
-        }
-    } else if SHELL_TOOLS.contains(&first.as_str())
-        && let Some(p) = HOST_PATH
-            .iter()
-            .map(|d| Path::new(d).join(&first))
-            .find(|p| exists(p))
-    {
-        // `sh -c '<checks>; exec "$0" "$@"' valkey-server <args>`: a shell that ends by
-        // becoming the server gets the server's bind arguments after its own.
-        let wraps_daemon = argv.len() >= 4
-            && argv[1] == "-c"
-            && ["valkey-server", "valkey-sentinel"]
-                .contains(&argv[3].rsplit('/').next().unwrap_or_default());
-        if wraps_daemon {
-            argv.extend(bind_args(pod_ip));
-        }
-        return Ok(Mapped {
-            program: p,
-            argv,
-            is_daemon: wraps_daemon,
-        });
-    }
-    Err(MapFailure {
-        reason: "CommandNotMapped",
-        message: format!(
-            "command {first:?} of image {image:?} has no local binary in the node agent \
-             (valkey tools, host paths and common shell tools are supported)"
+    let (u, g) = match user.split_once(':') {
+        Some((u, g)) => (u, Some(g)),
+        None => (user, None),
+    };
+    let passwd = std::fs::read_to_string(rootfs.join("etc/passwd")).unwrap_or_default();
+    let (uid, primary_gid) = match u.parse::<u32>() {
+        Ok(uid) => (
+            uid,
+            lookup(&passwd, |f| f[2] == u).and_then(|f| f[3].parse().ok()),
         ),
-    })
+        Err(_) => {
+            let f = lookup(&passwd, |f| f[0] == u)
+                .ok_or_else(|| format!("image user {u:?} is not in the image's /etc/passwd"))?;
+            (
+                f[2].parse().map_err(|_| format!("bad uid for {u:?}"))?,
+                f[3].parse().ok(),
+            )
+        }
+    };
+    let gid = match g {
+        None => primary_gid,
+        Some(g) => Some(match g.parse::<u32>() {
+            Ok(gid) => gid,
+            Err(_) => {
+                let group = std::fs::read_to_string(rootfs.join("etc/group")).unwrap_or_default();
+                lookup(&group, |f| f[0] == g)
+                    .and_then(|f| f[2].parse().ok())
+                    .ok_or_else(|| format!("image group {g:?} is not in the image's /etc/group"))?
+            }
+        }),
+    };
+    Ok((Some(uid), gid))
+}
+
+fn lookup<'a>(table: &'a str, pick: impl Fn(&[&str]) -> bool) -> Option<Vec<&'a str>> {
+    table
+        .lines()
+        .map(|l| l.split(':').collect::<Vec<_>>())
+        .find(|f| f.len() >= 4 && pick(f))
+}
+
+/// The image's environment under the container's: a variable the pod sets wins.
+pub fn merge_env(image_env: &[String], pod_env: Vec<(String, String)>) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = image_env
+        .iter()
+        .filter_map(|kv| kv.split_once('='))
+        .filter(|(k, _)| !pod_env.iter().any(|(n, _)| n == k))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    out.extend(pod_env);
+    out
+}
+
+/// The pod's imagePullPolicy; unset (the API server defaults it) follows the same rule.
+pub fn pull_policy(policy: Option<&str>, image: &str) -> PullPolicy {
+    match policy {
+        Some("Always") => PullPolicy::Always,
+        Some("Never") => PullPolicy::Never,
+        Some("IfNotPresent") => PullPolicy::IfNotPresent,
+        _ => {
+            let name = image.split('@').next().unwrap_or(image);
+            let tagged = name
+                .rsplit('/')
+                .next()
+                .is_some_and(|last| last.contains(':'));
+            if image.contains('@') || (tagged && !name.ends_with(":latest")) {
+                PullPolicy::IfNotPresent
+            } else {
+                PullPolicy::Always
+            }
+        }
+    }
+}
+
+/// The container's Waiting reason for a failed pull, as a kubelet names it.
+pub fn pull_failure_reason(e: &PullError) -> &'static str {
+    match e {
+        PullError::InvalidName(_) => "InvalidImageName",
+        PullError::NeverPull(_) => "ErrImageNeverPull",
+        PullError::Pull(_) => "ErrImagePull",
+    }
 }
 
 #[cfg(test)]
@@ -245,191 +191,133 @@ mod tests {
 
     const IP: Ipv4Addr = Ipv4Addr::new(127, 64, 0, 5);
 
-    fn all_exist(_: &Path) -> bool {
-        true
+    fn valkey_image() -> ImageConfig {
+        ImageConfig {
+            entrypoint: s(&["docker-entrypoint.sh"]),
+            cmd: s(&["valkey-server"]),
+            env: s(&["PATH=/usr/local/bin:/usr/bin:/bin", "VALKEY_VERSION=8.1.4"]),
+            working_dir: Some("/data".into()),
+            ..Default::default()
+        }
+    }
+
+    const BIND: [&str; 4] = ["--bind", "127.64.0.5", "--bind-source-addr", "127.64.0.5"];
+
+    #[test]
+    fn image_defaults_run_the_server_with_bind() {
+        let a = container_argv(&valkey_image(), &[], &[], IP).unwrap();
+        assert!(a.is_daemon);
+        assert_eq!(a.argv[..2], s(&["docker-entrypoint.sh", "valkey-server"]));
+        assert_eq!(a.argv[2..], s(&BIND));
     }
 
     #[test]
-    fn repository_parsing() {
-        assert_eq!(image_repository("valkey/valkey"), "valkey/valkey");
-        assert_eq!(image_repository("valkey/valkey:8.1"), "valkey/valkey");
-        assert_eq!(
-            image_repository("docker.io/valkey/valkey:8.1"),
-            "valkey/valkey"
+    fn args_replace_cmd_and_keep_the_entrypoint() {
+        let a = container_argv(&valkey_image(), &[], &s(&["--port", "7000"]), IP).unwrap();
+        assert_eq!(a.argv[..3], s(&["docker-entrypoint.sh", "--port", "7000"]));
+        assert!(
+            a.is_daemon,
+            "the entrypoint prepends valkey-server to options"
         );
-        assert_eq!(
-            image_repository("registry:5000/valkey/valkey@sha256:abc"),
-            "valkey/valkey"
-        );
-        assert_eq!(
-            image_repository("localhost/valkey/valkey:8.1-alpine@sha256:abc"),
-            "valkey/valkey"
-        );
-        assert_eq!(image_repository("docker.io/library/busybox:1"), "busybox");
+        let a = container_argv(&valkey_image(), &[], &s(&["valkey-cli", "ping"]), IP).unwrap();
+        assert_eq!(a.argv, s(&["docker-entrypoint.sh", "valkey-cli", "ping"]));
+        assert!(!a.is_daemon);
     }
 
     #[test]
-    fn default_command_is_valkey_server_with_bind() {
-        let m = map_container(
-            Path::new("/usr/bin"),
-            "valkey/valkey:8.1",
+    fn command_replaces_entrypoint_and_cmd() {
+        let a = container_argv(&valkey_image(), &s(&["sleep"]), &s(&["5"]), IP).unwrap();
+        assert_eq!(a.argv, s(&["sleep", "5"]));
+        assert!(!a.is_daemon);
+        let a = container_argv(
+            &valkey_image(),
+            &s(&["/usr/bin/valkey-sentinel", "/conf/s.conf"]),
             &[],
-            &s(&["--port", "6379"]),
             IP,
-            &all_exist,
         )
         .unwrap();
-        assert_eq!(m.program, PathBuf::from("/usr/bin/valkey-server"));
-        assert_eq!(
-            m.argv,
-            s(&[
-                "valkey-server",
-                "--port",
-                "6379",
-                "--bind",
-                "127.64.0.5",
-                "--bind-source-addr",
-                "127.64.0.5"
-            ])
-        );
-        assert!(m.is_daemon);
+        assert!(a.is_daemon);
+        assert_eq!(a.argv[2..], s(&BIND));
     }
 
     #[test]
     fn a_shell_that_becomes_the_server_gets_its_bind() {
         let script = "exec \"$0\" \"$@\"";
-        let m = map_container(
-            Path::new("/usr/bin"),
-            "valkey/valkey:8.1",
+        let a = container_argv(
+            &valkey_image(),
             &s(&["sh", "-c", script, "valkey-server"]),
             &s(&["/etc/valkey/valkey.conf"]),
             IP,
-            &all_exist,
         )
         .unwrap();
-        assert!(m.is_daemon);
+        assert!(a.is_daemon);
         assert_eq!(
-            m.argv[3..],
-            s(&[
-                "valkey-server",
-                "/etc/valkey/valkey.conf",
-                "--bind",
-                "127.64.0.5",
-                "--bind-source-addr",
-                "127.64.0.5"
-            ])
-        );
-        // Any other shell command is left alone.
-        let m = map_container(
-            Path::new("/usr/bin"),
-            "valkey/valkey:8.1",
-            &s(&["sh", "-c", "cp a b"]),
-            &[],
-            IP,
-            &all_exist,
-        )
-        .unwrap();
-        assert!(!m.is_daemon);
-        assert_eq!(m.argv, s(&["sh", "-c", "cp a b"]));
-    }
-
-    #[test]
-    fn args_without_command_follow_the_entrypoint() {
-        assert_eq!(
-            effective_argv(&[], &s(&["/etc/valkey/valkey.conf"])),
+            a.argv[3..5],
             s(&["valkey-server", "/etc/valkey/valkey.conf"])
         );
+        assert_eq!(a.argv[5..], s(&BIND));
+        let a = container_argv(&valkey_image(), &s(&["sh", "-c", "cp a b"]), &[], IP).unwrap();
+        assert!(!a.is_daemon);
+        assert_eq!(a.argv, s(&["sh", "-c", "cp a b"]));
+    }
+
+    #[test]
+    fn an_image_without_a_command_is_refused() {
+        let err = container_argv(&ImageConfig::default(), &[], &[], IP).unwrap_err();
+        assert!(err.contains("no command specified"), "{err}");
+    }
+
+    #[test]
+    fn users_by_number_and_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("etc")).unwrap();
+        std::fs::write(
+            dir.path().join("etc/passwd"),
+            "root:x:0:0:root:/root:/bin/sh\nvalkey:x:999:999::/data:/usr/sbin/nologin\n",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("etc/group"), "root:x:0:\nvalkey:x:999:\n").unwrap();
+        let r = dir.path();
+        assert_eq!(image_user(None, r), Ok((None, None)));
+        assert_eq!(image_user(Some(""), r), Ok((None, None)));
+        assert_eq!(image_user(Some("valkey"), r), Ok((Some(999), Some(999))));
+        assert_eq!(image_user(Some("999"), r), Ok((Some(999), Some(999))));
         assert_eq!(
-            effective_argv(&[], &s(&["valkey-cli", "ping"])),
-            s(&["valkey-cli", "ping"])
+            image_user(Some("65532:65532"), r),
+            Ok((Some(65532), Some(65532)))
         );
-        assert_eq!(effective_argv(&[], &[]), s(&["valkey-server"]));
-    }
-
-    #[test]
-    fn sentinel_and_absolute_image_paths() {
-        let m = map_container(
-            Path::new("/opt/v"),
-            "valkey/valkey",
-            &s(&["/usr/local/bin/valkey-sentinel", "/conf/s.conf"]),
-            &[],
-            IP,
-            &all_exist,
-        )
-        .unwrap();
-        assert_eq!(m.program, PathBuf::from("/opt/v/valkey-sentinel"));
-        assert!(m.is_daemon);
-        let cli = map_container(
-            Path::new("/opt/v"),
-            "valkey/valkey",
-            &s(&["redis-cli", "ping"]),
-            &[],
-            IP,
-            &all_exist,
-        )
-        .unwrap();
-        assert_eq!(cli.program, PathBuf::from("/opt/v/valkey-cli"));
-        assert_eq!(cli.argv, s(&["redis-cli", "ping"]));
-    }
-
-    #[test]
-    fn falls_back_to_redis_binaries() {
-        let only_redis = |p: &Path| p.to_string_lossy().contains("redis-");
-        let m = map_container(
-            Path::new("/usr/bin"),
-            "valkey/valkey",
-            &[],
-            &[],
-            IP,
-            &only_redis,
-        )
-        .unwrap();
-        assert_eq!(m.program, PathBuf::from("/usr/bin/redis-server"));
-        let none = map_container(
-            Path::new("/usr/bin"),
-            "valkey/valkey",
-            &[],
-            &[],
-            IP,
-            &|_| false,
-        )
-        .unwrap_err();
-        assert_eq!(none.reason, "BinaryNotFound");
-    }
-
-    #[test]
-    fn shell_tools_resolve_to_host_paths() {
-        let m = map_container(
-            Path::new("/usr/bin"),
-            "valkey/valkey",
-            &s(&["sh", "-c", "echo hi"]),
-            &[],
-            IP,
-            &|p| p == Path::new("/usr/bin/sh"),
-        )
-        .unwrap();
-        assert_eq!(m.program, PathBuf::from("/usr/bin/sh"));
-        assert!(!m.is_daemon);
-        let err = map_container(
-            Path::new("/usr/bin"),
-            "valkey/valkey",
-            &s(&["python3"]),
-            &[],
-            IP,
-            &all_exist,
-        )
-        .unwrap_err();
-        assert_eq!(err.reason, "CommandNotMapped");
-    }
-
-    #[test]
-    fn unknown_image_is_not_mapped() {
-        let err = map_container(Path::new("/usr/bin"), "foo/bar:1", &[], &[], IP, &all_exist)
-            .unwrap_err();
-        assert_eq!(err.reason, "ImageNotMapped");
-        assert_eq!(
-            err.message,
-            "image \"foo/bar:1\" has no local binary in the node agent (known images: valkey/valkey)"
+        assert_eq!(image_user(Some("1000"), r), Ok((Some(1000), None)));
+        assert_eq!(image_user(Some("valkey:root"), r), Ok((Some(999), Some(0))));
+        assert!(
+            image_user(Some("nobody"), r)
+                .unwrap_err()
+                .contains("nobody")
         );
+    }
+
+    #[test]
+    fn pod_env_wins_over_image_env() {
+        let env = merge_env(
+            &s(&["PATH=/usr/bin", "A=image", "EMPTY="]),
+            vec![("A".into(), "pod".into()), ("B".into(), "pod".into())],
+        );
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("PATH"), Some("/usr/bin"));
+        assert_eq!(get("A"), Some("pod"));
+        assert_eq!(get("B"), Some("pod"));
+        assert_eq!(get("EMPTY"), Some(""));
+        assert_eq!(env.iter().filter(|(k, _)| k == "A").count(), 1);
+    }
+
+    #[test]
+    fn pull_policy_follows_the_api_defaults() {
+        use PullPolicy::*;
+        assert_eq!(pull_policy(Some("Never"), "a:1"), Never);
+        assert_eq!(pull_policy(Some("Always"), "a:1"), Always);
+        assert_eq!(pull_policy(None, "valkey/valkey:8.1"), IfNotPresent);
+        assert_eq!(pull_policy(None, "valkey/valkey"), Always);
+        assert_eq!(pull_policy(None, "valkey/valkey:latest"), Always);
+        assert_eq!(pull_policy(None, "127.0.0.1:5000/valkey"), Always);
+        assert_eq!(pull_policy(None, "valkey/valkey@sha256:00"), IfNotPresent);
     }
 }

@@ -55,9 +55,13 @@ struct Cli {
     /// Control API (partitions, freeze/thaw); disabled when unset.
     #[arg(long)]
     control_addr: Option<SocketAddr>,
-    /// Where valkey-server, valkey-cli, ... are installed.
-    #[arg(long, default_value = "/usr/bin")]
-    bin_dir: PathBuf,
+    /// The registry every image is pulled from, whatever registry its name gives (a mirror,
+    /// as containerd's hosts.toml would configure), e.g. http://127.0.0.1:5000.
+    #[arg(long)]
+    registry_mirror: String,
+    /// Pulled blobs and unpacked image roots [default: <state-dir>/images]. Kept across runs.
+    #[arg(long)]
+    image_dir: Option<PathBuf>,
     /// Where the storage provisioner creates PV directories [default: <state-dir>/volumes].
     #[arg(long)]
     volumes_dir: Option<PathBuf>,
@@ -166,7 +170,12 @@ async fn run(cli: Cli) -> Result<()> {
     let ctx = Arc::new(pods::AgentCtx {
         client: client.clone(),
         state_dir: state_dir.clone(),
-        mapper: images::ImageMapper::new(cli.bin_dir.clone()),
+        images: oci_image::ImageStore::new(
+            cli.image_dir
+                .clone()
+                .unwrap_or_else(|| state_dir.join("images")),
+            cli.registry_mirror.clone(),
+        ),
         ipam: Mutex::new(ipam::Ipam::load(cli.pod_cidr, state_dir.join("ipam.json"))?),
         registry: registry.clone(),
         host_ip: Ipv4Addr::LOCALHOST.to_string(),

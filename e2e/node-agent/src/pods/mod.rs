@@ -19,7 +19,6 @@ use kube::Api;
 use kube::runtime::watcher;
 use tokio::sync::{Notify, mpsc, watch};
 
-use crate::images::ImageMapper;
 use crate::ipam::Ipam;
 use status::PodRt;
 use volumes::Materialized;
@@ -28,7 +27,8 @@ use volumes::Materialized;
 pub struct AgentCtx {
     pub client: kube::Client,
     pub state_dir: PathBuf,
-    pub mapper: ImageMapper,
+    /// Pulled images, unpacked once per digest and shared read-only by containers.
+    pub images: oci_image::ImageStore,
     pub ipam: Mutex<Ipam>,
     pub registry: Registry,
     pub host_ip: String,

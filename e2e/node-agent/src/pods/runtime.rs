@@ -22,6 +22,7 @@ use super::status::{CState, ContainerRt, PodRt};
 use super::volumes::{self, Materialized, TokenCache, VolKind, VolumeCtx};
 use super::{AgentCtx, PodEntry, Stop};
 use crate::container_exec::{ContainerSpec, DEFAULT_PATH, ExecInSpec};
+use crate::images;
 
 /// Kubelet-style restart back-off for the n-th consecutive restart (n ≥ 1):
 /// 10s doubling, capped at 60s to keep tests fast.
@@ -557,17 +558,37 @@ impl Runner {
             self.entry.namespace, self.entry.name, self.c.name
         );
         let mut consecutive = 0u32;
+        let mut pull_failures = 0u32;
         loop {
             if stop.borrow().is_some() {
                 return false;
             }
             let launched = match self.launch().await {
-                Ok(l) => l,
+                Ok(l) => {
+                    pull_failures = 0;
+                    l
+                }
                 Err((reason, message)) => {
                     tracing::info!(container = %label, reason, %message, "container cannot start");
-                    self.update(|c| c.state = CState::waiting(reason, Some(message)));
-                    let retry = if reason == "ImageNotMapped" { 30 } else { 5 };
-                    if wait_stop(&mut stop, Duration::from_secs(retry)).await {
+                    self.update(|c| c.state = CState::waiting(reason, Some(message.clone())));
+                    let retry = if reason == "ErrImagePull" {
+                        // Like a kubelet: ErrImagePull, then ImagePullBackOff until the next try.
+                        pull_failures += 1;
+                        if wait_stop(&mut stop, Duration::from_secs(2)).await {
+                            return false;
+                        }
+                        let image = self.c.image.clone().unwrap_or_default();
+                        self.update(|c| {
+                            c.state = CState::waiting(
+                                "ImagePullBackOff",
+                                Some(format!("Back-off pulling image {image:?}: {message}")),
+                            )
+                        });
+                        pull_backoff(pull_failures)
+                    } else {
+                        Duration::from_secs(5)
+                    };
+                    if wait_stop(&mut stop, retry).await {
                         return false;
                     }
                     continue;
@@ -732,11 +753,21 @@ impl Runner {
         }
     }
 
-    /// Resolves env, image, mounts and starts the process.
+    /// Pulls the image, resolves env and mounts, and starts the process.
     async fn launch(&self) -> Result<Launched, (&'static str, String)> {
         let cfg_err = |m: String| ("CreateContainerConfigError", m);
         let pod = &self.pod;
         let spec = pod.spec.clone().unwrap_or_default();
+        let image_name = self.c.image.clone().unwrap_or_default();
+        let policy = images::pull_policy(self.c.image_pull_policy.as_deref(), &image_name);
+        let image = self
+            .ctx
+            .images
+            .ensure(&image_name, policy)
+            .await
+            .map_err(|e| (images::pull_failure_reason(&e), e.to_string()))?;
+        let image_id = format!("{}@{}", image.reference.repository, image.manifest);
+        self.update(|c| c.image_id = Some(image_id));
         let facts = PodFacts {
             pod_ip: self.ip.to_string(),
             host_ip: self.ctx.host_ip.clone(),
@@ -754,8 +785,16 @@ impl Runner {
 
         let psc = spec.security_context.clone().unwrap_or_default();
         let csc = self.c.security_context.clone().unwrap_or_default();
-        let uid = csc.run_as_user.or(psc.run_as_user).map(|u| u as u32);
-        let gid = csc.run_as_group.or(psc.run_as_group).map(|g| g as u32);
+        let (image_uid, image_gid) =
+            images::image_user(image.config.user.as_deref(), &image.rootfs)
+                .map_err(|m| ("CreateContainerError", m))?;
+        let pod_uid = csc.run_as_user.or(psc.run_as_user).map(|u| u as u32);
+        let uid = pod_uid.or(image_uid);
+        let gid = csc
+            .run_as_group
+            .or(psc.run_as_group)
+            .map(|g| g as u32)
+            .or(if pod_uid.is_none() { image_gid } else { None });
         let non_root = csc.run_as_non_root.or(psc.run_as_non_root) == Some(true);
         if non_root && uid.unwrap_or(0) == 0 {
             return Err(cfg_err(
@@ -771,8 +810,9 @@ impl Runner {
             .collect();
         groups.extend(fs_group);
 
+        envs = images::merge_env(&image.config.env, envs);
         let defaults = [
-            ("PATH", self.default_path()),
+            ("PATH", DEFAULT_PATH.to_string()),
             ("HOSTNAME", hostname.clone()),
             (
                 "HOME",
@@ -793,12 +833,8 @@ impl Runner {
 
         let command = env::expand_all(self.c.command.as_deref().unwrap_or_default(), &envs);
         let args = env::expand_all(self.c.args.as_deref().unwrap_or_default(), &envs);
-        let image = self.c.image.clone().unwrap_or_default();
-        let mapped = self
-            .ctx
-            .mapper
-            .map(&image, &command, &args, self.ip)
-            .map_err(|f| (f.reason, f.message))?;
+        let argv = images::container_argv(&image.config, &command, &args, self.ip)
+            .map_err(|m| ("CreateContainerError", m))?;
 
         let vols: HashMap<String, Materialized> = self.entry.volumes.lock().unwrap().clone();
         let mounts = volumes::plan_mounts(&self.c, &vols, &envs).map_err(cfg_err)?;
@@ -834,26 +870,27 @@ impl Runner {
         let error_file = self.dir.join("exec-error");
         let _ = std::fs::remove_file(&error_file);
         let root = self.dir.join("root");
-        let workdir = self.c.working_dir.clone().unwrap_or_else(|| "/".into());
-        let bin_dir = self.ctx.mapper.bin_dir().to_path_buf();
-        let extra_dirs = if ["/usr", "/bin", "/sbin", "/opt"]
-            .iter()
-            .any(|d| bin_dir.starts_with(d))
-        {
-            vec![]
-        } else {
-            vec![bin_dir]
-        };
+        let workdir = self
+            .c
+            .working_dir
+            .clone()
+            .or(image.config.working_dir.clone())
+            .filter(|d| !d.is_empty())
+            .unwrap_or_else(|| "/".into());
+        // Each start gets a fresh writable layer, as a new container would.
+        let layer = self.dir.join("layer");
+        let _ = std::fs::remove_dir_all(&layer);
         let cspec = ContainerSpec {
             root: root.clone(),
+            image_root: image.rootfs.clone(),
+            layer,
+            read_only_root: csc.read_only_root_filesystem == Some(true),
             scratch: self.dir.join("scratch"),
-            extra_dirs,
             etc_files: etc,
             mounts,
             hostname,
             workdir: workdir.clone(),
-            program: mapped.program.clone(),
-            argv: mapped.argv.clone(),
+            argv: argv.argv.clone(),
             env: envs.clone(),
             uid,
             gid,
@@ -894,15 +931,6 @@ impl Runner {
                 groups,
             },
         })
-    }
-
-    fn default_path(&self) -> String {
-        let bin = self.ctx.mapper.bin_dir().display().to_string();
-        if DEFAULT_PATH.split(':').any(|d| d == bin) {
-            DEFAULT_PATH.to_string()
-        } else {
-            format!("{DEFAULT_PATH}:{bin}")
-        }
     }
 
     /// /etc/hosts, /etc/resolv.conf and /etc/hostname for the container.
@@ -951,6 +979,15 @@ impl Runner {
 }
 
 /// Waits `d`; true when a stop was requested meanwhile.
+/// A kubelet's image pull back-off: 10 s doubling to 5 min.
+fn pull_backoff(failures: u32) -> Duration {
+    Duration::from_secs(
+        10u64
+            .saturating_mul(1 << failures.saturating_sub(1).min(5))
+            .min(300),
+    )
+}
+
 async fn wait_stop(stop: &mut watch::Receiver<Option<Duration>>, d: Duration) -> bool {
     if stop.borrow().is_some() {
         return true;

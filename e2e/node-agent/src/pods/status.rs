@@ -79,6 +79,8 @@ impl CState {
 pub struct ContainerRt {
     pub name: String,
     pub image: String,
+    /// `<repository>@<manifest digest>` once pulled, as a kubelet reports it.
+    pub image_id: Option<String>,
     pub state: CState,
     pub last_state: Option<CState>,
     pub restart_count: i32,
@@ -95,6 +97,7 @@ impl ContainerRt {
         Self {
             name: name.to_string(),
             image: image.to_string(),
+            image_id: None,
             state: CState::waiting("ContainerCreating", None),
             last_state: None,
             restart_count: 0,
@@ -121,7 +124,7 @@ impl ContainerRt {
         ContainerStatus {
             name: self.name.clone(),
             image: self.image.clone(),
-            image_id: format!("local://{}", self.image),
+            image_id: self.image_id.clone().unwrap_or_default(),
             container_id: self.pid.map(|p| format!("local://{p}")),
             state: Some(self.state.to_k8s()),
             last_state: Some(
@@ -429,17 +432,17 @@ mod tests {
     }
 
     #[test]
-    fn unmapped_image_keeps_pod_pending() {
+    fn image_pull_failure_keeps_pod_pending() {
         let mut p = pod();
         p.init.clear();
         p.containers.push(ContainerRt::new("other", "foo/bar:1"));
         p.containers[0].state = CState::Running { started_at: ts(1) };
-        p.containers[1].state = CState::waiting("ImageNotMapped", Some("no".into()));
+        p.containers[1].state = CState::waiting("ErrImagePull", Some("no".into()));
         assert_eq!(p.phase(), Phase::Pending);
         let json = serde_json::to_value(p.to_status(true)).unwrap();
         assert_eq!(
             json["containerStatuses"][1]["state"]["waiting"]["reason"],
-            "ImageNotMapped"
+            "ErrImagePull"
         );
         assert_eq!(
             json["containerStatuses"][1]["lastState"],
