@@ -9,9 +9,11 @@
 
 pub mod cluster_testing;
 pub mod control_plane;
+pub mod images;
 pub mod kubeconfig;
 pub mod netns;
 pub mod operator;
+pub mod operator_pods;
 pub mod pki;
 pub mod process;
 pub mod ranges;
@@ -67,6 +69,8 @@ pub struct LocalCluster {
     pub kubelet_network: Option<netns::KubeletNetwork>,
     /// The API server's audit log (JSON lines), when [`Options::audit`] asked for one.
     pub audit_log: Option<PathBuf>,
+    /// The image registry the node agent pulls from (see [`images`]), when the agent runs.
+    pub registry_url: Option<String>,
     children: Vec<(Recorded, Child)>,
     detached: bool,
 }
@@ -144,6 +148,7 @@ impl LocalCluster {
             control_addr: None,
             kubelet_network: None,
             audit_log,
+            registry_url: None,
             children: Vec::new(),
             detached: false,
         };
@@ -187,6 +192,8 @@ impl LocalCluster {
 
     async fn start_agent(&mut self, options: &Options, client: &kube::Client) -> Result<()> {
         let agent = workspace_binary("node-agent")?;
+        let registry = self.start_registry().await?;
+        self.registry_url = Some(registry.clone());
         let pki = pki::PkiPaths {
             dir: self.layout.run_dir.join("pki"),
         };
@@ -208,6 +215,11 @@ impl LocalCluster {
             .arg(format!("--kubelet-address={}", network.kubelet_ip))
             .arg(format!("--kubelet-netns={}", network.path().display()))
             .arg(format!("--control-addr=127.0.0.1:{control_port}"))
+            .arg(format!("--registry-mirror={registry}"))
+            .arg(format!(
+                "--image-dir={}",
+                images::image_store_dir().display()
+            ))
             .arg(format!(
                 "--tls-cert-file={}",
                 pki.kubelet_serving_cert().display()

@@ -185,7 +185,7 @@ async fn local_cluster_runs_real_pods() {
     let client = cluster.client().await.unwrap();
 
     statefulset_pod_survives_deletion(&cluster, &client).await;
-    deployment_pod_and_unknown_image(&cluster, &client).await;
+    deployment_pod_and_image_pull_errors(&cluster, &client).await;
     volume_grows_and_reports_usage(&cluster, &client).await;
     partition_cuts_and_heals_replication(&cluster, &client).await;
 
@@ -252,7 +252,7 @@ async fn statefulset_pod_survives_deletion(cluster: &LocalCluster, client: &Clie
     );
 }
 
-async fn deployment_pod_and_unknown_image(cluster: &LocalCluster, client: &Client) {
+async fn deployment_pod_and_image_pull_errors(cluster: &LocalCluster, client: &Client) {
     let ns = "deploy";
     namespace(client, ns).await;
     let service_ip = service(client, ns, "cache").await;
@@ -266,47 +266,86 @@ async fn deployment_pod_and_unknown_image(cluster: &LocalCluster, client: &Clien
     assert_eq!(valkey_cli(&pod_ip(&pod), &["PING"]), "PONG");
     assert_eq!(valkey_cli(&service_ip, &["PING"]), "PONG");
 
-    apply::<Pod>(
+    // An image the registry does not have: ErrImagePull, then ImagePullBackOff, with the
+    // reference and the registry's answer in the message; never a fake Running.
+    apply::<Deployment>(
         client,
         ns,
         json!({
-            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mystery"},
-            "spec": {"containers": [{"name": "app", "image": "example.invalid/mystery:1"}]},
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "mystery"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "mystery"}},
+                     "template": {"metadata": {"labels": {"app": "mystery"}},
+                                  "spec": {"containers": [{"name": "app", "image": "valkey/valkey:no-such-tag"}]}}},
         }),
     )
     .await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let waiting = cluster
-        .wait_for_value("mystery to report why it waits", || {
+    let waiting_reasons = |want: &'static str| {
+        let pods = pods.clone();
+        move || {
             let pods = pods.clone();
             async move {
-                let pod = pods.get("mystery").await?;
-                let status = pod.status.unwrap_or_default();
-                let waiting = status
-                    .container_statuses
-                    .unwrap_or_default()
-                    .into_iter()
-                    .find_map(|c| c.state.and_then(|s| s.waiting));
-                Ok(waiting
-                    .filter(|w| w.reason.is_some())
-                    .map(|w| (status.phase, w)))
+                let list = pods
+                    .list(&kube::api::ListParams::default().labels("app=mystery"))
+                    .await?;
+                Ok(list.items.into_iter().find_map(|pod| {
+                    let status = pod.status.unwrap_or_default();
+                    let waiting = status
+                        .container_statuses
+                        .unwrap_or_default()
+                        .into_iter()
+                        .find_map(|c| c.state.and_then(|s| s.waiting))?;
+                    (waiting.reason.as_deref() == Some(want)).then_some((status.phase, waiting))
+                }))
             }
-        })
+        }
+    };
+    let (phase, pulling) = cluster
+        .wait_for_value(
+            "the pod to report ErrImagePull",
+            waiting_reasons("ErrImagePull"),
+        )
         .await
         .unwrap();
-    assert_eq!(
-        waiting.0.as_deref(),
-        Some("Pending"),
-        "never a fake Running"
-    );
-    assert_eq!(waiting.1.reason.as_deref(), Some("ImageNotMapped"));
+    assert_eq!(phase.as_deref(), Some("Pending"), "never a fake Running");
+    let message = pulling.message.unwrap_or_default();
+    assert!(message.contains("valkey/valkey:no-such-tag"), "{message}");
     assert!(
-        waiting
-            .1
-            .message
-            .unwrap_or_default()
-            .contains("example.invalid/mystery:1")
+        message.contains("MANIFEST_UNKNOWN"),
+        "the registry's answer: {message}"
     );
+    let (phase, backoff) = cluster
+        .wait_for_value(
+            "the pod to back off with ImagePullBackOff",
+            waiting_reasons("ImagePullBackOff"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(phase.as_deref(), Some("Pending"));
+    let message = backoff.message.unwrap_or_default();
+    assert!(message.contains("valkey/valkey:no-such-tag"), "{message}");
+
+    // Fixing the tag rolls out a pod that pulls and runs.
+    apply::<Deployment>(
+        client,
+        ns,
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "mystery"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "mystery"}},
+                     "template": {"metadata": {"labels": {"app": "mystery"}},
+                                  "spec": {"containers": [{"name": "app", "image": "valkey/valkey:8.1",
+                                           "readinessProbe": {"tcpSocket": {"port": 6379}, "periodSeconds": 1}}]}}},
+        }),
+    )
+    .await;
+    let pod = ready_pod(cluster, client, ns, "mystery").await;
+    let status = pod.status.unwrap_or_default();
+    let image_id = status.container_statuses.unwrap_or_default()[0]
+        .image_id
+        .clone();
+    assert!(image_id.starts_with("valkey/valkey@sha256:"), "{image_id}");
+    let info = valkey_cli(&status.pod_ip.unwrap(), &["INFO", "server"]);
+    assert!(info.contains("valkey_version:8.1."), "{info}");
 }
 
 async fn volume_grows_and_reports_usage(cluster: &LocalCluster, client: &Client) {

@@ -133,8 +133,8 @@ async fn bad_input() {
     let data = DataSet::new("key", 2_000);
     data.load(&access).await.unwrap();
 
-    // The node agent runs only valkey/valkey images: this one waits with ImageNotMapped, as
-    // an image that cannot be pulled would.
+    // The registry has no such image: the first member's pod waits in ErrImagePull or
+    // ImagePullBackOff, as on any cluster.
     let members = env.apis.members(name).await.unwrap();
     let watch = RefCell::new(RollWatch::new(&members));
     env.apis
@@ -159,7 +159,10 @@ async fn bad_input() {
                 .and_then(|c| c.state)
                 .and_then(|s| s.waiting)
                 .and_then(|w| w.reason);
-            if waiting.as_deref() != Some("ImageNotMapped") {
+            if !matches!(
+                waiting.as_deref(),
+                Some("ErrImagePull" | "ImagePullBackOff")
+            ) {
                 return Ok(Err(format!(
                     "{first}'s container is waiting for {waiting:?}"
                 )));
