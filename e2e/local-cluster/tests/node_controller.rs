@@ -559,7 +559,9 @@ async fn owned_directive_in_another_case(cluster: &LocalCluster, client: &Client
 /// they are there.
 async fn authenticated_node(cluster: &LocalCluster, client: &Client, apis: &Apis) {
     let name = "locked";
-    let (password, operator_password) = ("s3cret with spaces", "--op-pass'\"");
+    // Quotes and backslashes: Valkey 8.1 mangles them on its command line (see
+    // node-controller's auth_file_script).
+    let (password, operator_password) = ("s3cret \\with spaces", "--op-pass'\"\\x41");
     let mut node = valkey_node(name, WorkloadType::StatefulSet, false, None);
     node.spec.auth = Some(Auth {
         password_secret_ref: Some(SecretKeyRef {

@@ -38,6 +38,10 @@ pub const PASSWORD_ENV: &str = "REDISCLI_AUTH";
 /// Environment variable carrying the `operator` user's password (`auth.operatorSecretRef`).
 pub const OPERATOR_PASSWORD_ENV: &str = "VALKEY_OPERATOR_PASSWORD";
 
+/// Where a data node's start-up shell writes its password directives (in the /tmp emptyDir,
+/// owner-only), included by the rendered config.
+pub const AUTH_FILE: &str = "/tmp/valkey-auth.conf";
+
 const HEADER: &str = "# Rendered by valkey-operator (node-controller); edits are overwritten.\n";
 
 /// `sentinel <sub>` directives the operator or the topology controller owns in Sentinel mode.
@@ -252,6 +256,9 @@ pub fn render(spec: &ValkeyNodeSpec, cluster_ip: Option<&str>) -> Result<Rendere
                 Some(ip) => push(&mut text, ip_directive, ip),
                 None => args.extend([format!("--{ip_directive}"), pod_ip]),
             }
+            if auth_file_script(spec).is_some() {
+                push(&mut text, "include", AUTH_FILE);
+            }
         }
         Mode::Sentinel => {
             push(&mut text, "port", &ports::SENTINEL.to_string());
@@ -286,12 +293,12 @@ pub fn render(spec: &ValkeyNodeSpec, cluster_ip: Option<&str>) -> Result<Rendere
     }))
 }
 
-/// Passwords go on the command line as `$(VAR)`, expanded by Kubernetes from the Secret, so
-/// they are never in the ConfigMap or the pod spec; Valkey overwrites its process title, so
-/// they do not stay visible in `ps` either. Replication logs in as the `operator` user when
-/// there is one, so a change of the default user's password cannot break it mid-roll.
+/// A sentinel's passwords go on the command line as `$(VAR)`, expanded by Kubernetes from
+/// the Secret, so they are never in the ConfigMap or the pod spec; Valkey overwrites its
+/// process title, so they do not stay visible in `ps` either. (Data nodes read theirs from
+/// [`AUTH_FILE`] instead, see [`auth_file_script`].)
 fn auth_args(spec: &ValkeyNodeSpec) -> Vec<String> {
-    let Some(auth) = &spec.auth else {
+    let Some(auth) = spec.auth.as_ref().filter(|_| spec.mode == Mode::Sentinel) else {
         return Vec::new();
     };
     let mut args = Vec::new();
@@ -311,32 +318,59 @@ fn auth_args(spec: &ValkeyNodeSpec) -> Vec<String> {
             ]
             .map(String::from),
         );
-    }
-    if spec.mode == Mode::Sentinel {
         // Sentinels log in to each other as `operator` too: each one requires a password.
-        if auth.operator_secret_ref.is_some() {
-            args.extend([
-                "--sentinel".to_string(),
-                "sentinel-user".to_string(),
-                OPERATOR_USER.to_string(),
-                "--sentinel".to_string(),
-                "sentinel-pass".to_string(),
-                format!("$({OPERATOR_PASSWORD_ENV})"),
-            ]);
-        }
-    } else {
-        if auth.operator_secret_ref.is_some() {
-            args.extend([
-                "--masteruser".to_string(),
-                OPERATOR_USER.to_string(),
-                "--masterauth".to_string(),
-                format!("$({OPERATOR_PASSWORD_ENV})"),
-            ]);
-        } else if auth.password_secret_ref.is_some() {
-            args.extend(["--masterauth".to_string(), format!("$({PASSWORD_ENV})")]);
-        }
+        args.extend([
+            "--sentinel".to_string(),
+            "sentinel-user".to_string(),
+            OPERATOR_USER.to_string(),
+            "--sentinel".to_string(),
+            "sentinel-pass".to_string(),
+            format!("$({OPERATOR_PASSWORD_ENV})"),
+        ]);
     }
     args
+}
+
+/// The shell lines with which a data node's container writes its password directives to
+/// [`AUTH_FILE`] before the server starts, each value quoted for Valkey's config parser
+/// (`\` and `"` escaped). Not on the command line: Valkey 8.1 rebuilds its arguments into
+/// config lines without escaping them, so a password with `"` stops the start and one with
+/// `\` is silently changed (measured on 8.1.1; 8.0.1 and 9.1.2 keep them). Replication logs
+/// in as the `operator` user when there is one, so a change of the default user's password
+/// cannot break it mid-roll. `None` for sentinels and for nodes without passwords.
+pub fn auth_file_script(spec: &ValkeyNodeSpec) -> Option<String> {
+    let auth = spec.auth.as_ref().filter(|_| spec.mode != Mode::Sentinel)?;
+    let (password, operator) = (
+        auth.password_secret_ref.is_some(),
+        auth.operator_secret_ref.is_some(),
+    );
+    if !password && !operator {
+        return None;
+    }
+    let quoted = |value: &str| format!("\"$(valkey_quote \"{value}\")\"");
+    let mut lines = vec![
+        r#"valkey_quote() { printf '"%s"' "$(printf '%s' "$1" | sed 's/[\\"]/\\&/g')"; }"#
+            .to_string(),
+        // Owner-only, without changing the umask the server inherits.
+        "(umask 077; {".to_string(),
+    ];
+    let pw = format!("${PASSWORD_ENV}");
+    let op = format!("${OPERATOR_PASSWORD_ENV}");
+    if password {
+        lines.push(format!("  printf 'requirepass %s\\n' {}", quoted(&pw)));
+    }
+    if operator {
+        lines.push(format!(
+            "  printf 'user {OPERATOR_USER} on %s ~* &* +@all\\n' {}",
+            quoted(&format!(">{op}"))
+        ));
+        lines.push(format!("  printf 'masteruser {OPERATOR_USER}\\n'"));
+        lines.push(format!("  printf 'masterauth %s\\n' {}", quoted(&op)));
+    } else {
+        lines.push(format!("  printf 'masterauth %s\\n' {}", quoted(&pw)));
+    }
+    lines.push(format!("}} > {AUTH_FILE})"));
+    Some(lines.join("\n"))
 }
 
 fn push(text: &mut String, name: &str, value: &str) {
@@ -439,56 +473,70 @@ mod tests {
     }
 
     #[test]
-    fn passwords_come_from_the_environment_never_the_file() {
+    fn data_node_passwords_are_in_neither_the_configmap_nor_the_arguments() {
+        for (password, operator) in [(true, true), (true, false), (false, true)] {
+            let c = config(render(
+                &with_auth(Mode::Cluster, password, operator),
+                Some("10.96.0.7"),
+            ));
+            assert!(c.args.is_empty(), "{:?}", c.args);
+            assert!(!c.text.contains("pass"), "{}", c.text);
+            assert!(lines(&c.text).contains(&"include /tmp/valkey-auth.conf"));
+        }
         let c = config(render(
-            &with_auth(Mode::Cluster, true, true),
+            &spec(Mode::Cluster, Announce::Service, &[]),
             Some("10.96.0.7"),
         ));
-        assert_eq!(
-            c.args,
-            [
-                "--requirepass",
-                "$(REDISCLI_AUTH)",
-                "--user",
-                "operator",
-                "on",
-                ">$(VALKEY_OPERATOR_PASSWORD)",
-                "~*",
-                "&*",
-                "+@all",
-                "--masteruser",
-                "operator",
-                "--masterauth",
-                "$(VALKEY_OPERATOR_PASSWORD)",
-            ]
-        );
-        assert!(!c.text.contains("pass"), "{}", c.text);
+        assert!(!c.text.contains("include"), "no passwords, no include");
+    }
+
+    /// Runs the start-up lines with `env` and returns what they wrote to the auth file.
+    fn auth_file(spec: &ValkeyNodeSpec, env: &[(&str, &str)]) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("auth.conf");
+        let script = auth_file_script(spec)
+            .unwrap()
+            .replace(AUTH_FILE, path.to_str().unwrap());
+        let out = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "owner-only: {mode:o}");
+        std::fs::read_to_string(&path).unwrap()
     }
 
     #[test]
-    fn replication_uses_the_default_password_without_an_operator_user() {
-        let c = config(render(
-            &with_auth(Mode::Standalone, true, false),
-            Some("10.96.0.7"),
-        ));
+    fn the_auth_file_quotes_every_password_for_the_config_parser() {
+        let tricky = r#"s3cret "with" \x41 'quotes' and spaces"#;
+        let op = r#"--op-pass'"\"#;
+        let text = auth_file(
+            &with_auth(Mode::Cluster, true, true),
+            &[("REDISCLI_AUTH", tricky), ("VALKEY_OPERATOR_PASSWORD", op)],
+        );
         assert_eq!(
-            c.args,
-            [
-                "--requirepass",
-                "$(REDISCLI_AUTH)",
-                "--masterauth",
-                "$(REDISCLI_AUTH)"
-            ]
+            text,
+            concat!(
+                r#"requirepass "s3cret \"with\" \\x41 'quotes' and spaces""#,
+                "\n",
+                r#"user operator on ">--op-pass'\"\\" ~* &* +@all"#,
+                "\n",
+                "masteruser operator\n",
+                r#"masterauth "--op-pass'\"\\""#,
+                "\n",
+            )
         );
-        let c = config(render(
-            &with_auth(Mode::Standalone, false, true),
-            Some("10.96.0.7"),
-        ));
-        assert_eq!(c.args[0], "--user");
-        assert!(
-            c.args
-                .ends_with(&["--masterauth".into(), "$(VALKEY_OPERATOR_PASSWORD)".into()])
+        // Without an operator user, replicas log in with the default password.
+        let text = auth_file(
+            &with_auth(Mode::Standalone, true, false),
+            &[("REDISCLI_AUTH", "a-b")],
         );
+        assert_eq!(text, "requirepass \"a-b\"\nmasterauth \"a-b\"\n");
     }
 
     #[test]
@@ -514,21 +562,12 @@ mod tests {
     }
 
     #[test]
-    fn pod_ip_and_auth_args_combine() {
+    fn pod_ip_announce_with_passwords() {
         let mut s = with_auth(Mode::Cluster, true, false);
         s.template.announce = Announce::PodIP;
         let c = config(render(&s, None));
-        assert_eq!(
-            c.args,
-            [
-                "--cluster-announce-ip",
-                "$(POD_IP)",
-                "--requirepass",
-                "$(REDISCLI_AUTH)",
-                "--masterauth",
-                "$(REDISCLI_AUTH)"
-            ]
-        );
+        assert_eq!(c.args, ["--cluster-announce-ip", "$(POD_IP)"]);
+        assert!(lines(&c.text).contains(&"include /tmp/valkey-auth.conf"));
     }
 
     #[test]

@@ -131,10 +131,13 @@ fn server_command(node: &ValkeyNode, program: &str) -> Vec<String> {
         ] {
             if set {
                 checks.push(format!(
-                    "case \"${{{var}-}}\" in ''|-) echo \"the password from auth.{field} is empty (or '-'): refusing to start without one\" >&2; exit 1;; esac"
+                    "case \"${{{var}-}}\" in ''|-) echo \"the password from auth.{field} is empty (or '-'): refusing to start without one\" >&2; exit 1;;\n  *'\n'*) echo \"the password from auth.{field} has a line break, which no Valkey config line can hold: refusing to start\" >&2; exit 1;; esac"
                 ));
             }
         }
+    }
+    if let Some(script) = crate::config::auth_file_script(&node.spec) {
+        checks.push(script);
     }
     if node.spec.replication.is_some() {
         checks.push(match node.spec.mode {

@@ -124,13 +124,11 @@ mod tests {
                 ("VALKEY_OPERATOR_PASSWORD".into(), "op/password".into()),
             ]
         );
-        // The args name the variables; Kubernetes expands them.
-        assert!(
-            v.args
-                .as_ref()
-                .unwrap()
-                .contains(&"$(REDISCLI_AUTH)".to_string())
-        );
+        // The start-up shell writes them to the included auth file; no argument holds one.
+        let command = v.command.as_ref().unwrap().join(" ");
+        assert!(command.contains("\"$REDISCLI_AUTH\""), "{command}");
+        assert!(command.contains("/tmp/valkey-auth.conf"), "{command}");
+        assert!(!v.args.as_ref().unwrap().iter().any(|a| a.contains("AUTH")));
         assert_eq!(
             secret_env_of(container(&d, "exporter")),
             [("REDIS_PASSWORD".to_string(), "app/password".to_string())]
