@@ -6,27 +6,24 @@
 #
 #   docker build -t ghcr.io/valkey-operator/valkey-operator:dev .
 #
-# The binaries are static musl builds: TLS uses rustls with the ring provider,
-# so no OpenSSL or libc is needed at runtime.
+# Without Docker, `just image` (hack/operator-image.sh) builds the same image:
+# it reads the --bin list, COPY destination, USER, EXPOSE and LABELs below, so
+# keep them in this form. The binaries are static glibc builds (crt-static):
+# TLS uses rustls with the ring provider, so nothing is needed at runtime.
 
 ARG RUST_VERSION=1.95
 
 FROM rust:${RUST_VERSION}-bookworm AS builder
 
 # Rust target for the platform being built (set by BuildKit; amd64 when
-# unset): x86_64-unknown-linux-musl, or aarch64-unknown-linux-musl for an
-# arm64 image. The build runs on the target platform, so the musl-gcc of
-# musl-tools matches the target (it builds ring's C and assembly sources).
+# unset). The build runs on the target platform, so its gcc builds ring's C
+# and assembly sources.
 ARG TARGETARCH
 RUN case "${TARGETARCH:-amd64}" in \
-        amd64) echo x86_64-unknown-linux-musl ;; \
-        arm64) echo aarch64-unknown-linux-musl ;; \
+        amd64) echo x86_64-unknown-linux-gnu ;; \
+        arm64) echo aarch64-unknown-linux-gnu ;; \
         *) echo "unsupported TARGETARCH: ${TARGETARCH}" >&2; exit 1 ;; \
-    esac > /rust-target \
- && apt-get update \
- && apt-get install -y --no-install-recommends musl-tools \
- && rm -rf /var/lib/apt/lists/* \
- && rustup target add "$(cat /rust-target)"
+    esac > /rust-target
 
 WORKDIR /src
 COPY . .
@@ -37,7 +34,8 @@ RUN --mount=type=cache,id=valkey-operator-cargo-registry,target=/usr/local/cargo
     --mount=type=cache,id=valkey-operator-cargo-git,target=/usr/local/cargo/git \
     --mount=type=cache,id=valkey-operator-target-${TARGETARCH},target=/src/target \
     target="$(cat /rust-target)" \
- && cargo build --release --locked --target "${target}" \
+ && RUSTFLAGS="-C target-feature=+crt-static" \
+    cargo build --release --locked --target "${target}" \
         --bin node-controller \
         --bin service-controller \
         --bin topology-controller \

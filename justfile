@@ -31,13 +31,19 @@ lint:
 unit:
     cargo test --workspace --exclude local-cluster
 
-# Valkey 8 from Debian backports and the upstream Kubernetes binaries (cached).
+# valkey-cli for the tests (Debian backports), the upstream Kubernetes binaries and the
+# local registry (all cached). The Valkey images are built by the local cluster on start.
 e2e-deps:
     bash e2e/setup-valkey.sh
     bash e2e/k8s/build.sh >/dev/null
+    bash e2e/registry/build.sh >/dev/null
 
-# End-to-end tests on the local cluster: real API server, real Valkey, our RBAC.
-e2e: e2e-deps build
+# The operator image, without a Docker daemon: static release binaries in an OCI layout.
+image:
+    bash hack/operator-image.sh
+
+# End-to-end tests on the local cluster: real API server, real Valkey images, our RBAC.
+e2e: e2e-deps build image
     cargo test -p local-cluster -- --test-threads=1
 
 # Start the local cluster with the operator and a sample (stays up; `just down` stops it).
@@ -46,7 +52,7 @@ up: e2e-deps build
 
 # Local cluster figures (start time, pod start latency, agent RSS) for docs/benchmarks.md.
 bench-local: e2e-deps
-    cargo build --quiet --release -p node-agent -p local-cluster
+    cargo build --quiet --release -p node-agent -p local-cluster -p oci-image
     cargo run --quiet --release -p local-cluster --bin bench-local
 
 # ValkeyNode figures (create to Ready, idle API and kubelet requests, controller RSS) for docs/benchmarks.md.
@@ -64,8 +70,12 @@ bench-replication: e2e-deps
     cargo build --quiet --release --workspace --bins
     cargo run --quiet --release -p local-cluster --bin bench-replication
 
+# Image sizes, push and pull/unpack times (Valkey images and the operator image).
+bench-images: e2e-deps build image
+    bash hack/bench-images.sh
+
 # Every benchmark.
-bench: bench-local bench-nodes bench-cluster bench-replication
+bench: bench-local bench-images bench-nodes bench-cluster bench-replication
 
 # Stop everything `just up` started, by PID.
 down:

@@ -14,8 +14,9 @@ pub struct CommonArgs {
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 
-    /// Address of the HTTP server for /healthz, /readyz and /metrics.
-    #[arg(long, env = "HTTP_ADDR", default_value = "0.0.0.0:8080")]
+    /// Address of the HTTP server for /healthz, /readyz and /metrics. An IPv6 address may
+    /// come without brackets (`$(POD_IP):8080` in a manifest, whatever the pod's family).
+    #[arg(long, env = "HTTP_ADDR", default_value = "0.0.0.0:8080", value_parser = parse_listen_addr)]
     pub http_addr: SocketAddr,
 
     /// Run only while holding a coordination.k8s.io Lease named after the controller.
@@ -37,6 +38,19 @@ impl CommonArgs {
     pub fn watch_namespace(&self) -> Option<&str> {
         self.watch_namespace.as_deref().filter(|ns| !ns.is_empty())
     }
+}
+
+/// `ip:port`, `[ipv6]:port`, or `ipv6:port` without brackets (the port follows the last colon).
+fn parse_listen_addr(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = s.parse() {
+        return Ok(addr);
+    }
+    let bad = || format!("{s:?} is not an address:port");
+    let (ip, port) = s.rsplit_once(':').ok_or_else(bad)?;
+    Ok(SocketAddr::new(
+        ip.parse().map_err(|_| bad())?,
+        port.parse().map_err(|_| bad())?,
+    ))
 }
 
 /// How log lines are written.
@@ -107,5 +121,15 @@ mod tests {
     fn rejects_invalid_values() {
         assert!(parse(&["--log-format", "yaml"]).is_err());
         assert!(parse(&["--http-addr", "not-an-address"]).is_err());
+        assert!(parse(&["--http-addr", "10.0.0.1"]).is_err());
+        assert!(parse(&["--http-addr", ":8080"]).is_err());
+    }
+
+    #[test]
+    fn listen_addresses_of_either_family() {
+        let addr = |s: &str| parse(&["--http-addr", s]).unwrap().http_addr;
+        assert_eq!(addr("10.1.2.3:8080"), "10.1.2.3:8080".parse().unwrap());
+        assert_eq!(addr("[fd00::5]:8080"), "[fd00::5]:8080".parse().unwrap());
+        assert_eq!(addr("fd00::5:8080"), "[fd00::5]:8080".parse().unwrap());
     }
 }

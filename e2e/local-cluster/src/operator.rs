@@ -167,12 +167,38 @@ pub async fn install_with_env(
 ) -> Result<Vec<RunningController>> {
     let client = cluster.client().await?;
     let objects = documents(&kustomize_build(overlay)?)?;
-    let (crds, rest): (Vec<_>, Vec<_>) = objects
+    let without_workloads: Vec<DynamicObject> = objects
         .iter()
         .filter(|o| !matches!(kind(o), "Deployment" | "Service"))
         .cloned()
+        .collect();
+    apply_crds_first(cluster, &client, &without_workloads).await?;
+
+    let mut running = Vec::new();
+    for mut controller in controllers(&objects)? {
+        for (binary, name, value) in extra_env {
+            if *binary == controller.binary {
+                controller.env.retain(|(n, _)| n != name);
+                controller.env.push((name.to_string(), value.to_string()));
+            }
+        }
+        running.push(start_controller(cluster, &client, controller).await?);
+    }
+    Ok(running)
+}
+
+/// Applies the CRDs among `objects`, waits until discovery serves them (controllers read
+/// discovery at start), then applies the rest in order.
+pub(crate) async fn apply_crds_first(
+    cluster: &LocalCluster,
+    client: &kube::Client,
+    objects: &[DynamicObject],
+) -> Result<()> {
+    let (crds, rest): (Vec<_>, Vec<_>) = objects
+        .iter()
+        .cloned()
         .partition(|o| kind(o) == "CustomResourceDefinition");
-    apply_all(&client, &crds).await?;
+    apply_all(client, &crds).await?;
     let names: Vec<String> = crds.iter().map(|c| c.name_any()).collect();
     cluster
         .wait_for("the CRDs to be established", || {
@@ -222,19 +248,7 @@ pub async fn install_with_env(
             }
         })
         .await?;
-    apply_all(&client, &rest).await?;
-
-    let mut running = Vec::new();
-    for mut controller in controllers(&objects)? {
-        for (binary, name, value) in extra_env {
-            if *binary == controller.binary {
-                controller.env.retain(|(n, _)| n != name);
-                controller.env.push((name.to_string(), value.to_string()));
-            }
-        }
-        running.push(start_controller(cluster, &client, controller).await?);
-    }
-    Ok(running)
+    apply_all(client, &rest).await
 }
 
 /// A day-long token for `service_account` (TokenRequest API).

@@ -208,10 +208,32 @@ pub fn decide(shape: &Shape, members: &[Member], c: &Circumstances) -> Step {
     )
 }
 
+/// Names the wanted members without an address, and where the address comes from: an
+/// installation without service-controller (the minimal overlay) stops here for good.
+fn unaddressed(shape: &Shape, members: &[Member]) -> String {
+    let names: Vec<&str> = members
+        .iter()
+        .filter(|m| shape.wants(m.at) && m.address.is_none())
+        .map(|m| m.name.as_str())
+        .collect();
+    if names.is_empty() {
+        return String::new();
+    }
+    format!(
+        "; no address yet for {}: with announce: Service the address is the member's Service \
+         IP, which service-controller publishes in the ValkeyNode's status.endpoint (is it \
+         installed?); with announce: PodIP it is the pod's IP",
+        names.join(", ")
+    )
+}
+
 /// The next step. `recorded_switchover` is the request id status already reports as done.
 pub fn next_step(shape: &Shape, members: &[Member], recorded_switchover: Option<&str>) -> Step {
     let Some(s) = Snapshot::new(shape, members) else {
-        return Step::wait(Waiting::NoMemberAnswers, "no member answers yet");
+        return Step::wait(
+            Waiting::NoMemberAnswers,
+            format!("no member answers yet{}", unaddressed(shape, members)),
+        );
     };
     let forming = s.view.assigned_slot_count() == 0;
     if forming {
@@ -221,8 +243,9 @@ pub fn next_step(shape: &Shape, members: &[Member], recorded_switchover: Option<
             return Step::wait(
                 Waiting::Forming,
                 format!(
-                    "forming: {answering} of {} members answer",
-                    shape.member_count()
+                    "forming: {answering} of {} members answer{}",
+                    shape.member_count(),
+                    unaddressed(shape, members)
                 ),
             );
         }
@@ -275,6 +298,25 @@ mod tests {
     #[test]
     fn nothing_to_do_on_a_healthy_cluster() {
         assert_eq!(step(&shape(3, 1), &formed(3, 1)), Step::Idle);
+    }
+
+    #[test]
+    fn members_without_an_address_are_named_with_where_it_comes_from() {
+        let d = shape(1, 1);
+        let sims = vec![sim(0, 0), sim(0, 1)];
+        let mut members = members_with(&sims, |_, _| false);
+        for m in &mut members {
+            m.address = None;
+            m.reply = None;
+        }
+        let (reason, why) = wait_of(next_step(&d, &members, None));
+        assert_eq!(reason, Waiting::NoMemberAnswers);
+        assert!(why.contains("no address yet for c-0-0, c-0-1"), "{why}");
+        assert!(why.contains("service-controller"), "{why}");
+
+        // With addresses, the message stays short.
+        let (_, why) = wait_of(next_step(&d, &members_with(&sims[..1], |_, _| false), None));
+        assert!(!why.contains("address"), "{why}");
     }
 
     #[test]

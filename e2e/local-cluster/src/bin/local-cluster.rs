@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use local_cluster::{LocalCluster, Options, operator, process};
+use local_cluster::{LocalCluster, Options, operator, operator_pods, process};
 
 /// A real Kubernetes (upstream control plane + our node agent) with real Valkey, on this machine.
 #[derive(Parser)]
@@ -85,13 +85,21 @@ async fn run(cli: Cli) -> Result<()> {
                 "local-cluster: starting the control plane in {}",
                 cli.run_dir.display()
             );
-            let mut cluster = LocalCluster::start(options).await?;
+            let cluster = LocalCluster::start(options).await?;
             if !no_agent {
+                let registry = cluster
+                    .registry_url
+                    .clone()
+                    .context("the node agent runs without a registry")?;
+                eprintln!("local-cluster: building the operator image (hack/operator-image.sh)");
+                let image = operator_pods::build_and_push(&registry)?;
                 eprintln!(
-                    "local-cluster: installing the operator from {}",
-                    overlay.display()
+                    "local-cluster: installing {} with image {}",
+                    overlay.display(),
+                    image.reference
                 );
-                let controllers = operator::install(&mut cluster, &overlay).await?;
+                let deployments =
+                    operator_pods::install(&cluster, &overlay, &image.reference).await?;
                 let client = cluster.client().await?;
                 let mut nodes = Vec::new();
                 let mut clusters = Vec::new();
@@ -117,7 +125,8 @@ async fn run(cli: Cli) -> Result<()> {
                 }
                 print_summary(
                     &cluster,
-                    &controllers,
+                    &image.reference,
+                    &deployments,
                     &sample,
                     &Applied {
                         nodes,
@@ -164,21 +173,23 @@ struct Applied {
 
 fn print_summary(
     cluster: &LocalCluster,
-    controllers: &[operator::RunningController],
+    image: &str,
+    deployments: &[(String, String)],
     samples: &[PathBuf],
     applied: &Applied,
 ) {
-    let names: Vec<&str> = controllers
-        .iter()
-        .map(|c| c.process.binary.as_str())
-        .collect();
+    let names: Vec<&str> = deployments.iter().map(|(_, name)| name.as_str()).collect();
     let run_dir = cluster.layout.run_dir.display();
     println!("The local cluster is up.");
     println!("  export KUBECONFIG={}", cluster.admin_kubeconfig.display());
+    println!("  operator image: {image}");
     println!(
-        "  controllers (local processes, own ServiceAccounts): {}",
+        "  controllers (Deployments, 2 replicas each): {}",
         names.join(", ")
     );
+    if let Some((namespace, _)) = deployments.first() {
+        println!("  kubectl -n {namespace} get deployments,pods,leases");
+    }
     for sample in samples {
         println!("  applied {}", sample.display());
     }

@@ -6,7 +6,8 @@
 //! a topology-controller killed in the middle of a slot migration finishes it on restart; a
 //! replica that missed the end of a slot move while syncing keeps a stale slot marker, which
 //! topology-controller clears; bad input is refused at admission, and an image that cannot
-//! start halts the roll at its first member while the cluster keeps serving.
+//! be pulled halts the roll at its first member while the cluster keeps serving; the same
+//! cluster forms on every Valkey version the local registry has an image of (8.0, 8.1, 9.1).
 //!
 //! Valkey is always asked directly too (`CLUSTER NODES`, `valkey-cli --cluster check`, reads
 //! of every key), so a status that claims more than Valkey shows fails the tests.
@@ -23,3 +24,4 @@ mod mid_migration;
 mod rolling_update;
 mod scaling;
 mod stale_marker;
+mod versions;

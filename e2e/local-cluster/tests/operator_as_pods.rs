@@ -1,0 +1,347 @@
+//! The operator as users run it: installed from deploy/ with kustomize, every controller a
+//! pod of its Deployment (two replicas, leader election), running the image that
+//! `hack/operator-image.sh` built and the node agent pulled from the local registry.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, ListParams};
+use kube::{Api, Client, ResourceExt};
+use local_cluster::cluster_testing::{
+    Access, ClusterApis, DataSet, Progress, access, open_slots, shape, slots_by_primary,
+    valkey_cluster, wait_until,
+};
+use local_cluster::operator::{apply_all, documents};
+use local_cluster::operator_pods::{self, OperatorImage};
+use local_cluster::testing::pod_ready;
+use local_cluster::{LocalCluster, Options, repo_root};
+use serde_json::json;
+
+const OPERATOR_NS: &str = "valkey-operator-system";
+const NS: &str = "default";
+/// Start to Ready of a small cluster, or a Deployment's pods replaced.
+const FORM: Duration = Duration::from_secs(240);
+/// A scale step moving a quarter of 50k keys.
+const RESHAPE: Duration = Duration::from_secs(300);
+
+/// Each test starts whole local clusters; two at once would starve a 2-core machine.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+struct Installed {
+    cluster: LocalCluster,
+    client: Client,
+    image: OperatorImage,
+    /// Deployment names of the overlay's controllers.
+    deployments: Vec<String>,
+    _run: tempfile::TempDir,
+}
+
+async fn install(overlay: &str) -> Installed {
+    let run = tempfile::tempdir().unwrap();
+    let cluster = LocalCluster::start(Options::new(run.path())).await.unwrap();
+    let client = cluster.client().await.unwrap();
+    let registry = cluster.registry_url.clone().expect("the agent's registry");
+    let image = operator_pods::build_and_push(&registry).unwrap();
+    let overlay_dir = repo_root().join("deploy/overlays").join(overlay);
+    let deployments = operator_pods::install(&cluster, &overlay_dir, &image.reference)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(namespace, name)| {
+            assert_eq!(namespace, OPERATOR_NS);
+            name
+        })
+        .collect();
+    Installed {
+        cluster,
+        client,
+        image,
+        deployments,
+        _run: run,
+    }
+}
+
+impl Installed {
+    async fn wait<T, F, Fut>(&self, what: &str, timeout: Duration, check: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = anyhow::Result<Progress<T>>>,
+    {
+        wait_until(&self.cluster, what, timeout, check)
+            .await
+            .unwrap_or_else(|e| panic!("{e:#}"))
+    }
+
+    /// The pods of a controller's Deployment, by its component label.
+    async fn controller_pods(&self, component: &str) -> Vec<Pod> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), OPERATOR_NS);
+        pods.list(&ListParams::default().labels(&format!(
+            "app.kubernetes.io/name=valkey-operator,app.kubernetes.io/component={component}"
+        )))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect()
+    }
+
+    /// The holder of a controller's Lease.
+    async fn leader(&self, component: &str) -> Option<String> {
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), OPERATOR_NS);
+        leases
+            .get_opt(component)
+            .await
+            .unwrap()
+            .and_then(|l| l.spec)
+            .and_then(|s| s.holder_identity)
+    }
+
+    /// Every controller: two Ready pods of the pinned image, one of them holding the Lease.
+    async fn controllers_run_as_deployed(&self) {
+        let digest = self.image.reference.split('@').nth(1).unwrap().to_string();
+        for deployment in &self.deployments {
+            let component = deployment.trim_start_matches("valkey-operator-");
+            let pods = self.controller_pods(component).await;
+            assert_eq!(pods.len(), 2, "{deployment}: two replicas");
+            for pod in &pods {
+                assert!(pod_ready(pod), "{deployment}: {} not Ready", pod.name_any());
+                let status = &pod
+                    .status
+                    .as_ref()
+                    .unwrap()
+                    .container_statuses
+                    .as_ref()
+                    .unwrap()[0];
+                assert_eq!(status.image, self.image.reference);
+                assert!(
+                    status.image_id.ends_with(&digest),
+                    "{deployment}: runs {} instead of {digest}",
+                    status.image_id
+                );
+            }
+            let names: BTreeSet<String> = pods.iter().map(|p| p.name_any()).collect();
+            let leader = self
+                .wait(&format!("{component}'s Lease to be held"), FORM, || async {
+                    Ok(match self.leader(component).await {
+                        Some(holder) if names.contains(&holder) => Ok(holder),
+                        other => Err(format!("held by {other:?}, pods {names:?}")),
+                    })
+                })
+                .await;
+            eprintln!("{deployment}: pods {names:?}, leader {leader}");
+        }
+    }
+
+    async fn apply_sample(&self) -> String {
+        let path = repo_root().join("deploy/samples/valkeycluster.yaml");
+        let mut objects = documents(&std::fs::read_to_string(path).unwrap()).unwrap();
+        for o in &mut objects {
+            o.metadata.namespace.get_or_insert_with(|| NS.into());
+        }
+        apply_all(&self.client, &objects).await.unwrap();
+        objects[0].name_any()
+    }
+}
+
+/// Every overlay installs from deploy/ on a fresh cluster, its controllers run as pods, and
+/// the sample ValkeyCluster becomes Ready where the overlay can run it. The minimal overlay
+/// (no service-controller) reports why its members have no address instead of hanging.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_overlay_installs_and_runs_the_sample() {
+    let _serial = SERIAL.lock().await;
+    for overlay in ["all", "cluster", "minimal"] {
+        let env = install(overlay).await;
+        env.controllers_run_as_deployed().await;
+        let name = env.apply_sample().await;
+        let apis = ClusterApis::new(&env.client, NS);
+        if overlay == "minimal" {
+            let message = env
+                .wait("the sample to report what it lacks", FORM, || async {
+                    let vc = apis.clusters.get(&name).await?;
+                    let status = vc.status.unwrap_or_default();
+                    Ok(status
+                        .conditions
+                        .iter()
+                        .find(|c| c.message.contains("service-controller"))
+                        .map(|c| format!("{}={}: {}", c.type_, c.status, c.message))
+                        .ok_or_else(|| format!("conditions: {:?}", status.conditions)))
+                })
+                .await;
+            eprintln!("{overlay}: {message}");
+        } else {
+            let status = env
+                .wait("the sample to be Ready", FORM, || {
+                    local_cluster::cluster_testing::ready_status(&apis, &name)
+                })
+                .await;
+            eprintln!("{overlay}: sample Ready, phase {:?}", status.phase);
+            let access = access(&apis, &name).await.unwrap();
+            env.wait("the sample's 3x1 shape", FORM, || async {
+                shape(&access, 3, 1)
+            })
+            .await;
+        }
+        let mut env = env;
+        env.cluster.stop().unwrap();
+    }
+}
+
+/// Whether a scale-out to 4 shards is under way or done, as the first members see it.
+fn slots_moving(access: &Access) -> Option<String> {
+    let views = access.views().unwrap_or_default();
+    let open = open_slots(&views);
+    let counts = views
+        .values()
+        .next()
+        .map(|v| slots_by_primary(v))
+        .unwrap_or_default();
+    let moved = counts.len() == 4 && counts.values().any(|c| *c != 4096);
+    (!open.is_empty() || moved).then(|| format!("slots per primary {counts:?}, open {open:?}"))
+}
+
+/// The leading topology-controller pod is deleted in the middle of a scale-out: the standby
+/// takes the Lease and finishes it with every key readable; the Deployment replaces the
+/// pod; a controller process that dies is restarted in its pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn standby_takes_over_mid_scale_out() {
+    let _serial = SERIAL.lock().await;
+    let env = install("all").await;
+    env.controllers_run_as_deployed().await;
+    let apis = ClusterApis::new(&env.client, NS);
+    let name = "handover";
+    apis.create(&valkey_cluster(name, 3, 0, false))
+        .await
+        .unwrap();
+    env.wait("the cluster to be Ready", FORM, || {
+        local_cluster::cluster_testing::ready_status(&apis, name)
+    })
+    .await;
+    let access = access(&apis, name).await.unwrap();
+    let data = DataSet::new("key", 50_000);
+    data.load(&access).await.unwrap();
+
+    let component = "topology-controller";
+    let leader = env.leader(component).await.expect("a leader");
+    apis.patch(name, json!({"spec": {"shards": 4}}))
+        .await
+        .unwrap();
+    let seen = env
+        .wait("slots to move", RESHAPE, || async {
+            Ok(slots_moving(&access).ok_or_else(|| "no slot moved yet".to_string()))
+        })
+        .await;
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), OPERATOR_NS);
+    pods.delete(&leader, &DeleteParams::default())
+        .await
+        .unwrap();
+    eprintln!("deleted the leader {leader} on seeing {seen}");
+
+    let standby = env
+        .wait("the standby to take the Lease", FORM, || async {
+            Ok(match env.leader(component).await {
+                Some(holder) if holder != leader => Ok(holder),
+                other => Err(format!("held by {other:?}")),
+            })
+        })
+        .await;
+    eprintln!("{standby} leads now");
+    env.wait("the scale-out to finish", RESHAPE, || {
+        local_cluster::cluster_testing::ready_status(&apis, name)
+    })
+    .await;
+    let access = local_cluster::cluster_testing::access(&apis, name)
+        .await
+        .unwrap();
+    env.wait("4 shards, every slot served", RESHAPE, || async {
+        shape(&access, 4, 0)
+    })
+    .await;
+    env.wait("`--cluster check` to pass", RESHAPE, || async {
+        Ok(access.check())
+    })
+    .await;
+    data.verify(&access).await.unwrap();
+
+    // The Deployment replaced the deleted pod.
+    let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), OPERATOR_NS);
+    env.wait("the Deployment to be whole again", FORM, || async {
+        let d = deployments
+            .get("valkey-operator-topology-controller")
+            .await?;
+        let pods = env.controller_pods(component).await;
+        let ready = pods.iter().filter(|p| pod_ready(p)).count();
+        Ok(
+            if operator_pods::rolled_out(&d)
+                && ready == 2
+                && !pods.iter().any(|p| p.name_any() == leader)
+            {
+                Ok(())
+            } else {
+                Err(format!("{ready} of {} pods ready", pods.len()))
+            },
+        )
+    })
+    .await;
+
+    // A controller process that exits is restarted in place (restartPolicy Always).
+    let uid = pods.get(&standby).await.unwrap().uid().unwrap();
+    let pid = controller_pid(&env.cluster, component, &uid);
+    // SAFETY: kill(2) with a PID found above; no memory is involved.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    eprintln!("killed {standby}'s process {pid}");
+    env.wait(
+        "the killed controller to restart and be Ready",
+        FORM,
+        || async {
+            let pod = pods.get(&standby).await?;
+            let restarts = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .map(|c| c[0].restart_count)
+                .unwrap_or(0);
+            Ok(if restarts >= 1 && pod_ready(&pod) {
+                Ok(())
+            } else {
+                Err(format!("restarts {restarts}, ready {}", pod_ready(&pod)))
+            })
+        },
+    )
+    .await;
+    let mut env = env;
+    env.cluster.stop().unwrap();
+}
+
+/// The PID of a controller's process in the pod with `pod_uid`: its argv[0] is the binary
+/// and its root is that pod's container root (`<agent state>/pods/<uid>/<container>/root`).
+fn controller_pid(cluster: &LocalCluster, binary: &str, pod_uid: &str) -> i32 {
+    let run_dir = cluster.layout.run_dir.display().to_string();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let argv0 = cmdline.split(|b| *b == 0).next().unwrap_or_default();
+        let root = std::fs::read_link(entry.path().join("root"))
+            .unwrap_or_default()
+            .display()
+            .to_string();
+        if argv0.ends_with(format!("/{binary}").as_bytes())
+            && root.starts_with(&run_dir)
+            && root.contains(pod_uid)
+        {
+            found.push(pid);
+        }
+    }
+    assert_eq!(
+        found.len(),
+        1,
+        "{binary} processes of pod {pod_uid}: {found:?}"
+    );
+    found[0]
+}

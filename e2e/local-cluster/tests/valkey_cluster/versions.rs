@@ -1,0 +1,64 @@
+//! Scenario 9: the same ValkeyCluster forms on every Valkey version the local registry has
+//! an image for, and each member runs the version its image carries.
+
+use kube::api::DeleteParams;
+use local_cluster::cluster_testing::{DataSet, valkey_cluster};
+use local_cluster::images::VALKEY_VERSIONS;
+
+use crate::env::{Env, SETTLE};
+
+/// The `valkey_version` line of `INFO server`.
+fn running_version(info: &str) -> Option<&str> {
+    info.lines()
+        .find_map(|l| l.strip_prefix("valkey_version:"))
+        .map(str::trim)
+}
+
+/// Scenario 9: a 3x1 cluster on `valkey/valkey:<version>` for each version in turn: Ready,
+/// healthy, every member reporting that version, keys written and read back; then deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_same_cluster_forms_on_every_version() {
+    let env = Env::start().await;
+    for version in VALKEY_VERSIONS {
+        let name = format!("v{}", version.replace('.', "-"));
+        let mut cluster = valkey_cluster(&name, 3, 1, false);
+        cluster.spec.template.image = format!("valkey/valkey:{version}");
+        let access = env.create_ready(cluster).await;
+        for member in &access.members {
+            let info = access.cli(&member.ip, &["INFO", "server"]);
+            let running = running_version(&info).unwrap_or_else(|| panic!("{info}"));
+            assert!(
+                running.starts_with(&format!("{version}.")),
+                "{}: runs {running}, image valkey/valkey:{version}",
+                member.name
+            );
+        }
+        let data = DataSet::new(&format!("{name}-key"), 2_000);
+        data.load(&access).await.unwrap();
+        data.verify(&access).await.unwrap();
+        eprintln!("{name}: 3x1 on valkey {version} Ready and serving");
+
+        env.apis
+            .clusters
+            .delete(&name, &DeleteParams::foreground())
+            .await
+            .unwrap();
+        env.wait(&format!("{name}'s members to be gone"), SETTLE, || async {
+            let left = env.apis.members(&name).await?;
+            Ok(if left.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{} members left", left.len()))
+            })
+        })
+        .await;
+    }
+    env.finish();
+}
+
+#[test]
+fn version_line_of_info_server() {
+    let info = "# Server\r\nredis_version:7.2.4\r\nvalkey_version:9.1.2\r\nserver_mode:cluster\r\n";
+    assert_eq!(running_version(info), Some("9.1.2"));
+    assert_eq!(running_version("# Server\r\n"), None);
+}
