@@ -28,8 +28,8 @@ done
 
 dockerfile="$root/Dockerfile"
 # The Dockerfile's declarations.
-mapfile -t bins < <(sed -n 's/.*--bin \([a-z-]*\).*/\1/p' "$dockerfile")
-dest="$(sed -n 's|^COPY --from=builder /out/ \(/[^ ]*\)$|\1|p' "$dockerfile")"
+mapfile -t bins < <(sed -n 's/^[[:space:]]*--bin \([a-z-]*\) .*/\1/p' "$dockerfile")
+dest="$(sed -n 's|^COPY --from=builder /out/ \(/[^ ]*[^/]\)/*$|\1|p' "$dockerfile")"
 user="$(sed -n 's/^USER \([0-9:]*\)$/\1/p' "$dockerfile")"
 mapfile -t exposed < <(sed -n 's/^EXPOSE \([0-9]*\)$/\1/p' "$dockerfile")
 ((${#bins[@]} == 4)) && [[ -n "$dest" && -n "$user" && ${#exposed[@]} -ge 1 ]] || {
@@ -75,7 +75,7 @@ chown 65532:65532 "$rootfs/home/nonroot"
 printf 'root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >"$rootfs/etc/passwd"
 printf 'root:x:0:\nnobody:x:65534:\nnonroot:x:65532:\n' >"$rootfs/etc/group"
 for b in "${bins[@]}"; do
-  if ldd "$out/$b" >/dev/null 2>&1; then
+  if ! ldd "$out/$b" 2>&1 | grep -qE 'statically linked|not a dynamic executable'; then
     say "$out/$b is dynamically linked; the image needs static binaries"
     exit 1
   fi
