@@ -47,7 +47,7 @@ e2e: e2e-deps build image
     cargo test -p local-cluster -- --test-threads=1
 
 # Start the local cluster with the operator and a sample (stays up; `just down` stops it).
-up: e2e-deps build
+up: e2e-deps build image
     cargo run --quiet -p local-cluster -- up
 
 # Local cluster figures (start time, pod start latency, agent RSS) for docs/benchmarks.md.

@@ -5,8 +5,11 @@
 # LABEL), so the two cannot drift apart. Then runs every binary from the image's root and
 # checks its version output.
 #
-# Usage: hack/operator-image.sh [--push REGISTRY_URL]
+# Usage: hack/operator-image.sh [--no-build] [--push REGISTRY_URL]
 #   Prints one line: <image name>:<tag>@<manifest digest> <layout dir>
+#   --no-build takes the binaries a previous run built (the local cluster passes it: `just
+#   up` and `just e2e` build first, and a cargo started from a test would see the test's
+#   environment and could rebuild everything).
 #   With --push, the image is pushed to REGISTRY_URL (e.g. http://127.0.0.1:5000) under the
 #   same repository path, as a registry mirror would serve it.
 # Environment: OCI_IMAGE (the oci-image binary; default: built with cargo), CARGO_TARGET_DIR.
@@ -19,10 +22,12 @@ triple=x86_64-unknown-linux-gnu
 say() { printf 'operator-image: %s\n' "$*" >&2; }
 
 push=""
+build=1
 while (($#)); do
   case "$1" in
     --push) push="${2:?--push needs a registry URL}"; shift 2 ;;
-    *) echo "usage: $0 [--push REGISTRY_URL]" >&2; exit 2 ;;
+    --no-build) build=0; shift ;;
+    *) echo "usage: $0 [--no-build] [--push REGISTRY_URL]" >&2; exit 2 ;;
   esac
 done
 
@@ -51,19 +56,21 @@ mapfile -t labels < <(
     | sed -e 's/="\(.*\)"[[:space:]]*$/=\1/'
 )
 
-say "building ${bins[*]} for release ($triple, crt-static)"
-(
-  cd "$root"
-  CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-C target-feature=+crt-static" \
-    cargo build --quiet --release --locked --target "$triple" $(printf -- '--bin %s ' "${bins[@]}")
-)
 out="$target_dir/$triple/release"
-
-oci_image="${OCI_IMAGE:-}"
-if [[ -z "$oci_image" ]]; then
-  (cd "$root" && cargo build --quiet -p oci-image --bin oci-image)
-  oci_image="$target_dir/debug/oci-image"
+oci_image="${OCI_IMAGE:-$target_dir/debug/oci-image}"
+if ((build)); then
+  say "building ${bins[*]} for release ($triple, crt-static)"
+  (
+    cd "$root"
+    CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-C target-feature=+crt-static" \
+      cargo build --quiet --release --locked --target "$triple" $(printf -- '--bin %s ' "${bins[@]}")
+    [[ -n "${OCI_IMAGE:-}" ]] || cargo build --quiet -p oci-image --bin oci-image
+  )
 fi
+for b in "${bins[@]}"; do
+  [[ -x "$out/$b" ]] || { say "no $out/$b: run 'just image' first"; exit 1; }
+done
+[[ -x "$oci_image" ]] || { say "no $oci_image: run 'just build' first"; exit 1; }
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT

@@ -25,11 +25,13 @@ pub struct OperatorImage {
     pub layout: PathBuf,
 }
 
-/// Builds the operator image (a no-op when nothing changed) and pushes it to `registry`.
+/// Assembles the operator image from the binaries `just image` built and pushes it to
+/// `registry`. Never builds: a cargo started from here would inherit a test's environment.
 pub fn build_and_push(registry: &str) -> Result<OperatorImage> {
     let script = repo_root().join("hack/operator-image.sh");
     let output = Command::new("bash")
         .arg(&script)
+        .arg("--no-build")
         .arg("--push")
         .arg(registry)
         .env("OCI_IMAGE", workspace_binary("oci-image")?)
@@ -53,7 +55,15 @@ pub fn build_and_push(registry: &str) -> Result<OperatorImage> {
 /// Points every container that runs [`IMAGE_NAME`] (any tag or digest) at `image`.
 pub fn set_image(objects: &mut [DynamicObject], image: &str) {
     for object in objects.iter_mut() {
-        let spec = &mut object.data["spec"]["template"]["spec"];
+        // get_mut, not indexing: indexing a missing key would add it to the object.
+        let Some(spec) = object
+            .data
+            .get_mut("spec")
+            .and_then(|s| s.get_mut("template"))
+            .and_then(|t| t.get_mut("spec"))
+        else {
+            continue;
+        };
         for list in ["initContainers", "containers"] {
             let Some(containers) = spec.get_mut(list).and_then(|c| c.as_array_mut()) else {
                 continue;
