@@ -33,7 +33,7 @@ images=()
 while read -r ref layout; do
   images+=("$ref $layout ${ref%:*} ${ref##*:}")
 done < <(bash "$root/e2e/images/build.sh")
-read -r op_ref op_layout < <(bash "$root/hack/operator-image.sh")
+read -r op_ref op_layout < <(bash "$root/hack/operator-image.sh" --no-build)
 op_name="${op_ref%@*}"
 images+=("$op_name $op_layout valkey-operator/valkey-operator ${op_name##*:}")
 

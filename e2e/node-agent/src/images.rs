@@ -132,7 +132,7 @@ pub fn image_user(user: Option<&str>, rootfs: &Path) -> Result<(Option<u32>, Opt
     Ok((Some(uid), gid))
 }
 
-fn lookup<'a>(table: &'a str, pick: impl Fn(&[&str]) -> bool) -> Option<Vec<&'a str>> {
+fn lookup(table: &str, pick: impl Fn(&[&str]) -> bool) -> Option<Vec<&str>> {
     table
         .lines()
         .map(|l| l.split(':').collect::<Vec<_>>())
