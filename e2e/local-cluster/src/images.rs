@@ -6,9 +6,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 
-use crate::{LocalCluster, repo_root, workspace_binary};
+use crate::{LocalCluster, run_script, workspace_binary};
 
 /// Valkey versions the local cluster has an image for: `valkey/valkey:<version>`.
 pub const VALKEY_VERSIONS: &[&str] = &["8.0", "8.1", "9.1"];
@@ -38,18 +38,13 @@ pub struct LocalImage {
 
 /// Builds what is missing and lists the Valkey image layouts (`e2e/images/build.sh`).
 pub fn valkey_images() -> Result<Vec<LocalImage>> {
-    let script = repo_root().join("e2e/images/build.sh");
-    let output = Command::new("bash")
-        .arg(&script)
-        .args(VALKEY_VERSIONS)
-        .env("OCI_IMAGE", workspace_binary("oci-image")?)
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .with_context(|| format!("running {}", script.display()))?;
-    if !output.status.success() {
-        bail!("{} failed ({})", script.display(), output.status);
-    }
-    parse_build_output(&String::from_utf8(output.stdout)?)
+    let oci_image = workspace_binary("oci-image")?;
+    let out = run_script(
+        "e2e/images/build.sh",
+        VALKEY_VERSIONS,
+        &[("OCI_IMAGE", &oci_image)],
+    )?;
+    parse_build_output(&out)
 }
 
 /// Lines of `<repository>:<tag> <layout dir>`.
@@ -74,16 +69,9 @@ fn parse_build_output(out: &str) -> Result<Vec<LocalImage>> {
 
 /// The registry binary (`e2e/registry/build.sh` builds it once per input fingerprint).
 fn registry_binary() -> Result<PathBuf> {
-    let script = repo_root().join("e2e/registry/build.sh");
-    let output = Command::new("bash")
-        .arg(&script)
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .with_context(|| format!("running {}", script.display()))?;
-    if !output.status.success() {
-        bail!("{} failed ({})", script.display(), output.status);
-    }
-    Ok(PathBuf::from(String::from_utf8(output.stdout)?.trim()))
+    Ok(PathBuf::from(
+        run_script("e2e/registry/build.sh", &[], &[])?.trim(),
+    ))
 }
 
 impl LocalCluster {

@@ -431,20 +431,29 @@ pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The directory with etcd and the Kubernetes binaries: `e2e/k8s/build.sh` builds what is
-/// missing (or points at KUBEBUILDER_ASSETS) and prints it.
-pub fn kubernetes_binaries() -> Result<PathBuf> {
-    let script = repo_root().join("e2e/k8s/build.sh");
+/// Runs the repository script `path` with bash, `args` and `env`, its progress on our stderr;
+/// returns what it printed on stdout (the scripts print their result there).
+pub fn run_script(path: &str, args: &[&str], env: &[(&str, &Path)]) -> Result<String> {
+    let script = repo_root().join(path);
     let output = Command::new("bash")
         .arg(&script)
+        .args(args)
+        .envs(env.iter().copied())
         .stderr(std::process::Stdio::inherit())
         .output()
         .with_context(|| format!("running {}", script.display()))?;
     if !output.status.success() {
         bail!("{} failed ({})", script.display(), output.status);
     }
-    let dir = String::from_utf8(output.stdout)?.trim().to_string();
-    Ok(PathBuf::from(dir))
+    Ok(String::from_utf8(output.stdout)?)
+}
+
+/// The directory with etcd and the Kubernetes binaries: `e2e/k8s/build.sh` builds what is
+/// missing (or points at KUBEBUILDER_ASSETS) and prints it.
+pub fn kubernetes_binaries() -> Result<PathBuf> {
+    Ok(PathBuf::from(
+        run_script("e2e/k8s/build.sh", &[], &[])?.trim(),
+    ))
 }
 
 /// A workspace binary (node-agent, the controllers) by name: in $VALKEY_OPERATOR_BIN_DIR

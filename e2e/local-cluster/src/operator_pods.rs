@@ -4,15 +4,14 @@
 //! image the node agent pulls, with their probes, security context and projected tokens.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::DynamicObject;
 use kube::{Api, ResourceExt};
 
 use crate::operator::{apply_crds_first, documents, kustomize_build};
-use crate::{LocalCluster, repo_root, workspace_binary};
+use crate::{LocalCluster, run_script, workspace_binary};
 
 /// The image name the Deployments in deploy/ use.
 pub const IMAGE_NAME: &str = "ghcr.io/valkey-operator/valkey-operator";
@@ -28,24 +27,16 @@ pub struct OperatorImage {
 /// Assembles the operator image from the binaries `just image` built and pushes it to
 /// `registry`. Never builds: a cargo started from here would inherit a test's environment.
 pub fn build_and_push(registry: &str) -> Result<OperatorImage> {
-    let script = repo_root().join("hack/operator-image.sh");
-    let output = Command::new("bash")
-        .arg(&script)
-        .arg("--no-build")
-        .arg("--push")
-        .arg(registry)
-        .env("OCI_IMAGE", workspace_binary("oci-image")?)
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .with_context(|| format!("running {}", script.display()))?;
-    if !output.status.success() {
-        bail!("{} failed ({})", script.display(), output.status);
-    }
-    let stdout = String::from_utf8(output.stdout)?;
+    let oci_image = workspace_binary("oci-image")?;
+    let stdout = run_script(
+        "hack/operator-image.sh",
+        &["--no-build", "--push", registry],
+        &[("OCI_IMAGE", &oci_image)],
+    )?;
     let (reference, layout) = stdout
         .trim()
         .split_once(' ')
-        .with_context(|| format!("unexpected output of {}: {stdout:?}", script.display()))?;
+        .with_context(|| format!("unexpected output of hack/operator-image.sh: {stdout:?}"))?;
     Ok(OperatorImage {
         reference: reference.into(),
         layout: layout.into(),
