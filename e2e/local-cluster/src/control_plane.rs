@@ -1,6 +1,6 @@
 //! Command lines of the upstream control-plane components, and the waits for them.
 
-use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -37,13 +37,6 @@ pub struct Layout {
     pub api_port: u16,
     /// ClusterIPs, loopback so Services are reachable through the node agent's proxy.
     pub service_cidr: String,
-}
-
-/// A free port on 127.0.0.1 (two runs on one machine each get their own).
-pub fn free_port() -> Result<u16> {
-    let listener = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
-        .context("finding a free loopback port")?;
-    Ok(listener.local_addr()?.port())
 }
 
 impl Layout {
@@ -266,12 +259,5 @@ mod tests {
             Ipv4Addr::new(127, 100, 0, 1)
         );
         assert!(first_service_ip("nonsense").is_err());
-    }
-
-    #[test]
-    fn free_ports_are_distinct_and_bindable() {
-        let a = free_port().unwrap();
-        assert!(TcpListener::bind(("127.0.0.1", a)).is_ok());
-        assert_ne!(a, 0);
     }
 }

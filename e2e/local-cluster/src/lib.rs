@@ -73,6 +73,10 @@ pub struct LocalCluster {
     pub registry_url: Option<String>,
     children: Vec<(Recorded, Child)>,
     detached: bool,
+    /// Keeps other runs off this run's slot until its processes are recorded.
+    _claim: ranges::Claim,
+    /// The port the last controller started as a local process listens on.
+    last_controller_port: Option<u16>,
 }
 
 /// How long a component may take to come up before the start fails.
@@ -93,14 +97,15 @@ impl LocalCluster {
                 run_dir.display()
             );
         }
-        let ranges = ranges::claim(run_dir)?;
+        let claim = ranges::claim(run_dir)?;
+        let ranges = claim.ranges.clone();
         let bin_dir = kubernetes_binaries()?;
         let layout = Layout {
             bin_dir,
             run_dir: run_dir.clone(),
-            etcd_client_port: control_plane::free_port()?,
-            etcd_peer_port: control_plane::free_port()?,
-            api_port: control_plane::free_port()?,
+            etcd_client_port: ranges.port(ranges::port::ETCD_CLIENT),
+            etcd_peer_port: ranges.port(ranges::port::ETCD_PEER),
+            api_port: ranges.port(ranges::port::API_SERVER),
             service_cidr: ranges.service_cidr.clone(),
         };
         let service_ip = control_plane::first_service_ip(&ranges.service_cidr)?;
@@ -151,6 +156,8 @@ impl LocalCluster {
             registry_url: None,
             children: Vec::new(),
             detached: false,
+            _claim: claim,
+            last_controller_port: None,
         };
         cluster.spawn("etcd", &mut layout.etcd())?;
         wait_for_tcp(layout.etcd_client_port, "etcd", &cluster).await?;
@@ -179,6 +186,14 @@ impl LocalCluster {
         Ok(cluster)
     }
 
+    /// A loopback port for a controller run as a local process (see
+    /// [`ranges::Ranges::controller_port`]).
+    pub fn controller_port(&mut self) -> Result<u16> {
+        let port = self.ranges.controller_port(self.last_controller_port)?;
+        self.last_controller_port = Some(port);
+        Ok(port)
+    }
+
     /// Starts a process that belongs to this run (stopped with it).
     pub fn spawn_recorded(&mut self, name: &str, command: &mut Command) -> Result<()> {
         self.spawn(name, command)
@@ -197,7 +212,7 @@ impl LocalCluster {
         let pki = pki::PkiPaths {
             dir: self.layout.run_dir.join("pki"),
         };
-        let control_port = control_plane::free_port()?;
+        let control_port = self.ranges.port(ranges::port::AGENT_CONTROL);
         let network = netns::KubeletNetwork::create(self.ranges.slot, &self.layout.run_dir)?;
         self.kubelet_network = Some(network.clone());
         // The namespace is the run's own, so any port there is free.

@@ -296,7 +296,7 @@ async fn start_controller(
         ),
     )?;
     let binary = crate::workspace_binary(&controller.binary)?;
-    let http_port = crate::control_plane::free_port()?;
+    let http_port = cluster.controller_port()?;
     let mut command = Command::new(binary);
     command
         .env_clear()

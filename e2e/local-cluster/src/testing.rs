@@ -115,7 +115,7 @@ pub async fn restart_controller(
 ) -> Result<RunningController> {
     let process = &controller.process;
     let binary = crate::workspace_binary(&process.binary)?;
-    let http_port = crate::control_plane::free_port()?;
+    let http_port = cluster.controller_port()?;
     let http_addr = format!("127.0.0.1:{http_port}");
     let mut command = Command::new(binary);
     command
