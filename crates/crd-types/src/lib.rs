@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod conditions;
 pub mod config;
 pub mod crds;
+pub mod live_config;
 pub mod names;
 pub mod node;
 pub mod quantity;

@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 
+use crate::config::LIVE_FILE;
 use crate::config::RenderedConfig;
 use crate::config::replication::CONTEXT_KEY;
 use crate::{meta, revision};
@@ -72,6 +73,17 @@ pub fn config_map(
             data.remove(CONTEXT_KEY);
         }
     }
+    // Likewise: live directives are set on the running server, not rolled. Kept while a
+    // template still mounts the key, or its pod could not start.
+    match &rendered.live {
+        Some(live) => {
+            data.insert(LIVE_FILE.to_string(), live.clone());
+        }
+        None if !keep.iter().any(|k| k == LIVE_FILE) => {
+            data.remove(LIVE_FILE);
+        }
+        None => {}
+    }
     ConfigMap {
         metadata: ObjectMeta {
             name: Some(names::config_map_name(&node.name_any())),
@@ -110,7 +122,22 @@ mod tests {
             text: text.into(),
             args: vec![],
             replication: None,
+            live: None,
         }
+    }
+
+    #[test]
+    fn live_directives_sit_under_their_fixed_key_and_go_when_unused() {
+        let node = fixtures::node("cache", ValkeyNodeSpec::default());
+        let mut r = rendered("port 6379\n");
+        r.live = Some("maxmemory 1gb\n".into());
+        let cm = config_map(&node, &r, None, &[]);
+        assert_eq!(cm.data.as_ref().unwrap()[LIVE_FILE], "maxmemory 1gb\n");
+        r.live = None;
+        let mounted = config_map(&node, &r, Some(&cm), &[LIVE_FILE.to_string()]);
+        assert_eq!(mounted.data.unwrap()[LIVE_FILE], "maxmemory 1gb\n");
+        let unused = config_map(&node, &r, Some(&cm), &[]);
+        assert!(!unused.data.unwrap().contains_key(LIVE_FILE));
     }
 
     #[test]

@@ -14,8 +14,9 @@ pub mod args;
 pub mod replication;
 
 use crd_types::conditions::reasons::ConfigValid;
+use crd_types::live_config;
 use crd_types::names::ports;
-use crd_types::node::Mode;
+use crd_types::node::{Mode, RolloutPolicy};
 use crd_types::template::{Announce, OPERATOR_USER};
 
 use args::{quote, split_args};
@@ -38,11 +39,16 @@ pub const PASSWORD_ENV: &str = "REDISCLI_AUTH";
 /// Environment variable carrying the `operator` user's password (`auth.operatorSecretRef`).
 pub const OPERATOR_PASSWORD_ENV: &str = "VALKEY_OPERATOR_PASSWORD";
 
+/// ConfigMap key and file name of a Gated data node's live directives, included by its config.
+pub const LIVE_FILE: &str = "live.conf";
+
 /// Where a data node's start-up shell writes its password directives (in the /tmp emptyDir,
 /// owner-only), included by the rendered config.
 pub const AUTH_FILE: &str = "/tmp/valkey-auth.conf";
 
 const HEADER: &str = "# Rendered by valkey-operator (node-controller); edits are overwritten.\n";
+const LIVE_HEADER: &str =
+    "# Directives applied live with CONFIG SET (node-controller renders this file for restarts).\n";
 
 /// `sentinel <sub>` directives the operator or the topology controller owns in Sentinel mode.
 const SENTINEL_OWNED_SUBCOMMANDS: &[&str] = &[
@@ -108,6 +114,10 @@ pub struct RenderedConfig {
     /// The replication context (`spec.replication`), kept apart from the config: it is not
     /// part of the revision (see [`replication`]).
     pub replication: Option<String>,
+    /// With `rolloutPolicy: Gated`, the user's directives that change live (see
+    /// [`crd_types::live_config`]): the parent sets them with CONFIG SET, and the server reads
+    /// this file ([`LIVE_FILE`]) at start, so it is no part of the revision either.
+    pub live: Option<String>,
 }
 
 /// What rendering decided.
@@ -180,6 +190,12 @@ pub fn validate(spec: &ValkeyNodeSpec) -> Result<(), ConfigError> {
         }
         if let Err(why) = split_args(value) {
             invalid.push((name.clone(), why));
+        } else if let Some(live) = live_config::find(name)
+            && spec.mode != Mode::Sentinel
+            && live_config::canonical(live.kind, value).is_none()
+        {
+            // Caught here rather than by a server that refuses to start (or to CONFIG SET).
+            invalid.push((name.clone(), format!("{value:?} is not {}", live.kind)));
         }
     }
     if !owned.is_empty() {
@@ -221,13 +237,24 @@ pub fn render(spec: &ValkeyNodeSpec, cluster_ip: Option<&str>) -> Result<Rendere
             }
         }
     }
-    if !spec.template.config.is_empty() {
+    // A parent that gates rolls also sets live directives; nobody else would.
+    let split_live = spec.rollout_policy == RolloutPolicy::Gated && spec.mode != Mode::Sentinel;
+    let is_live = |name: &str| split_live && live_config::is_live_everywhere(name);
+    if spec.template.config.0.keys().any(|n| !is_live(n)) {
         text.push_str("\n# User directives (spec.config)\n");
     }
+    let mut live = String::from(LIVE_HEADER);
     for (name, value) in &spec.template.config.0 {
         // validate() proved every value splits.
         let args = split_args(value).unwrap_or_default();
-        push_line(&mut text, name, &args);
+        match is_live(name) {
+            true => push_line(&mut live, name, &args),
+            false => push_line(&mut text, name, &args),
+        }
+    }
+    if split_live {
+        text.push_str("\n# User directives that change live (CONFIG SET by topology-controller)\n");
+        push(&mut text, "include", &format!("{CONFIG_DIR}/{LIVE_FILE}"));
     }
     text.push_str("\n# Operator-owned directives\n");
 
@@ -290,6 +317,7 @@ pub fn render(spec: &ValkeyNodeSpec, cluster_ip: Option<&str>) -> Result<Rendere
         text,
         args,
         replication,
+        live: split_live.then_some(live),
     }))
 }
 
@@ -431,6 +459,77 @@ mod tests {
         text.lines()
             .filter(|l| !l.is_empty() && !l.starts_with('#'))
             .collect()
+    }
+
+    #[test]
+    fn a_gated_data_node_renders_live_directives_apart() {
+        let mut s = spec(
+            Mode::Cluster,
+            Announce::PodIP,
+            &[
+                ("maxmemory", "1gb"),
+                ("databases", "4"),
+                ("io-threads", "2"),
+            ],
+        );
+        s.rollout_policy = RolloutPolicy::Gated;
+        let c = config(render(&s, None));
+        let text = lines(&c.text);
+        // Restart-only here, and io-threads is live only from 9.1 (the version is unknown).
+        assert!(text.contains(&"databases 4"), "{text:?}");
+        assert!(text.contains(&"io-threads 2"), "{text:?}");
+        assert!(!c.text.contains("maxmemory"), "{}", c.text);
+        assert!(text.contains(&"include /etc/valkey/live.conf"), "{text:?}");
+        assert_eq!(lines(c.live.as_deref().unwrap()), ["maxmemory 1gb"]);
+
+        // A new live value changes only the live file, so the revision stays.
+        let mut changed = s.clone();
+        changed
+            .template
+            .config
+            .0
+            .insert("maxmemory".into(), "2gb".into());
+        let c2 = config(render(&changed, None));
+        assert_eq!(c2.text, c.text);
+        assert_eq!(lines(c2.live.as_deref().unwrap()), ["maxmemory 2gb"]);
+
+        // Without live directives the file is still there (empty), so adding one later
+        // restarts nothing either.
+        let mut none = s.clone();
+        none.template.config.0.remove("maxmemory");
+        let c3 = config(render(&none, None));
+        assert_eq!(c3.text, c.text);
+        assert!(lines(c3.live.as_deref().unwrap()).is_empty());
+    }
+
+    #[test]
+    fn live_directives_stay_inline_where_nobody_sets_them_live() {
+        // A hand-made node (Immediate) and a sentinel: no parent runs CONFIG SET.
+        let s = spec(Mode::Standalone, Announce::PodIP, &[("maxmemory", "1gb")]);
+        let c = config(render(&s, None));
+        assert!(lines(&c.text).contains(&"maxmemory 1gb"));
+        assert_eq!(c.live, None);
+        assert!(!c.text.contains("live.conf"));
+        let mut sentinel = spec(Mode::Sentinel, Announce::PodIP, &[]);
+        sentinel.rollout_policy = RolloutPolicy::Gated;
+        assert_eq!(config(render(&sentinel, None)).live, None);
+    }
+
+    #[test]
+    fn live_directive_values_are_checked_by_kind() {
+        let s = spec(
+            Mode::Standalone,
+            Announce::PodIP,
+            &[("maxmemory", "lots"), ("timeout", "30")],
+        );
+        match render(&s, None) {
+            Err(ConfigError::InvalidDirectives(problems)) => {
+                assert_eq!(problems.len(), 1, "{problems:?}");
+                assert_eq!(problems[0].0, "maxmemory");
+                assert!(problems[0].1.contains("size in bytes"), "{}", problems[0].1);
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
@@ -803,18 +902,18 @@ mod tests {
         let s = spec(
             Mode::Standalone,
             Announce::PodIP,
-            &[("maxmemory", "1gb\nport 7000")],
+            &[("save", "1gb\nport 7000")],
         );
         let c = config(render(&s, None));
         // Same line: Valkey refuses the extra arguments instead of changing the port.
-        assert!(c.text.contains("maxmemory 1gb port 7000\n"));
+        assert!(c.text.contains("save 1gb port 7000\n"));
         let s = spec(
             Mode::Standalone,
             Announce::PodIP,
-            &[("maxmemory", "\"1gb\nport 7000\"")],
+            &[("save", "\"1gb\nport 7000\"")],
         );
         let c = config(render(&s, None));
-        assert!(c.text.contains("maxmemory \"1gb\\nport 7000\"\n"));
+        assert!(c.text.contains("save \"1gb\\nport 7000\"\n"));
         assert_eq!(
             lines(&c.text)
                 .iter()

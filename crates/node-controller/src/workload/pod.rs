@@ -13,8 +13,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 
 use super::containers::{exporter_container, sentinel_init_container, valkey_container};
-use crate::config::RenderedConfig;
 use crate::config::replication::CONTEXT_KEY;
+use crate::config::{LIVE_FILE, RenderedConfig};
 use crate::configmap::{self, CONFIG_VOLUME};
 use crate::meta;
 
@@ -77,8 +77,8 @@ pub fn pod_template(node: &ValkeyNode, rendered: &RenderedConfig) -> PodTemplate
 }
 
 /// The config file under its content's key and, for a replication member, the context
-/// under its fixed key: the template names no context content, so a new context restarts
-/// nothing.
+/// under its fixed key; for a Gated data node, its live directives under theirs. The
+/// template names neither content, so a new context or live value restarts nothing.
 fn config_items(rendered: &RenderedConfig) -> Vec<KeyToPath> {
     let mut items = vec![KeyToPath {
         key: configmap::config_key(rendered),
@@ -89,6 +89,13 @@ fn config_items(rendered: &RenderedConfig) -> Vec<KeyToPath> {
         items.push(KeyToPath {
             key: CONTEXT_KEY.into(),
             path: CONTEXT_KEY.into(),
+            mode: None,
+        });
+    }
+    if rendered.live.is_some() {
+        items.push(KeyToPath {
+            key: LIVE_FILE.into(),
+            path: LIVE_FILE.into(),
             mode: None,
         });
     }
