@@ -140,6 +140,9 @@ pub struct ValkeyClusterStatus {
     /// Outcome of the latest switchover request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub switchover: Option<SwitchoverStatus>,
+    /// How each `spec.template.config` directive reaches the members.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<ConfigPaths>,
     /// The member whose volume has the least free space (from the members'
     /// `status.storage`; only members whose usage pvc-resizer reads, with autoResize).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -150,6 +153,34 @@ pub struct ValkeyClusterStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
+}
+
+/// The two ways a config change reaches running members.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigPaths {
+    /// Set on the running members with CONFIG SET: changing one restarts nothing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub live: Vec<String>,
+    /// Read only at start: changing one rolls the members, one at a time.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub restart: Vec<String>,
+}
+
+impl ConfigPaths {
+    /// Which of `config`'s directives are set live: those live on every supported version,
+    /// the only ones node-controller keeps out of a pod's revision. `None` for no config.
+    pub fn of(config: &crate::config::ValkeyConfig) -> Option<ConfigPaths> {
+        if config.0.is_empty() {
+            return None;
+        }
+        let (live, restart) = config
+            .0
+            .keys()
+            .cloned()
+            .partition(|name| crate::live_config::is_live_everywhere(name));
+        Some(ConfigPaths { live, restart })
+    }
 }
 
 /// One shard of a ValkeyCluster.
@@ -208,4 +239,33 @@ pub struct SwitchoverStatus {
     pub message: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<Time>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ValkeyConfig;
+
+    #[test]
+    fn config_paths_split_live_from_restart_directives() {
+        assert_eq!(ConfigPaths::of(&ValkeyConfig::default()), None);
+        let config = ValkeyConfig(
+            [
+                ("maxmemory", "1gb"),
+                ("tcp-backlog", "256"),
+                // Live only from 9.1: node-controller cannot know the version, so it rolls.
+                ("io-threads", "2"),
+                ("timeout", "30"),
+            ]
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .into(),
+        );
+        assert_eq!(
+            ConfigPaths::of(&config),
+            Some(ConfigPaths {
+                live: vec!["maxmemory".into(), "timeout".into()],
+                restart: vec!["io-threads".into(), "tcp-backlog".into()],
+            })
+        );
+    }
 }

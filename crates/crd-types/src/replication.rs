@@ -6,7 +6,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::{Phase, SwitchoverStatus};
+use crate::cluster::{ConfigPaths, Phase, SwitchoverStatus};
 use crate::node::Role;
 use crate::template::{Auth, SecretKeyRef, Tls, ValkeyNodeTemplate};
 
@@ -211,6 +211,9 @@ pub struct ValkeyReplicationStatus {
     /// Data nodes and sentinels as Valkey reports them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub members: Vec<ReplicationMemberStatus>,
+    /// How each directive of the data nodes' config reaches them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<ConfigPaths>,
     /// The member whose volume has the least free space (from the members'
     /// `status.storage`; only members whose usage pvc-resizer reads, with autoResize).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -97,6 +97,12 @@ pub trait Valkey: Send + Sync {
     /// how many were.
     fn kill_clients(&self) -> impl Future<Output = Result<u64, ValkeyError>> + Send;
 
+    /// `CONFIG GET name...`: the directives among `names` the server knows, with its values.
+    fn config_get(
+        &self,
+        names: &[&str],
+    ) -> impl Future<Output = Result<Vec<(String, String)>, ValkeyError>> + Send;
+
     /// `CONFIG SET name value`.
     fn config_set(
         &self,

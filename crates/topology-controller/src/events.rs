@@ -24,6 +24,8 @@ operator_runtime::event_reasons! {
         Failover: Normal,
         /// A member's roll gate was opened.
         Rolling: Normal,
+        /// Live directives were set on running members (CONFIG SET, no restart).
+        ConfigSetLive: Normal,
         /// A step failed; the note says what.
         StepFailed: Warning,
     }
@@ -46,6 +48,7 @@ pub fn step_event(step: &Step, error: Option<&str>) -> Option<(ClusterEvent, Str
         Step::Remove(_) => ClusterEvent::MembersRemoved,
         Step::Failover { .. } => ClusterEvent::Failover,
         Step::AllowRoll { .. } => ClusterEvent::Rolling,
+        Step::SetConfig(_) => ClusterEvent::ConfigSetLive,
     };
     let note = match error {
         Some(e) => format!("{step}: {e}"),

@@ -113,6 +113,16 @@ pub async fn execute<V: Valkey, O: MemberObjects>(
                 .await
                 .on(format!("CLUSTER SETSLOT {slot} {node}"), primary)?;
         }
+        Step::SetConfig(changes) => {
+            for (member, pairs) in changes {
+                let conn = conns.get(member)?;
+                for (name, value) in pairs {
+                    conn.config_set(name, value)
+                        .await
+                        .on(format!("CONFIG SET {name} {value}"), member)?;
+                }
+            }
+        }
         Step::Replicate { member, primary_id } => conns
             .get(member)?
             .replicate(primary_id)
@@ -268,6 +278,7 @@ mod tests {
         Shape {
             cluster: "c".into(),
             shards,
+            config: Default::default(),
             replicas_per_shard: replicas,
             switchover: None,
         }
@@ -424,10 +435,24 @@ mod tests {
         })
         .await
         .unwrap();
+        run(Step::SetConfig(vec![(
+            "c-0-1".into(),
+            vec![
+                ("maxmemory".into(), "1000".into()),
+                ("hz".into(), "20".into()),
+            ],
+        )]))
+        .await
+        .unwrap();
         let log = cluster.log();
         let sent: Vec<&str> = log
             .iter()
-            .filter(|l| !l.contains("NODES") && !l.contains("INFO") && !l.contains("SHARDS"))
+            .filter(|l| {
+                !l.contains("NODES")
+                    && !l.contains("INFO")
+                    && !l.contains("SHARDS")
+                    && !l.contains("CONFIG GET")
+            })
             .map(String::as_str)
             .collect();
         assert_eq!(
@@ -436,6 +461,8 @@ mod tests {
                 "10.0.0.0:6379 CLUSTER SETSLOT 7 STABLE",
                 "10.0.0.1:6379 CLUSTER SETSLOT 7 STABLE",
                 &format!("10.0.0.0:6379 CLUSTER FORGET {}", node_id(99)),
+                "10.0.0.100:6379 CONFIG SET maxmemory 1000",
+                "10.0.0.100:6379 CONFIG SET hz 20",
             ]
         );
         assert_eq!(

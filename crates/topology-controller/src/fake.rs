@@ -50,7 +50,21 @@ struct Node {
     /// Commands this node still answers before its connections die; `None`: no limit.
     commands_left: Option<usize>,
     offset: i64,
+    /// Directives as `CONFIG GET` reports them: the live ones, at their defaults.
+    config: BTreeMap<String, String>,
 }
+
+/// A new node's config: every live directive of the version it reports, at its default.
+fn default_config() -> BTreeMap<String, String> {
+    crd_types::live_config::LIVE_DIRECTIVES
+        .iter()
+        .filter(|d| d.since <= FAKE_VERSION)
+        .map(|d| (d.name.to_string(), d.default.unwrap_or("10000").to_string()))
+        .collect()
+}
+
+/// The version every fake node reports.
+const FAKE_VERSION: crd_types::live_config::Version = crd_types::live_config::Version::new(8, 0);
 
 #[derive(Debug, Default)]
 struct State {
@@ -144,6 +158,7 @@ impl FakeCluster {
             stuck_failover: false,
             commands_left: None,
             offset: 0,
+            config: default_config(),
         });
         id
     }
@@ -810,10 +825,35 @@ impl Valkey for FakeConn {
         .await
     }
 
-    async fn config_set(&self, name: &str, _: &str) -> Result<(), ValkeyError> {
-        self.run(format!("CONFIG SET {name}"), |_, _| {
-            Err(not_modelled("CONFIG SET"))
-        })
+    async fn config_get(&self, names: &[&str]) -> Result<Vec<(String, String)>, ValkeyError> {
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        self.run(
+            format!("CONFIG GET {}", names.join(" ")),
+            move |state, me| {
+                let config = &state.node(me).config;
+                Ok(names
+                    .iter()
+                    .filter_map(|n| Some((n.clone(), config.get(n)?.clone())))
+                    .collect())
+            },
+        )
+        .await
+    }
+
+    /// Only the live directives are modelled; values are stored as given (callers send
+    /// `CONFIG GET`'s form).
+    async fn config_set(&self, name: &str, value: &str) -> Result<(), ValkeyError> {
+        let (name, value) = (name.to_string(), value.to_string());
+        self.run(
+            format!("CONFIG SET {name} {value}"),
+            move |state, me| match state.node_mut(me).config.get_mut(&name) {
+                Some(slot) => {
+                    *slot = value;
+                    Ok(())
+                }
+                None => Err(not_modelled("CONFIG SET of a directive that is not live")),
+            },
+        )
         .await
     }
 

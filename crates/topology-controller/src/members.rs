@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 
-use crd_types::config::MAX_CONFIG_DIRECTIVES;
 use crd_types::names::{self, labels, ports};
 use crd_types::node::{Mode, RolloutPolicy};
 use crd_types::template::{Announce, Scheduling};
@@ -13,12 +12,7 @@ use k8s_openapi::api::core::v1::TopologySpreadConstraint;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::{Resource, ResourceExt};
 
-use crate::model::{Address, Member, Position, Revisions};
-
-/// Valkey's own replica migration moves a replica to another shard's orphaned primary; the
-/// planner, which places every replica by its position, would move it back, a full sync each
-/// way. So it is off unless the user's config says otherwise.
-const REPLICA_MIGRATION: (&str, &str) = ("cluster-allow-replica-migration", "no");
+use crate::model::{Address, Member, Position, Revisions, member_config};
 
 /// Spread over Kubernetes nodes, and over zones when the nodes carry one.
 const SPREAD_KEYS: [&str; 2] = ["kubernetes.io/hostname", "topology.kubernetes.io/zone"];
@@ -106,14 +100,7 @@ pub fn member(
 ) -> ValkeyNode {
     let cluster_name = cluster.name_any();
     let mut template = cluster.spec.template.clone();
-    let (directive, value) = REPLICA_MIGRATION;
-    let config = &mut template.config.0;
-    // Not when the user's config is full: a member must stay within the directive limit.
-    if !config.keys().any(|k| k.eq_ignore_ascii_case(directive))
-        && (config.len() as u64) < MAX_CONFIG_DIRECTIVES
-    {
-        config.insert(directive.to_string(), value.to_string());
-    }
+    template.config = member_config(&cluster.spec.template.config);
     let scheduling = template.scheduling.get_or_insert_with(Scheduling::default);
     spread_shard(
         &mut scheduling.topology_spread_constraints,

@@ -2,7 +2,11 @@
 //! [`Shape`], and each member as observed: its position, address, revisions and what its
 //! Valkey answered ([`Member`]). Built by the binary from the API server and Valkey.
 
+use std::collections::BTreeMap;
+
 use crd_types::ValkeyCluster;
+use crd_types::config::{MAX_CONFIG_DIRECTIVES, ValkeyConfig};
+use crd_types::live_config::Version;
 use crd_types::names;
 use crd_types::node::Role;
 use kube::ResourceExt;
@@ -24,6 +28,9 @@ pub struct Shape {
     pub shards: u32,
     pub replicas_per_shard: u32,
     pub switchover: Option<SwitchoverRequest>,
+    /// The config members get ([`member_config`]): its live directives are set on running
+    /// members.
+    pub config: ValkeyConfig,
 }
 
 /// `spec.switchover`: the member that is to become its shard's primary.
@@ -44,6 +51,7 @@ impl Shape {
                 id: s.id.clone(),
                 target: names::cluster_member_name(&name, count(s.shard), count(s.member)),
             }),
+            config: member_config(&spec.template.config),
             shards: count(spec.shards),
             replicas_per_shard: count(spec.replicas_per_shard),
             cluster: name,
@@ -67,6 +75,24 @@ impl Shape {
             .flat_map(|shard| (0..members).map(move |member| Position { shard, member }))
             .collect()
     }
+}
+
+/// Valkey's own replica migration moves a replica to another shard's orphaned primary; the
+/// planner, which places every replica by its position, would move it back, a full sync each
+/// way. So it is off unless the user's config says otherwise.
+const REPLICA_MIGRATION: (&str, &str) = ("cluster-allow-replica-migration", "no");
+
+/// The config every member gets: the template's, with replica migration off unless the
+/// template sets it (or is full: a member must stay within the directive limit).
+pub fn member_config(template: &ValkeyConfig) -> ValkeyConfig {
+    let mut config = template.clone();
+    let (directive, value) = REPLICA_MIGRATION;
+    if !config.0.keys().any(|k| k.eq_ignore_ascii_case(directive))
+        && (config.0.len() as u64) < MAX_CONFIG_DIRECTIVES
+    {
+        config.0.insert(directive.to_string(), value.to_string());
+    }
+    config
 }
 
 /// A count or index from the spec. The API refuses negative ones (CEL); one written before
@@ -97,6 +123,13 @@ pub struct Revisions {
     pub observed: bool,
 }
 
+/// The live directives a member runs, as `CONFIG GET` reports them, and its version.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LiveConfig {
+    pub version: Version,
+    pub values: BTreeMap<String, String>,
+}
+
 /// What Valkey said when asked.
 #[derive(Clone, Debug)]
 pub struct Reply {
@@ -106,6 +139,8 @@ pub struct Reply {
     pub shard_groups: Option<Vec<Vec<String>>>,
     /// `CLUSTER INFO` says `cluster_state:ok`; `None` when not asked.
     pub cluster_state_ok: Option<bool>,
+    /// Its live directives; `None` when not asked or its version is unknown.
+    pub live_config: Option<LiveConfig>,
 }
 
 /// One existing member ValkeyNode and what it reports.

@@ -6,7 +6,9 @@ use futures::future::join_all;
 use crate::cluster_nodes::ClusterView;
 use crate::commands::{ErrorKind, StepError, Valkey, ValkeyError};
 use crate::info::{ReplicationInfo, cluster_state_ok, server_version};
-use crate::model::Reply;
+use crd_types::live_config::{LIVE_DIRECTIVES, Version};
+
+use crate::model::{LiveConfig, Reply};
 
 /// One member's answer: its view, its replication and its version.
 #[derive(Clone, Debug)]
@@ -17,7 +19,8 @@ pub struct Answer {
 }
 
 /// Asks one member: CLUSTER NODES, INFO replication and server (one round trip), CLUSTER
-/// SHARDS (older servers lack it; then shard ids are not checked) and CLUSTER INFO.
+/// SHARDS (older servers lack it; then shard ids are not checked), CLUSTER INFO and CONFIG
+/// GET of the live directives.
 pub async fn ask<V: Valkey>(conn: &V) -> Result<Answer, ValkeyError> {
     let view = ClusterView::parse(&conn.cluster_nodes().await?).map_err(unreadable)?;
     // Both sections in one reply: the parsers skip what is not theirs.
@@ -26,15 +29,31 @@ pub async fn ask<V: Valkey>(conn: &V) -> Result<Answer, ValkeyError> {
     let version = server_version(&info).ok();
     let shard_groups = conn.cluster_shards().await.ok();
     let state_ok = cluster_state_ok(&conn.cluster_info().await?).map_err(unreadable)?;
+    let live_config = match version.as_deref().and_then(Version::parse) {
+        Some(version) => Some(live_config(conn, version).await?),
+        None => None,
+    };
     Ok(Answer {
         reply: Reply {
             view,
             replication,
             shard_groups,
             cluster_state_ok: Some(state_ok),
+            live_config,
         },
         version,
     })
+}
+
+/// `CONFIG GET` of every directive that is live on `version`, in one round trip.
+pub async fn live_config<V: Valkey>(conn: &V, version: Version) -> Result<LiveConfig, ValkeyError> {
+    let names: Vec<&str> = LIVE_DIRECTIVES
+        .iter()
+        .filter(|d| d.since <= version)
+        .map(|d| d.name)
+        .collect();
+    let values = conn.config_get(&names).await?.into_iter().collect();
+    Ok(LiveConfig { version, values })
 }
 
 fn unreadable(e: impl std::fmt::Display) -> ValkeyError {
@@ -101,6 +120,13 @@ mod tests {
         assert_eq!(answer.reply.cluster_state_ok, Some(true));
         assert_eq!(answer.reply.shard_groups.as_ref().map(Vec::len), Some(2));
         assert_eq!(answer.version.as_deref(), Some("8.0.1"));
+        let live = answer.reply.live_config.unwrap();
+        assert_eq!(live.version, Version::new(8, 0));
+        assert_eq!(live.values["maxmemory"], "0");
+        assert!(
+            !live.values.contains_key("io-threads"),
+            "live only from 9.1"
+        );
     }
 
     #[tokio::test]

@@ -164,6 +164,7 @@ pub fn members_with(sims: &[Sim], knows: impl Fn(&Sim, &Sim) -> bool) -> Vec<Mem
                     replication: ReplicationInfo::parse(&replication).unwrap(),
                     shard_groups: None,
                     cluster_state_ok: me.state_ok,
+                    live_config: None,
                 }
             });
             Member {
@@ -191,6 +192,7 @@ pub fn shape(shards: u32, replicas: u32) -> Shape {
         shards,
         replicas_per_shard: replicas,
         switchover: None,
+        config: crate::model::member_config(&Default::default()),
     }
 }
 

@@ -3,7 +3,8 @@
 //! [`crate::member_status`].
 
 use crd_types::cluster::{
-    MemberStatus, Phase, ShardStatus, SwitchoverOutcome, SwitchoverStatus, ValkeyClusterStatus,
+    ConfigPaths, MemberStatus, Phase, ShardStatus, SwitchoverOutcome, SwitchoverStatus,
+    ValkeyClusterStatus,
 };
 use crd_types::conditions::reasons::{Degraded, Progressing, SlotsAssigned, TopologyReady};
 use crd_types::conditions::{self, ConditionSpec};
@@ -51,6 +52,7 @@ pub fn cluster_status(i: Inputs) -> ValkeyClusterStatus {
         slots_assigned: i.survey.slots_assigned as i32,
         shards: i.survey.shards.iter().map(shard_status).collect(),
         switchover: switchover_status(&i),
+        config: ConfigPaths::of(&i.shape.config),
         // The members' storage headroom is added by the caller (`crate::storage`).
         storage: None,
         observed_generation: i.generation,
@@ -145,7 +147,10 @@ fn phase(i: &Inputs, h: &Health) -> Phase {
         Phase::Scaling
     } else if h.rolling
         || roll_waits
-        || matches!(i.step, Step::AllowRoll { .. } | Step::Failover { .. })
+        || matches!(
+            i.step,
+            Step::AllowRoll { .. } | Step::Failover { .. } | Step::SetConfig(_)
+        )
     {
         Phase::Updating
     } else {
@@ -311,6 +316,7 @@ mod tests {
         Shape {
             cluster: "c".into(),
             shards: 1,
+            config: Default::default(),
             replicas_per_shard: 0,
             switchover: Some(SwitchoverRequest {
                 id: "s1".into(),

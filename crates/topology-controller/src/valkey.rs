@@ -265,6 +265,13 @@ impl Valkey for Conn {
         .await
     }
 
+    async fn config_get(&self, names: &[&str]) -> Result<Vec<(String, String)>, ValkeyError> {
+        let mut args: Vec<Value> = vec!["GET".into()];
+        args.extend(names.iter().map(|n| Value::from(*n)));
+        let reply: Value = self.raw("CONFIG", args).await?;
+        Ok(fields(reply).into_iter().collect())
+    }
+
     async fn config_set(&self, name: &str, value: &str) -> Result<(), ValkeyError> {
         self.raw::<Value>("CONFIG", vec!["SET".into(), name.into(), value.into()])
             .await

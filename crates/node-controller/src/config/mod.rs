@@ -114,9 +114,10 @@ pub struct RenderedConfig {
     /// The replication context (`spec.replication`), kept apart from the config: it is not
     /// part of the revision (see [`replication`]).
     pub replication: Option<String>,
-    /// With `rolloutPolicy: Gated`, the user's directives that change live (see
-    /// [`crd_types::live_config`]): the parent sets them with CONFIG SET, and the server reads
-    /// this file ([`LIVE_FILE`]) at start, so it is no part of the revision either.
+    /// For a topology's data node (`rolloutPolicy: Gated`, Cluster mode or with a replication
+    /// context), the user's directives that change live (see [`crd_types::live_config`]):
+    /// topology-controller sets them with CONFIG SET, and the server reads this file
+    /// ([`LIVE_FILE`]) at start, so it is no part of the revision either.
     pub live: Option<String>,
 }
 
@@ -237,8 +238,11 @@ pub fn render(spec: &ValkeyNodeSpec, cluster_ip: Option<&str>) -> Result<Rendere
             }
         }
     }
-    // A parent that gates rolls also sets live directives; nobody else would.
-    let split_live = spec.rollout_policy == RolloutPolicy::Gated && spec.mode != Mode::Sentinel;
+    // A topology's data nodes: topology-controller sets their live directives. A hand-made
+    // node has no parent to, and sentinels take no server directives.
+    let data_member = spec.mode == Mode::Cluster || spec.replication.is_some();
+    let split_live =
+        spec.rollout_policy == RolloutPolicy::Gated && spec.mode != Mode::Sentinel && data_member;
     let is_live = |name: &str| split_live && live_config::is_live_everywhere(name);
     if spec.template.config.0.keys().any(|n| !is_live(n)) {
         text.push_str("\n# User directives (spec.config)\n");
@@ -504,7 +508,7 @@ mod tests {
 
     #[test]
     fn live_directives_stay_inline_where_nobody_sets_them_live() {
-        // A hand-made node (Immediate) and a sentinel: no parent runs CONFIG SET.
+        // A hand-made node (Immediate) and a sentinel: no parent runs CONFIG SET on them.
         let s = spec(Mode::Standalone, Announce::PodIP, &[("maxmemory", "1gb")]);
         let c = config(render(&s, None));
         assert!(lines(&c.text).contains(&"maxmemory 1gb"));
@@ -513,6 +517,17 @@ mod tests {
         let mut sentinel = spec(Mode::Sentinel, Announce::PodIP, &[]);
         sentinel.rollout_policy = RolloutPolicy::Gated;
         assert_eq!(config(render(&sentinel, None)).live, None);
+        // Gated but no topology's member: nobody to set them.
+        let mut gated = spec(Mode::Standalone, Announce::PodIP, &[("maxmemory", "1gb")]);
+        gated.rollout_policy = RolloutPolicy::Gated;
+        assert_eq!(config(render(&gated, None)).live, None);
+        // A ValkeyReplication's data node is one.
+        gated.replication = Some(crd_types::node::NodeReplication {
+            primary_name: "cache".into(),
+            ..Default::default()
+        });
+        let c = config(render(&gated, None));
+        assert_eq!(lines(c.live.as_deref().unwrap()), ["maxmemory 1gb"]);
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! a controller restarted at any moment decides the same step again, or the next one if the
 //! last step took effect. One step per reconcile, in a fixed order of precedence: join
 //! members, forget dead identities, assign slots, repair open slots and replicas' stale
-//! markers, attach replicas, move slots, remove leaving members, switchover, roll. [`guard`] then holds the step back for
+//! markers, attach replicas, move slots, remove leaving members, set live directives,
+//! switchover, roll. [`guard`] then holds the step back for
 //! what is known of the passwords.
 //!
 //! The rules live in one module each: `membership` (meet, forget, remove), `slots`
@@ -13,6 +14,7 @@
 //! them.
 
 pub mod guard;
+pub mod live;
 mod membership;
 pub mod replicas;
 pub mod roll;
@@ -78,6 +80,8 @@ pub enum Step {
         member: String,
         reason: FailoverReason,
     },
+    /// `CONFIG SET name value` of each pair on each member (live directives).
+    SetConfig(Vec<(String, Vec<(String, String)>)>),
     /// Open the roll gate of `member` for `revision`.
     AllowRoll { member: String, revision: String },
     /// Everything is as the spec asks.
@@ -167,6 +171,7 @@ impl fmt::Display for Step {
                 };
                 write!(f, "{member} takes over its shard {why}")
             }
+            Step::SetConfig(changes) => f.write_str(&live::describe(changes)),
             Step::AllowRoll { member, revision } => write!(f, "{member} restarts into {revision}"),
             Step::Idle => f.write_str("the cluster is as specified"),
         }
@@ -259,6 +264,7 @@ pub fn next_step(shape: &Shape, members: &[Member], recorded_switchover: Option<
         .or_else(|| replicas::attach_replicas(&s))
         .or_else(|| slots::rebalance(&s))
         .or_else(|| membership::remove(&s))
+        .or_else(|| live::set_live_config(shape, members))
         .or_else(|| {
             roll::switchover(
                 shape.switchover.as_ref(),

@@ -29,6 +29,8 @@ operator_runtime::event_reasons! {
         HandedOver: Normal,
         /// A member's roll gate was opened.
         Rolling: Normal,
+        /// Live directives were set on running data nodes (CONFIG SET, no restart).
+        ConfigSetLive: Normal,
         /// A step failed; the note says what.
         StepFailed: Warning,
     }
@@ -50,7 +52,7 @@ fn concerned(step: &Step) -> Option<String> {
         | Step::Configure { sentinel, .. }
         | Step::Reset { sentinel } => Some(sentinel.clone()),
         Step::HandOver { primary, .. } => Some(primary.clone()),
-        Step::Remove(_) | Step::Wait { .. } | Step::Idle => None,
+        Step::Remove(_) | Step::SetConfig(_) | Step::Wait { .. } | Step::Idle => None,
     }
 }
 
@@ -69,6 +71,7 @@ pub fn step_event(step: &Step, error: Option<&str>) -> Option<GroupEvent> {
         Step::SetPriority { .. } => ReplicationEvent::ReplicaPrioritySet,
         Step::HandOver { .. } => ReplicationEvent::HandedOver,
         Step::AllowRoll { .. } => ReplicationEvent::Rolling,
+        Step::SetConfig(_) => ReplicationEvent::ConfigSetLive,
     };
     let note = match error {
         Some(e) => format!("{step}: {e}"),

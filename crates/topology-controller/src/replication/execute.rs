@@ -103,6 +103,16 @@ pub async fn execute<V: Valkey, O: MemberObjects>(
             .config_set("replica-priority", &priority.to_string())
             .await
             .on(format!("CONFIG SET replica-priority {priority}"), member)?,
+        Step::SetConfig(changes) => {
+            for (member, pairs) in changes {
+                let conn = conns.get(member)?;
+                for (name, value) in pairs {
+                    conn.config_set(name, value)
+                        .await
+                        .on(format!("CONFIG SET {name} {value}"), member)?;
+                }
+            }
+        }
         Step::HandOver {
             primary,
             target,
@@ -355,6 +365,37 @@ mod tests {
             fake.log()
         );
         assert_eq!(fake.open_connections(), 0);
+    }
+
+    #[tokio::test]
+    async fn live_directives_reach_every_data_node_in_one_step_and_then_rest() {
+        let fake = FakeGroup::new(3, 1);
+        let mut g = group(3, 1);
+        let formed = settle(&fake, &g).await;
+        assert!(
+            !formed.iter().any(|s| matches!(s, Step::SetConfig(_))),
+            "nodes already run their config: {formed:?}"
+        );
+        g.config.0.insert("maxmemory".into(), "1mb".into());
+        g.config
+            .0
+            .insert("min-replicas-to-write".into(), "2".into());
+        let taken = settle(&fake, &g).await;
+        match &taken[..] {
+            [Step::SetConfig(changes), Step::Idle] => {
+                assert_eq!(changes.len(), 3, "{changes:?}");
+                assert_eq!(
+                    changes[0].1,
+                    [
+                        ("maxmemory".to_string(), "1048576".to_string()),
+                        ("min-replicas-to-write".to_string(), "2".to_string())
+                    ]
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let got = fake.conn_data(2).config_get(&["maxmemory"]).await.unwrap();
+        assert_eq!(got, [("maxmemory".to_string(), "1048576".to_string())]);
     }
 
     #[tokio::test]

@@ -12,7 +12,7 @@
 //!
 //! Data node `i` is at `10.96.0.<i>:6379`, sentinel `j` at `10.96.1.<j>:26379`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::commands::{ErrorKind, Fields, Key, SlotState, Valkey, ValkeyError};
@@ -23,6 +23,20 @@ use crate::replication::model::{
 };
 use crate::replication::observe::{ask_data, ask_sentinel};
 use crate::replication::{PORT, SENTINEL_PORT};
+
+/// A data node's live directives at Valkey 8.0's defaults, but for the one a group's data
+/// nodes start with from the spec's defaults (`minReplicasToWrite` 1 with replicas).
+fn default_config(data_nodes: usize) -> BTreeMap<String, String> {
+    let version = crd_types::live_config::Version::new(8, 0);
+    let mut config: BTreeMap<String, String> = crd_types::live_config::LIVE_DIRECTIVES
+        .iter()
+        .filter(|d| d.since <= version)
+        .map(|d| (d.name.to_string(), d.default.unwrap_or("10000").to_string()))
+        .collect();
+    let to_write = if data_nodes > 1 { "1" } else { "0" };
+    config.insert("min-replicas-to-write".into(), to_write.into());
+    config
+}
 
 #[derive(Clone, Debug)]
 struct Data {
@@ -36,6 +50,8 @@ struct Data {
     priority: u32,
     /// `repl-ping-replica-period`.
     ping_period: u32,
+    /// The live directives as `CONFIG GET` reports them, at their defaults at first.
+    config: BTreeMap<String, String>,
     paused: bool,
     killed: u64,
     answering: bool,
@@ -133,6 +149,7 @@ impl FakeGroup {
                     lag: 0,
                     priority: 100,
                     ping_period: DEFAULT_PING_PERIOD,
+                    config: default_config(data),
                     paused: false,
                     killed: 0,
                     answering: true,
@@ -553,6 +570,21 @@ impl Valkey for FakeGroupConn {
         .await
     }
 
+    async fn config_get(&self, names: &[&str]) -> Result<Vec<(String, String)>, ValkeyError> {
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        self.data(
+            format!("CONFIG GET {}", names.join(" ")),
+            move |state, i| {
+                let config = &state.data[i].config;
+                Ok(names
+                    .iter()
+                    .filter_map(|n| Some((n.clone(), config.get(n)?.clone())))
+                    .collect())
+            },
+        )
+        .await
+    }
+
     async fn config_set(&self, name: &str, value: &str) -> Result<(), ValkeyError> {
         let (name, value) = (name.to_string(), value.to_string());
         self.data(
@@ -568,9 +600,15 @@ impl Valkey for FakeGroupConn {
                         value.parse().map_err(|_| refused("ERR Invalid argument"))?;
                     Ok(())
                 }
-                other => Err(refused(&format!(
-                    "ERR Unknown option or number of arguments for CONFIG SET - '{other}'"
-                ))),
+                other => match state.data[i].config.get_mut(other) {
+                    Some(slot) => {
+                        *slot = value;
+                        Ok(())
+                    }
+                    None => Err(refused(&format!(
+                        "ERR Unknown option or number of arguments for CONFIG SET - '{other}'"
+                    ))),
+                },
             },
         )
         .await

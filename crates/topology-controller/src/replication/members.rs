@@ -15,11 +15,7 @@ use kube::{Resource, ResourceExt};
 use crate::auth;
 use crate::members::{announced_address, spread_softly};
 use crate::model::Revisions;
-use crate::replication::model::{At, Facts, Group};
-
-/// Directives the spec's `minReplicasToWrite` / `minReplicasMaxLag` own on data nodes.
-const MIN_REPLICAS_TO_WRITE: &str = "min-replicas-to-write";
-const MIN_REPLICAS_MAX_LAG: &str = "min-replicas-max-lag";
+use crate::replication::model::{At, Facts, Group, data_config};
 
 /// The member's position, from its labels and mode (`None`: not a member).
 pub fn position_of(node: &ValkeyNode) -> Option<At> {
@@ -162,19 +158,7 @@ pub fn member(
 fn data_template(replication: &ValkeyReplication) -> ValkeyNodeTemplate {
     let spec = &replication.spec;
     let mut template = spec.template.clone();
-    let config = &mut template.config.0;
-    config.retain(|k, _| {
-        !k.eq_ignore_ascii_case(MIN_REPLICAS_TO_WRITE)
-            && !k.eq_ignore_ascii_case(MIN_REPLICAS_MAX_LAG)
-    });
-    config.insert(
-        MIN_REPLICAS_TO_WRITE.to_string(),
-        spec.min_replicas_to_write().to_string(),
-    );
-    config.insert(
-        MIN_REPLICAS_MAX_LAG.to_string(),
-        spec.min_replicas_max_lag().to_string(),
-    );
+    template.config = data_config(replication);
     spread(&mut template, replication, components::SERVER);
     template
 }
@@ -215,6 +199,7 @@ fn spread(template: &mut ValkeyNodeTemplate, replication: &ValkeyReplication, co
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::replication::model::{MIN_REPLICAS_MAX_LAG, MIN_REPLICAS_TO_WRITE};
     use crd_types::ValkeyReplicationSpec;
     use crd_types::template::SecretKeyRef;
 

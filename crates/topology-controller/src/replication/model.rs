@@ -3,12 +3,13 @@
 //! Kubernetes says ([`Facts`]) and what its Valkey answered.
 
 use crd_types::ValkeyReplication;
+use crd_types::config::ValkeyConfig;
 use crd_types::names;
 use crd_types::node::Role;
 use kube::ResourceExt;
 
 use crate::info::ReplicationInfo;
-use crate::model::{Revisions, SwitchoverRequest};
+use crate::model::{LiveConfig, Revisions, SwitchoverRequest};
 use crate::plan::roll::RollMember;
 
 /// Where a member sits in its group: data node `i` (`<name>-<i>`) or sentinel `j`
@@ -78,6 +79,8 @@ pub struct Group {
     /// The data nodes' `repl-ping-replica-period` in seconds (the template's, else Valkey's
     /// 10), restored on a primary after a hand-over quietened it.
     pub ping_period: u32,
+    /// The config data nodes get ([`data_config`]): its live directives are set on them.
+    pub config: ValkeyConfig,
 }
 
 /// The `replica-priority` of a switchover's target: lower wins Sentinel's choice.
@@ -122,6 +125,7 @@ impl Group {
             ping_period: template_number(replication, "repl-ping-replica-period")
                 .filter(|&p| p > 0)
                 .unwrap_or(DEFAULT_PING_PERIOD),
+            config: data_config(replication),
             name,
         }
     }
@@ -149,6 +153,30 @@ impl Group {
             At::Sentinel(j) => names::sentinel_member_name(&self.name, j),
         }
     }
+}
+
+/// Directives the spec's `minReplicasToWrite` / `minReplicasMaxLag` own on data nodes.
+pub(crate) const MIN_REPLICAS_TO_WRITE: &str = "min-replicas-to-write";
+pub(crate) const MIN_REPLICAS_MAX_LAG: &str = "min-replicas-max-lag";
+
+/// The config every data node gets: the template's, with `min-replicas-to-write` and
+/// `min-replicas-max-lag` from the spec (any spelling of them in the template gives way).
+pub fn data_config(replication: &ValkeyReplication) -> ValkeyConfig {
+    let spec = &replication.spec;
+    let mut config = spec.template.config.clone();
+    config.0.retain(|k, _| {
+        !k.eq_ignore_ascii_case(MIN_REPLICAS_TO_WRITE)
+            && !k.eq_ignore_ascii_case(MIN_REPLICAS_MAX_LAG)
+    });
+    config.0.insert(
+        MIN_REPLICAS_TO_WRITE.to_string(),
+        spec.min_replicas_to_write().to_string(),
+    );
+    config.0.insert(
+        MIN_REPLICAS_MAX_LAG.to_string(),
+        spec.min_replicas_max_lag().to_string(),
+    );
+    config
 }
 
 /// A count or index from the spec; negative ones (refused at admission) count as 0.
@@ -179,6 +207,8 @@ pub struct DataAnswer {
     pub version: Option<String>,
     /// `slave_priority` (a replica's `replica-priority`).
     pub priority: Option<u32>,
+    /// Its live directives; `None` when its version is unknown.
+    pub live_config: Option<LiveConfig>,
 }
 
 /// A data node and, when it answered, what it said.

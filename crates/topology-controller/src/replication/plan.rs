@@ -14,6 +14,7 @@ use crd_types::conditions::reasons::Waiting;
 
 use crate::plan::FailoverReason;
 use crate::plan::guard::{self, GuardedStep};
+use crate::plan::live;
 use crate::plan::roll::{self, RollStep};
 use crate::replication::PORT;
 use crate::replication::model::{DataNode, Group, Members, Rolling, SWITCHOVER_PRIORITY};
@@ -58,6 +59,8 @@ pub enum Step {
     /// `SENTINEL RESET` on `sentinel`: it forgets the replicas and sentinels it lists and
     /// finds the current ones again, dropping those that are gone.
     Reset { sentinel: String },
+    /// `CONFIG SET name value` of each pair on each data node (live directives).
+    SetConfig(Vec<(String, Vec<(String, String)>)>),
     /// `CONFIG SET replica-priority` on the replica `member`.
     SetPriority { member: String, priority: u32 },
     /// Hand `primary` over with nothing lost: pause its writes until every replica holds
@@ -127,6 +130,7 @@ impl fmt::Display for Step {
             Step::SetPriority { member, priority } => {
                 write!(f, "{member} gets replica-priority {priority}")
             }
+            Step::SetConfig(changes) => f.write_str(&live::describe(changes)),
             Step::HandOver {
                 primary,
                 target,
@@ -272,10 +276,27 @@ pub fn next_step(
         .or_else(|| remove(group, members, p))
         .or_else(|| reset(group, members, ip))
         .or_else(|| remove_primary(group, members, p, ip))
+        .or_else(|| set_live_config(group, members))
         .or_else(|| priorities(group, members, p, switchover))
         .or_else(|| switch_over(group, members, p, ip, switchover))
         .or_else(|| rolling(group, members, p, ip))
         .unwrap_or(Step::Idle)
+}
+
+/// `Step::SetConfig` for every wanted data node that runs a live directive at another value.
+fn set_live_config(group: &Group, members: &Members) -> Option<Step> {
+    let changes = live::live_changes(
+        &group.config,
+        members
+            .data
+            .iter()
+            .filter(|d| group.wants(d.facts.at))
+            .map(|d| {
+                let running = d.answer.as_ref().and_then(|a| a.live_config.as_ref());
+                (d.name(), running)
+            }),
+    );
+    (!changes.is_empty()).then_some(Step::SetConfig(changes))
 }
 
 /// While a sentinel runs a failover (it reconfigures the replicas one by one, until each

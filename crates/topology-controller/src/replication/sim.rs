@@ -2,6 +2,7 @@
 //! announces `10.96.0.<i>`, sentinel `j` `10.96.1.<j>`.
 
 use crd_types::conditions::reasons::Waiting;
+use crd_types::config::ValkeyConfig;
 use crd_types::node::Role;
 
 use crate::info::{ConnectedReplica, PrimaryLink, ReplicationInfo};
@@ -28,6 +29,17 @@ pub fn group(data: u32, sentinels: u32) -> Group {
         switchover: None,
         replica_priority: DEFAULT_PRIORITY,
         ping_period: DEFAULT_PING_PERIOD,
+        // What data_config gives a spec with `data` data nodes and no config.
+        config: ValkeyConfig(
+            [
+                ("min-replicas-max-lag".to_string(), "10".to_string()),
+                (
+                    "min-replicas-to-write".to_string(),
+                    if data > 1 { "1" } else { "0" }.to_string(),
+                ),
+            ]
+            .into(),
+        ),
     }
 }
 
@@ -86,6 +98,7 @@ pub fn data_primary(i: u32, replicas: u32) -> DataNode {
             run_id: Some(format!("run-{i}")),
             version: Some("8.0.1".into()),
             priority: None,
+            live_config: None,
         }),
     }
 }
@@ -111,6 +124,7 @@ pub fn data_replica(i: u32, primary: u32) -> DataNode {
             run_id: Some(format!("run-{i}")),
             version: Some("8.0.1".into()),
             priority: Some(100),
+            live_config: None,
         }),
     }
 }

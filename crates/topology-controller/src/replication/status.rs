@@ -3,7 +3,7 @@
 //! survey and the step. Each data node's own `status.valkey` is [`valkey_status`].
 
 use crd_types::ValkeyReplicationStatus;
-use crd_types::cluster::{Phase, SwitchoverOutcome, SwitchoverStatus};
+use crd_types::cluster::{ConfigPaths, Phase, SwitchoverOutcome, SwitchoverStatus};
 use crd_types::conditions::reasons::{Degraded, Progressing, TopologyReady};
 use crd_types::conditions::{self, ConditionSpec};
 use crd_types::node::{Role, ValkeyStatus};
@@ -55,6 +55,7 @@ pub fn replication_status(i: Inputs) -> ValkeyReplicationStatus {
         ready_sentinels: i.health.ready_sentinels as i32,
         switchover: switchover_status(&i),
         members: member_statuses(i.members, i.health),
+        config: ConfigPaths::of(&i.group.config),
         // The members' storage headroom is added by the caller (`crate::storage`).
         storage: None,
         observed_generation: i.generation,
@@ -107,7 +108,10 @@ fn phase(i: &Inputs, ready: bool) -> Phase {
         || roll_waits
         || matches!(
             i.step,
-            Step::HandOver { .. } | Step::AllowRoll { .. } | Step::SetPriority { .. }
+            Step::HandOver { .. }
+                | Step::AllowRoll { .. }
+                | Step::SetPriority { .. }
+                | Step::SetConfig(_)
         )
     {
         Phase::Updating

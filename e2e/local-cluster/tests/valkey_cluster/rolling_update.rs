@@ -1,4 +1,5 @@
-//! Scenario 4: a template change rolls one member at a time without losing a write.
+//! Scenario 4: a live directive changes on the running members with no restart; a directive
+//! read only at start rolls one member at a time; neither loses a write.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -8,13 +9,17 @@ use crd_types::names::statefulset_pod_name;
 use crd_types::node::Role;
 use kube::ResourceExt;
 use local_cluster::cluster_testing::{AckedWriter, RollWatch, ready_status, valkey_cluster};
+use local_cluster::testing::events_about;
 use serde_json::json;
 
 use crate::env::{Env, ROLL, SETTLE};
 
-/// Scenario 4: maxmemory 100mb -> 200mb with a writer running: every member rolls, one at a
-/// time and replicas first in each shard, the cluster ends Ready serving the new config, and
-/// no acknowledged write is lost.
+/// Scenario 4, with a writer running throughout:
+/// - maxmemory 100mb -> 200mb is set live: every member serves it, no pod is replaced or
+///   restarted, no revision moves, status lists it as live and an Event says so;
+/// - tcp-backlog 511 -> 256 (read only at start) rolls every member, one at a time and replicas
+///   first in each shard, and the cluster ends Ready serving it;
+/// - no acknowledged write is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn rolling_update_keeps_acknowledged_writes() {
     let env = Env::start().await;
@@ -41,13 +46,78 @@ async fn rolling_update_keeps_acknowledged_writes() {
             .unwrap();
         old_uids.insert(node.name_any(), pod.uid().unwrap());
     }
-    let watch = RefCell::new(RollWatch::new(&members));
+    let pods_before = pod_starts(&env, &members).await;
 
-    let started = Instant::now();
+    // Live: every member serves the new value, and nothing restarted.
     env.apis
         .patch(
             name,
             json!({"spec": {"template": {"config": {"maxmemory": "200mb"}}}}),
+        )
+        .await
+        .unwrap();
+    env.wait("every member to serve maxmemory 200mb", ROLL, || async {
+        for node in env.apis.members(name).await? {
+            let member = node.name_any();
+            let Some(ip) = access.ip(&member) else {
+                return Ok(Err(format!("{member} has no address")));
+            };
+            let got = access.cli(ip, &["CONFIG", "GET", "maxmemory"]);
+            if got != "maxmemory\n209715200" {
+                return Ok(Err(format!("{member} answers {got:?}")));
+            }
+        }
+        Ok(ready_status(&env.apis, name).await?.map(drop))
+    })
+    .await;
+    let after_live = env.apis.members(name).await.unwrap();
+    assert_eq!(
+        pod_starts(&env, &after_live).await,
+        pods_before,
+        "a pod restarted"
+    );
+    for node in &after_live {
+        let workload = node
+            .status
+            .as_ref()
+            .and_then(|s| s.workload.clone())
+            .unwrap();
+        assert_eq!(workload.revision, workload.desired_revision, "{node:?}");
+    }
+    let revisions = |nodes: &[crd_types::ValkeyNode]| -> Vec<Option<String>> {
+        nodes
+            .iter()
+            .map(|n| n.status.as_ref()?.workload.as_ref()?.revision.clone())
+            .collect()
+    };
+    assert_eq!(
+        revisions(&after_live),
+        revisions(&members),
+        "a revision moved"
+    );
+    let status = env.apis.clusters.get(name).await.unwrap().status.unwrap();
+    let paths = status.config.unwrap();
+    // The replica-migration pin every member gets is a live directive too.
+    assert_eq!(paths.live, ["cluster-allow-replica-migration", "maxmemory"]);
+    assert!(paths.restart.is_empty(), "{paths:?}");
+    let events = events_about(&env.apis.events, "ValkeyCluster", name, "ConfigSetLive")
+        .await
+        .unwrap();
+    // Only the change asked for: a member never ran a directive at another value than its
+    // config (at formation, say).
+    assert!(!events.is_empty());
+    for e in &events {
+        let note = e.note.as_deref().unwrap_or_default();
+        assert!(note.starts_with("setting maxmemory live"), "{note}");
+    }
+
+    // Restart-only: every member rolls.
+    let watch = RefCell::new(RollWatch::new(&after_live));
+    let started = Instant::now();
+    env.apis
+        .patch(
+            name,
+            json!({"spec": {"template": {"config": {"tcp-backlog": "256"}}}}),
         )
         .await
         .unwrap();
@@ -118,12 +188,39 @@ async fn rolling_update_keeps_acknowledged_writes() {
             Some(uid),
             "{member}'s pod was not replaced"
         );
+        let ip = access.ip(member).unwrap();
         assert_eq!(
-            access.cli(access.ip(member).unwrap(), &["CONFIG", "GET", "maxmemory"]),
+            access.cli(ip, &["CONFIG", "GET", "tcp-backlog"]),
+            "tcp-backlog\n256",
+            "{member}"
+        );
+        // The live value survived the restart: it is in the file the server reads at start.
+        assert_eq!(
+            access.cli(ip, &["CONFIG", "GET", "maxmemory"]),
             "maxmemory\n209715200",
             "{member}"
         );
     }
+    let paths = env
+        .apis
+        .clusters
+        .get(name)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .config
+        .unwrap();
+    assert_eq!(
+        (paths.live, paths.restart),
+        (
+            vec![
+                "cluster-allow-replica-migration".to_string(),
+                "maxmemory".to_string()
+            ],
+            vec!["tcp-backlog".to_string()]
+        )
+    );
     env.healthy(name, &access, 3, 1).await;
 
     writer.progressed(200, SETTLE).await.unwrap();
@@ -141,4 +238,28 @@ async fn rolling_update_keeps_acknowledged_writes() {
         &lost[..lost.len().min(10)]
     );
     env.finish();
+}
+
+/// Each member's pod UID and its server container's restart count.
+async fn pod_starts(
+    env: &Env,
+    members: &[crd_types::ValkeyNode],
+) -> BTreeMap<String, (String, i32)> {
+    let mut starts = BTreeMap::new();
+    for node in members {
+        let pod = env
+            .apis
+            .pods
+            .get(&statefulset_pod_name(&node.name_any()))
+            .await
+            .unwrap();
+        let restarts = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .map(|c| c.iter().map(|c| c.restart_count).sum())
+            .unwrap_or(0);
+        starts.insert(node.name_any(), (pod.uid().unwrap(), restarts));
+    }
+    starts
 }

@@ -1,4 +1,5 @@
-//! Scenario 5: scaling data nodes and sentinels, in and out, with the data and a writer.
+//! Scenario 5: scaling data nodes and sentinels, in and out, with the data and a writer;
+//! then a live config change.
 
 use std::time::Instant;
 
@@ -122,6 +123,54 @@ async fn data_nodes_and_sentinels_scale_out_and_in() {
 
     let access = replication_testing::access(&env.apis, name).await.unwrap();
     access.verify(&keys).await.unwrap();
+
+    // A live directive: every data node serves the new value with no restart (the same run
+    // id), and status and an Event say it went live.
+    let data_ips: Vec<String> = access.data.iter().map(|m| m.ip.clone()).collect();
+    let run_ids = |access: &replication_testing::GroupAccess| -> Vec<Option<String>> {
+        data_ips.iter().map(|ip| access.run_id(ip)).collect()
+    };
+    let before = run_ids(&access);
+    assert!(before.iter().all(Option::is_some), "{before:?}");
+    env.apis
+        .patch(
+            name,
+            json!({"spec": {"template": {"config": {"maxmemory": "200mb"}}}}),
+        )
+        .await
+        .unwrap();
+    env.wait(
+        "every data node to serve maxmemory 200mb",
+        SETTLE,
+        || async {
+            for ip in &data_ips {
+                let got = access.cli(ip, &["CONFIG", "GET", "maxmemory"]);
+                if got != "maxmemory\n209715200" {
+                    return Ok(Err(format!("{ip} answers {got:?}")));
+                }
+            }
+            Ok(Ok(()))
+        },
+    )
+    .await;
+    assert_eq!(run_ids(&access), before, "a data node restarted");
+    let status = env.ready(name, SETTLE).await;
+    let paths = status.config.unwrap();
+    assert_eq!(
+        paths.live,
+        ["maxmemory", "min-replicas-max-lag", "min-replicas-to-write"]
+    );
+    let live = env
+        .apis
+        .group_events(name, Some("ConfigSetLive"))
+        .await
+        .unwrap();
+    assert!(
+        live.iter()
+            .any(|e| e.note.as_deref().is_some_and(|n| n.contains("maxmemory"))),
+        "{live:?}"
+    );
+    writer.progressed(100, SETTLE).await.unwrap();
     let report = writer.stop().await.unwrap();
     eprintln!("{name}: {}", report.summary());
     let lost = report.lost(&access).await.unwrap();
