@@ -140,6 +140,9 @@ pub struct ValkeyClusterStatus {
     /// Outcome of the latest switchover request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub switchover: Option<SwitchoverStatus>,
+    /// The Valkey versions the members run, oldest first: several while an upgrade rolls.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub versions: Vec<String>,
     /// How each `spec.template.config` directive reaches the members.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<ConfigPaths>,

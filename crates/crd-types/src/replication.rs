@@ -211,6 +211,9 @@ pub struct ValkeyReplicationStatus {
     /// Data nodes and sentinels as Valkey reports them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub members: Vec<ReplicationMemberStatus>,
+    /// The Valkey versions the members (data nodes and sentinels) run, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub versions: Vec<String>,
     /// How each directive of the data nodes' config reaches them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<ConfigPaths>,

@@ -30,9 +30,36 @@ pub fn member_status_changed(old: Option<&ValkeyStatus>, new: &ValkeyStatus) -> 
     strip(old) != strip(new)
 }
 
+/// The distinct Valkey versions members run (as INFO server names them), oldest first: one
+/// while all agree, several during an upgrade.
+pub fn versions_in_play<'a>(versions: impl IntoIterator<Item = Option<&'a str>>) -> Vec<String> {
+    let mut seen: Vec<&str> = versions.into_iter().flatten().collect();
+    let key = |v: &&str| -> Vec<u64> {
+        v.split(['.', '-'])
+            .map(|p| p.parse().unwrap_or(0))
+            .collect()
+    };
+    seen.sort_by_key(key);
+    seen.dedup();
+    seen.into_iter().map(str::to_string).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn versions_in_play_are_distinct_and_oldest_first() {
+        let v = versions_in_play([
+            Some("9.1.2"),
+            None,
+            Some("8.0.1"),
+            Some("8.10.0"),
+            Some("8.0.1"),
+        ]);
+        assert_eq!(v, ["8.0.1", "8.10.0", "9.1.2"]);
+        assert!(versions_in_play([None]).is_empty());
+    }
     use crate::sim::*;
 
     #[test]

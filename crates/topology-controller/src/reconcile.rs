@@ -27,7 +27,7 @@ use operator_runtime::controller::ReconcileContext;
 use operator_runtime::{ApiResultExt, Context, ObjectName, Op, apply};
 use topology_controller::events::step_event;
 use topology_controller::execute::{Done, execute};
-use topology_controller::member_status::{member_status, member_status_changed};
+use topology_controller::member_status::{member_status, member_status_changed, versions_in_play};
 use topology_controller::members;
 use topology_controller::model::Shape;
 use topology_controller::observe::Connections;
@@ -190,6 +190,7 @@ async fn act(
     let survey = survey::survey(&shape, &observed.members);
     let report = |step_error: Option<&str>| ValkeyClusterStatus {
         storage: topology_controller::storage::headroom(&live.owned),
+        versions: versions_in_play(observed.versions.iter().map(Option::as_deref)),
         ..status::cluster_status(Inputs {
             shape: &shape,
             members: &observed.members,

@@ -53,8 +53,10 @@ pub fn cluster_status(i: Inputs) -> ValkeyClusterStatus {
         shards: i.survey.shards.iter().map(shard_status).collect(),
         switchover: switchover_status(&i),
         config: ConfigPaths::of(&i.shape.config),
-        // The members' storage headroom is added by the caller (`crate::storage`).
+        // Added by the caller: the members' storage headroom (`crate::storage`) and the
+        // versions they run (`crate::member_status::versions_in_play`).
         storage: None,
+        versions: Vec::new(),
         observed_generation: i.generation,
         conditions,
     }

@@ -56,8 +56,10 @@ pub fn replication_status(i: Inputs) -> ValkeyReplicationStatus {
         switchover: switchover_status(&i),
         members: member_statuses(i.members, i.health),
         config: ConfigPaths::of(&i.group.config),
-        // The members' storage headroom is added by the caller (`crate::storage`).
+        // Added by the caller: the members' storage headroom (`crate::storage`) and the
+        // versions they run (`crate::member_status::versions_in_play`).
         storage: None,
+        versions: Vec::new(),
         observed_generation: i.generation,
         conditions,
     }

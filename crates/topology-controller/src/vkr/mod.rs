@@ -30,7 +30,7 @@ use kube::{Api, Resource, ResourceExt};
 use operator_runtime::controller::ReconcileContext;
 use operator_runtime::{ApiResultExt, Context, ObjectName, Op, apply};
 use topology_controller::auth;
-use topology_controller::member_status::member_status_changed;
+use topology_controller::member_status::{member_status_changed, versions_in_play};
 use topology_controller::observe::Connections;
 use topology_controller::replication::events::{primary_changed, step_event};
 use topology_controller::replication::execute::{DataLogin, execute};
@@ -254,6 +254,18 @@ async fn act(
     let health = Health::of(&group, members, recorded);
     let report = |step_error: Option<&str>| ValkeyReplicationStatus {
         storage: topology_controller::storage::headroom(&live.owned),
+        versions: versions_in_play(
+            members
+                .data
+                .iter()
+                .filter_map(|d| d.answer.as_ref().map(|a| a.version.as_deref()))
+                .chain(
+                    members
+                        .sentinels
+                        .iter()
+                        .filter_map(|s| s.answer.as_ref().map(|a| a.version.as_deref())),
+                ),
+        ),
         ..status::replication_status(Inputs {
             group: &group,
             members,

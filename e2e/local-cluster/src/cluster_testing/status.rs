@@ -338,6 +338,7 @@ mod tests {
             slots_assigned: 16384,
             shards: vec![shard(0, "0-8191"), shard(1, "8192-16383")],
             switchover: None,
+            versions: Vec::new(),
             config: None,
             storage: None,
             observed_generation: Some(3),

@@ -4,6 +4,7 @@
 use kube::api::DeleteParams;
 use local_cluster::cluster_testing::{DataSet, valkey_cluster};
 use local_cluster::images::VALKEY_VERSIONS;
+use local_cluster::testing::events_about;
 
 use crate::env::{Env, SETTLE};
 
@@ -15,7 +16,8 @@ fn running_version(info: &str) -> Option<&str> {
 }
 
 /// Scenario 9: a 3x1 cluster on `valkey/valkey:<version>` for each version in turn: Ready,
-/// healthy, every member reporting that version, keys written and read back; then deleted.
+/// healthy, every member reporting that version, no live directive needing a set, keys
+/// written and read back; then deleted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_same_cluster_forms_on_every_version() {
     let env = Env::start().await;
@@ -24,19 +26,30 @@ async fn the_same_cluster_forms_on_every_version() {
         let mut cluster = valkey_cluster(&name, 3, 1, false);
         cluster.spec.template.image = format!("valkey/valkey:{version}");
         let access = env.create_ready(cluster).await;
+        let mut runs = Vec::new();
         for member in &access.members {
             let info = access.cli(&member.ip, &["INFO", "server"]);
             let running = running_version(&info).unwrap_or_else(|| panic!("{info}"));
+            runs.push(running.to_string());
             assert!(
                 running.starts_with(&format!("{version}.")),
                 "{}: runs {running}, image valkey/valkey:{version}",
                 member.name
             );
         }
+        runs.dedup();
+        let status = env.apis.clusters.get(&name).await.unwrap().status.unwrap();
+        assert_eq!(status.versions, runs, "status.versions");
         let data = DataSet::new(&format!("{name}-key"), 2_000);
         data.load(&access).await.unwrap();
         data.verify(&access).await.unwrap();
         eprintln!("{name}: 3x1 on valkey {version} Ready and serving");
+        // Members start with their live directives from their files, so none differs from
+        // the spec and none was set: the table's defaults are this version's.
+        let set = events_about(&env.apis.events, "ValkeyCluster", &name, "ConfigSetLive")
+            .await
+            .unwrap();
+        assert!(set.is_empty(), "{name}: {set:?}");
 
         env.apis
             .clusters
