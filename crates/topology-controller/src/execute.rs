@@ -33,6 +33,23 @@ pub trait MemberObjects: Sync {
     ) -> impl Future<Output = Result<(), StepError>> + Send;
 }
 
+/// `CONFIG SET` of each member's pairs (a `SetConfig` step, of either topology). Stops at the
+/// first refusal: the next reconcile compares again and sets what is still off.
+pub async fn set_config<V: Valkey>(
+    changes: &[(String, Vec<(String, String)>)],
+    conns: &Connections<V>,
+) -> Result<(), StepError> {
+    for (member, pairs) in changes {
+        let conn = conns.get(member)?;
+        for (name, value) in pairs {
+            conn.config_set(name, value)
+                .await
+                .on(format!("CONFIG SET {name} {value}"), member)?;
+        }
+    }
+    Ok(())
+}
+
 /// What a step that ran did, for the log.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Done {
@@ -113,16 +130,7 @@ pub async fn execute<V: Valkey, O: MemberObjects>(
                 .await
                 .on(format!("CLUSTER SETSLOT {slot} {node}"), primary)?;
         }
-        Step::SetConfig(changes) => {
-            for (member, pairs) in changes {
-                let conn = conns.get(member)?;
-                for (name, value) in pairs {
-                    conn.config_set(name, value)
-                        .await
-                        .on(format!("CONFIG SET {name} {value}"), member)?;
-                }
-            }
-        }
+        Step::SetConfig(changes) => set_config(changes, conns).await?,
         Step::Replicate { member, primary_id } => conns
             .get(member)?
             .replicate(primary_id)

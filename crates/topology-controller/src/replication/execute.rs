@@ -22,7 +22,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::commands::{CommandResultExt, StepError, Valkey};
-use crate::execute::MemberObjects;
+use crate::execute::{MemberObjects, set_config};
 use crate::info::ReplicationInfo;
 use crate::observe::Connections;
 use crate::replication::PORT;
@@ -103,16 +103,7 @@ pub async fn execute<V: Valkey, O: MemberObjects>(
             .config_set("replica-priority", &priority.to_string())
             .await
             .on(format!("CONFIG SET replica-priority {priority}"), member)?,
-        Step::SetConfig(changes) => {
-            for (member, pairs) in changes {
-                let conn = conns.get(member)?;
-                for (name, value) in pairs {
-                    conn.config_set(name, value)
-                        .await
-                        .on(format!("CONFIG SET {name} {value}"), member)?;
-                }
-            }
-        }
+        Step::SetConfig(changes) => set_config(changes, conns).await?,
         Step::HandOver {
             primary,
             target,
