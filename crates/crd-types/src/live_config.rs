@@ -153,6 +153,11 @@ pub fn find(name: &str) -> Option<&'static LiveDirective> {
     LIVE_DIRECTIVES.iter().find(|d| d.name == name)
 }
 
+/// The directives that change live on a server of `version`.
+pub fn live_on(version: Version) -> impl Iterator<Item = &'static LiveDirective> {
+    LIVE_DIRECTIVES.iter().filter(move |d| d.since <= version)
+}
+
 /// Whether `name` changes live on a server of `version`.
 pub fn is_live(name: &str, version: Version) -> bool {
     find(name).is_some_and(|d| d.since <= version)
@@ -173,7 +178,7 @@ pub fn desired(
 ) -> Result<BTreeMap<&'static str, String>, Vec<(String, String)>> {
     let mut values = BTreeMap::new();
     let mut problems = Vec::new();
-    for d in LIVE_DIRECTIVES.iter().filter(|d| d.since <= version) {
+    for d in live_on(version) {
         let given = config
             .0
             .iter()

@@ -17,6 +17,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use crd_types::live_config::{Version, live_on};
+
 use crate::commands::{ErrorKind, Fields, Key, SlotState, Valkey, ValkeyError};
 
 /// A replica's replication link, as its primary reports it.
@@ -54,17 +56,24 @@ struct Node {
     config: BTreeMap<String, String>,
 }
 
-/// A new node's config: every live directive of the version it reports, at its default.
-fn default_config() -> BTreeMap<String, String> {
-    crd_types::live_config::LIVE_DIRECTIVES
-        .iter()
-        .filter(|d| d.since <= FAKE_VERSION)
+/// What a server of `version` reports for its live directives when its config names none:
+/// each one's default, and `maxclients` at Valkey's 10000. Shared by the fakes and tests.
+pub fn live_defaults(version: Version) -> BTreeMap<String, String> {
+    live_on(version)
         .map(|d| (d.name.to_string(), d.default.unwrap_or("10000").to_string()))
         .collect()
 }
 
+/// `CONFIG GET names` against `config`: the pairs it knows, in the order asked.
+pub fn config_reply(config: &BTreeMap<String, String>, names: &[String]) -> Vec<(String, String)> {
+    names
+        .iter()
+        .filter_map(|n| Some((n.clone(), config.get(n)?.clone())))
+        .collect()
+}
+
 /// The version every fake node reports.
-const FAKE_VERSION: crd_types::live_config::Version = crd_types::live_config::Version::new(8, 0);
+pub const FAKE_VERSION: Version = Version::new(8, 0);
 
 #[derive(Debug, Default)]
 struct State {
@@ -158,7 +167,7 @@ impl FakeCluster {
             stuck_failover: false,
             commands_left: None,
             offset: 0,
-            config: default_config(),
+            config: live_defaults(FAKE_VERSION),
         });
         id
     }
@@ -829,13 +838,7 @@ impl Valkey for FakeConn {
         let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
         self.run(
             format!("CONFIG GET {}", names.join(" ")),
-            move |state, me| {
-                let config = &state.node(me).config;
-                Ok(names
-                    .iter()
-                    .filter_map(|n| Some((n.clone(), config.get(n)?.clone())))
-                    .collect())
-            },
+            move |state, me| Ok(config_reply(&state.node(me).config, &names)),
         )
         .await
     }

@@ -6,7 +6,7 @@ use futures::future::join_all;
 use crate::cluster_nodes::ClusterView;
 use crate::commands::{ErrorKind, StepError, Valkey, ValkeyError};
 use crate::info::{ReplicationInfo, cluster_state_ok, server_version};
-use crd_types::live_config::{LIVE_DIRECTIVES, Version};
+use crd_types::live_config::{Version, live_on};
 
 use crate::model::{LiveConfig, Reply};
 
@@ -29,10 +29,7 @@ pub async fn ask<V: Valkey>(conn: &V) -> Result<Answer, ValkeyError> {
     let version = server_version(&info).ok();
     let shard_groups = conn.cluster_shards().await.ok();
     let state_ok = cluster_state_ok(&conn.cluster_info().await?).map_err(unreadable)?;
-    let live_config = match version.as_deref().and_then(Version::parse) {
-        Some(version) => Some(live_config(conn, version).await?),
-        None => None,
-    };
+    let live_config = live_config(conn, version.as_deref()).await?;
     Ok(Answer {
         reply: Reply {
             view,
@@ -45,15 +42,18 @@ pub async fn ask<V: Valkey>(conn: &V) -> Result<Answer, ValkeyError> {
     })
 }
 
-/// `CONFIG GET` of every directive that is live on `version`, in one round trip.
-pub async fn live_config<V: Valkey>(conn: &V, version: Version) -> Result<LiveConfig, ValkeyError> {
-    let names: Vec<&str> = LIVE_DIRECTIVES
-        .iter()
-        .filter(|d| d.since <= version)
-        .map(|d| d.name)
-        .collect();
+/// `CONFIG GET` of every directive that is live on `version` (INFO server's), in one round
+/// trip; `None`, asking nothing, when the version is unknown. Shared by both topologies.
+pub async fn live_config<V: Valkey>(
+    conn: &V,
+    version: Option<&str>,
+) -> Result<Option<LiveConfig>, ValkeyError> {
+    let Some(version) = version.and_then(Version::parse) else {
+        return Ok(None);
+    };
+    let names: Vec<&str> = live_on(version).map(|d| d.name).collect();
     let values = conn.config_get(&names).await?.into_iter().collect();
-    Ok(LiveConfig { version, values })
+    Ok(Some(LiveConfig { version, values }))
 }
 
 fn unreadable(e: impl std::fmt::Display) -> ValkeyError {

@@ -65,20 +65,17 @@ pub fn set_live_config(shape: &Shape, members: &[Member]) -> Option<Step> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fake::live_defaults;
     use crate::model::LiveConfig;
     use crate::sim::*;
-    use crd_types::live_config::{LIVE_DIRECTIVES, Version};
+    use crd_types::live_config::Version;
 
     /// Members of a formed cluster running every live directive at its default, but for
     /// the replica migration every member's config turns off.
     fn at_defaults(shards: u32, replicas: u32, version: Version) -> Vec<Member> {
         let mut members = members(&formed(shards, replicas));
         for m in &mut members {
-            let mut values: std::collections::BTreeMap<String, String> = LIVE_DIRECTIVES
-                .iter()
-                .filter(|d| d.since <= version)
-                .map(|d| (d.name.into(), d.default.unwrap_or("10000").into()))
-                .collect();
+            let mut values = live_defaults(version);
             values.insert("cluster-allow-replica-migration".into(), "no".into());
             m.reply.as_mut().unwrap().live_config = Some(LiveConfig { version, values });
         }

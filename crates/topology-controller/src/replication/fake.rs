@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::commands::{ErrorKind, Fields, Key, SlotState, Valkey, ValkeyError};
+use crate::fake::{FAKE_VERSION, config_reply, live_defaults};
 use crate::observe::Connections;
 use crate::replication::execute::QUIET_PING_PERIOD;
 use crate::replication::model::{
@@ -24,15 +25,10 @@ use crate::replication::model::{
 use crate::replication::observe::{ask_data, ask_sentinel};
 use crate::replication::{PORT, SENTINEL_PORT};
 
-/// A data node's live directives at Valkey 8.0's defaults, but for the one a group's data
-/// nodes start with from the spec's defaults (`minReplicasToWrite` 1 with replicas).
+/// A data node's live directives at their defaults, but for the one a group's data nodes
+/// start with from the spec's defaults (`minReplicasToWrite` 1 with replicas).
 fn default_config(data_nodes: usize) -> BTreeMap<String, String> {
-    let version = crd_types::live_config::Version::new(8, 0);
-    let mut config: BTreeMap<String, String> = crd_types::live_config::LIVE_DIRECTIVES
-        .iter()
-        .filter(|d| d.since <= version)
-        .map(|d| (d.name.to_string(), d.default.unwrap_or("10000").to_string()))
-        .collect();
+    let mut config = live_defaults(FAKE_VERSION);
     let to_write = if data_nodes > 1 { "1" } else { "0" };
     config.insert("min-replicas-to-write".into(), to_write.into());
     config
@@ -574,13 +570,7 @@ impl Valkey for FakeGroupConn {
         let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
         self.data(
             format!("CONFIG GET {}", names.join(" ")),
-            move |state, i| {
-                let config = &state.data[i].config;
-                Ok(names
-                    .iter()
-                    .filter_map(|n| Some((n.clone(), config.get(n)?.clone())))
-                    .collect())
-            },
+            move |state, i| Ok(config_reply(&state.data[i].config, &names)),
         )
         .await
     }

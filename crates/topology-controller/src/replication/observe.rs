@@ -6,17 +6,13 @@ use crate::commands::{ErrorKind, Fields, Valkey, ValkeyError};
 use crate::info::{ReplicationInfo, info_field, server_version};
 use crate::observe::live_config;
 use crate::replication::model::{DataAnswer, Monitored, Peer, SentinelAnswer, SentinelOptions};
-use crd_types::live_config::Version;
 
 /// Asks a data node: INFO replication and server in one round trip, then CONFIG GET of its
 /// live directives.
 pub async fn ask_data<V: Valkey>(conn: &V) -> Result<DataAnswer, ValkeyError> {
     let info = conn.info(&["replication", "server"]).await?;
     let version = server_version(&info).ok();
-    let live_config = match version.as_deref().and_then(Version::parse) {
-        Some(version) => Some(live_config(conn, version).await?),
-        None => None,
-    };
+    let live_config = live_config(conn, version.as_deref()).await?;
     Ok(DataAnswer {
         replication: ReplicationInfo::parse(&info).map_err(unreadable)?,
         run_id: info_field(&info, "run_id"),
