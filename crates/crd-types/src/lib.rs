@@ -17,6 +17,7 @@ pub mod node;
 pub mod quantity;
 pub mod replication;
 pub mod template;
+pub mod versions;
 
 pub use cluster::{ValkeyCluster, ValkeyClusterSpec, ValkeyClusterStatus};
 pub use names::FieldManager;

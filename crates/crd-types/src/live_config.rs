@@ -13,35 +13,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-/// A Valkey version as `major.minor` (patch releases do not change the config table).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Version {
-    pub major: u32,
-    pub minor: u32,
-}
-
-impl Version {
-    pub const fn new(major: u32, minor: u32) -> Self {
-        Self { major, minor }
-    }
-
-    /// Reads `8.1.1`, `9.0.0-rc1` or `8.0`: the first two numbers.
-    pub fn parse(text: &str) -> Option<Self> {
-        let mut parts = text.trim().split(['.', '-']);
-        let major = parts.next()?.parse().ok()?;
-        let minor = parts.next()?.parse().ok()?;
-        Some(Self { major, minor })
-    }
-}
-
-impl fmt::Display for Version {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", self.major, self.minor)
-    }
-}
-
-/// The oldest Valkey version the operator supports.
-pub const OLDEST_SUPPORTED: Version = Version::new(8, 0);
+pub use crate::versions::{OLDEST_SUPPORTED, Version};
 
 /// How Valkey reads a directive's value, and so how `CONFIG GET` reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

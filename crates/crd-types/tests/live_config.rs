@@ -1,4 +1,4 @@
-//! The live-directive table against what real servers said (fixtures/valkey-config).
+//! The live-directive table against what real servers said (valkey-config/).
 
 use std::collections::BTreeMap;
 
@@ -7,10 +7,7 @@ use crd_types::live_config::{LIVE_DIRECTIVES, OLDEST_SUPPORTED, Version, canonic
 const VERSIONS: &[&str] = &["8.0.1", "8.1.1", "9.1.2"];
 
 fn table(file: &str) -> BTreeMap<String, String> {
-    let path = format!(
-        "{}/tests/fixtures/valkey-config/{file}",
-        env!("CARGO_MANIFEST_DIR")
-    );
+    let path = format!("{}/valkey-config/{file}", env!("CARGO_MANIFEST_DIR"));
     std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("{path}: {e}"))
         .lines()

@@ -73,6 +73,9 @@ reasons! {
         OwnedDirective,
         /// `spec.config` holds a directive name or value that cannot be written safely.
         InvalidDirective,
+        /// `spec.config` names a directive the image's Valkey version does not know, so a
+        /// server would refuse to start with it.
+        UnknownDirective,
     }
 }
 
@@ -253,6 +256,17 @@ reasons! {
         /// Sentinels have not yet seen what the next step needs (a replica's priority, or the
         /// replicas and sentinels they find again after a reset).
         SentinelsCatchingUp,
+        /// The template's image runs a Valkey version that cannot take over the members'
+        /// data (a downgrade past a data format).
+        VersionRefused,
+        /// The config names a directive the template image's Valkey version does not know.
+        DirectiveUnknown,
+        /// Slots would move to a member whose Valkey cannot read the source's newer data
+        /// format; they wait for the upgrade to reach it.
+        MigrationAcrossVersions,
+        /// An atomic slot migration job runs on a member (Valkey 9.0+); nothing else moves or
+        /// restarts until it ends.
+        SlotsMovingAtomically,
     }
 }
 
@@ -260,6 +274,11 @@ impl Waiting {
     /// Waits that are part of a planned roll, so the phase reads Updating, not Degraded.
     pub fn is_roll(self) -> bool {
         matches!(self, Waiting::MemberRolling | Waiting::SpecNotRendered)
+    }
+
+    /// Waits on a spec the operator refuses to roll out: each is also a Warning Event.
+    pub fn is_refusal(self) -> bool {
+        matches!(self, Waiting::VersionRefused | Waiting::DirectiveUnknown)
     }
 }
 

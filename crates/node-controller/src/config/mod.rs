@@ -18,6 +18,7 @@ use crd_types::live_config;
 use crd_types::names::ports;
 use crd_types::node::{Mode, RolloutPolicy};
 use crd_types::template::{Announce, OPERATOR_USER};
+use crd_types::versions::{self, Version};
 
 use args::{quote, split_args};
 use crd_types::{ValkeyNode, ValkeyNodeSpec};
@@ -81,6 +82,9 @@ pub enum ConfigError {
     /// Directives that are not valid valkey.conf lines: `(name, why)`.
     #[error("config has invalid directives: {}", describe(.0))]
     InvalidDirectives(Vec<(String, String)>),
+    /// Directives the image's Valkey version does not know (a typo, or one too new for it).
+    #[error("{0}")]
+    UnknownDirectives(String),
 }
 
 fn describe(problems: &[(String, String)]) -> String {
@@ -97,6 +101,7 @@ impl ConfigError {
         match self {
             ConfigError::OwnedDirectives(_) => ConfigValid::OwnedDirective,
             ConfigError::InvalidDirectives(_) => ConfigValid::InvalidDirective,
+            ConfigError::UnknownDirectives(_) => ConfigValid::UnknownDirective,
         }
     }
 }
@@ -207,7 +212,22 @@ pub fn validate(spec: &ValkeyNodeSpec) -> Result<(), ConfigError> {
     if !invalid.is_empty() {
         return Err(ConfigError::InvalidDirectives(invalid));
     }
-    Ok(())
+    unknown_to_image(spec)
+}
+
+/// A server's directives its image's Valkey version does not know, judged when the image tag
+/// names a version whose directives were measured ([`versions`]); otherwise the server says.
+fn unknown_to_image(spec: &ValkeyNodeSpec) -> Result<(), ConfigError> {
+    let image = &spec.template.image;
+    let Some(version) = Version::of_image(image).filter(|_| spec.mode != Mode::Sentinel) else {
+        return Ok(());
+    };
+    match versions::unknown_directives(&spec.template.config, version) {
+        Some(unknown) if !unknown.is_empty() => Err(ConfigError::UnknownDirectives(
+            versions::describe_unknown(&unknown, version, image),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// Server directives rendered unless the user sets them: an append-only file, so a process
@@ -545,6 +565,39 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn directives_the_image_version_does_not_know_are_refused() {
+        let mut s = spec(
+            Mode::Cluster,
+            Announce::PodIP,
+            &[("maxmemory", "1gb"), ("cluster-databases", "4")],
+        );
+        s.template.image = "valkey/valkey:8.1".into();
+        let err = render(&s, None).unwrap_err();
+        assert_eq!(err.reason(), ConfigValid::UnknownDirective);
+        assert!(
+            err.to_string().starts_with(
+                "valkey/valkey:8.1 runs Valkey 8.1, which does not know cluster-databases"
+            ),
+            "{err}"
+        );
+        // The version that has it renders it; a tag naming no version is not judged.
+        for image in ["valkey/valkey:9.1.2", "valkey/valkey:latest"] {
+            s.template.image = image.into();
+            let c = config(render(&s, None));
+            assert!(lines(&c.text).contains(&"cluster-databases 4"), "{image}");
+        }
+        // A typo is refused on every measured version.
+        s.template.image = "valkey/valkey:9.1".into();
+        s.template.config.0.insert("maxmemroy".into(), "1gb".into());
+        assert!(
+            render(&s, None)
+                .unwrap_err()
+                .to_string()
+                .contains("not know maxmemroy")
+        );
     }
 
     #[test]
