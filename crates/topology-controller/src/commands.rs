@@ -77,6 +77,16 @@ pub trait Valkey: Send + Sync {
         keys: Vec<Key>,
     ) -> impl Future<Output = Result<(), ValkeyError>> + Send;
 
+    /// `CLUSTER MIGRATESLOTS SLOTSRANGE s e [s e ...] NODE id [SLOTSRANGE ... NODE id ...]`
+    /// on the source (Valkey 9.0+): each group becomes one background job moving its ranges
+    /// to its node.
+    fn migrate_slots_atomically(
+        &self,
+        groups: &[(Vec<(u16, u16)>, String)],
+    ) -> impl Future<Output = Result<(), ValkeyError>> + Send;
+    /// `CLUSTER GETSLOTMIGRATIONS` (Valkey 9.0+): this node's slot migration jobs, newest
+    /// first, finished ones included, each as its fields.
+    fn slot_migrations(&self) -> impl Future<Output = Result<Vec<Fields>, ValkeyError>> + Send;
     /// `ROLE`'s first element: "master", "slave" or "sentinel".
     fn role(&self) -> impl Future<Output = Result<String, ValkeyError>> + Send;
 

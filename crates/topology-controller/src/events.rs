@@ -26,6 +26,9 @@ operator_runtime::event_reasons! {
         Rolling: Normal,
         /// Live directives were set on running members (CONFIG SET, no restart).
         ConfigSetLive: Normal,
+        /// The spec's image or config is not rolled out: its Valkey version could not take
+        /// over the members' data, or does not know a directive. The note says how to go on.
+        UpdateRefused: Warning,
         /// A step failed; the note says what.
         StepFailed: Warning,
     }
@@ -35,6 +38,7 @@ operator_runtime::event_reasons! {
 /// for a step that does nothing.
 pub fn step_event(step: &Step, error: Option<&str>) -> Option<(ClusterEvent, String)> {
     let reason = match step {
+        Step::Wait { reason, .. } if reason.is_refusal() => ClusterEvent::UpdateRefused,
         Step::Wait { .. } | Step::Idle => return None,
         _ if error.is_some() => ClusterEvent::StepFailed,
         Step::Meet { .. } => ClusterEvent::MembersMet,
@@ -44,15 +48,16 @@ pub fn step_event(step: &Step, error: Option<&str>) -> Option<(ClusterEvent, Str
             ClusterEvent::SlotRepaired
         }
         Step::Replicate { .. } => ClusterEvent::ReplicaAttached,
-        Step::Migrate(_) => ClusterEvent::SlotsMigrating,
+        Step::Migrate(_) | Step::MigrateAtomically(_) => ClusterEvent::SlotsMigrating,
         Step::Remove(_) => ClusterEvent::MembersRemoved,
         Step::Failover { .. } => ClusterEvent::Failover,
         Step::AllowRoll { .. } => ClusterEvent::Rolling,
         Step::SetConfig(_) => ClusterEvent::ConfigSetLive,
     };
-    let note = match error {
-        Some(e) => format!("{step}: {e}"),
-        None => step.to_string(),
+    let note = match (step, error) {
+        (_, Some(e)) => format!("{step}: {e}"),
+        (Step::Wait { message, .. }, None) => message.clone(),
+        (_, None) => step.to_string(),
     };
     Some((reason, note))
 }
@@ -70,6 +75,18 @@ mod tests {
         assert_eq!(step_event(&wait, None), None);
         assert_eq!(step_event(&Step::Idle, None), None);
         assert_eq!(step_event(&Step::Idle, Some("boom")), None);
+    }
+
+    #[test]
+    fn a_refused_update_is_a_warning_saying_how_to_go_on() {
+        let refused = Step::wait(
+            Waiting::VersionRefused,
+            "valkey/valkey:8.0 is not rolled out",
+        );
+        let (reason, note) = step_event(&refused, None).unwrap();
+        assert_eq!(reason, ClusterEvent::UpdateRefused);
+        assert!(reason.is_warning());
+        assert_eq!(note, "valkey/valkey:8.0 is not rolled out");
     }
 
     #[test]

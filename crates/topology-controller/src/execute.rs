@@ -8,6 +8,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use tokio::time::Instant;
 
+use crate::atomic;
 use crate::commands::{CommandResultExt, SlotState, StepError, Valkey};
 use crate::migrate::{self, End, Moved};
 use crate::model::Member;
@@ -137,6 +138,11 @@ pub async fn execute<V: Valkey, O: MemberObjects>(
             .await
             .on(format!("CLUSTER REPLICATE {primary_id}"), member)?,
         Step::Migrate(moves) => return migrate_slots(moves, members, conns).await,
+        Step::MigrateAtomically(moves) => {
+            let ends = ends(members, conns);
+            let moved = atomic::migrate(moves, &ends, migrate::BUDGET).await?;
+            return Ok(Done { moved: Some(moved) });
+        }
         Step::Remove(names) => {
             for member in names {
                 objects.delete(member).await?;
@@ -287,6 +293,8 @@ mod tests {
             cluster: "c".into(),
             shards,
             config: Default::default(),
+            image: crd_types::template::DEFAULT_IMAGE.into(),
+            atomic_migration: true,
             replicas_per_shard: replicas,
             switchover: None,
         }
@@ -376,6 +384,55 @@ mod tests {
         assert_eq!(taken.last(), Some(&Step::Idle));
         assert_eq!(cluster.markers(&replica_of_b), Default::default());
         assert_eq!(cluster.keys(b).get(&100), Some(&30));
+    }
+
+    #[tokio::test]
+    async fn on_9x_a_scale_out_moves_slots_atomically_and_never_opens_a_slot() {
+        let (cluster, ids) = FakeCluster::formed(2, 0);
+        for slot in (0..16384).step_by(64) {
+            cluster.load(slot, 2);
+        }
+        let newcomer = cluster.add_node(2);
+        for id in ids.iter().chain([&newcomer]) {
+            cluster.set_version(id, crd_types::versions::Version::new(9, 1));
+        }
+        let mut layout = layout(2, 0);
+        layout.push((
+            newcomer.clone(),
+            Position {
+                shard: 2,
+                member: 0,
+            },
+        ));
+        let on_91 = Shape {
+            image: "valkey/valkey:9.1".into(),
+            ..shape(3, 0)
+        };
+        let taken = settle(&cluster, &on_91, &layout).await;
+        assert!(
+            taken
+                .iter()
+                .any(|s| matches!(s, Step::MigrateAtomically(_))),
+            "{taken:?}"
+        );
+        assert!(
+            !taken.iter().any(|s| matches!(s, Step::Migrate(_))),
+            "{taken:?}"
+        );
+        assert_eq!(taken.last(), Some(&Step::Idle));
+        let held = |id: &str| cluster.slots_of(id).len();
+        assert!(
+            [held(&ids[0]), held(&ids[1]), held(&newcomer)]
+                .iter()
+                .all(|n| (5461..=5462).contains(n))
+        );
+        assert_eq!(cluster.total_keys(), 2 * 16384 / 64);
+        assert!(
+            !cluster
+                .log()
+                .iter()
+                .any(|c| c.contains("SETSLOT") || c.contains("MIGRATE "))
+        );
     }
 
     #[tokio::test]

@@ -54,6 +54,9 @@ struct Node {
     offset: i64,
     /// Directives as `CONFIG GET` reports them: the live ones, at their defaults.
     config: BTreeMap<String, String>,
+    version: Version,
+    /// Atomic slot migration jobs, newest first, as `CLUSTER GETSLOTMIGRATIONS` lists them.
+    jobs: Vec<Fields>,
 }
 
 /// What a server of `version` reports for its live directives when its config names none:
@@ -85,6 +88,9 @@ struct State {
     /// Connections opened and closed.
     opened: usize,
     closed: usize,
+    /// Atomic slot migrations stay in flight until [`FakeCluster::finish_slot_migrations`].
+    hold_slot_migrations: bool,
+    jobs_started: usize,
 }
 
 impl State {
@@ -168,6 +174,8 @@ impl FakeCluster {
             commands_left: None,
             offset: 0,
             config: live_defaults(FAKE_VERSION),
+            version: FAKE_VERSION,
+            jobs: Vec::new(),
         });
         id
     }
@@ -344,6 +352,74 @@ impl FakeCluster {
     }
 
     /// Every command sent so far.
+    /// Node `id` runs `version` (INFO server, its live directives, the commands it knows).
+    pub fn set_version(&self, id: &str, version: Version) {
+        let mut state = self.lock();
+        let node = state.node_mut(id);
+        node.version = version;
+        node.config = live_defaults(version);
+    }
+
+    /// Atomic slot migrations started from now on stay in flight (`snapshotting`).
+    pub fn hold_slot_migrations(&self) {
+        self.lock().hold_slot_migrations = true;
+    }
+
+    /// Completes every atomic slot migration in flight, and no longer holds new ones.
+    pub fn finish_slot_migrations(&self) {
+        let mut state = self.lock();
+        state.hold_slot_migrations = false;
+        let in_flight: Vec<(String, Fields)> = state
+            .nodes
+            .iter()
+            .flat_map(|n| n.jobs.iter().map(move |j| (n.id.clone(), j.clone())))
+            .filter(|(_, j)| j["operation"] == "EXPORT" && j["state"] == "snapshotting")
+            .collect();
+        for (source, job) in in_flight {
+            Self::complete_job(&mut state, &source, &job["name"]);
+        }
+    }
+
+    /// Moves a job's slots with their keys from `source` to its target; marks it done on both.
+    fn complete_job(state: &mut State, source: &str, name: &str) {
+        let job = state
+            .node(source)
+            .jobs
+            .iter()
+            .find(|j| j["name"] == name)
+            .cloned()
+            .expect("a job of the source");
+        let target = job["target_node"].clone();
+        for range in job["slot_ranges"].split(' ') {
+            let (start, end) = range.split_once('-').unwrap_or((range, range));
+            let (start, end): (u16, u16) = (start.parse().unwrap(), end.parse().unwrap());
+            for slot in start..=end {
+                let keys = state
+                    .node_mut(source)
+                    .keys
+                    .remove(&slot)
+                    .unwrap_or_default();
+                state
+                    .node_mut(&target)
+                    .keys
+                    .entry(slot)
+                    .or_default()
+                    .extend(keys);
+                state.owners.insert(slot, target.clone());
+            }
+        }
+        for id in [source.to_string(), target] {
+            for j in state
+                .node_mut(&id)
+                .jobs
+                .iter_mut()
+                .filter(|j| j["name"] == name)
+            {
+                j.insert("state".into(), "success".into());
+            }
+        }
+    }
+
     pub fn log(&self) -> Vec<String> {
         self.lock().log.clone()
     }
@@ -580,7 +656,8 @@ impl Valkey for FakeConn {
         self.run(format!("INFO {}", sections.join(" ")), move |state, me| {
             let mut text = String::new();
             if wanted.contains(&"server") {
-                text.push_str("# Server\r\nvalkey_version:8.0.1\r\n");
+                let v = state.node(me).version;
+                text.push_str(&format!("# Server\r\nvalkey_version:{v}.1\r\n"));
             }
             if wanted.contains(&"replication") {
                 text.push_str(&Self::replication_text(state, me));
@@ -792,6 +869,85 @@ impl Valkey for FakeConn {
                 Ok(())
             },
         )
+        .await
+    }
+
+    /// One job per group, as 9.x runs them: refused up front for slots this node does not
+    /// serve; a target before 9.0 fails the job at its handshake.
+    async fn migrate_slots_atomically(
+        &self,
+        groups: &[(Vec<(u16, u16)>, String)],
+    ) -> Result<(), ValkeyError> {
+        let groups = groups.to_vec();
+        let text = groups
+            .iter()
+            .map(|(ranges, node)| {
+                let r: Vec<String> = ranges.iter().map(|(s, e)| format!("{s} {e}")).collect();
+                format!("SLOTSRANGE {} NODE {node}", r.join(" "))
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
+        self.run(format!("CLUSTER MIGRATESLOTS {text}"), move |state, me| {
+            if state.node(me).version < crate::atomic::SINCE {
+                return Err(refused("ERR unknown subcommand 'MIGRATESLOTS'"));
+            }
+            for (ranges, _) in &groups {
+                let served = ranges
+                    .iter()
+                    .all(|(s, e)| (*s..=*e).all(|slot| state.owners.get(&slot).map(String::as_str) == Some(me)));
+                if !served {
+                    return Err(refused("ERR Slots are not served by this node."));
+                }
+            }
+            for (ranges, target) in groups {
+                state.jobs_started += 1;
+                let name = format!("{:040x}", 0xa70_0000 + state.jobs_started);
+                let slot_ranges = ranges
+                    .iter()
+                    .map(|(s, e)| if s == e { s.to_string() } else { format!("{s}-{e}") })
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                let target_ok = state.node(&target).version >= crate::atomic::SINCE;
+                let (state_now, message) = match (target_ok, state.hold_slot_migrations) {
+                    (false, _) => (
+                        "failed",
+                        "Received error during handshake to target: -ERR unknown subcommand 'SYNCSLOTS'.",
+                    ),
+                    (true, true) => ("snapshotting", ""),
+                    (true, false) => ("success", ""),
+                };
+                for (holder, operation) in [(me.to_string(), "EXPORT"), (target.clone(), "IMPORT")] {
+                    let job: Fields = [
+                        ("name", name.as_str()),
+                        ("operation", operation),
+                        ("slot_ranges", slot_ranges.as_str()),
+                        ("target_node", target.as_str()),
+                        ("source_node", me),
+                        ("state", if state_now == "success" { "snapshotting" } else { state_now }),
+                        ("message", message),
+                    ]
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect();
+                    state.node_mut(&holder).jobs.insert(0, job);
+                }
+                if state_now == "success" {
+                    FakeCluster::complete_job(state, me, &name);
+                }
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn slot_migrations(&self) -> Result<Vec<Fields>, ValkeyError> {
+        self.run("CLUSTER GETSLOTMIGRATIONS".into(), |state, me| {
+            let node = state.node(me);
+            if node.version < crate::atomic::SINCE {
+                return Err(refused("ERR unknown subcommand 'GETSLOTMIGRATIONS'"));
+            }
+            Ok(node.jobs.clone())
+        })
         .await
     }
 

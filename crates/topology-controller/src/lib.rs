@@ -3,18 +3,20 @@
 //! seam (fred implements it in the binary), so every decision and every command sequence is
 //! unit-tested, from fixtures and against the in-memory cluster of `fake`.
 //!
-//! 1. parsers: [`cluster_nodes`], [`agreement`], [`info`], [`slots`];
+//! 1. parsers: [`cluster_nodes`], [`agreement`], [`info`], [`slots`], [`slot_jobs`];
 //! 2. model: [`model`] (the spec read once into a `Shape`, the members as observed);
 //! 3. object builders: [`members`] (the member ValkeyNodes), [`auth`] (the password Secrets);
 //! 4. planner: [`plan`] (the next step, its rules, the password guard);
 //! 5. reports: [`survey`], [`status`], [`member_status`], [`events`];
 //! 6. talking to members over [`commands`]: [`observe`] (asking them), [`migrate`] (moving
-//!    slots), [`execute`] (carrying out a step).
+//!    slots the classic way), [`atomic`] (moving them atomically on 9.x), [`execute`]
+//!    (carrying out a step).
 //!
 //! [`replication`] is the ValkeyReplication's planner, status and executor, on the layers
 //! above that know no slots (`model`'s revisions, `auth`, `plan::roll`, `plan::guard`, `info`).
 
 pub mod agreement;
+pub mod atomic;
 pub mod auth;
 pub mod cluster_nodes;
 pub mod commands;
@@ -34,6 +36,7 @@ pub mod plan;
 pub mod replication;
 #[cfg(test)]
 mod sim;
+pub mod slot_jobs;
 pub mod slots;
 pub mod status;
 pub mod storage;

@@ -13,6 +13,7 @@ use kube::ResourceExt;
 
 use crate::cluster_nodes::ClusterView;
 use crate::info::ReplicationInfo;
+use crate::slot_jobs::SlotJob;
 
 /// Where a member sits in its cluster.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -31,7 +32,17 @@ pub struct Shape {
     /// The config members get ([`member_config`]): its live directives are set on running
     /// members.
     pub config: ValkeyConfig,
+    /// The template's image: no member rolls onto it while its version is refused
+    /// ([`crate::plan::target`]).
+    pub image: String,
+    /// Slots move with Valkey's atomic slot migration where both ends run 9.0+, unless the
+    /// cluster's [`SLOT_MIGRATION_ANNOTATION`] says `classic`.
+    pub atomic_migration: bool,
 }
+
+/// Annotation on a ValkeyCluster choosing how slots move: `classic` keeps the
+/// IMPORTING/MIGRATING path on every version (to compare, or to step around a 9.x defect).
+pub const SLOT_MIGRATION_ANNOTATION: &str = "valkey.rs/slot-migration";
 
 /// `spec.switchover`: the member that is to become its shard's primary.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,6 +63,11 @@ impl Shape {
                 target: names::cluster_member_name(&name, count(s.shard), count(s.member)),
             }),
             config: member_config(&spec.template.config),
+            image: spec.template.image.clone(),
+            atomic_migration: cluster
+                .annotations()
+                .get(SLOT_MIGRATION_ANNOTATION)
+                .is_none_or(|how| how != "classic"),
             shards: count(spec.shards),
             replicas_per_shard: count(spec.replicas_per_shard),
             cluster: name,
@@ -141,6 +157,8 @@ pub struct Reply {
     pub cluster_state_ok: Option<bool>,
     /// Its live directives; `None` when not asked or its version is unknown.
     pub live_config: Option<LiveConfig>,
+    /// Its atomic slot migration jobs (`CLUSTER GETSLOTMIGRATIONS`); `None` before 9.0.
+    pub slot_jobs: Option<Vec<SlotJob>>,
 }
 
 /// One existing member ValkeyNode and what it reports.

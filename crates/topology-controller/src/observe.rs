@@ -8,7 +8,9 @@ use crate::commands::{ErrorKind, StepError, Valkey, ValkeyError};
 use crate::info::{ReplicationInfo, cluster_state_ok, server_version};
 use crd_types::live_config::{Version, live_on};
 
+use crate::atomic;
 use crate::model::{LiveConfig, Reply};
+use crate::slot_jobs::SlotJob;
 
 /// One member's answer: its view, its replication and its version.
 #[derive(Clone, Debug)]
@@ -19,8 +21,8 @@ pub struct Answer {
 }
 
 /// Asks one member: CLUSTER NODES, INFO replication and server (one round trip), CLUSTER
-/// SHARDS (older servers lack it; then shard ids are not checked), CLUSTER INFO and CONFIG
-/// GET of the live directives.
+/// SHARDS (older servers lack it; then shard ids are not checked), CLUSTER INFO, CONFIG
+/// GET of the live directives, and on 9.0+ its atomic slot migration jobs.
 pub async fn ask<V: Valkey>(conn: &V) -> Result<Answer, ValkeyError> {
     let view = ClusterView::parse(&conn.cluster_nodes().await?).map_err(unreadable)?;
     // Both sections in one reply: the parsers skip what is not theirs.
@@ -30,6 +32,15 @@ pub async fn ask<V: Valkey>(conn: &V) -> Result<Answer, ValkeyError> {
     let shard_groups = conn.cluster_shards().await.ok();
     let state_ok = cluster_state_ok(&conn.cluster_info().await?).map_err(unreadable)?;
     let live_config = live_config(conn, version.as_deref()).await?;
+    let slot_jobs = match live_config.as_ref().map(|c| c.version) {
+        // Not knowing them is no reason to call the member silent.
+        Some(v) if v >= atomic::SINCE => conn
+            .slot_migrations()
+            .await
+            .ok()
+            .map(|jobs| jobs.iter().filter_map(SlotJob::parse).collect()),
+        _ => None,
+    };
     Ok(Answer {
         reply: Reply {
             view,
@@ -37,6 +48,7 @@ pub async fn ask<V: Valkey>(conn: &V) -> Result<Answer, ValkeyError> {
             shard_groups,
             cluster_state_ok: Some(state_ok),
             live_config,
+            slot_jobs,
         },
         version,
     })

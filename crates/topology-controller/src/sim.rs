@@ -165,6 +165,7 @@ pub fn members_with(sims: &[Sim], knows: impl Fn(&Sim, &Sim) -> bool) -> Vec<Mem
                     shard_groups: None,
                     cluster_state_ok: me.state_ok,
                     live_config: None,
+                    slot_jobs: None,
                 }
             });
             Member {
@@ -193,6 +194,8 @@ pub fn shape(shards: u32, replicas: u32) -> Shape {
         replicas_per_shard: replicas,
         switchover: None,
         config: crate::model::member_config(&Default::default()),
+        image: crd_types::template::DEFAULT_IMAGE.into(),
+        atomic_migration: true,
     }
 }
 

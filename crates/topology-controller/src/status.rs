@@ -319,6 +319,8 @@ mod tests {
             cluster: "c".into(),
             shards: 1,
             config: Default::default(),
+            image: crd_types::template::DEFAULT_IMAGE.into(),
+            atomic_migration: true,
             replicas_per_shard: 0,
             switchover: Some(SwitchoverRequest {
                 id: "s1".into(),

@@ -224,6 +224,26 @@ impl Valkey for Conn {
         self.raw::<Value>("MIGRATE", args).await.map(drop)
     }
 
+    async fn migrate_slots_atomically(
+        &self,
+        groups: &[(Vec<(u16, u16)>, String)],
+    ) -> Result<(), ValkeyError> {
+        let mut args: Vec<Value> = vec!["MIGRATESLOTS".into()];
+        for (ranges, node) in groups {
+            args.push("SLOTSRANGE".into());
+            for (start, end) in ranges {
+                args.extend([i64::from(*start).into(), i64::from(*end).into()]);
+            }
+            args.extend(["NODE".into(), node.as_str().into()]);
+        }
+        self.cluster::<Value>(args).await.map(drop)
+    }
+
+    async fn slot_migrations(&self) -> Result<Vec<Fields>, ValkeyError> {
+        let reply: Vec<Value> = self.cluster(vec!["GETSLOTMIGRATIONS".into()]).await?;
+        Ok(reply.into_iter().map(fields).collect())
+    }
+
     async fn role(&self) -> Result<String, ValkeyError> {
         let reply: Vec<Value> = self.raw("ROLE", vec![]).await?;
         reply

@@ -3,9 +3,10 @@
 //! a controller restarted at any moment decides the same step again, or the next one if the
 //! last step took effect. One step per reconcile, in a fixed order of precedence: join
 //! members, forget dead identities, assign slots, repair open slots and replicas' stale
-//! markers, attach replicas, move slots, remove leaving members, set live directives,
-//! switchover, roll. [`guard`] then holds the step back for
-//! what is known of the passwords.
+//! markers, attach replicas, wait for atomic slot migrations in flight, move slots (never to
+//! an older data format; atomically where both ends run 9.0+), remove leaving members, set
+//! live directives, switchover, refuse a template the members cannot take ([`target`]),
+//! roll. [`guard`] then holds the step back for what is known of the passwords.
 //!
 //! The rules live in one module each: `membership` (meet, forget, remove), `slots`
 //! (form, open slots, rebalance), [`replicas`] (attach, hand over) and [`roll`]
@@ -20,11 +21,14 @@ pub mod replicas;
 pub mod roll;
 pub(crate) mod slots;
 pub(crate) mod snapshot;
+pub mod target;
 
 use std::fmt;
 
 use crd_types::conditions::reasons::Waiting;
+use crd_types::versions;
 
+use crate::atomic;
 use crate::model::{Address, Member, Shape};
 use crate::slots::{Move, SlotRange, format_ranges, slot_count};
 use roll::RollStep;
@@ -71,8 +75,10 @@ pub enum Step {
     },
     /// `CLUSTER REPLICATE primary_id` on `member`.
     Replicate { member: String, primary_id: String },
-    /// Move slots between members.
+    /// Move slots between members the classic way (IMPORTING/MIGRATING, MIGRATE).
     Migrate(Vec<Move<String>>),
+    /// Move slots with Valkey's atomic slot migration (both ends on 9.0+).
+    MigrateAtomically(Vec<Move<String>>),
     /// Delete these ValkeyNodes: they hold no slots and the spec no longer wants them.
     Remove(Vec<String>),
     /// `CLUSTER FAILOVER` on the replica `member`.
@@ -108,6 +114,7 @@ impl Step {
                 | Step::ClearStaleMarker { .. }
                 | Step::Replicate { .. }
                 | Step::Migrate(_)
+                | Step::MigrateAtomically(_)
                 | Step::Remove(_)
         )
     }
@@ -161,6 +168,10 @@ impl fmt::Display for Step {
             Step::Migrate(moves) => {
                 let count: usize = moves.iter().map(|m| slot_count(&[m.slots])).sum();
                 write!(f, "moving {count} slots")
+            }
+            Step::MigrateAtomically(moves) => {
+                let count: usize = moves.iter().map(|m| slot_count(&[m.slots])).sum();
+                write!(f, "moving {count} slots atomically")
             }
             Step::Remove(names) => write!(f, "removing {}", names.join(", ")),
             Step::Failover { member, reason } => {
@@ -259,10 +270,15 @@ pub fn next_step(shape: &Shape, members: &[Member], recorded_switchover: Option<
     membership::meet(&s)
         .or_else(|| membership::forget(&s))
         .or_else(|| slots::form(&s, forming))
-        .or_else(|| slots::open_slots(&s))
+        .or_else(|| slots::open_slots(&s).map(|step| across_versions(step, members)))
         .or_else(|| slots::clear_stale_markers(&s))
         .or_else(|| replicas::attach_replicas(&s))
-        .or_else(|| slots::rebalance(&s))
+        .or_else(|| atomic_in_flight(&s))
+        .or_else(|| {
+            slots::rebalance(&s)
+                .map(|step| across_versions(step, members))
+                .map(|step| atomically(step, shape, members))
+        })
         .or_else(|| membership::remove(&s))
         .or_else(|| live::set_live_config(shape, members))
         .or_else(|| {
@@ -276,6 +292,7 @@ pub fn next_step(shape: &Shape, members: &[Member], recorded_switchover: Option<
                 },
             )
         })
+        .or_else(|| refused_target(shape, members))
         .or_else(|| {
             let wanted: Vec<&Member> = members.iter().filter(|m| shape.wants(m.at)).collect();
             Some(match roll::roll(&wanted, shape.replicas_per_shard > 0)? {
@@ -296,10 +313,186 @@ pub fn next_step(shape: &Shape, members: &[Member], recorded_switchover: Option<
         .unwrap_or(Step::Idle)
 }
 
+/// `step`, unless it moves keys from a member to one whose Valkey writes an older data format:
+/// that one refuses the newer payloads (`MIGRATE` fails, measured 9.1 -> 8.0), so the move
+/// waits until the upgrade reaches it.
+fn across_versions(step: Step, members: &[Member]) -> Step {
+    let ends: Vec<(&str, &str)> = match &step {
+        Step::Migrate(moves) => moves
+            .iter()
+            .map(|m| (m.from.as_str(), m.to.as_str()))
+            .collect(),
+        Step::FixOpenSlot { source, target, .. } => vec![(source.as_str(), target.as_str())],
+        _ => return step,
+    };
+    let version = |name: &str| {
+        let m = members.iter().find(|m| m.name == name)?;
+        Some(m.reply.as_ref()?.live_config.as_ref()?.version)
+    };
+    for (from, to) in ends {
+        if let (Some(newer), Some(older)) = (version(from), version(to))
+            && versions::rdb_format(newer) > versions::rdb_format(older)
+        {
+            return Step::wait(
+                Waiting::MigrationAcrossVersions,
+                format!(
+                    "slots wait to move from {from} (Valkey {newer}) to {to} (Valkey {older}), \
+                     which cannot read the newer key payloads; they move once {to} runs the \
+                     new version"
+                ),
+            );
+        }
+    }
+    step
+}
+
+/// A wait while any member reports an atomic slot migration job in flight: Valkey finishes
+/// it on its own (even when the controller that started it died), and nothing else moves or
+/// restarts meanwhile.
+fn atomic_in_flight(s: &Snapshot) -> Option<Step> {
+    let (member, job) = s.members.iter().find_map(|m| {
+        let jobs = m.reply.as_ref()?.slot_jobs.as_ref()?;
+        Some((m, jobs.iter().find(|j| j.in_flight())?))
+    })?;
+    Some(Step::wait(
+        Waiting::SlotsMovingAtomically,
+        format!(
+            "slots {} move atomically ({}, {} {})",
+            job.slot_ranges,
+            job.state,
+            if job.export { "sent by" } else { "received by" },
+            member.name
+        ),
+    ))
+}
+
+/// A classic move as an atomic one when the shape allows it and both ends of every move run
+/// Valkey 9.0+ (a member on an older version never gets a 9.x command).
+fn atomically(step: Step, shape: &Shape, members: &[Member]) -> Step {
+    let Step::Migrate(moves) = step else {
+        return step;
+    };
+    let version = |name: &str| {
+        let m = members.iter().find(|m| m.name == name)?;
+        Some(m.reply.as_ref()?.live_config.as_ref()?.version)
+    };
+    let ends = moves
+        .iter()
+        .flat_map(|m| [version(&m.from), version(&m.to)]);
+    if shape.atomic_migration && atomic::all_support(ends) {
+        Step::MigrateAtomically(moves)
+    } else {
+        Step::Migrate(moves)
+    }
+}
+
+/// A wait while the template's image may reach no member ([`target`]).
+fn refused_target(shape: &Shape, members: &[Member]) -> Option<Step> {
+    let running: Vec<(&str, _)> = members
+        .iter()
+        .filter_map(|m| {
+            Some((
+                m.name.as_str(),
+                m.reply.as_ref()?.live_config.as_ref()?.version,
+            ))
+        })
+        .collect();
+    let (reason, message) = target::refuse(&shape.image, &shape.config, &running)?;
+    Some(Step::wait(reason, message))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::sim::*;
+
+    #[test]
+    fn slots_never_move_to_a_member_on_an_older_data_format() {
+        use crate::model::LiveConfig;
+        use crd_types::versions::Version;
+        let d = shape(4, 1);
+        let mut sims = formed(3, 1);
+        sims.push(sim(3, 0));
+        sims.push(sim(3, 1));
+        sims[7].follows = Some(id(3, 0));
+        let running = |version: Version| LiveConfig {
+            version,
+            values: Default::default(),
+        };
+        // Mid-upgrade: the old shards run 9.1, the new primary still 8.0.
+        let mut members = members(&sims);
+        for m in &mut members {
+            let v = if m.at.shard == 3 {
+                Version::new(8, 0)
+            } else {
+                Version::new(9, 1)
+            };
+            m.reply.as_mut().unwrap().live_config = Some(running(v));
+        }
+        let (reason, why) = wait_of(next_step(&d, &members, None));
+        assert_eq!(reason, Waiting::MigrationAcrossVersions);
+        assert!(why.contains("to c-3-0 (Valkey 8.0)"), "{why}");
+        // Once it runs a version that reads them, they move: atomically, every end on 9.x,
+        // unless the cluster asks for the classic way.
+        for m in &mut members {
+            m.reply.as_mut().unwrap().live_config = Some(running(Version::new(9, 1)));
+        }
+        let Step::MigrateAtomically(moves) = next_step(&d, &members, None) else {
+            panic!("not atomic");
+        };
+        let classic = Shape {
+            atomic_migration: false,
+            ..d.clone()
+        };
+        assert_eq!(
+            next_step(&classic, &members, None),
+            Step::Migrate(moves.clone())
+        );
+        // From an older format to a newer one they move too, the classic way: the 8.0 end
+        // never gets a 9.x command.
+        for m in members.iter_mut().filter(|m| m.at.shard == 0) {
+            m.reply.as_mut().unwrap().live_config = Some(running(Version::new(8, 0)));
+        }
+        assert!(moves.iter().any(|m| m.from == "c-0-0"), "{moves:?}");
+        assert_eq!(next_step(&d, &members, None), Step::Migrate(moves));
+    }
+
+    #[test]
+    fn an_atomic_migration_in_flight_holds_every_later_step() {
+        use crate::slot_jobs::SlotJob;
+        let d = shape(3, 1);
+        let mut sims = formed(3, 1);
+        for s in &mut sims {
+            s.revisions.desired = Some("r2".into());
+        }
+        let mut members = members(&sims);
+        let job = SlotJob {
+            name: "4dc0".into(),
+            export: false,
+            slot_ranges: "0-99".into(),
+            source: id(0, 0),
+            target: id(1, 0),
+            state: "receiving-snapshot".into(),
+            message: String::new(),
+        };
+        members[2].reply.as_mut().unwrap().slot_jobs = Some(vec![job.clone()]);
+        let (reason, why) = wait_of(next_step(&d, &members, None));
+        assert_eq!(reason, Waiting::SlotsMovingAtomically);
+        assert_eq!(
+            why,
+            "slots 0-99 move atomically (receiving-snapshot, received by c-1-0)"
+        );
+        // Ended, it holds nothing: the roll goes on.
+        let done = SlotJob {
+            state: "success".into(),
+            ..job
+        };
+        members[2].reply.as_mut().unwrap().slot_jobs = Some(vec![done]);
+        assert!(matches!(
+            next_step(&d, &members, None),
+            Step::AllowRoll { .. }
+        ));
+    }
 
     #[test]
     fn nothing_to_do_on_a_healthy_cluster() {

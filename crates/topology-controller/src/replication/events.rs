@@ -31,6 +31,9 @@ operator_runtime::event_reasons! {
         Rolling: Normal,
         /// Live directives were set on running data nodes (CONFIG SET, no restart).
         ConfigSetLive: Normal,
+        /// The spec's image or config is not rolled out: its Valkey version could not take
+        /// over the members' data, or does not know a directive. The note says how to go on.
+        UpdateRefused: Warning,
         /// A step failed; the note says what.
         StepFailed: Warning,
     }
@@ -60,6 +63,7 @@ fn concerned(step: &Step) -> Option<String> {
 /// nothing.
 pub fn step_event(step: &Step, error: Option<&str>) -> Option<GroupEvent> {
     let reason = match step {
+        Step::Wait { reason, .. } if reason.is_refusal() => ReplicationEvent::UpdateRefused,
         Step::Wait { .. } | Step::Idle => return None,
         _ if error.is_some() => ReplicationEvent::StepFailed,
         Step::ReplicaOf { demote: true, .. } => ReplicationEvent::PrimaryDemoted,
@@ -73,9 +77,10 @@ pub fn step_event(step: &Step, error: Option<&str>) -> Option<GroupEvent> {
         Step::AllowRoll { .. } => ReplicationEvent::Rolling,
         Step::SetConfig(_) => ReplicationEvent::ConfigSetLive,
     };
-    let note = match error {
-        Some(e) => format!("{step}: {e}"),
-        None => step.to_string(),
+    let note = match (step, error) {
+        (_, Some(e)) => format!("{step}: {e}"),
+        (Step::Wait { message, .. }, None) => message.clone(),
+        (_, None) => step.to_string(),
     };
     Some((reason, note, concerned(step)))
 }

@@ -501,6 +501,17 @@ impl Valkey for FakeGroupConn {
         Err(no_cluster())
     }
 
+    async fn migrate_slots_atomically(
+        &self,
+        _: &[(Vec<(u16, u16)>, String)],
+    ) -> Result<(), ValkeyError> {
+        Err(no_cluster())
+    }
+
+    async fn slot_migrations(&self) -> Result<Vec<Fields>, ValkeyError> {
+        Err(no_cluster())
+    }
+
     async fn role(&self) -> Result<String, ValkeyError> {
         self.run("ROLE".into(), |state, who| {
             Ok(match who {

@@ -81,6 +81,9 @@ pub struct Group {
     pub ping_period: u32,
     /// The config data nodes get ([`data_config`]): its live directives are set on them.
     pub config: ValkeyConfig,
+    /// The data nodes' image: none rolls onto it while its version is refused
+    /// ([`crate::plan::target`]).
+    pub image: String,
 }
 
 /// The `replica-priority` of a switchover's target: lower wins Sentinel's choice.
@@ -126,6 +129,7 @@ impl Group {
                 .filter(|&p| p > 0)
                 .unwrap_or(DEFAULT_PING_PERIOD),
             config: data_config(replication),
+            image: spec.template.image.clone(),
             name,
         }
     }

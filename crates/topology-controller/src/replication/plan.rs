@@ -14,8 +14,8 @@ use crd_types::conditions::reasons::Waiting;
 
 use crate::plan::FailoverReason;
 use crate::plan::guard::{self, GuardedStep};
-use crate::plan::live;
 use crate::plan::roll::{self, RollStep};
+use crate::plan::{live, target};
 use crate::replication::PORT;
 use crate::replication::model::{DataNode, Group, Members, Rolling, SWITCHOVER_PRIORITY};
 use crate::replication::survey::{forming, primary};
@@ -279,6 +279,7 @@ pub fn next_step(
         .or_else(|| set_live_config(group, members))
         .or_else(|| priorities(group, members, p, switchover))
         .or_else(|| switch_over(group, members, p, ip, switchover))
+        .or_else(|| refused_target(group, members))
         .or_else(|| rolling(group, members, p, ip))
         .unwrap_or(Step::Idle)
 }
@@ -297,6 +298,17 @@ fn set_live_config(group: &Group, members: &Members) -> Option<Step> {
             }),
     );
     (!changes.is_empty()).then_some(Step::SetConfig(changes))
+}
+
+/// A wait while the data nodes' image may reach none of them ([`target`]).
+fn refused_target(group: &Group, members: &Members) -> Option<Step> {
+    let running: Vec<(&str, _)> = members
+        .data
+        .iter()
+        .filter_map(|d| Some((d.name(), d.answer.as_ref()?.live_config.as_ref()?.version)))
+        .collect();
+    let (reason, message) = target::refuse(&group.image, &group.config, &running)?;
+    Some(Step::wait(reason, message))
 }
 
 /// While a sentinel runs a failover (it reconfigures the replicas one by one, until each

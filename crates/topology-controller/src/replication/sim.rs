@@ -40,6 +40,7 @@ pub fn group(data: u32, sentinels: u32) -> Group {
             ]
             .into(),
         ),
+        image: crd_types::template::DEFAULT_IMAGE.into(),
     }
 }
 
