@@ -1,9 +1,10 @@
 //! The shared test environment: timeouts, the `SERIAL` lock and [`Env`] with its helpers.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use crd_types::ValkeyCluster;
-use crd_types::names::cluster_member_name;
+use crd_types::names::{cluster_member_name, statefulset_pod_name};
 use kube::ResourceExt;
 use local_cluster::LocalCluster;
 use local_cluster::cluster_testing::{
@@ -55,6 +56,30 @@ impl Env {
             _run: run,
             _serial: serial,
         }
+    }
+
+    /// Each member's pod UID and its server container's restart count.
+    pub(crate) async fn pod_starts(
+        &self,
+        members: &[crd_types::ValkeyNode],
+    ) -> BTreeMap<String, (String, i32)> {
+        let mut starts = BTreeMap::new();
+        for node in members {
+            let pod = self
+                .apis
+                .pods
+                .get(&statefulset_pod_name(&node.name_any()))
+                .await
+                .unwrap();
+            let restarts = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .map(|c| c.iter().map(|c| c.restart_count).sum())
+                .unwrap_or(0);
+            starts.insert(node.name_any(), (pod.uid().unwrap(), restarts));
+        }
+        starts
     }
 
     /// [`wait_until`], failing the test with the last reason on timeout.

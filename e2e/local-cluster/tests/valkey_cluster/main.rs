@@ -7,7 +7,11 @@
 //! replica that missed the end of a slot move while syncing keeps a stale slot marker, which
 //! topology-controller clears; bad input is refused at admission, and an image that cannot
 //! be pulled halts the roll at its first member while the cluster keeps serving; the same
-//! cluster forms on every Valkey version the local registry has an image of (8.0, 8.1, 9.1).
+//! cluster forms on every Valkey version the local registry has an image of (8.0, 8.1, 9.1);
+//! it upgrades 8.0 -> 8.1 -> 9.1 under a writer, member by member, and refuses a downgrade
+//! past the data format and a directive the image's version does not know, restarting
+//! nothing; on 9.1 slots move with atomic slot migration, through a controller killed
+//! mid-job, with no slot ever half open.
 //!
 //! Valkey is always asked directly too (`CLUSTER NODES`, `valkey-cli --cluster check`, reads
 //! of every key), so a status that claims more than Valkey shows fails the tests.
@@ -16,6 +20,7 @@
 //! minutes in all on the 2-core development machine (scenario 1, with its two moves of 4096
 //! slots, takes 2.5 of them).
 
+mod atomic_migration;
 mod bad_input;
 mod env;
 mod failover;
@@ -24,4 +29,5 @@ mod mid_migration;
 mod rolling_update;
 mod scaling;
 mod stale_marker;
+mod upgrades;
 mod versions;

@@ -46,7 +46,7 @@ async fn rolling_update_keeps_acknowledged_writes() {
             .unwrap();
         old_uids.insert(node.name_any(), pod.uid().unwrap());
     }
-    let pods_before = pod_starts(&env, &members).await;
+    let pods_before = env.pod_starts(&members).await;
 
     // Live: every member serves the new value, and nothing restarted.
     env.apis
@@ -72,7 +72,7 @@ async fn rolling_update_keeps_acknowledged_writes() {
     .await;
     let after_live = env.apis.members(name).await.unwrap();
     assert_eq!(
-        pod_starts(&env, &after_live).await,
+        env.pod_starts(&after_live).await,
         pods_before,
         "a pod restarted"
     );
@@ -238,28 +238,4 @@ async fn rolling_update_keeps_acknowledged_writes() {
         &lost[..lost.len().min(10)]
     );
     env.finish();
-}
-
-/// Each member's pod UID and its server container's restart count.
-async fn pod_starts(
-    env: &Env,
-    members: &[crd_types::ValkeyNode],
-) -> BTreeMap<String, (String, i32)> {
-    let mut starts = BTreeMap::new();
-    for node in members {
-        let pod = env
-            .apis
-            .pods
-            .get(&statefulset_pod_name(&node.name_any()))
-            .await
-            .unwrap();
-        let restarts = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.container_statuses.as_ref())
-            .map(|c| c.iter().map(|c| c.restart_count).sum())
-            .unwrap_or(0);
-        starts.insert(node.name_any(), (pod.uid().unwrap(), restarts));
-    }
-    starts
 }

@@ -9,7 +9,8 @@
 //! member and a roll of every member (the primary handing over first) lose nothing; data
 //! nodes and sentinels scale out and in (a leaving primary handing over first, sentinels
 //! forgetting removed members); a primary cut off from the others stops taking writes and
-//! rejoins as a replica after the heal; bad input is refused at admission.
+//! rejoins as a replica after the heal; bad input is refused at admission; the group
+//! upgrades 8.0 -> 8.1 -> 9.1 under a writer and refuses a downgrade, restarting nothing.
 //!
 //! Valkey and Sentinel are always asked directly too (`ROLE`, `SENTINEL REPLICAS` and
 //! `SENTINELS`), so a status that claims more than they show fails the tests.
@@ -24,3 +25,4 @@ mod partition;
 mod restarts;
 mod scaling;
 mod switchover;
+mod upgrades;
