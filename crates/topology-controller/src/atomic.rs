@@ -150,7 +150,7 @@ fn describe(groups: &[(Vec<(u16, u16)>, String)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fake::FakeCluster;
+    use crate::fake::{FakeCluster, FakeConn};
     use crate::model::Address;
 
     fn moving(first: u16, last: u16, from: &str, to: &str) -> Move<String> {
@@ -185,11 +185,26 @@ mod tests {
         assert!(!all_support([Some(Version::new(9, 1)), None]));
     }
 
+    /// A connection to and the address of each of `ids`.
+    fn connect(cluster: &FakeCluster, ids: &[String]) -> (Vec<FakeConn>, Vec<Address>) {
+        ids.iter()
+            .map(|id| {
+                let (ip, port) = cluster.address(id);
+                let address = Address {
+                    ip,
+                    port,
+                    bus_port: port + 10_000,
+                };
+                (cluster.conn(id), address)
+            })
+            .unzip()
+    }
+
     fn ends<'a>(
         ids: &'a [String],
-        conns: &'a [crate::fake::FakeConn],
+        conns: &'a [FakeConn],
         addresses: &'a [Address],
-    ) -> Vec<End<'a, crate::fake::FakeConn>> {
+    ) -> Vec<End<'a, FakeConn>> {
         ids.iter()
             .zip(conns)
             .zip(addresses)
@@ -211,18 +226,7 @@ mod tests {
         }
         cluster.load(5, 30);
         cluster.load(7, 10);
-        let conns: Vec<_> = ids.iter().map(|id| cluster.conn(id)).collect();
-        let addresses: Vec<Address> = ids
-            .iter()
-            .map(|id| {
-                let (ip, port) = cluster.address(id);
-                Address {
-                    ip,
-                    port,
-                    bus_port: port + 10_000,
-                }
-            })
-            .collect();
+        let (conns, addresses) = connect(&cluster, &ids);
         let ends = ends(&ids, &conns, &addresses);
         let moves = [
             moving(0, 9, &ids[0], &ids[1]),
@@ -264,18 +268,7 @@ mod tests {
             cluster.set_version(id, Version::new(9, 1));
         }
         cluster.hold_slot_migrations();
-        let conns: Vec<_> = ids.iter().map(|id| cluster.conn(id)).collect();
-        let addresses: Vec<Address> = ids
-            .iter()
-            .map(|id| {
-                let (ip, port) = cluster.address(id);
-                Address {
-                    ip,
-                    port,
-                    bus_port: port + 10_000,
-                }
-            })
-            .collect();
+        let (conns, addresses) = connect(&cluster, &ids);
         let ends = ends(&ids, &conns, &addresses);
         let moves = [moving(0, 9, &ids[0], &ids[1])];
         let moved = migrate(&moves, &ends, Duration::from_millis(250))
@@ -297,18 +290,7 @@ mod tests {
     async fn a_job_that_fails_is_the_steps_error_in_valkeys_words() {
         let (cluster, ids) = FakeCluster::formed(2, 0);
         cluster.set_version(&ids[0], Version::new(9, 1));
-        let conns: Vec<_> = ids.iter().map(|id| cluster.conn(id)).collect();
-        let addresses: Vec<Address> = ids
-            .iter()
-            .map(|id| {
-                let (ip, port) = cluster.address(id);
-                Address {
-                    ip,
-                    port,
-                    bus_port: port + 10_000,
-                }
-            })
-            .collect();
+        let (conns, addresses) = connect(&cluster, &ids);
         let ends = ends(&ids, &conns, &addresses);
         let moves = [moving(0, 9, &ids[0], &ids[1])];
         let err = migrate(&moves, &ends, Duration::from_secs(5))

@@ -247,3 +247,47 @@ pub fn signal(pid: u32, name: &str) -> Result<()> {
     }
     Ok(())
 }
+
+/// Each ValkeyNode's pod UID and the restart count of its containers, by node name: equal
+/// before and after a change means no pod was replaced or restarted.
+pub async fn pod_starts(
+    pods: &Api<Pod>,
+    members: &[ValkeyNode],
+) -> Result<BTreeMap<String, (String, i32)>> {
+    let mut starts = BTreeMap::new();
+    for node in members {
+        let name = crd_types::names::statefulset_pod_name(&node.name_any());
+        let pod = pods
+            .get(&name)
+            .await
+            .with_context(|| format!("pod {name}"))?;
+        let restarts = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .map(|c| c.iter().map(|c| c.restart_count).sum())
+            .unwrap_or(0);
+        starts.insert(node.name_any(), (pod.uid().unwrap_or_default(), restarts));
+    }
+    Ok(starts)
+}
+
+/// The `valkey_version` line of `INFO server`.
+pub fn running_version(info: &str) -> Option<&str> {
+    info.lines()
+        .find_map(|l| l.strip_prefix("valkey_version:"))
+        .map(str::trim)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_line_of_info_server() {
+        let info =
+            "# Server\r\nredis_version:7.2.4\r\nvalkey_version:9.1.2\r\nserver_mode:cluster\r\n";
+        assert_eq!(running_version(info), Some("9.1.2"));
+        assert_eq!(running_version("# Server\r\n"), None);
+    }
+}

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use crd_types::ValkeyCluster;
-use crd_types::names::{cluster_member_name, statefulset_pod_name};
+use crd_types::names::cluster_member_name;
 use kube::ResourceExt;
 use local_cluster::LocalCluster;
 use local_cluster::cluster_testing::{
@@ -12,7 +12,7 @@ use local_cluster::cluster_testing::{
     wait_until,
 };
 use local_cluster::operator::{self, RunningController};
-use local_cluster::testing::{cluster_with_operator, restart_controller, stop_process};
+use local_cluster::testing::{cluster_with_operator, pod_starts, restart_controller, stop_process};
 use serde_json::json;
 
 pub(crate) const NS: &str = "default";
@@ -58,28 +58,12 @@ impl Env {
         }
     }
 
-    /// Each member's pod UID and its server container's restart count.
+    /// Each member's pod UID and restart count ([`pod_starts`]).
     pub(crate) async fn pod_starts(
         &self,
         members: &[crd_types::ValkeyNode],
     ) -> BTreeMap<String, (String, i32)> {
-        let mut starts = BTreeMap::new();
-        for node in members {
-            let pod = self
-                .apis
-                .pods
-                .get(&statefulset_pod_name(&node.name_any()))
-                .await
-                .unwrap();
-            let restarts = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.container_statuses.as_ref())
-                .map(|c| c.iter().map(|c| c.restart_count).sum())
-                .unwrap_or(0);
-            starts.insert(node.name_any(), (pod.uid().unwrap(), restarts));
-        }
-        starts
+        pod_starts(&self.apis.pods, members).await.unwrap()
     }
 
     /// [`wait_until`], failing the test with the last reason on timeout.

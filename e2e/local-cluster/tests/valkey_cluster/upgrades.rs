@@ -9,17 +9,16 @@ use crd_types::node::Role;
 use local_cluster::cluster_testing::{
     AckedWriter, DataSet, RollWatch, ready_status, valkey_cluster,
 };
-use local_cluster::testing::events_about;
+use local_cluster::testing::{events_about, running_version};
 use serde_json::json;
 
 use crate::env::{Env, ROLL, SETTLE};
 
-/// The `valkey_version` of `INFO server`.
-fn running_version(info: &str) -> String {
-    info.lines()
-        .find_map(|l| l.strip_prefix("valkey_version:"))
-        .map(|v| v.trim().to_string())
+/// The running version `INFO server` reports.
+fn version_of(info: &str) -> String {
+    running_version(info)
         .unwrap_or_else(|| panic!("no valkey_version in {info}"))
+        .to_string()
 }
 
 /// The reason of a cluster's Progressing condition.
@@ -123,7 +122,7 @@ async fn upgrades_roll_member_by_member_and_refusals_restart_nothing() {
             );
         }
         for member in &access.members {
-            let running = running_version(&access.cli(&member.ip, &["INFO", "server"]));
+            let running = version_of(&access.cli(&member.ip, &["INFO", "server"]));
             assert!(
                 running.starts_with(&format!("{version}.")),
                 "{}: {running}",
@@ -145,7 +144,8 @@ async fn upgrades_roll_member_by_member_and_refusals_restart_nothing() {
         .await
         .unwrap();
     env.wait("the downgrade to be refused", SETTLE, || async {
-        watch.borrow_mut().sample(&env.apis.members(name).await?);
+        let members = env.apis.members(name).await?;
+        watch.borrow_mut().sample(&members);
         let reason = progressing_reason(&env, name).await?;
         let events = events_about(&env.apis.events, "ValkeyCluster", name, "UpdateRefused").await?;
         Ok(match (reason.as_deref(), events.first()) {
@@ -177,7 +177,7 @@ async fn upgrades_roll_member_by_member_and_refusals_restart_nothing() {
     );
     assert_eq!(env.pod_starts(&members).await, starts, "a pod restarted");
     for member in &access.members {
-        let running = running_version(&access.cli(&member.ip, &["INFO", "server"]));
+        let running = version_of(&access.cli(&member.ip, &["INFO", "server"]));
         assert!(running.starts_with("9.1."), "{}: {running}", member.name);
     }
     env.apis

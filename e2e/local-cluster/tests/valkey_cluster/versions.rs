@@ -4,16 +4,9 @@
 use kube::api::DeleteParams;
 use local_cluster::cluster_testing::{DataSet, valkey_cluster};
 use local_cluster::images::VALKEY_VERSIONS;
-use local_cluster::testing::events_about;
+use local_cluster::testing::{events_about, running_version};
 
 use crate::env::{Env, SETTLE};
-
-/// The `valkey_version` line of `INFO server`.
-fn running_version(info: &str) -> Option<&str> {
-    info.lines()
-        .find_map(|l| l.strip_prefix("valkey_version:"))
-        .map(str::trim)
-}
 
 /// Scenario 9: a 3x1 cluster on `valkey/valkey:<version>` for each version in turn: Ready,
 /// healthy, every member reporting that version, no live directive needing a set, keys
@@ -67,11 +60,4 @@ async fn the_same_cluster_forms_on_every_version() {
         .await;
     }
     env.finish();
-}
-
-#[test]
-fn version_line_of_info_server() {
-    let info = "# Server\r\nredis_version:7.2.4\r\nvalkey_version:9.1.2\r\nserver_mode:cluster\r\n";
-    assert_eq!(running_version(info), Some("9.1.2"));
-    assert_eq!(running_version("# Server\r\n"), None);
 }

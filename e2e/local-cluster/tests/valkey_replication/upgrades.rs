@@ -5,42 +5,25 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use crd_types::conditions::{self, types};
-use crd_types::names::statefulset_pod_name;
-use kube::ResourceExt;
 use local_cluster::replication_testing::{
     self, GroupWriter, Route, ready_status, valkey_replication,
 };
+use local_cluster::testing::{pod_starts, running_version};
 use serde_json::json;
 
 use crate::env::{Env, FORM, SETTLE, agrees};
 
-/// The `valkey_version` of `INFO server`.
-fn running_version(info: &str) -> String {
-    info.lines()
-        .find_map(|l| l.strip_prefix("valkey_version:"))
-        .map(|v| v.trim().to_string())
+/// The running version `INFO server` reports.
+fn version_of(info: &str) -> String {
+    running_version(info)
         .unwrap_or_else(|| panic!("no valkey_version in {info}"))
+        .to_string()
 }
 
 /// Every member's pod uid and restart count.
-async fn pod_starts(env: &Env, name: &str) -> BTreeMap<String, (String, i32)> {
-    let mut starts = BTreeMap::new();
-    for node in env.apis.members(name).await.unwrap() {
-        let pod = env
-            .apis
-            .pods
-            .get(&statefulset_pod_name(&node.name_any()))
-            .await
-            .unwrap();
-        let restarts = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.container_statuses.as_ref())
-            .map(|c| c.iter().map(|c| c.restart_count).sum())
-            .unwrap_or(0);
-        starts.insert(node.name_any(), (pod.uid().unwrap(), restarts));
-    }
-    starts
+async fn starts(env: &Env, name: &str) -> BTreeMap<String, (String, i32)> {
+    let members = env.apis.members(name).await.unwrap();
+    pod_starts(&env.apis.pods, &members).await.unwrap()
 }
 
 /// 3 data nodes and 3 sentinels on 8.0, upgraded to 8.1 then 9.1 (data nodes and sentinels
@@ -114,7 +97,7 @@ async fn upgrades_hand_over_before_the_primary_restarts_and_downgrades_are_refus
             .iter()
             .map(|m| (m, access.sentinel_cli(&m.ip, &["INFO", "server"])));
         for (m, info) in data.chain(sentinels) {
-            let running = running_version(&info);
+            let running = version_of(&info);
             assert!(
                 running.starts_with(&format!("{version}.")),
                 "{}: {running}",
@@ -142,7 +125,7 @@ async fn upgrades_hand_over_before_the_primary_restarts_and_downgrades_are_refus
     }
 
     // A downgrade past the data format: refused before any member restarts.
-    let starts = pod_starts(&env, name).await;
+    let before = starts(&env, name).await;
     env.apis
         .patch(
             name,
@@ -169,10 +152,10 @@ async fn upgrades_hand_over_before_the_primary_restarts_and_downgrades_are_refus
         message.contains("Valkey 8.0 cannot read the data files of Valkey 9.1"),
         "{message}"
     );
-    assert_eq!(pod_starts(&env, name).await, starts, "a pod restarted");
+    assert_eq!(starts(&env, name).await, before, "a pod restarted");
     let access = replication_testing::access(&env.apis, name).await.unwrap();
     for m in &access.data {
-        let running = running_version(&access.cli(&m.ip, &["INFO", "server"]));
+        let running = version_of(&access.cli(&m.ip, &["INFO", "server"]));
         assert!(running.starts_with("9.1."), "{}: {running}", m.name);
     }
     env.apis
@@ -186,7 +169,7 @@ async fn upgrades_hand_over_before_the_primary_restarts_and_downgrades_are_refus
         Ok(ready_status(&env.apis, name).await?.map(drop))
     })
     .await;
-    assert_eq!(pod_starts(&env, name).await, starts, "a pod restarted");
+    assert_eq!(starts(&env, name).await, before, "a pod restarted");
 
     writer.progressed(100, SETTLE).await.unwrap();
     let report = writer.stop().await.unwrap();
