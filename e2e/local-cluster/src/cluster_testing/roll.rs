@@ -115,6 +115,16 @@ impl RollWatch {
         }
     }
 
+    /// Samples `members`; `Err` naming the gates opened so far until every member rolled.
+    pub fn sample_until_rolled(&mut self, members: &[ValkeyNode]) -> Result<(), String> {
+        self.sample(members);
+        if self.all_rolled(members) {
+            return Ok(());
+        }
+        let order: Vec<&str> = self.gate_order.iter().map(|(n, _)| n.as_str()).collect();
+        Err(format!("rolled so far: {order:?}"))
+    }
+
     /// Whether every watched member has rolled.
     pub fn all_rolled(&self, members: &[ValkeyNode]) -> bool {
         self.initial.keys().all(|name| {

@@ -126,15 +126,8 @@ async fn rolling_update_keeps_acknowledged_writes() {
         ROLL,
         || async {
             let members = env.apis.members(name).await?;
-            watch.borrow_mut().sample(&members);
-            if !watch.borrow().all_rolled(&members) {
-                let order: Vec<String> = watch
-                    .borrow()
-                    .gate_order
-                    .iter()
-                    .map(|(n, _)| n.clone())
-                    .collect();
-                return Ok(Err(format!("rolled so far: {order:?}")));
+            if let Err(why) = watch.borrow_mut().sample_until_rolled(&members) {
+                return Ok(Err(why));
             }
             Ok(ready_status(&env.apis, name).await?.map(drop))
         },

@@ -70,15 +70,8 @@ async fn upgrades_roll_member_by_member_and_refusals_restart_nothing() {
             ROLL,
             || async {
                 let members = env.apis.members(name).await?;
-                watch.borrow_mut().sample(&members);
-                if !watch.borrow().all_rolled(&members) {
-                    let order: Vec<String> = watch
-                        .borrow()
-                        .gate_order
-                        .iter()
-                        .map(|(n, _)| n.clone())
-                        .collect();
-                    return Ok(Err(format!("rolled so far: {order:?}")));
+                if let Err(why) = watch.borrow_mut().sample_until_rolled(&members) {
+                    return Ok(Err(why));
                 }
                 let status = match ready_status(&env.apis, name).await? {
                     Ok(status) => status,
