@@ -141,11 +141,12 @@ fn phase(i: &Inputs, h: &Health) -> Phase {
     // Waiting on the roll itself: the last member to roll runs the new revision but is not
     // in sync yet, or node-controller has not rendered a new template everywhere.
     let roll_waits = matches!(i.step, Step::Wait { reason, .. } if reason.is_roll());
+    let scaling_waits = matches!(i.step, Step::Wait { reason, .. } if reason.is_scaling());
     if h.ready {
         Phase::Ready
     } else if !h.ever_formed {
         Phase::Creating
-    } else if i.step.is_scaling() || !h.all_there || h.reshaping {
+    } else if i.step.is_scaling() || scaling_waits || !h.all_there || h.reshaping {
         Phase::Scaling
     } else if h.rolling
         || roll_waits
@@ -406,6 +407,46 @@ mod tests {
         let s = cluster_status(inputs(&d, &survey, &Step::Idle, None));
         let ready = conditions::find(&s.conditions, types::READY).unwrap();
         assert_eq!(ready.status, "False");
+    }
+
+    #[test]
+    fn waiting_for_slots_in_flight_is_scaling_and_a_refused_image_is_no_roll() {
+        let d = shape();
+        let survey = Survey {
+            slots_assigned: SLOTS as usize,
+            shards: vec![ShardSurvey {
+                index: 0,
+                slots: vec![(0, 16383)],
+                ready: true,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let was_ready = ValkeyClusterStatus {
+            phase: Some(Phase::Ready),
+            ..Default::default()
+        };
+        let m = members(&formed(1, 0));
+        let status = |step: &Step| {
+            cluster_status(Inputs {
+                members: &m,
+                ..inputs(&d, &survey, step, Some(&was_ready))
+            })
+        };
+        let moving = Step::wait(Waiting::SlotsMovingAtomically, "slots 0-99 move atomically");
+        assert_eq!(status(&moving).phase, Some(Phase::Scaling));
+        // Everything there and serving: a refusal is no roll and no scaling.
+        let refused = Step::wait(
+            Waiting::VersionRefused,
+            "valkey/valkey:8.0 is not rolled out",
+        );
+        let s = status(&refused);
+        assert_eq!(s.phase, Some(Phase::Degraded));
+        let progressing = conditions::find(&s.conditions, types::PROGRESSING).unwrap();
+        assert_eq!(
+            (progressing.reason.as_str(), progressing.status.as_str()),
+            ("VersionRefused", "False")
+        );
     }
 
     #[test]

@@ -276,6 +276,14 @@ impl Waiting {
         matches!(self, Waiting::MemberRolling | Waiting::SpecNotRendered)
     }
 
+    /// Waits that are part of moving slots, so the phase reads Scaling, not Degraded.
+    pub fn is_scaling(self) -> bool {
+        matches!(
+            self,
+            Waiting::SlotsMovingAtomically | Waiting::MigrationAcrossVersions
+        )
+    }
+
     /// Waits on a spec the operator refuses to roll out: each is also a Warning Event.
     pub fn is_refusal(self) -> bool {
         matches!(self, Waiting::VersionRefused | Waiting::DirectiveUnknown)
