@@ -5,29 +5,42 @@
 //! - slot migration for a 3 -> 4 scale-out with `BENCH_KEYS` keys (default 100000), next to
 //!   `valkey-cli --cluster add-node` + `rebalance --cluster-use-empty-masters`;
 //! - failover: a primary's process frozen (SIGSTOP) until writes to its slots are accepted by
-//!   the replica that took over.
+//!   the replica that took over;
+//! - the same 3 -> 4 scale-out on valkey/valkey:9.1 three ways: the operator with atomic slot
+//!   migration (its default there), the operator with the classic path (annotation
+//!   `valkey.rs/slot-migration: classic`), and valkey-cli 9.1 on hand-made 9.1 nodes; each
+//!   as keys moved over the whole time from the new primary Ready to balanced (the atomic
+//!   path shows no importing slot to time from);
+//! - an upgrade 8.0 -> 8.1 -> 9.1 of a 3 x 1 cluster by its image, with a writer that
+//!   records every write a replica acknowledged: each step's time per member, the writer's
+//!   longest pause per shard, and that no acknowledged write is lost.
 //!
 //! The operator's clusters require a password (the default user's, from the Secret their
 //! members' `spec.auth` names; read through [`access`]). The hand-made floor nodes have no
 //! `spec.auth`, so they serve without one, as before.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::fs::File;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use crd_types::ValkeyNode;
-use crd_types::node::Mode;
+use crd_types::node::{Mode, Role};
 use crd_types::template::WorkloadType;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::PostParams;
+use kube::api::{DeleteParams, PostParams};
 use local_cluster::cluster_testing::{
-    Access, ClusterApis, ClusterNode, DataSet, MemberAddr, PORT, Progress, access,
+    Access, AckedWriter, ClusterApis, ClusterNode, DataSet, MemberAddr, PORT, Progress, RollWatch,
+    WriterReport, access, check_passed, describe_status, ready_status,
 };
+use local_cluster::images::VALKEY_VERSIONS;
 use local_cluster::testing::{cluster_with_operator, signal, valkey_node, valkey_server_pid};
+use local_cluster::{LocalCluster, run_script};
 use serde_json::json;
 
 const NS: &str = "default";
@@ -38,6 +51,20 @@ const LIMIT: Duration = Duration::from_secs(600);
 const CLI_LIMIT: Duration = Duration::from_secs(300);
 /// Slots a primary of four holds once balanced.
 const QUARTER: u32 = 4096;
+/// The Valkey versions of the upgrade and of the 9.1 scale-outs (`valkey/valkey:<version>`
+/// in the local registry, [`VALKEY_VERSIONS`]).
+const V80: &str = "8.0";
+const V81: &str = "8.1";
+const V91: &str = "9.1";
+/// The ValkeyCluster annotation choosing how topology-controller moves slots
+/// (`topology_controller::model::SLOT_MIGRATION_ANNOTATION`; this crate does not depend on
+/// topology-controller).
+const SLOT_MIGRATION: &str = "valkey.rs/slot-migration";
+
+/// The local registry's image of a Valkey version.
+fn image(version: &str) -> String {
+    format!("valkey/valkey:{version}")
+}
 
 #[tokio::main]
 async fn main() -> Result<()> {
@@ -61,9 +88,9 @@ async fn main() -> Result<()> {
     let operator_migration = operator_scale_out(&apis, &mig, "mig").await?;
 
     eprintln!("bench-cluster: migration by valkey-cli");
-    let flmig = floor_cluster(&apis.nodes, "flmig", 3, 0).await?;
+    let flmig = floor_cluster(&apis.nodes, "flmig", 3, 0, None, &Cli::Host).await?;
     load_keys(&flmig, "flmig", keys).await?;
-    let cli_migration = cli_scale_out(&apis.nodes, &flmig, "flmig", &run)
+    let cli_migration = cli_scale_out(&apis.nodes, &flmig, "flmig", &run, None, &Cli::Host)
         .await
         .inspect_err(|e| eprintln!("bench-cluster: valkey-cli scale-out failed: {e:#}"));
 
@@ -71,8 +98,65 @@ async fn main() -> Result<()> {
     let form = cluster_access(&apis, "form").await?;
     let failover = failover(&apis.nodes, &apis.pods, &form, "form").await?;
 
+    for version in [V80, V81, V91] {
+        if !VALKEY_VERSIONS.contains(&version) {
+            bail!("the local registry has no valkey/valkey:{version} ({VALKEY_VERSIONS:?})");
+        }
+    }
+    eprintln!("bench-cluster: removing the clusters measured above");
+    clear(&apis, &["form", "mig"], &["floor", "flmig"]).await;
+
+    eprintln!("bench-cluster: 3 -> 4 shards on {V91}, operator, atomic slot migration");
+    let atomic = operator_scale_out_on(&apis, "atom", keys, &[])
+        .await
+        .inspect_err(|e| explain_failure(&cluster, "atom", e));
+    if atomic.is_err() {
+        eprintln!(
+            "bench-cluster: atom status: {}",
+            status_line(&apis, "atom").await
+        );
+    }
+    clear(&apis, &["atom"], &[]).await;
+
+    eprintln!("bench-cluster: 3 -> 4 shards on {V91}, operator, classic slot migration");
+    let classic = operator_scale_out_on(&apis, "clas", keys, &[(SLOT_MIGRATION, "classic")])
+        .await
+        .inspect_err(|e| explain_failure(&cluster, "clas", e));
+    if classic.is_err() {
+        eprintln!(
+            "bench-cluster: clas status: {}",
+            status_line(&apis, "clas").await
+        );
+    }
+    clear(&apis, &["clas"], &[]).await;
+
+    eprintln!("bench-cluster: 3 -> 4 shards on {V91}, valkey-cli {V91}");
+    let cli9 = cli_scale_out_on(&apis.nodes, "fl9", keys, &run)
+        .await
+        .inspect_err(|e| eprintln!("bench-cluster: valkey-cli {V91} scale-out failed: {e:#}"));
+    clear(&apis, &[], &["fl9"]).await;
+
+    eprintln!("bench-cluster: upgrade {V80} -> {V81} -> {V91} under a writer");
+    let upgraded = upgrade(&apis, "up", keys)
+        .await
+        .inspect_err(|e| explain_failure(&cluster, "up", e));
+    if upgraded.is_err() {
+        eprintln!(
+            "bench-cluster: up status: {}",
+            status_line(&apis, "up").await
+        );
+    }
+
+    let keep_run = atomic.is_err() || classic.is_err() || upgraded.is_err();
     drop(cluster);
-    let _ = std::fs::remove_dir_all(&run);
+    if keep_run {
+        eprintln!(
+            "bench-cluster: a measurement of the operator failed: keeping {} (logs/topology-controller.log)",
+            run.display()
+        );
+    } else {
+        let _ = std::fs::remove_dir_all(&run);
+    }
 
     println!("| measurement | operator | floor |");
     println!("|---|---|---|");
@@ -121,7 +205,150 @@ async fn main() -> Result<()> {
         "| failover: primary frozen to the first write accepted on its slots (cluster-node-timeout 15 s) | {:.1} s | |",
         secs(failover)
     );
+    print_scale_out_on_9(keys, &atomic, &classic, &cli9);
+    print_upgrade(keys, &upgraded);
     Ok(())
+}
+
+/// Rows of the 3 -> 4 scale-outs on Valkey 9.1: the operator atomic and classic, and
+/// valkey-cli 9.1.
+fn print_scale_out_on_9(
+    keys: usize,
+    atomic: &Result<Scaled>,
+    classic: &Result<Scaled>,
+    cli: &Result<Scaled>,
+) {
+    let all = [atomic, classic, cli];
+    let cells = |f: &dyn Fn(&Scaled) -> String| -> String {
+        all.iter()
+            .map(|r| match r {
+                Ok(s) => f(s),
+                Err(e) => format!("not measured: {}", first_line(&format!("{e:#}"))),
+            })
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
+    println!();
+    println!(
+        "| 3 x 0 -> 4 shards on {V91} with {keys} keys | operator, atomic slot migration (default) | operator, classic (`{SLOT_MIGRATION}: classic`) | valkey-cli {V91}: `add-node` + `rebalance --cluster-use-empty-masters` |"
+    );
+    println!("|---|---|---|---|");
+    println!(
+        "| new primary Ready to 4096 slots, none open | {} |",
+        cells(&|s| match s.cli {
+            None => format!("{:.1} s", secs(s.migration.total)),
+            Some((joined, rebalance)) => format!(
+                "{:.1} s (`add-node` until the new node can take slots {:.1} s, then `rebalance` {:.1} s)",
+                secs(s.migration.total),
+                secs(joined),
+                secs(rebalance)
+            ),
+        })
+    );
+    println!(
+        "| keys moved (DBSIZE of the new primary) / that total | {} |",
+        cells(&|s| format!(
+            "{} keys / {:.1} s = {:.0} keys/s",
+            s.migration.moved_keys,
+            secs(s.migration.total),
+            rate(s.migration.moved_keys, s.migration.total)
+        ))
+    );
+    println!(
+        "| operator: patch of `spec.shards` to the new primary Ready (where the total starts) / slots it held at the first look after | {} |",
+        cells(&|s| match &s.migration.operator {
+            Some(o) => format!(
+                "{:.1} s / {} slots",
+                secs(o.ready_after_patch),
+                o.held_at_start
+            ),
+            None => String::new(),
+        })
+    );
+    println!(
+        "| atomic slot migration jobs on the new primary (`CLUSTER GETSLOTMIGRATIONS`) | {} |",
+        cells(&|s| s.jobs.clone())
+    );
+}
+
+/// Rows of the 8.0 -> 8.1 -> 9.1 upgrade under the writer.
+fn print_upgrade(keys: usize, upgraded: &Result<Upgrade>) {
+    println!();
+    println!(
+        "| upgrade of 3 x 1 with {keys} keys, a writer (per shard: SET + WAIT 1) running throughout | operator |"
+    );
+    println!("|---|---|");
+    let u = match upgraded {
+        Ok(u) => u,
+        Err(e) => {
+            println!(
+                "| {V80} -> {V81} -> {V91} | not measured: {} |",
+                first_line(&format!("{e:#}"))
+            );
+            return;
+        }
+    };
+    for step in &u.steps {
+        let gates = if step.gates_on_primaries.is_empty() {
+            String::new()
+        } else {
+            format!("; gates opened on primaries: {:?}", step.gates_on_primaries)
+        };
+        println!(
+            "| {} -> {}: patch to Ready with every member on {} ({} members, at most {} rolling at once{gates}) | {:.1} s = {:.1} s per member |",
+            step.from,
+            step.to,
+            step.to,
+            step.members,
+            step.max_rolling,
+            secs(step.took),
+            secs(step.took) / step.members.max(1) as f64
+        );
+    }
+    let report = &u.report;
+    let unacknowledged: u64 = report.streams.iter().map(|s| s.unacknowledged).sum();
+    let failed: u64 = report.streams.iter().map(|s| s.failed).sum();
+    println!(
+        "| writer: acknowledged writes (and writes not acknowledged in 1 s, failed) | {} ({unacknowledged}, {failed}) |",
+        report.acked()
+    );
+    let lost = match &u.lost {
+        Ok(lost) if lost.is_empty() => "0".to_string(),
+        Ok(lost) => format!(
+            "**{} of {} acknowledged writes LOST**, e.g. {:?}",
+            lost.len(),
+            report.acked(),
+            &lost[..lost.len().min(5)]
+        ),
+        Err(e) => format!("**not checked**: {}", first_line(&format!("{e:#}"))),
+    };
+    println!("| writer: acknowledged writes lost (read back after both steps) | {lost} |");
+    let missing = match &u.missing {
+        Ok(missing) if missing.is_empty() => "0".to_string(),
+        Ok(missing) => format!(
+            "**{} of {keys} MISSING**, e.g. {:?}",
+            missing.len(),
+            &missing[..missing.len().min(5)]
+        ),
+        Err(e) => format!("**not checked**: {}", first_line(&format!("{e:#}"))),
+    };
+    println!("| keys loaded on {V80} that do not read back on {V91} | {missing} |");
+    let mut streams: Vec<_> = report.streams.iter().collect();
+    streams.sort_by_key(|s| s.shard);
+    for stream in streams {
+        println!(
+            "| writer: longest time without an acknowledged write, shard {} (slot {}) | {:.1} s |",
+            stream.shard,
+            stream.slot,
+            secs(stream.longest_pause)
+        );
+    }
+    if let Err(e) = &u.progressed {
+        println!(
+            "| writer: after both steps | **did not progress**: {} |",
+            first_line(&format!("{e:#}"))
+        );
+    }
 }
 
 fn secs(d: Duration) -> f64 {
@@ -163,12 +390,35 @@ async fn apply_cluster(
     shards: i32,
     replicas: i32,
 ) -> Result<Duration> {
-    let object = serde_json::from_value(json!({
+    apply_cluster_with(apis, name, shards, replicas, None, &[]).await
+}
+
+/// [`apply_cluster`] on `image` (the default image if `None`) with `annotations`.
+async fn apply_cluster_with(
+    apis: &ClusterApis,
+    name: &str,
+    shards: i32,
+    replicas: i32,
+    image: Option<&str>,
+    annotations: &[(&str, &str)],
+) -> Result<Duration> {
+    let mut object = json!({
         "apiVersion": "valkey.rs/v1alpha1", "kind": "ValkeyCluster",
         "metadata": {"name": name, "namespace": NS},
         "spec": {"shards": shards, "replicasPerShard": replicas,
                  "template": {"persistence": {"size": "1Gi", "reclaimPolicy": "Delete"}}}
-    }))?;
+    });
+    if let Some(image) = image {
+        object["spec"]["template"]["image"] = json!(image);
+    }
+    if !annotations.is_empty() {
+        let annotations: serde_json::Map<String, serde_json::Value> = annotations
+            .iter()
+            .map(|(k, v)| (k.to_string(), json!(v)))
+            .collect();
+        object["metadata"]["annotations"] = serde_json::Value::Object(annotations);
+    }
+    let object = serde_json::from_value(object)?;
     let started = Instant::now();
     apis.create(&object).await?;
     wait(&format!("{name} to be Ready"), LIMIT, || async {
@@ -209,18 +459,27 @@ async fn member_ips(nodes: &Api<ValkeyNode>, prefix: &str) -> Result<Vec<String>
     Ok(ips.into_values().collect())
 }
 
-/// A hand-made cluster-mode ValkeyNode (no `spec.auth`: it serves without a password).
-fn hand_node(name: &str) -> ValkeyNode {
+/// A hand-made cluster-mode ValkeyNode (no `spec.auth`: it serves without a password), on
+/// `image` if given, else the template's default image.
+fn hand_node(name: &str, image: Option<&str>) -> ValkeyNode {
     let mut node = valkey_node(name, WorkloadType::StatefulSet, true, None);
     node.spec.mode = Mode::Cluster;
     node.spec.template.config.0.clear();
+    if let Some(image) = image {
+        node.spec.template.image = image.to_string();
+    }
     node
 }
 
 /// Hand-made nodes `<prefix>-<i>`; returns their IPs once all are Ready.
-async fn hand_nodes(nodes: &Api<ValkeyNode>, prefix: &str, count: usize) -> Result<Vec<String>> {
+async fn hand_nodes(
+    nodes: &Api<ValkeyNode>,
+    prefix: &str,
+    count: usize,
+    image: Option<&str>,
+) -> Result<Vec<String>> {
     for i in 0..count {
-        let node = hand_node(&format!("{prefix}-{i}"));
+        let node = hand_node(&format!("{prefix}-{i}"), image);
         nodes.create(&PostParams::default(), &node).await?;
     }
     wait(&format!("{count} {prefix} nodes"), LIMIT, || async {
@@ -242,9 +501,13 @@ async fn hand_nodes(nodes: &Api<ValkeyNode>, prefix: &str, count: usize) -> Resu
 }
 
 /// One more hand-made node named exactly `name`; its IP once Ready.
-async fn hand_node_ready(nodes: &Api<ValkeyNode>, name: &str) -> Result<String> {
+async fn hand_node_ready(
+    nodes: &Api<ValkeyNode>,
+    name: &str,
+    image: Option<&str>,
+) -> Result<String> {
     nodes
-        .create(&PostParams::default(), &hand_node(name))
+        .create(&PostParams::default(), &hand_node(name, image))
         .await?;
     wait(&format!("{name} to be Ready"), LIMIT, || async {
         let status = nodes.get_status(name).await?.status.unwrap_or_default();
@@ -284,33 +547,97 @@ async fn floor_formation(
     replicas: usize,
 ) -> Result<Floor> {
     let started = Instant::now();
-    let ips = hand_nodes(nodes, prefix, count).await?;
+    let ips = hand_nodes(nodes, prefix, count, None).await?;
     let nodes_ready = started.elapsed();
     let started = Instant::now();
-    cli_create(&floor_access(prefix, &ips), replicas).await?;
+    cli_create(&Cli::Host, &floor_access(prefix, &ips), replicas).await?;
     Ok(Floor {
         nodes_ready,
         formed: started.elapsed(),
     })
 }
 
-/// Hand-made primaries formed into a cluster; its [`Access`].
+/// Hand-made primaries on `image` (the default image if `None`) formed into a cluster by
+/// `cli`; its [`Access`].
 async fn floor_cluster(
     nodes: &Api<ValkeyNode>,
     prefix: &str,
     count: usize,
     replicas: usize,
+    image: Option<&str>,
+    cli: &Cli,
 ) -> Result<Access> {
-    let ips = hand_nodes(nodes, prefix, count).await?;
+    let ips = hand_nodes(nodes, prefix, count, image).await?;
     let access = floor_access(prefix, &ips);
-    cli_create(&access, replicas).await?;
+    cli_create(cli, &access, replicas).await?;
     Ok(access)
+}
+
+/// Which valkey-cli runs the `--cluster` commands of a floor.
+enum Cli {
+    /// The host's (8.0.1, `e2e/setup-valkey.sh`); `--cluster check` through
+    /// [`Access::check`].
+    Host,
+    /// `/usr/bin/valkey-cli` of an image's root filesystem, run with `chroot <root>` (it
+    /// needs that root's libc). The chroot keeps the host's network, so it reaches the
+    /// members' ClusterIPs as the host's does.
+    Chroot(PathBuf),
+}
+
+impl Cli {
+    /// The command line that starts this valkey-cli.
+    fn argv(&self) -> Vec<OsString> {
+        match self {
+            Cli::Host => vec!["valkey-cli".into()],
+            Cli::Chroot(root) => vec!["chroot".into(), root.into(), "/usr/bin/valkey-cli".into()],
+        }
+    }
+
+    /// `valkey-cli --cluster check` from a live member, passed as [`Access::check`] says
+    /// (exit 0, every slot covered, neither an error nor a warning), bounded by
+    /// `timeout 30` as [`Access::check`].
+    fn check(&self, access: &Access) -> Progress<String> {
+        if let Cli::Host = self {
+            return access.check();
+        }
+        let ip = access.live_ip().ok_or("no member answers PING")?;
+        let mut command = Command::new("timeout");
+        command.arg("30").args(self.argv());
+        if let Some(password) = &access.password {
+            command.env("REDISCLI_AUTH", password);
+        }
+        command.args(["--cluster", "check", &addr(ip)]);
+        let out = command
+            .output()
+            .map_err(|e| format!("valkey-cli did not run: {e}"))?;
+        let stdout = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let text = if stdout.is_empty() {
+            String::from_utf8_lossy(&out.stderr).trim().to_string()
+        } else {
+            stdout
+        };
+        check_passed(&text, out.status.success()).map(|()| text)
+    }
+}
+
+/// The root filesystem of the `valkey/valkey:<version>` image, as `e2e/images/build.sh`
+/// builds it: `e2e/images/valkey-rootfs.sh` prints its directory (cached, and warm once the
+/// local cluster has started: it built the images from the same roots).
+fn valkey_root(version: &str) -> Result<PathBuf> {
+    let out = run_script("e2e/images/valkey-rootfs.sh", &[version], &[])?;
+    let root = PathBuf::from(out.trim());
+    if !root.join("usr/bin/valkey-cli").is_file() {
+        bail!("no usr/bin/valkey-cli in {}", root.display());
+    }
+    Ok(root)
 }
 
 /// `valkey-cli --cluster <args>`, logged in with `access`'s password if it has one
 /// (REDISCLI_AUTH, so it is not on the command line).
-fn cluster_cli(access: &Access, args: &[&str]) -> Command {
-    let mut command = Command::new("valkey-cli");
+fn cluster_cli(cli: &Cli, access: &Access, args: &[&str]) -> Command {
+    let argv = cli.argv();
+    let mut command = Command::new(&argv[0]);
+    command.args(&argv[1..]);
     if let Some(password) = &access.password {
         command.env("REDISCLI_AUTH", password);
     }
@@ -319,8 +646,8 @@ fn cluster_cli(access: &Access, args: &[&str]) -> Command {
 }
 
 /// Runs a `valkey-cli --cluster` command that must succeed (bounded by [`LIMIT`]).
-fn cluster_cli_ok(access: &Access, args: &[&str]) -> Result<String> {
-    let out = cluster_cli(access, args).output()?;
+fn cluster_cli_ok(cli: &Cli, access: &Access, args: &[&str]) -> Result<String> {
+    let out = cluster_cli(cli, access, args).output()?;
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     if !out.status.success() {
         bail!(
@@ -339,15 +666,15 @@ fn addr(ip: &str) -> String {
 
 /// `valkey-cli --cluster create`, then wait for `--cluster check` to pass (every node agrees,
 /// every slot covered, nothing open).
-async fn cli_create(access: &Access, replicas: usize) -> Result<()> {
+async fn cli_create(cli: &Cli, access: &Access, replicas: usize) -> Result<()> {
     let addrs: Vec<String> = access.members.iter().map(|m| addr(&m.ip)).collect();
     let mut args = vec!["create"];
     args.extend(addrs.iter().map(String::as_str));
     let replicas = replicas.to_string();
     args.extend(["--cluster-replicas", &replicas, "--cluster-yes"]);
-    cluster_cli_ok(access, &args)?;
+    cluster_cli_ok(cli, access, &args)?;
     wait("--cluster check to pass", LIMIT, || async {
-        Ok(access.check().map(|_| ()))
+        Ok(cli.check(access).map(|_| ()))
     })
     .await
 }
@@ -371,6 +698,20 @@ struct Migration {
     /// From the first slot seen opening to the last closed.
     moving: Duration,
     moved_keys: usize,
+    /// The new primary's ClusterIP.
+    new_ip: String,
+    /// The operator's scale-outs: how `total` began.
+    operator: Option<OperatorStart>,
+}
+
+/// The start of an operator's scale-out.
+struct OperatorStart {
+    /// From the patch of `spec.shards` to the new primary seen Ready (where `total` starts).
+    ready_after_patch: Duration,
+    /// Slots the new primary held, by its own view, at the first look after that: the
+    /// operator starts moving on the same readiness (watching it rather than polling), so
+    /// a small move may be over before the bench's first look.
+    held_at_start: u32,
 }
 
 /// Slots owned by `id` and the open slots, as the node at `ip` sees them.
@@ -406,6 +747,7 @@ fn balanced(access: &Access, observer: &str, new_ip: &str, new_id: &str) -> Resu
 
 async fn operator_scale_out(apis: &ClusterApis, access: &Access, name: &str) -> Result<Migration> {
     let observer = access.members[0].ip.clone();
+    let patched = Instant::now();
     apis.patch(name, json!({"spec": {"shards": 4}})).await?;
     let new_member = format!("{name}-3-0");
     let new_ip = wait("the new primary to answer", LIMIT, || async {
@@ -419,11 +761,19 @@ async fn operator_scale_out(apis: &ClusterApis, access: &Access, name: &str) -> 
     })
     .await?;
     let started = Instant::now();
+    let ready_after_patch = started - patched;
     let new_id = access.node_id(&new_ip)?;
     let mut first_move: Option<Instant> = None;
+    let mut held_at_start: Option<u32> = None;
     wait("the operator's migration", LIMIT, || {
-        if first_move.is_none() && moving(access, &new_ip, &new_id).unwrap_or(false) {
-            first_move = Some(Instant::now());
+        // What `moving` looks at, the first look's slot count kept.
+        if first_move.is_none()
+            && let Ok((owned, open)) = slots_seen_by(access, &new_ip, &new_id)
+        {
+            held_at_start.get_or_insert(owned);
+            if owned > 0 || open > 0 {
+                first_move = Some(Instant::now());
+            }
         }
         let done = balanced(access, &observer, &new_ip, &new_id);
         async move { done }
@@ -434,6 +784,11 @@ async fn operator_scale_out(apis: &ClusterApis, access: &Access, name: &str) -> 
         total: done - started,
         moving: done - first_move.unwrap_or(done),
         moved_keys: access.cli(&new_ip, &["DBSIZE"]).parse()?,
+        new_ip,
+        operator: Some(OperatorStart {
+            ready_after_patch,
+            held_at_start: held_at_start.unwrap_or(0),
+        }),
     })
 }
 
@@ -456,7 +811,7 @@ struct CliMigration {
 ///   it does, and until then it answers MIGRATE's RESTORE-ASKING with CLUSTERDOWN, which also
 ///   stops `rebalance` with its first slot open;
 /// - `--cluster check` passes (every node agrees, every slot covered, nothing open).
-fn joined(access: &Access, new_ip: &str, new_id: &str) -> Result<Progress<()>> {
+fn joined(cli: &Cli, access: &Access, new_ip: &str, new_id: &str) -> Result<Progress<()>> {
     for m in &access.members {
         let view = access.nodes_seen_by(&m.ip)?;
         match view.iter().find(|n| n.id == new_id) {
@@ -477,26 +832,29 @@ fn joined(access: &Access, new_ip: &str, new_id: &str) -> Result<Progress<()>> {
             first_line(&info)
         )));
     }
-    Ok(access.check().map(|_| ()))
+    Ok(cli.check(access).map(|_| ()))
 }
 
-/// The floor: a fourth hand-made node, `valkey-cli --cluster add-node`, then (once it can
-/// take slots, see [`joined`]) `valkey-cli --cluster rebalance --cluster-use-empty-masters`
-/// with its defaults (`--cluster-pipeline 10`, `--cluster-timeout 60000`), its output in
-/// `<run>/rebalance.out`.
+/// The floor: a fourth hand-made node (on `image`, the default image if `None`),
+/// `valkey-cli --cluster add-node`, then (once it can take slots, see [`joined`])
+/// `valkey-cli --cluster rebalance --cluster-use-empty-masters` with its defaults
+/// (`--cluster-pipeline 10`, `--cluster-timeout 60000`), all by `cli`, its output in
+/// `<run>/<prefix>-rebalance.out`.
 async fn cli_scale_out(
     nodes: &Api<ValkeyNode>,
     access: &Access,
     prefix: &str,
     run: &Path,
+    image: Option<&str>,
+    cli: &Cli,
 ) -> Result<CliMigration> {
-    let new_ip = hand_node_ready(nodes, &format!("{prefix}-3")).await?;
+    let new_ip = hand_node_ready(nodes, &format!("{prefix}-3"), image).await?;
     let new_id = access.node_id(&new_ip)?;
     let seed = addr(&access.members[0].ip);
     let started = Instant::now();
-    cluster_cli_ok(access, &["add-node", &addr(&new_ip), &seed])?;
+    cluster_cli_ok(cli, access, &["add-node", &addr(&new_ip), &seed])?;
     wait("the new node to join", Duration::from_secs(60), || async {
-        match joined(access, &new_ip, &new_id) {
+        match joined(cli, access, &new_ip, &new_id) {
             Err(e) => Ok(Err(format!("{e:#}"))),
             other => other,
         }
@@ -504,12 +862,17 @@ async fn cli_scale_out(
     .await?;
     let joined = started.elapsed();
 
+    let log = |ext: &str| run.join(format!("{prefix}-rebalance.{ext}"));
     let rebalance_started = Instant::now();
-    let mut child = cluster_cli(access, &["rebalance", &seed, "--cluster-use-empty-masters"])
-        .stdout(File::create(run.join("rebalance.out"))?)
-        .stderr(Stdio::from(File::create(run.join("rebalance.err"))?))
-        .spawn()
-        .context("starting valkey-cli --cluster rebalance")?;
+    let mut child = cluster_cli(
+        cli,
+        access,
+        &["rebalance", &seed, "--cluster-use-empty-masters"],
+    )
+    .stdout(File::create(log("out"))?)
+    .stderr(Stdio::from(File::create(log("err"))?))
+    .spawn()
+    .context("starting valkey-cli --cluster rebalance")?;
     let mut first_move: Option<Instant> = None;
     let status = loop {
         if let Some(status) = child.try_wait()? {
@@ -521,22 +884,27 @@ async fn cli_scale_out(
         if rebalance_started.elapsed() > CLI_LIMIT {
             let _ = child.kill();
             let _ = child.wait();
-            bail!("rebalance did not finish in {CLI_LIMIT:?}: {}", tail(run));
+            bail!(
+                "rebalance did not finish in {CLI_LIMIT:?}: {}",
+                tail(run, prefix)
+            );
         }
         tokio::time::sleep(POLL).await;
     };
     let done = Instant::now();
     if !status.success() {
-        bail!("rebalance exited with {status}: {}", tail(run));
+        bail!("rebalance exited with {status}: {}", tail(run, prefix));
     }
     // It exits 0 also when it moved nothing ("No rebalancing needed"): check the result.
     balanced(access, &access.members[0].ip, &new_ip, &new_id)?
-        .map_err(|why| anyhow::anyhow!("rebalance exited 0 but {why}: {}", tail(run)))?;
+        .map_err(|why| anyhow::anyhow!("rebalance exited 0 but {why}: {}", tail(run, prefix)))?;
     Ok(CliMigration {
         migration: Migration {
             total: done - started,
             moving: done - first_move.unwrap_or(done),
             moved_keys: access.cli(&new_ip, &["DBSIZE"]).parse()?,
+            new_ip,
+            operator: None,
         },
         joined,
         rebalance: done - rebalance_started,
@@ -545,14 +913,283 @@ async fn cli_scale_out(
 
 /// The last lines of `rebalance`'s output (stdout, then stderr) other than its progress
 /// marks.
-fn tail(run: &Path) -> String {
-    let read = |name: &str| std::fs::read_to_string(run.join(name)).unwrap_or_default();
-    let text = read("rebalance.out") + &read("rebalance.err");
+fn tail(run: &Path, prefix: &str) -> String {
+    let read = |ext: &str| {
+        std::fs::read_to_string(run.join(format!("{prefix}-rebalance.{ext}"))).unwrap_or_default()
+    };
+    let text = read("out") + &read("err");
     let lines: Vec<&str> = text
         .lines()
         .filter(|l| !l.trim().is_empty() && !l.chars().all(|c| c == '#'))
         .collect();
     lines[lines.len().saturating_sub(6)..].join(" / ")
+}
+
+/// Deletes the ValkeyClusters `clusters` and the hand-made nodes `<prefix>-<i>` of
+/// `hand_prefixes`, then waits until no ValkeyNode or pod of theirs is left, so the next
+/// measurement does not share the machine with them. Past 3 minutes, or on an API error, it
+/// warns and goes on.
+async fn clear(apis: &ClusterApis, clusters: &[&str], hand_prefixes: &[&str]) {
+    let prefixes: Vec<String> = clusters
+        .iter()
+        .chain(hand_prefixes)
+        .map(|p| format!("{p}-"))
+        .collect();
+    let ours = |name: &str| prefixes.iter().any(|p| name.starts_with(p.as_str()));
+    let result = async {
+        for name in clusters {
+            apis.clusters.delete(name, &DeleteParams::default()).await?;
+        }
+        for node in apis.nodes.list(&Default::default()).await? {
+            let name = node.metadata.name.unwrap_or_default();
+            if hand_prefixes
+                .iter()
+                .any(|p| name.starts_with(&format!("{p}-")))
+            {
+                apis.nodes.delete(&name, &DeleteParams::default()).await?;
+            }
+        }
+        wait(
+            "their ValkeyNodes and pods to go",
+            Duration::from_secs(180),
+            || async {
+                let mut left: Vec<String> = Vec::new();
+                for node in apis.nodes.list(&Default::default()).await? {
+                    left.extend(node.metadata.name.filter(|n| ours(n)));
+                }
+                for pod in apis.pods.list(&Default::default()).await? {
+                    left.extend(pod.metadata.name.filter(|n| ours(n)));
+                }
+                Ok(if left.is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!("left: {left:?}"))
+                })
+            },
+        )
+        .await
+    }
+    .await;
+    if let Err(e) = result {
+        eprintln!("bench-cluster: warning: clearing {prefixes:?}: {e:#}");
+    }
+}
+
+/// The cluster's status in one line, for a failed measurement.
+async fn status_line(apis: &ClusterApis, name: &str) -> String {
+    match apis.clusters.get_opt(name).await {
+        Ok(Some(c)) => c
+            .status
+            .as_ref()
+            .map_or_else(|| "no status".to_string(), describe_status),
+        Ok(None) => "no such ValkeyCluster".to_string(),
+        Err(e) => format!("cannot read it: {e}"),
+    }
+}
+
+/// Says loudly that a measurement of the operator failed, with topology-controller's last
+/// log lines.
+fn explain_failure(cluster: &LocalCluster, name: &str, error: &anyhow::Error) {
+    eprintln!(
+        "bench-cluster: MEASUREMENT ON {name} FAILED: {error:#}\nbench-cluster: topology-controller's log ends:\n{}",
+        cluster.log_tail("topology-controller", 40)
+    );
+}
+
+/// A 3 -> 4 scale-out on Valkey 9.1.
+struct Scaled {
+    /// `moving` is not reported: the atomic path never shows a slot importing.
+    migration: Migration,
+    /// valkey-cli's: `add-node` until the new node can take slots, then `rebalance`.
+    cli: Option<(Duration, Duration)>,
+    /// What `CLUSTER GETSLOTMIGRATIONS` lists on the new primary, see [`migration_jobs`].
+    jobs: String,
+}
+
+/// 3 x 0 on [`V91`] with `keys` keys (and `annotations`), scaled to 4 shards by the operator.
+async fn operator_scale_out_on(
+    apis: &ClusterApis,
+    name: &str,
+    keys: usize,
+    annotations: &[(&str, &str)],
+) -> Result<Scaled> {
+    let image = image(V91);
+    apply_cluster_with(apis, name, 3, 0, Some(&image), annotations).await?;
+    let access = cluster_access(apis, name).await?;
+    load_keys(&access, name, keys).await?;
+    let migration = operator_scale_out(apis, &access, name).await?;
+    let jobs = migration_jobs(&access, &migration.new_ip);
+    Ok(Scaled {
+        migration,
+        cli: None,
+        jobs,
+    })
+}
+
+/// 3 hand-made primaries on [`V91`] with `keys` keys, a fourth added and the slots
+/// rebalanced by [`V91`]'s own valkey-cli (from the image's root filesystem).
+async fn cli_scale_out_on(
+    nodes: &Api<ValkeyNode>,
+    prefix: &str,
+    keys: usize,
+    run: &Path,
+) -> Result<Scaled> {
+    let cli = Cli::Chroot(valkey_root(V91)?);
+    let image = image(V91);
+    let access = floor_cluster(nodes, prefix, 3, 0, Some(&image), &cli).await?;
+    load_keys(&access, prefix, keys).await?;
+    let m = cli_scale_out(nodes, &access, prefix, run, Some(&image), &cli).await?;
+    let jobs = migration_jobs(&access, &m.migration.new_ip);
+    Ok(Scaled {
+        migration: m.migration,
+        cli: Some((m.joined, m.rebalance)),
+        jobs,
+    })
+}
+
+/// The atomic slot migration jobs `CLUSTER GETSLOTMIGRATIONS` lists on `ip`, counted by
+/// operation and state ("none": the slots it holds came the classic way). valkey-cli prints
+/// each job's fields and values one per line.
+fn migration_jobs(access: &Access, ip: &str) -> String {
+    let text = access.cli(ip, &["CLUSTER", "GETSLOTMIGRATIONS"]);
+    let lines: Vec<&str> = text.lines().map(str::trim).collect();
+    let after = |field: &str| -> Vec<&str> {
+        lines
+            .windows(2)
+            .filter(|w| w[0] == field)
+            .map(|w| w[1])
+            .collect()
+    };
+    let (operations, states) = (after("operation"), after("state"));
+    if operations.is_empty() {
+        return if text.is_empty() {
+            "none".to_string()
+        } else {
+            format!("none ({})", first_line(&text))
+        };
+    }
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for (i, operation) in operations.iter().enumerate() {
+        let state = states.get(i).copied().unwrap_or("?");
+        *counts.entry(format!("{operation} {state}")).or_default() += 1;
+    }
+    counts
+        .iter()
+        .map(|(what, n)| format!("{n} {what}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// One step of [`upgrade`].
+struct UpgradeStep {
+    from: &'static str,
+    to: &'static str,
+    /// From the patch of `spec.template.image` to Ready with every member on `to`.
+    took: Duration,
+    members: usize,
+    /// The most members seen rolling at once ([`RollWatch`]).
+    max_rolling: usize,
+    /// Members whose roll gate opened while they were primary (a primary hands over
+    /// first, so none is expected).
+    gates_on_primaries: Vec<String>,
+}
+
+struct Upgrade {
+    steps: Vec<UpgradeStep>,
+    /// The writer, stopped after both steps.
+    report: WriterReport,
+    /// Acknowledged writes that do not read back.
+    lost: Result<Vec<String>>,
+    /// Keys loaded before the first step that do not read back after the last.
+    missing: Result<Vec<String>>,
+    /// Whether the writer acknowledged 200 more writes after the last step.
+    progressed: Result<()>,
+}
+
+/// A 3 x 1 cluster on [`V80`] with `keys` keys, upgraded to [`V81`] and then [`V91`] by
+/// patching `spec.template.image`, an [`AckedWriter`] running throughout. Each step ends when
+/// every member rolled ([`RollWatch`]), the cluster is Ready and `status.versions` lists only
+/// the new version.
+async fn upgrade(apis: &ClusterApis, name: &str, keys: usize) -> Result<Upgrade> {
+    apply_cluster_with(apis, name, 3, 1, Some(&image(V80)), &[]).await?;
+    let access = cluster_access(apis, name).await?;
+    load_keys(&access, name, keys).await?;
+    let writer = AckedWriter::start(&access).await?;
+    writer.progressed(200, Duration::from_secs(60)).await?;
+    let mut steps = Vec::new();
+    for (from, to) in [(V80, V81), (V81, V91)] {
+        let members = apis.members(name).await?;
+        let watch = RefCell::new(RollWatch::new(&members));
+        let started = Instant::now();
+        apis.patch(name, json!({"spec": {"template": {"image": image(to)}}}))
+            .await?;
+        wait(
+            &format!("every member of {name} to run {to} and {name} to be Ready"),
+            LIMIT,
+            || async {
+                let members = apis.members(name).await?;
+                if let Err(why) = watch.borrow_mut().sample_until_rolled(&members) {
+                    return Ok(Err(why));
+                }
+                let status = match ready_status(apis, name).await? {
+                    Ok(status) => status,
+                    Err(why) => return Ok(Err(why)),
+                };
+                Ok(
+                    if status.versions.len() == 1 && status.versions[0].starts_with(to) {
+                        Ok(())
+                    } else {
+                        Err(format!("status.versions {:?}", status.versions))
+                    },
+                )
+            },
+        )
+        .await?;
+        let took = started.elapsed();
+        let watch = watch.into_inner();
+        eprintln!(
+            "bench-cluster: {name}: {from} -> {to} in {took:?}, gate order {:?}",
+            watch.gate_order
+        );
+        steps.push(UpgradeStep {
+            from,
+            to,
+            took,
+            members: members.len(),
+            max_rolling: watch.max_rolling,
+            gates_on_primaries: watch
+                .gate_order
+                .iter()
+                .filter(|(_, role)| *role != Some(Role::Replica))
+                .map(|(n, role)| format!("{n} ({role:?})"))
+                .collect(),
+        });
+    }
+    let progressed = writer.progressed(200, Duration::from_secs(60)).await;
+    let report = writer.stop().await?;
+    eprintln!(
+        "bench-cluster: {name}: writer during both steps\n{}",
+        report.summary()
+    );
+    let lost = report.lost(&access).await;
+    if let Ok(lost) = &lost
+        && !lost.is_empty()
+    {
+        eprintln!(
+            "bench-cluster: !!! {name}: {} OF {} ACKNOWLEDGED WRITES LOST, e.g. {:?}",
+            lost.len(),
+            report.acked(),
+            &lost[..lost.len().min(10)]
+        );
+    }
+    let missing = DataSet::new(name, keys).missing(&access).await;
+    Ok(Upgrade {
+        steps,
+        report,
+        lost,
+        missing,
+        progressed,
+    })
 }
 
 /// Freezes shard 0's primary with SIGSTOP and times until its replica accepts a write to a
