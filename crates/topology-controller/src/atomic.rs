@@ -18,18 +18,9 @@ use crate::commands::{CommandResultExt, ErrorKind, StepError, Valkey, ValkeyErro
 use crate::migrate::{End, Moved, Stopped};
 use crate::slot_jobs::SlotJob;
 use crate::slots::{Move, slot_count};
-use crd_types::versions::Version;
-
-/// The first version with atomic slot migration.
-pub const SINCE: Version = Version::new(9, 0);
 
 /// How often a running migration's jobs are looked at.
 const POLL: Duration = Duration::from_millis(100);
-
-/// Whether both ends of every move run a version with atomic slot migration.
-pub fn all_support(versions: impl IntoIterator<Item = Option<Version>>) -> bool {
-    versions.into_iter().all(|v| v.is_some_and(|v| v >= SINCE))
-}
 
 /// One `MIGRATESLOTS`: per target member, the ranges of its job.
 pub type Groups<'a> = BTreeMap<&'a str, Vec<(u16, u16)>>;
@@ -152,6 +143,8 @@ mod tests {
     use super::*;
     use crate::fake::{FakeCluster, FakeConn};
     use crate::model::Address;
+    use crate::slot_jobs::all_support;
+    use crd_types::versions::Version;
 
     fn moving(first: u16, last: u16, from: &str, to: &str) -> Move<String> {
         Move {

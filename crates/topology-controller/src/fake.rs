@@ -888,7 +888,7 @@ impl Valkey for FakeConn {
             .collect::<Vec<_>>()
             .join(" ");
         self.run(format!("CLUSTER MIGRATESLOTS {text}"), move |state, me| {
-            if state.node(me).version < crate::atomic::SINCE {
+            if state.node(me).version < crate::slot_jobs::SINCE {
                 return Err(refused("ERR unknown subcommand 'MIGRATESLOTS'"));
             }
             for (ranges, _) in &groups {
@@ -907,7 +907,7 @@ impl Valkey for FakeConn {
                     .map(|(s, e)| if s == e { s.to_string() } else { format!("{s}-{e}") })
                     .collect::<Vec<_>>()
                     .join(" ");
-                let target_ok = state.node(&target).version >= crate::atomic::SINCE;
+                let target_ok = state.node(&target).version >= crate::slot_jobs::SINCE;
                 let (state_now, message) = match (target_ok, state.hold_slot_migrations) {
                     (false, _) => (
                         "failed",
@@ -943,7 +943,7 @@ impl Valkey for FakeConn {
     async fn slot_migrations(&self) -> Result<Vec<Fields>, ValkeyError> {
         self.run("CLUSTER GETSLOTMIGRATIONS".into(), |state, me| {
             let node = state.node(me);
-            if node.version < crate::atomic::SINCE {
+            if node.version < crate::slot_jobs::SINCE {
                 return Err(refused("ERR unknown subcommand 'GETSLOTMIGRATIONS'"));
             }
             Ok(node.jobs.clone())

@@ -186,6 +186,11 @@ impl Member {
         self.reply.as_ref()?.view.myself().primary_id.as_deref()
     }
 
+    /// The Valkey version it runs (`INFO server`); `None` when unknown.
+    pub fn version(&self) -> Option<Version> {
+        Some(self.reply.as_ref()?.live_config.as_ref()?.version)
+    }
+
     /// Its role by `INFO replication`.
     pub fn role(&self) -> Option<Role> {
         Some(self.reply.as_ref()?.replication.role)

@@ -8,9 +8,8 @@ use crate::commands::{ErrorKind, StepError, Valkey, ValkeyError};
 use crate::info::{ReplicationInfo, cluster_state_ok, server_version};
 use crd_types::live_config::{Version, live_on};
 
-use crate::atomic;
 use crate::model::{LiveConfig, Reply};
-use crate::slot_jobs::SlotJob;
+use crate::slot_jobs::{self, SlotJob};
 
 /// One member's answer: its view, its replication and its version.
 #[derive(Clone, Debug)]
@@ -34,7 +33,7 @@ pub async fn ask<V: Valkey>(conn: &V) -> Result<Answer, ValkeyError> {
     let live_config = live_config(conn, version.as_deref()).await?;
     let slot_jobs = match live_config.as_ref().map(|c| c.version) {
         // Not knowing them is no reason to call the member silent.
-        Some(v) if v >= atomic::SINCE => conn
+        Some(v) if v >= slot_jobs::SINCE => conn
             .slot_migrations()
             .await
             .ok()

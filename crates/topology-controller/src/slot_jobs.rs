@@ -1,7 +1,17 @@
-//! `CLUSTER GETSLOTMIGRATIONS` (Valkey 9.0+) read: the atomic slot migration jobs a node
-//! sends or receives, finished ones included (see [`crate::atomic`]).
+//! Atomic slot migration's facts (Valkey 9.0+): which versions have it, and
+//! `CLUSTER GETSLOTMIGRATIONS` read: the jobs a node sends or receives, finished ones
+//! included. The planner and the fakes read them here; [`crate::atomic`] moves the slots.
 
 use crate::commands::Fields;
+use crd_types::versions::Version;
+
+/// The first version with atomic slot migration.
+pub const SINCE: Version = Version::new(9, 0);
+
+/// Whether both ends of every move run a version with atomic slot migration.
+pub fn all_support(versions: impl IntoIterator<Item = Option<Version>>) -> bool {
+    versions.into_iter().all(|v| v.is_some_and(|v| v >= SINCE))
+}
 
 /// One slot migration job as `CLUSTER GETSLOTMIGRATIONS` reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]

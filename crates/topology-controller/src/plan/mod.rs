@@ -28,8 +28,8 @@ use std::fmt;
 use crd_types::conditions::reasons::Waiting;
 use crd_types::versions;
 
-use crate::atomic;
 use crate::model::{Address, Member, Shape};
+use crate::slot_jobs;
 use crate::slots::{Move, SlotRange, format_ranges, slot_count};
 use roll::RollStep;
 use snapshot::Snapshot;
@@ -325,10 +325,7 @@ fn across_versions(step: Step, members: &[Member]) -> Step {
         Step::FixOpenSlot { source, target, .. } => vec![(source.as_str(), target.as_str())],
         _ => return step,
     };
-    let version = |name: &str| {
-        let m = members.iter().find(|m| m.name == name)?;
-        Some(m.reply.as_ref()?.live_config.as_ref()?.version)
-    };
+    let version = |name: &str| members.iter().find(|m| m.name == name)?.version();
     for (from, to) in ends {
         if let (Some(newer), Some(older)) = (version(from), version(to))
             && versions::rdb_format(newer) > versions::rdb_format(older)
@@ -372,14 +369,11 @@ fn atomically(step: Step, shape: &Shape, members: &[Member]) -> Step {
     let Step::Migrate(moves) = step else {
         return step;
     };
-    let version = |name: &str| {
-        let m = members.iter().find(|m| m.name == name)?;
-        Some(m.reply.as_ref()?.live_config.as_ref()?.version)
-    };
+    let version = |name: &str| members.iter().find(|m| m.name == name)?.version();
     let ends = moves
         .iter()
         .flat_map(|m| [version(&m.from), version(&m.to)]);
-    if shape.atomic_migration && atomic::all_support(ends) {
+    if shape.atomic_migration && slot_jobs::all_support(ends) {
         Step::MigrateAtomically(moves)
     } else {
         Step::Migrate(moves)
@@ -390,12 +384,7 @@ fn atomically(step: Step, shape: &Shape, members: &[Member]) -> Step {
 fn refused_target(shape: &Shape, members: &[Member]) -> Option<Step> {
     let running: Vec<(&str, _)> = members
         .iter()
-        .filter_map(|m| {
-            Some((
-                m.name.as_str(),
-                m.reply.as_ref()?.live_config.as_ref()?.version,
-            ))
-        })
+        .filter_map(|m| Some((m.name.as_str(), m.version()?)))
         .collect();
     let (reason, message) = target::refuse(&shape.image, &shape.config, &running)?;
     Some(Step::wait(reason, message))
