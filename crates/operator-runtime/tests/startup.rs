@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
@@ -110,9 +110,14 @@ struct Scenario {
 
 impl Scenario {
     fn new(name: &'static str, api_server: Option<SocketAddr>) -> Self {
+        // One directory per Scenario: tests run in parallel and several use the same
+        // scenario name, and a child reading another test's kubeconfig talks to that
+        // test's fake API server.
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
         let dir = std::env::temp_dir().join(format!(
-            "operator-runtime-test-{}-{name}",
-            std::process::id()
+            "operator-runtime-test-{}-{name}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
         ));
         std::fs::create_dir_all(&dir).unwrap();
         let kubeconfig = dir.join("kubeconfig");
