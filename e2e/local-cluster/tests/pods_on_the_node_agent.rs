@@ -188,6 +188,7 @@ async fn local_cluster_runs_real_pods() {
     deployment_pod_and_image_pull_errors(&cluster, &client).await;
     volume_grows_and_reports_usage(&cluster, &client).await;
     partition_cuts_and_heals_replication(&cluster, &client).await;
+    lifecycle_hooks_run_around_the_container(&cluster, &client, run.path()).await;
 
     let recorded = local_cluster::process::recorded(run.path()).unwrap();
     let mut cluster = cluster;
@@ -504,4 +505,128 @@ async fn answers_ping(ip: &str, timeout: Duration) -> bool {
         .ok()
         .flatten()
         .unwrap_or(false)
+}
+
+/// postStart runs before the container counts as started, preStop runs before SIGTERM, and
+/// a failing postStart kills the container with the hook's message. The hooks and the main
+/// process append to one file on a hostPath, so the test reads their order after the pod
+/// (and its directory on the node) is gone.
+async fn lifecycle_hooks_run_around_the_container(
+    cluster: &LocalCluster,
+    client: &Client,
+    run_dir: &std::path::Path,
+) {
+    let ns = "hooks";
+    namespace(client, ns).await;
+    let dir = run_dir.join("hook-events");
+    let events_file = dir.join("events");
+    let events = &|| -> Vec<String> {
+        std::fs::read_to_string(&events_file)
+            .unwrap_or_default()
+            .lines()
+            .map(String::from)
+            .collect()
+    };
+    // Each hook waits a second first: one that ran concurrently with what it must precede
+    // would record its line after it.
+    let main = "trap 'echo sigterm >> /hooks/events; exit 0' TERM
+        until grep -q post-start /hooks/events 2>/dev/null; do sleep 0.1; done
+        echo main-running >> /hooks/events
+        while true; do sleep 0.1; done";
+    apply::<Pod>(client, ns, json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hooked", "labels": {"app": "hooked"}},
+        "spec": {
+            "terminationGracePeriodSeconds": 30,
+            "containers": [{
+                "name": "main",
+                "image": "valkey/valkey:8.1",
+                "command": ["sh", "-c", main],
+                "lifecycle": {
+                    "postStart": {"exec": {"command": ["sh", "-c", "sleep 1; echo post-start >> /hooks/events"]}},
+                    "preStop": {"exec": {"command": ["sh", "-c", "sleep 1; echo pre-stop >> /hooks/events"]}},
+                },
+                "volumeMounts": [{"name": "hooks", "mountPath": "/hooks"}],
+            }],
+            "volumes": [{"name": "hooks", "hostPath": {"path": dir.display().to_string(), "type": "DirectoryOrCreate"}}],
+        }
+    }))
+    .await;
+    ready_pod(cluster, client, ns, "hooked").await;
+    assert_eq!(
+        events().first().map(String::as_str),
+        Some("post-start"),
+        "the container is ready only once postStart is done"
+    );
+    cluster
+        .wait_for(
+            "the main process to see postStart's line",
+            move || async move { Ok(events() == ["post-start", "main-running"]) },
+        )
+        .await
+        .unwrap();
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    pods.delete("hooked", &DeleteParams::default())
+        .await
+        .unwrap();
+    cluster
+        .wait_for("the hooked pod to be gone", || {
+            let pods = pods.clone();
+            async move { Ok(pods.get_opt("hooked").await?.is_none()) }
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        events(),
+        ["post-start", "main-running", "pre-stop", "sigterm"],
+        "preStop runs to completion before SIGTERM"
+    );
+
+    // A failing postStart: the container is killed and the run ends with the hook's message;
+    // restartPolicy Never makes that final.
+    apply::<Pod>(client, ns, json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bad-hook"},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 5,
+            "containers": [{
+                "name": "main",
+                "image": "valkey/valkey:8.1",
+                "command": ["sleep", "3600"],
+                "lifecycle": {"postStart": {"exec": {"command": ["sh", "-c", "echo no config here >&2; exit 7"]}}},
+            }],
+        }
+    }))
+    .await;
+    let terminated = cluster
+        .wait_for_value("the bad-hook pod to fail", || {
+            let pods = pods.clone();
+            async move {
+                let status = pods.get("bad-hook").await?.status.unwrap_or_default();
+                Ok(status
+                    .container_statuses
+                    .unwrap_or_default()
+                    .into_iter()
+                    .find_map(|c| c.state.and_then(|s| s.terminated)))
+            }
+        })
+        .await
+        .unwrap();
+    let message = terminated.message.unwrap_or_default();
+    assert!(message.starts_with("PostStartHookError: "), "{message}");
+    assert!(
+        message.contains("exited with 7: no config here"),
+        "{message}"
+    );
+    assert_ne!(terminated.exit_code, 0, "killed, not completed");
+    cluster
+        .wait_for("the bad-hook pod's phase to be Failed", || {
+            let pods = pods.clone();
+            async move {
+                let pod = pods.get("bad-hook").await?;
+                Ok(pod.status.and_then(|s| s.phase).as_deref() == Some("Failed"))
+            }
+        })
+        .await
+        .unwrap();
 }

@@ -383,8 +383,45 @@ fn resolve_in_path(cmd: &str, env: &[(String, String)]) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// Runs an exec probe in a container; Err carries a message with the output.
+/// Kills a process group when dropped: an exec abandoned mid-run (a hook cut
+/// short by the container's exit or a stop) must not leave its children behind.
+struct GroupGuard(Option<u32>);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0 {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+/// Whether `pid` still runs the agent's own binary: a container helper that
+/// has not yet exec'd the container's program, so its mounts may be incomplete.
+fn still_in_setup(pid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let (Ok(agent), Ok(it)) = (
+        fs::metadata("/proc/self/exe"),
+        fs::metadata(format!("/proc/{pid}/exe")),
+    ) else {
+        return false;
+    };
+    (agent.dev(), agent.ino()) == (it.dev(), it.ino())
+}
+
+/// Runs a command (exec probe or hook) in a container; Err carries a message with the output.
 pub async fn exec_in(spec: &ExecInSpec, timeout: Duration) -> Result<(), String> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    // A postStart hook runs right after launch: joining the helper's namespace
+    // before its setup is done would see an empty root.
+    while still_in_setup(spec.pid) {
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!("container process {} is still starting", spec.pid));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let json = serde_json::to_string(spec).map_err(|e| e.to_string())?;
     let child = tokio::process::Command::new("/proc/self/exe")
         .arg("exec-in")
@@ -396,8 +433,13 @@ pub async fn exec_in(spec: &ExecInSpec, timeout: Duration) -> Result<(), String>
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| format!("spawning exec probe: {e}"))?;
-    let pid = child.id();
-    match tokio::time::timeout(timeout, child.wait_with_output()).await {
+    let mut group = GroupGuard(child.id());
+    let result = tokio::time::timeout_at(deadline, child.wait_with_output()).await;
+    if result.is_ok() {
+        // Finished: background children live on, as in a real container.
+        group.0 = None;
+    }
+    match result {
         Ok(Ok(out)) if out.status.success() => Ok(()),
         Ok(Ok(out)) => {
             let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -411,19 +453,11 @@ pub async fn exec_in(spec: &ExecInSpec, timeout: Duration) -> Result<(), String>
             ))
         }
         Ok(Err(e)) => Err(format!("waiting for exec probe: {e}")),
-        Err(_) => {
-            if let Some(pid) = pid {
-                let _ = nix::sys::signal::killpg(
-                    nix::unistd::Pid::from_raw(pid as i32),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
-            Err(format!(
-                "command {:?} timed out after {}s",
-                spec.argv,
-                timeout.as_secs()
-            ))
-        }
+        Err(_) => Err(format!(
+            "command {:?} timed out after {}s",
+            spec.argv,
+            timeout.as_secs()
+        )),
     }
 }
 
@@ -437,6 +471,22 @@ mod tests {
         assert!(resolve_in_path("sh", &env).is_some());
         assert_eq!(resolve_in_path("/x/y", &env), Some(PathBuf::from("/x/y")));
         assert_eq!(resolve_in_path("definitely-not-a-tool", &env), None);
+    }
+
+    #[test]
+    fn setup_ends_with_the_exec() {
+        assert!(
+            still_in_setup(std::process::id()),
+            "runs the agent's binary"
+        );
+        let mut other = std::process::Command::new("sleep")
+            .arg("10")
+            .spawn()
+            .unwrap();
+        assert!(!still_in_setup(other.id()), "exec'd another program");
+        other.kill().unwrap();
+        other.wait().unwrap();
+        assert!(!still_in_setup(u32::MAX), "gone");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! task per pod.
 
 pub mod env;
+pub mod hooks;
 pub mod probes;
 pub mod runtime;
 pub mod status;

@@ -4,7 +4,7 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Container, Probe};
+use k8s_openapi::api::core::v1::{Container, ExecAction, HTTPGetAction, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
@@ -171,12 +171,7 @@ pub struct Target {
 /// Runs one check; Err carries the failure message.
 pub async fn check(probe: &Probe, target: &Target, timeout: Duration) -> Result<(), String> {
     if let Some(exec) = &probe.exec {
-        let Some(tpl) = &target.exec else {
-            return Err("container is not running".into());
-        };
-        let mut spec = tpl.clone();
-        spec.argv = exec.command.clone().unwrap_or_default();
-        return crate::container_exec::exec_in(&spec, timeout).await;
+        return exec_action(exec, target, timeout).await;
     }
     if let Some(tcp) = &probe.tcp_socket {
         let port = resolve_port(&tcp.port, &target.container)?;
@@ -188,54 +183,78 @@ pub async fn check(probe: &Probe, target: &Target, timeout: Duration) -> Result<
         };
     }
     if let Some(http) = &probe.http_get {
-        if http
-            .scheme
-            .as_deref()
-            .is_some_and(|s| s.eq_ignore_ascii_case("https"))
-        {
-            return Err("https probes are not supported by the node agent".into());
-        }
-        let port = resolve_port(&http.port, &target.container)?;
-        let addr = SocketAddr::new(host_or(&http.host, target.pod_ip).into(), port);
-        let path = http.path.clone().unwrap_or_else(|| "/".into());
-        let headers: String = http
-            .http_headers
-            .iter()
-            .flatten()
-            .map(|h| format!("{}: {}\r\n", h.name, h.value))
-            .collect();
-        let fut = async {
-            let mut s = tokio::net::TcpStream::connect(addr)
-                .await
-                .map_err(|e| format!("Get http://{addr}{path}: {e}"))?;
-            let req = format!(
-                "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: kube-probe/1.36\r\n{headers}Connection: close\r\n\r\n"
-            );
-            s.write_all(req.as_bytes())
-                .await
-                .map_err(|e| e.to_string())?;
-            let mut buf = vec![0u8; 512];
-            let n = s.read(&mut buf).await.map_err(|e| e.to_string())?;
-            let line = String::from_utf8_lossy(&buf[..n]);
-            let code: u16 = line
-                .split_whitespace()
-                .nth(1)
-                .and_then(|c| c.parse().ok())
-                .ok_or_else(|| "malformed HTTP response".to_string())?;
-            if (200..400).contains(&code) {
-                Ok(())
-            } else {
-                Err(format!("HTTP probe failed with statuscode: {code}"))
-            }
-        };
-        return match tokio::time::timeout(timeout, fut).await {
-            Ok(r) => r,
-            Err(_) => Err(format!(
-                "Get http://{addr}{path}: context deadline exceeded"
-            )),
+        let code = http_get(http, target, timeout, "kube-probe/1.36").await?;
+        return if (200..400).contains(&code) {
+            Ok(())
+        } else {
+            Err(format!("HTTP probe failed with statuscode: {code}"))
         };
     }
     Err("probe type not supported by the node agent (exec, tcpSocket, httpGet are)".into())
+}
+
+/// Runs an exec action's command inside the container (probes and hooks).
+pub async fn exec_action(
+    exec: &ExecAction,
+    target: &Target,
+    timeout: Duration,
+) -> Result<(), String> {
+    let Some(tpl) = &target.exec else {
+        return Err("container is not running".into());
+    };
+    let mut spec = tpl.clone();
+    spec.argv = exec.command.clone().unwrap_or_default();
+    crate::container_exec::exec_in(&spec, timeout).await
+}
+
+/// Sends an httpGet action's request (probes and hooks); Ok carries the
+/// status code, which each caller judges its own way.
+pub async fn http_get(
+    http: &HTTPGetAction,
+    target: &Target,
+    timeout: Duration,
+    user_agent: &str,
+) -> Result<u16, String> {
+    if http
+        .scheme
+        .as_deref()
+        .is_some_and(|s| s.eq_ignore_ascii_case("https"))
+    {
+        return Err("https probes are not supported by the node agent".into());
+    }
+    let port = resolve_port(&http.port, &target.container)?;
+    let addr = SocketAddr::new(host_or(&http.host, target.pod_ip).into(), port);
+    let path = http.path.clone().unwrap_or_else(|| "/".into());
+    let headers: String = http
+        .http_headers
+        .iter()
+        .flatten()
+        .map(|h| format!("{}: {}\r\n", h.name, h.value))
+        .collect();
+    let fut = async {
+        let mut s = tokio::net::TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("Get http://{addr}{path}: {e}"))?;
+        let req = format!(
+            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: {user_agent}\r\n{headers}Connection: close\r\n\r\n"
+        );
+        s.write_all(req.as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut buf = vec![0u8; 512];
+        let n = s.read(&mut buf).await.map_err(|e| e.to_string())?;
+        let line = String::from_utf8_lossy(&buf[..n]);
+        line.split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .ok_or_else(|| "malformed HTTP response".to_string())
+    };
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(r) => r,
+        Err(_) => Err(format!(
+            "Get http://{addr}{path}: context deadline exceeded"
+        )),
+    }
 }
 
 fn host_or(host: &Option<String>, ip: Ipv4Addr) -> Ipv4Addr {

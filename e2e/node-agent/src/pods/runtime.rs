@@ -17,6 +17,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::env::{self, ObjectCache, PodFacts};
+use super::hooks::{self, PostStart};
 use super::probes::{self, Kind, ProbeSet, Target};
 use super::status::{CState, ContainerRt, PodRt};
 use super::volumes::{self, Materialized, TokenCache, VolKind, VolumeCtx};
@@ -563,7 +564,7 @@ impl Runner {
             if stop.borrow().is_some() {
                 return false;
             }
-            let launched = match self.launch().await {
+            let mut launched = match self.launch().await {
                 Ok(l) => {
                     pull_failures = 0;
                     l
@@ -597,16 +598,22 @@ impl Runner {
             let started_at = Timestamp::now();
             let t0 = Instant::now();
             tracing::info!(container = %label, pid = launched.pid, "container started");
-            let mut probes = ProbeSet::new(&self.c, t0);
-            let initial_ready = probes.ready();
-            let initial_started = probes.started;
-            self.update(|c| {
-                c.state = CState::Running { started_at };
-                c.pid = Some(launched.pid);
-                c.started = initial_started;
-                c.ready = !self.is_init && initial_ready;
-            });
-            let end = self.watch_running(launched, &mut probes, &mut stop).await;
+            // Probes and readiness wait for postStart, as with a kubelet.
+            let end = match self.post_start(&mut launched, &mut stop).await {
+                Some(end) => end,
+                None => {
+                    let mut probes = ProbeSet::new(&self.c, t0);
+                    let initial_ready = probes.ready();
+                    let initial_started = probes.started;
+                    self.update(|c| {
+                        c.state = CState::Running { started_at };
+                        c.pid = Some(launched.pid);
+                        c.started = initial_started;
+                        c.ready = !self.is_init && initial_ready;
+                    });
+                    self.watch_running(launched, &mut probes, &mut stop).await
+                }
+            };
             let (status, probe_msg, stopped) = match end {
                 RunEnd::Exited(s, m) => (s, m, false),
                 RunEnd::Stopped(s) => (s, None, true),
@@ -677,11 +684,7 @@ impl Runner {
         probes: &mut ProbeSet,
         stop: &mut watch::Receiver<Option<Duration>>,
     ) -> RunEnd {
-        let target = Target {
-            pod_ip: self.ip,
-            container: self.c.clone(),
-            exec: Some(l.exec.clone()),
-        };
+        let target = self.target(&l);
         loop {
             let due = if self.is_init {
                 None
@@ -698,8 +701,7 @@ impl Runner {
                 }
                 _ = stop.changed() => {
                     let grace = stop.borrow().unwrap_or_default();
-                    let s = terminate(&mut l.child, l.pid, grace).await;
-                    return RunEnd::Stopped(s);
+                    return RunEnd::Stopped(self.kill(&mut l, grace).await);
                 }
                 _ = tokio::time::sleep_until(due.unwrap_or(far)) => {
                     let now = Instant::now();
@@ -745,12 +747,70 @@ impl Runner {
                             .and_then(|p| p.termination_grace_period_seconds)
                             .map(|s| Duration::from_secs(s.max(1) as u64))
                             .unwrap_or_else(|| grace_of(&self.pod));
-                        let s = terminate(&mut l.child, l.pid, grace).await;
+                        let s = self.kill(&mut l, grace).await;
                         return RunEnd::Exited(s, Some(msg));
                     }
                 }
             }
         }
+    }
+
+    /// Where probes and hooks reach this run of the container.
+    fn target(&self, l: &Launched) -> Target {
+        Target {
+            pod_ip: self.ip,
+            container: self.c.clone(),
+            exec: Some(l.exec.clone()),
+        }
+    }
+
+    /// Runs the postStart hook, if any; Some when the run ended meanwhile.
+    async fn post_start(
+        &self,
+        l: &mut Launched,
+        stop: &mut watch::Receiver<Option<Duration>>,
+    ) -> Option<RunEnd> {
+        let h = self.c.lifecycle.as_ref()?.post_start.as_ref()?;
+        match hooks::post_start(h, &self.target(l), &mut l.child, stop).await {
+            PostStart::Done => None,
+            PostStart::Exited(s) => {
+                signal_group(l.pid, Signal::SIGKILL);
+                Some(RunEnd::Exited(s, None))
+            }
+            PostStart::Failed(msg) => {
+                tracing::info!(container = %self.c.name, %msg, "postStart hook failed, killing container");
+                // Kubelet semantics: killed like any container (preStop included).
+                let s = self.kill(l, grace_of(&self.pod)).await;
+                Some(RunEnd::Exited(
+                    s,
+                    Some(format!("PostStartHookError: {msg}")),
+                ))
+            }
+            PostStart::Stop(grace) => Some(RunEnd::Stopped(self.kill(l, grace).await)),
+        }
+    }
+
+    /// Stops a running container: preStop within `grace`, then SIGTERM with
+    /// what is left of it. The kubelet skips preStop for a zero grace period.
+    async fn kill(&self, l: &mut Launched, grace: Duration) -> ExitStatus {
+        let mut grace = grace;
+        if let Some(h) = self
+            .c
+            .lifecycle
+            .as_ref()
+            .and_then(|lc| lc.pre_stop.as_ref())
+            && !grace.is_zero()
+        {
+            match hooks::pre_stop(h, &self.target(l), &mut l.child, grace).await {
+                Ok(rest) => grace = rest,
+                Err(s) => {
+                    // Exited during the hook: only background children are left.
+                    signal_group(l.pid, Signal::SIGKILL);
+                    return s;
+                }
+            }
+        }
+        terminate(&mut l.child, l.pid, grace).await
     }
 
     /// Pulls the image, resolves env and mounts, and starts the process.
