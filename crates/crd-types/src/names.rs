@@ -76,6 +76,10 @@ pub const MAX_NODE_NAME_LEN: usize = 52;
 /// The longest ValkeyCluster / ValkeyReplication name: leaves room for the member suffix.
 pub const MAX_TOPOLOGY_NAME_LEN: usize = 40;
 
+/// The container running valkey-server or valkey-sentinel in a node's pod (node-controller
+/// builds it; topology-controller reads its state).
+pub const VALKEY_CONTAINER: &str = "valkey";
+
 /// StatefulSet or Deployment running the node's pod.
 pub fn workload_name(node: &str) -> String {
     node.to_string()

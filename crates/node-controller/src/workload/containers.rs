@@ -11,11 +11,11 @@ use k8s_openapi::api::core::v1::{
 };
 
 use super::pod::{DATA_VOLUME, TMP_VOLUME};
-use super::{env, probes, scripts};
+use super::{env, lifecycle, probes, scripts};
 use crate::config::{CONFIG_DIR, DATA_DIR, OPERATOR_PASSWORD_ENV, PASSWORD_ENV, RenderedConfig};
 use crate::configmap::CONFIG_VOLUME;
 
-pub const VALKEY_CONTAINER: &str = "valkey";
+pub use crd_types::names::VALKEY_CONTAINER;
 pub const EXPORTER_CONTAINER: &str = "exporter";
 /// Sentinel mode: copies sentinel.conf to /data before Sentinel starts.
 pub const SENTINEL_INIT_CONTAINER: &str = "sentinel-config";
@@ -102,6 +102,7 @@ pub(super) fn valkey_container(node: &ValkeyNode, rendered: &RenderedConfig) -> 
         startup_probe: Some(probes::startup(port_name)),
         liveness_probe: Some(probes::liveness(port_name)),
         readiness_probe: Some(probes::readiness(mode)),
+        lifecycle: lifecycle::valkey_lifecycle(mode),
         // Valkey logs to stdout; a crash shows its last lines in the pod status.
         termination_message_policy: Some("FallbackToLogsOnError".into()),
         ..Default::default()

@@ -16,10 +16,12 @@
 //!
 //! The pod template is built in parts: [`pod`] (the pod spec, its volumes and security),
 //! [`containers`] (valkey, the sentinel init container, the exporter), [`env`], [`probes`]
-//! and [`scripts`] (a replication member's role at start).
+//! [`scripts`] (a replication member's role at start) and [`lifecycle`] (a cluster
+//! primary's hand-over before it stops).
 
 pub mod containers;
 pub mod env;
+pub mod lifecycle;
 pub mod pod;
 pub mod probes;
 pub mod scripts;

@@ -1,0 +1,250 @@
+//! The valkey container's preStop hook: a cluster primary that is about to stop (its pod
+//! deleted, evicted or drained) first hands its slots to its most caught-up replica.
+//!
+//! `CLUSTER FAILOVER` without FORCE is Valkey's coordinated hand-over: the primary pauses
+//! writes, the replica waits until it has every write the primary acknowledged, then wins
+//! the election and the old primary turns into its replica. So no acknowledged write is
+//! lost, and the shard takes writes again once the election is through, instead of waiting
+//! for the stopped server to come back (or for node-timeout and an unplanned failover).
+//!
+//! The hook is best effort and never blocks a stop for long: without an online replica,
+//! slots, or an answer within [`HAND_OVER_WAIT_SECONDS`], the server just stops as before.
+//! A ValkeyReplication member's hook is Sentinel's business and not built here.
+
+use crd_types::node::Mode;
+use k8s_openapi::api::core::v1::{ExecAction, Lifecycle, LifecycleHandler};
+
+use super::containers::main_port;
+use crate::config::{OPERATOR_PASSWORD_ENV, POD_IP_ENV};
+use crd_types::template::OPERATOR_USER;
+
+/// How long the hook waits for the old primary to report the replica role. A manual
+/// failover gives up after 5 s in Valkey (CLUSTER_MF_TIMEOUT); the election that follows
+/// needs a few node-to-node round trips. Well inside the pod's termination grace period.
+pub const HAND_OVER_WAIT_SECONDS: u32 = 10;
+
+/// The hook for the valkey container, if its mode has one.
+pub fn valkey_lifecycle(mode: Mode) -> Option<Lifecycle> {
+    (mode == Mode::Cluster).then(|| Lifecycle {
+        pre_stop: Some(LifecycleHandler {
+            exec: Some(ExecAction {
+                command: Some(vec!["sh".into(), "-c".into(), hand_over_script()]),
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+}
+
+/// The preStop shell. It logs in as the operator user when there is one (the default user
+/// may have been narrowed by the application), else with REDISCLI_AUTH as the probes do.
+pub fn hand_over_script() -> String {
+    let (port, _) = main_port(Mode::Cluster);
+    format!(
+        r#"if [ -n "${{{OPERATOR_PASSWORD_ENV}-}}" ]; then
+  export REDISCLI_AUTH="${OPERATOR_PASSWORD_ENV}" login="--user {OPERATOR_USER}"
+else
+  login=
+fi
+cli() {{ host=$1 port=$2; shift 2; timeout 3 valkey-cli --no-auth-warning $login -h "$host" -p "$port" --raw "$@"; }}
+self="${POD_IP_ENV}"
+role() {{ cli "$self" {port} ROLE 2>/dev/null | head -n 1; }}
+[ "$(role)" = master ] || exit 0
+slots=$(cli "$self" {port} CLUSTER NODES 2>/dev/null | awk '$3 ~ /myself/ {{ print NF - 8 }}')
+if [ "${{slots:-0}}" -le 0 ]; then echo "prestop: a primary without slots: nothing to hand over"; exit 0; fi
+best=$(cli "$self" {port} INFO replication 2>/dev/null | tr -d '\r' |
+  sed -n 's/^slave[0-9]*:ip=\([^,]*\),port=\([0-9]*\),state=online,offset=\([0-9]*\).*/\3 \1 \2/p' |
+  sort -n | tail -n 1)
+if [ -z "$best" ]; then echo "prestop: no online replica: stopping without a hand-over"; exit 0; fi
+set -- $best
+echo "prestop: handing the primary role to $2:$3 (offset $1)"
+answer=$(cli "$2" "$3" CLUSTER FAILOVER 2>&1)
+if [ "$answer" != OK ]; then echo "prestop: CLUSTER FAILOVER refused: $answer"; exit 0; fi
+waited=0
+while [ "$waited" -lt {tenths} ]; do
+  if [ "$(role)" = slave ]; then echo "prestop: handed over"; exit 0; fi
+  sleep 0.1
+  waited=$((waited + 1))
+done
+echo "prestop: no hand-over within {HAND_OVER_WAIT_SECONDS}s: stopping anyway"
+"#,
+        tenths = HAND_OVER_WAIT_SECONDS * 10,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
+    use std::process::Command;
+
+    #[test]
+    fn only_cluster_members_hand_over() {
+        let hook = valkey_lifecycle(Mode::Cluster).unwrap();
+        let command = hook.pre_stop.unwrap().exec.unwrap().command.unwrap();
+        assert_eq!(command[..2], ["sh", "-c"]);
+        assert!(hook.post_start.is_none());
+        assert!(valkey_lifecycle(Mode::Standalone).is_none());
+        assert!(valkey_lifecycle(Mode::Sentinel).is_none());
+    }
+
+    /// A fake `valkey-cli` answering from files in `dir`: `<host>-<first word>` for the
+    /// command, `role-after-failover` once CLUSTER FAILOVER has been asked. Every call is
+    /// appended to `calls`.
+    fn fake_cli(dir: &Path) {
+        let script = format!(
+            r#"#!/bin/sh
+dir={dir}
+echo "$*" >> "$dir/calls"
+while [ "$1" != "-h" ]; do shift; done
+host=$2; shift 4
+[ "$1" = --raw ] && shift
+if [ "$1 $2" = "CLUSTER FAILOVER" ]; then
+  [ -f "$dir/$host-failover" ] && cat "$dir/$host-failover" && touch "$dir/failed-over"
+  exit 0
+fi
+if [ "$1" = ROLE ] && [ -f "$dir/failed-over" ] && [ -f "$dir/role-after-failover" ]; then
+  cat "$dir/role-after-failover"; exit 0
+fi
+cat "$dir/$host-$1" 2>/dev/null
+"#,
+            dir = dir.display()
+        );
+        let path = dir.join("valkey-cli");
+        std::fs::write(&path, script).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    struct Run {
+        stdout: String,
+        calls: Vec<String>,
+    }
+
+    fn run_hook(dir: &Path, env: &[(&str, &str)]) -> Run {
+        fake_cli(dir);
+        let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap());
+        let out = Command::new("sh")
+            .args(["-c", &hand_over_script()])
+            .env_clear()
+            .env("PATH", path)
+            .env("POD_IP", "10.0.0.1")
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let calls = std::fs::read_to_string(dir.join("calls")).unwrap_or_default();
+        Run {
+            stdout: String::from_utf8(out.stdout).unwrap(),
+            calls: calls.lines().map(str::to_owned).collect(),
+        }
+    }
+
+    fn write(dir: &Path, file: &str, text: &str) {
+        std::fs::write(dir.join(file), text).unwrap();
+    }
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "node-controller-prestop-{}-{name}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    const MYSELF_WITH_SLOTS: &str = "abc 10.0.0.1:6379@16379 myself,master - 0 0 1 connected 0-5460\n\
+        def 10.0.0.2:6379@16379 slave abc 0 0 1 connected\n";
+    const TWO_REPLICAS: &str = "# Replication\r\nrole:master\r\nconnected_slaves:2\r\n\
+        slave0:ip=10.0.0.2,port=6379,state=online,offset=900,lag=0\r\n\
+        slave1:ip=10.0.0.3,port=6379,state=online,offset=1000,lag=0\r\n\
+        slave2:ip=10.0.0.4,port=6379,state=wait_bgsave,offset=5000,lag=0\r\n";
+
+    #[test]
+    fn a_primary_hands_over_to_its_most_caught_up_online_replica() {
+        let dir = scratch("hands-over");
+        write(&dir, "10.0.0.1-ROLE", "master\n0\n");
+        write(&dir, "10.0.0.1-CLUSTER", MYSELF_WITH_SLOTS);
+        write(&dir, "10.0.0.1-INFO", TWO_REPLICAS);
+        write(&dir, "10.0.0.3-failover", "OK\n");
+        write(&dir, "role-after-failover", "slave\n10.0.0.3\n");
+        let run = run_hook(&dir, &[("VALKEY_OPERATOR_PASSWORD", "s3cret")]);
+        assert!(run.stdout.contains("handed over"), "{}", run.stdout);
+        let failover: Vec<_> = run
+            .calls
+            .iter()
+            .filter(|c| c.contains("CLUSTER FAILOVER"))
+            .collect();
+        assert_eq!(failover.len(), 1, "{:?}", run.calls);
+        assert!(
+            failover[0].contains("-h 10.0.0.3 -p 6379"),
+            "the replica at offset 1000, not the one still syncing: {failover:?}"
+        );
+        assert!(
+            run.calls.iter().all(|c| c.contains("--user operator")),
+            "{:?}",
+            run.calls
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_replica_a_primary_without_slots_or_replicas_just_stops() {
+        let dir = scratch("replica");
+        write(&dir, "10.0.0.1-ROLE", "slave\n10.0.0.2\n");
+        let run = run_hook(&dir, &[]);
+        assert_eq!(run.calls.len(), 1, "only ROLE: {:?}", run.calls);
+        assert!(!run.calls[0].contains("--user"), "{:?}", run.calls);
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        let dir = scratch("no-slots");
+        write(&dir, "10.0.0.1-ROLE", "master\n0\n");
+        write(
+            &dir,
+            "10.0.0.1-CLUSTER",
+            "abc 10.0.0.1:6379@16379 myself,master - 0 0 1 connected\n",
+        );
+        write(&dir, "10.0.0.1-INFO", TWO_REPLICAS);
+        let run = run_hook(&dir, &[]);
+        assert!(run.stdout.contains("without slots"), "{}", run.stdout);
+        assert!(!run.calls.iter().any(|c| c.contains("FAILOVER")));
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        let dir = scratch("no-replica");
+        write(&dir, "10.0.0.1-ROLE", "master\n0\n");
+        write(&dir, "10.0.0.1-CLUSTER", MYSELF_WITH_SLOTS);
+        write(
+            &dir,
+            "10.0.0.1-INFO",
+            "role:master\r\nconnected_slaves:0\r\n",
+        );
+        let run = run_hook(&dir, &[]);
+        assert!(run.stdout.contains("no online replica"), "{}", run.stdout);
+        assert!(!run.calls.iter().any(|c| c.contains("FAILOVER")));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_refused_failover_stops_without_waiting() {
+        let dir = scratch("refused");
+        write(&dir, "10.0.0.1-ROLE", "master\n0\n");
+        write(&dir, "10.0.0.1-CLUSTER", MYSELF_WITH_SLOTS);
+        write(&dir, "10.0.0.1-INFO", TWO_REPLICAS);
+        write(
+            &dir,
+            "10.0.0.3-failover",
+            "ERR Master is down or failed, please use CLUSTER FAILOVER FORCE\n",
+        );
+        let run = run_hook(&dir, &[]);
+        assert!(run.stdout.contains("refused"), "{}", run.stdout);
+        assert_eq!(
+            run.calls.iter().filter(|c| c.contains("ROLE")).count(),
+            1,
+            "{:?}",
+            run.calls
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
