@@ -54,6 +54,10 @@ pub trait Valkey: Send + Sync {
     /// so no acknowledged write is left behind.
     fn failover(&self) -> impl Future<Output = Result<(), ValkeyError>> + Send;
 
+    /// `CLUSTER FAILOVER FORCE` on a replica whose primary is known not to run: no word from
+    /// the primary, but still an election the other primaries vote in (never TAKEOVER).
+    fn failover_force(&self) -> impl Future<Output = Result<(), ValkeyError>> + Send;
+
     /// `CLUSTER SETSLOT slot IMPORTING|MIGRATING|NODE id` or `STABLE`.
     fn set_slot(
         &self,

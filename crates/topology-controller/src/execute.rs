@@ -13,7 +13,7 @@ use crate::commands::{CommandResultExt, SlotState, StepError, Valkey};
 use crate::migrate::{self, End, Moved};
 use crate::model::Member;
 use crate::observe::Connections;
-use crate::plan::Step;
+use crate::plan::{FailoverReason, Step};
 use crate::slots::Move;
 
 /// How long a failover may take before it is reported as not done.
@@ -148,15 +148,25 @@ pub async fn execute<V: Valkey, O: MemberObjects>(
                 objects.delete(member).await?;
             }
         }
-        Step::Failover { member, .. } => failover(conns.get(member)?, member).await?,
+        Step::Failover { member, reason } => {
+            let force = *reason == FailoverReason::PrimaryGone;
+            failover(conns.get(member)?, member, force).await?
+        }
         Step::AllowRoll { member, revision } => objects.allow_roll(member, revision).await?,
     }
     Ok(Done::default())
 }
 
-/// `CLUSTER FAILOVER` on the replica `member`, then waits until it reports itself primary.
-async fn failover<V: Valkey>(conn: &V, member: &str) -> Result<(), StepError> {
-    conn.failover().await.on("CLUSTER FAILOVER", member)?;
+/// `CLUSTER FAILOVER` (`FORCE` when its primary is gone) on the replica `member`, then waits
+/// until it reports itself primary.
+async fn failover<V: Valkey>(conn: &V, member: &str, force: bool) -> Result<(), StepError> {
+    if force {
+        conn.failover_force()
+            .await
+            .on("CLUSTER FAILOVER FORCE", member)?;
+    } else {
+        conn.failover().await.on("CLUSTER FAILOVER", member)?;
+    }
     let started = Instant::now();
     while started.elapsed() < FAILOVER_WAIT {
         if conn.role().await.is_ok_and(|r| r == "master") {
@@ -211,7 +221,7 @@ mod tests {
     use crate::fake::{FakeCluster, FakeConn, node_id};
     use crate::model::{Address, Position, Revisions, Shape};
     use crate::observe::ask;
-    use crate::plan::{FailoverReason, next_step};
+    use crate::plan::next_step;
     use crd_types::conditions::reasons::Waiting;
 
     /// Records what the Kubernetes half of a step was asked to do.
@@ -276,6 +286,7 @@ mod tests {
                     ..Default::default()
                 },
                 reply: None,
+                gone: None,
             };
             if let Ok(conn) = cluster.connect(&ip, port)
                 && let Ok(answer) = ask(&conn).await

@@ -463,6 +463,35 @@ impl FakeCluster {
     }
 }
 
+/// A replica's `CLUSTER FAILOVER` (with or without FORCE) as the fake runs it: it takes its
+/// primary's slots, keys and offset, and the primary and its other replicas follow it.
+fn take_over(state: &mut State, me: &str) -> Result<(), ValkeyError> {
+    let Some(primary) = state.node(me).primary.clone() else {
+        return Err(refused("ERR You should send CLUSTER FAILOVER to a replica"));
+    };
+    if state.node(me).stuck_failover {
+        return Ok(());
+    }
+    for slot in state.slots_of(&primary) {
+        state.owners.insert(slot, me.to_string());
+    }
+    let keys = std::mem::take(&mut state.node_mut(&primary).keys);
+    let offset = state.node(&primary).offset;
+    for sibling in state.replicas_of(&primary) {
+        if sibling != me {
+            state.node_mut(&sibling).primary = Some(me.to_string());
+        }
+    }
+    let node = state.node_mut(me);
+    node.primary = None;
+    node.keys = keys;
+    node.offset = offset;
+    let old = state.node_mut(&primary);
+    old.primary = Some(me.to_string());
+    old.sync = Sync::Online;
+    Ok(())
+}
+
 fn unreachable(what: &str) -> ValkeyError {
     ValkeyError::new(
         ErrorKind::Unreachable,
@@ -752,33 +781,11 @@ impl Valkey for FakeConn {
     }
 
     async fn failover(&self) -> Result<(), ValkeyError> {
-        self.run("CLUSTER FAILOVER".into(), |state, me| {
-            let Some(primary) = state.node(me).primary.clone() else {
-                return Err(refused("ERR You should send CLUSTER FAILOVER to a replica"));
-            };
-            if state.node(me).stuck_failover {
-                return Ok(());
-            }
-            for slot in state.slots_of(&primary) {
-                state.owners.insert(slot, me.to_string());
-            }
-            let keys = std::mem::take(&mut state.node_mut(&primary).keys);
-            let offset = state.node(&primary).offset;
-            for sibling in state.replicas_of(&primary) {
-                if sibling != me {
-                    state.node_mut(&sibling).primary = Some(me.to_string());
-                }
-            }
-            let node = state.node_mut(me);
-            node.primary = None;
-            node.keys = keys;
-            node.offset = offset;
-            let old = state.node_mut(&primary);
-            old.primary = Some(me.to_string());
-            old.sync = Sync::Online;
-            Ok(())
-        })
-        .await
+        self.run("CLUSTER FAILOVER".into(), take_over).await
+    }
+
+    async fn failover_force(&self) -> Result<(), ValkeyError> {
+        self.run("CLUSTER FAILOVER FORCE".into(), take_over).await
     }
 
     async fn set_slot(&self, slot: u16, how: SlotState<'_>) -> Result<(), ValkeyError> {

@@ -20,6 +20,7 @@ pub mod atomic;
 pub mod auth;
 pub mod cluster_nodes;
 pub mod commands;
+pub mod disruption;
 pub mod events;
 pub mod execute;
 #[cfg(test)]

@@ -8,7 +8,7 @@ use crd_types::names::{self, labels, ports};
 use crd_types::node::{Mode, RolloutPolicy};
 use crd_types::template::{Announce, Scheduling};
 use crd_types::{ValkeyCluster, ValkeyNode, ValkeyNodeSpec};
-use k8s_openapi::api::core::v1::TopologySpreadConstraint;
+use k8s_openapi::api::core::v1::{Pod, TopologySpreadConstraint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::{Resource, ResourceExt};
 
@@ -43,7 +43,34 @@ pub fn observed(node: &ValkeyNode) -> Option<Member> {
             observed: workload.and_then(|w| w.observed_generation) == node.metadata.generation,
         },
         reply: None,
+        gone: None,
     })
+}
+
+/// Why the pod's valkey container is known not to run: the kubelet reports it waiting to
+/// start again after it terminated (a crash loop), in a pod that is not being deleted. It
+/// says nothing of a running container, of a pod being deleted (its preStop hook may be
+/// handing the primary role over) or of a missing pod (a pod force-deleted from a lost
+/// Node may still run there): a primary that may still serve is never replaced.
+pub fn server_gone(pod: &Pod) -> Option<String> {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return None;
+    }
+    let container = pod
+        .status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == names::VALKEY_CONTAINER)?;
+    let waiting = container.state.as_ref()?.waiting.as_ref()?;
+    let exited = container.last_state.as_ref()?.terminated.as_ref()?;
+    Some(format!(
+        "its pod {} reports the valkey container {} after it exited with code {}",
+        pod.name_any(),
+        waiting.reason.as_deref().unwrap_or("waiting"),
+        exited.exit_code
+    ))
 }
 
 /// Where the member's Valkey is reached: the address it announces (its Service's ClusterIP,
@@ -170,6 +197,54 @@ pub fn spread_softly(
 mod tests {
     use super::*;
     use crd_types::ValkeyClusterSpec;
+
+    fn pod_with(valkey: serde_json::Value) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "cache-0-0-0"},
+            "status": {"phase": "Running", "containerStatuses": [valkey]},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_container_waiting_after_it_exited_is_a_gone_server() {
+        let crash_loop = serde_json::json!({
+            "name": "valkey", "image": "v", "imageID": "", "ready": false, "restartCount": 1,
+            "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+            "lastState": {"terminated": {"exitCode": 137}},
+        });
+        let why = server_gone(&pod_with(crash_loop.clone())).unwrap();
+        assert!(
+            why.contains("CrashLoopBackOff") && why.contains("137"),
+            "{why}"
+        );
+
+        // Being deleted: its preStop hook may be handing over; not ours to judge.
+        let mut deleting = pod_with(crash_loop.clone());
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        assert_eq!(server_gone(&deleting), None);
+
+        // Running, or waiting for its first start (it never served): nothing known.
+        let running = serde_json::json!({
+            "name": "valkey", "image": "v", "imageID": "", "ready": true, "restartCount": 1,
+            "state": {"running": {}}, "lastState": {"terminated": {"exitCode": 137}},
+        });
+        assert_eq!(server_gone(&pod_with(running)), None);
+        let first = serde_json::json!({
+            "name": "valkey", "image": "v", "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"waiting": {"reason": "ContainerCreating"}},
+        });
+        assert_eq!(server_gone(&pod_with(first)), None);
+        let other = serde_json::json!({
+            "name": "exporter", "image": "v", "imageID": "", "ready": false, "restartCount": 1,
+            "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+            "lastState": {"terminated": {"exitCode": 1}},
+        });
+        assert_eq!(server_gone(&pod_with(other)), None);
+    }
 
     fn cluster(shards: i32, replicas: i32) -> ValkeyCluster {
         let mut c = ValkeyCluster::new(

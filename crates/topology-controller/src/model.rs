@@ -173,6 +173,10 @@ pub struct Member {
     pub revisions: Revisions,
     /// `None` when the member could not be asked.
     pub reply: Option<Reply>,
+    /// Why Kubernetes knows its server is not running, when it does (see
+    /// [`crate::members::server_gone`]): only then may its replica take over without waiting
+    /// for Valkey to declare it failed.
+    pub gone: Option<String>,
 }
 
 impl Member {

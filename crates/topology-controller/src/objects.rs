@@ -1,14 +1,17 @@
-//! The Kubernetes half of a topology: fetching it with its member ValkeyNodes, and a step's
-//! changes to them (deleting a member's ValkeyNode, opening its roll gate).
+//! The Kubernetes half of a topology: fetching it with its member ValkeyNodes, a step's
+//! changes to them (deleting a member's ValkeyNode, opening its roll gate), and its
+//! PodDisruptionBudgets.
 
 use std::fmt::Debug;
 
 use crd_types::{ValkeyCluster, ValkeyNode};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::serde::de::DeserializeOwned;
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Resource, ResourceExt};
 use operator_runtime::{ApiError, ApiResultExt, ObjectName, Op, apply};
 use topology_controller::commands::StepError;
+use topology_controller::disruption;
 use topology_controller::execute::MemberObjects;
 use topology_controller::members;
 use topology_controller::model::Member;
@@ -87,4 +90,51 @@ impl MemberObjects for ClusterMembers<'_> {
             )
             .map_err(StepError::from)
     }
+}
+
+/// Applies the budgets where the live ones (those listed by `selector`, see
+/// [`disruption::budgets_selector`]) do not hold them, and deletes the listed ones no longer
+/// wanted. One list per look when nothing changed.
+pub async fn apply_budgets(
+    api: &Api<PodDisruptionBudget>,
+    namespace: &str,
+    selector: &str,
+    wanted: &[PodDisruptionBudget],
+    field_manager: &str,
+) -> Result<(), ApiError> {
+    let live = api
+        .list(&ListParams::default().labels(selector))
+        .await
+        .on(
+            Op::List,
+            ObjectName::new::<PodDisruptionBudget>(namespace, selector),
+        )?
+        .items;
+    for budget in wanted {
+        let name = budget.name_any();
+        if live
+            .iter()
+            .any(|l| l.name_any() == name && apply::is_applied(budget, l))
+        {
+            continue;
+        }
+        apply::apply(api, &name, budget, field_manager).await.on(
+            Op::Apply,
+            ObjectName::new::<PodDisruptionBudget>(namespace, &name),
+        )?;
+    }
+    for name in disruption::stale(&live, wanted) {
+        api.delete(&name, &DeleteParams::default())
+            .await
+            .map(drop)
+            .or_else(|e| match e {
+                kube::Error::Api(s) if s.code == 404 => Ok(()),
+                e => Err(e),
+            })
+            .on(
+                Op::Delete,
+                ObjectName::new::<PodDisruptionBudget>(namespace, &name),
+            )?;
+    }
+    Ok(())
 }

@@ -12,6 +12,7 @@
 //! remembered between reconciles: the next one starts from what Valkey and the API server
 //! say.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,12 +20,14 @@ use crd_types::cluster::{Phase, ValkeyClusterStatus};
 use crd_types::names::{self, labels};
 use crd_types::template::OPERATOR_USER;
 use crd_types::{ValkeyCluster, ValkeyNode, ValkeyNodeStatus};
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use operator_runtime::controller::ReconcileContext;
 use operator_runtime::{ApiResultExt, Context, ObjectName, Op, apply};
+use topology_controller::disruption;
 use topology_controller::events::step_event;
 use topology_controller::execute::{Done, execute};
 use topology_controller::member_status::{member_status, member_status_changed, versions_in_play};
@@ -37,7 +40,7 @@ use topology_controller::survey::{self, switchover_outcome};
 
 use crate::connect::{self, Observed};
 use crate::error::Error;
-use crate::objects::{ClusterMembers, fetch_with_members};
+use crate::objects::{self, ClusterMembers, fetch_with_members};
 use crate::secrets::{self, Passwords};
 use crate::valkey::{Conn, Login};
 
@@ -54,6 +57,8 @@ struct Apis {
     clusters: Api<ValkeyCluster>,
     nodes: Api<ValkeyNode>,
     secrets: Api<Secret>,
+    budgets: Api<PodDisruptionBudget>,
+    pods: Api<Pod>,
     field_manager: &'static str,
 }
 
@@ -76,11 +81,13 @@ pub async fn reconcile(
     // Passwords before members, so a member's pod finds its Secrets when it starts.
     let passwords = secrets::prepare(&apis.secrets, &live.cluster, !live.owned.is_empty()).await?;
     let nodes = apply_members(&apis, &live).await?;
+    apply_budgets(&apis, &live.cluster, &nodes).await?;
     let login = passwords.operator.as_ref().ok().map(|password| Login {
         user: OPERATOR_USER.to_string(),
         password: password.clone(),
     });
-    let (observed, connections) = connect::observe(nodes, login.as_ref()).await;
+    let (mut observed, connections) = connect::observe(nodes, login.as_ref()).await;
+    mark_gone_servers(&apis, &mut observed).await;
     let outcome = act(
         &ctx.runtime,
         &apis,
@@ -104,7 +111,9 @@ fn apis(ctx: &Context, cluster: &ValkeyCluster) -> Result<Apis, Error> {
     Ok(Apis {
         clusters: Api::namespaced(client.clone(), &namespace),
         nodes: Api::namespaced(client.clone(), &namespace),
-        secrets: Api::namespaced(client, &namespace),
+        secrets: Api::namespaced(client.clone(), &namespace),
+        budgets: Api::namespaced(client.clone(), &namespace),
+        pods: Api::namespaced(client, &namespace),
         namespace,
         field_manager: ctx.field_manager,
     })
@@ -156,6 +165,57 @@ async fn apply_members(apis: &Apis, live: &Live) -> Result<Vec<ValkeyNode>, Erro
         }
     }
     Ok(owned)
+}
+
+/// For each member that did not answer, what its pod says of its server
+/// ([`members::server_gone`]), read fresh: a status written earlier may be stale. Costs a
+/// read only while a member does not answer; a pod that cannot be read says nothing.
+async fn mark_gone_servers(apis: &Apis, observed: &mut Observed) {
+    for (node, member) in observed.nodes.iter().zip(observed.members.iter_mut()) {
+        if member.reply.is_some() {
+            continue;
+        }
+        let Some(pod) = node
+            .status
+            .as_ref()
+            .and_then(|s| s.workload.as_ref())
+            .and_then(|w| w.pod_name.clone())
+        else {
+            continue;
+        };
+        match apis.pods.get_opt(&pod).await {
+            Ok(found) => member.gone = found.as_ref().and_then(members::server_gone),
+            Err(error) => {
+                tracing::debug!(member = %member.name, %error, "cannot read the member's pod")
+            }
+        }
+    }
+}
+
+/// A budget per shard the spec asks for or that still has members (a leaving shard keeps
+/// its budget until its members are gone).
+async fn apply_budgets(
+    apis: &Apis,
+    cluster: &ValkeyCluster,
+    members: &[ValkeyNode],
+) -> Result<(), Error> {
+    let mut shards: BTreeSet<u32> = (0..Shape::of(cluster).shards).collect();
+    shards.extend(
+        members
+            .iter()
+            .filter_map(|n| Some(members::position_of(n)?.shard)),
+    );
+    let wanted = disruption::cluster_budgets(cluster, &shards);
+    let selector = disruption::budgets_selector(labels::CLUSTER, &cluster.name_any());
+    objects::apply_budgets(
+        &apis.budgets,
+        &apis.namespace,
+        &selector,
+        &wanted,
+        apis.field_manager,
+    )
+    .await?;
+    Ok(())
 }
 
 /// Decides, reports, executes and publishes.

@@ -31,6 +31,8 @@ pub struct Sim {
     pub markers: String,
     /// What CLUSTER INFO says (`None`: not asked).
     pub state_ok: Option<bool>,
+    /// What Kubernetes knows of its server being down ([`Member::gone`]).
+    pub gone: Option<String>,
 }
 
 pub fn ip(shard: u32, member: u32) -> String {
@@ -60,6 +62,7 @@ pub fn sim(shard: u32, member: u32) -> Sim {
         offset: 100,
         markers: String::new(),
         state_ok: Some(true),
+        gone: None,
     }
 }
 
@@ -118,7 +121,9 @@ pub fn members(sims: &[Sim]) -> Vec<Member> {
 pub fn members_with(sims: &[Sim], knows: impl Fn(&Sim, &Sim) -> bool) -> Vec<Member> {
     sims.iter()
         .map(|me| {
-            let reply = me.id.as_ref().filter(|_| me.flags != "fail").map(|_| {
+            // A failed node, or one whose server is gone, does not answer.
+            let answers = me.flags != "fail" && me.gone.is_none();
+            let reply = me.id.as_ref().filter(|_| answers).map(|_| {
                 let text: Vec<String> = sims
                     .iter()
                     .filter(|other| std::ptr::eq(*other, me) || knows(me, other))
@@ -182,6 +187,7 @@ pub fn members_with(sims: &[Sim], knows: impl Fn(&Sim, &Sim) -> bool) -> Vec<Mem
                 ready: me.ready,
                 revisions: me.revisions.clone(),
                 reply,
+                gone: me.gone.clone(),
             }
         })
         .collect()

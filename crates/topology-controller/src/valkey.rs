@@ -182,6 +182,12 @@ impl Valkey for Conn {
             .map(drop)
     }
 
+    async fn failover_force(&self) -> Result<(), ValkeyError> {
+        self.cluster::<Value>(vec!["FAILOVER".into(), "FORCE".into()])
+            .await
+            .map(drop)
+    }
+
     async fn set_slot(&self, slot: u16, state: SlotState<'_>) -> Result<(), ValkeyError> {
         let mut args: Vec<Value> = vec!["SETSLOT".into(), i64::from(slot).into()];
         match state {

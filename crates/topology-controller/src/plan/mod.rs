@@ -1,8 +1,8 @@
 //! Planner (layer 4): the next step for a ValkeyCluster, decided from what its members
 //! report right now (CLUSTER NODES and INFO replication of each one) and never from memory:
 //! a controller restarted at any moment decides the same step again, or the next one if the
-//! last step took effect. One step per reconcile, in a fixed order of precedence: join
-//! members, forget dead identities, assign slots, repair open slots and replicas' stale
+//! last step took effect. One step per reconcile, in a fixed order of precedence: replace
+//! a primary Kubernetes shows is not running ([`gone`]), join members, forget dead identities, assign slots, repair open slots and replicas' stale
 //! markers, attach replicas, wait for atomic slot migrations in flight, move slots (never to
 //! an older data format; atomically where both ends run 9.0+), remove leaving members, set
 //! live directives, switchover, refuse a template the members cannot take ([`target`]),
@@ -14,6 +14,7 @@
 //! plain data (a member's node id, its shard's primary), so a ValkeyReplication can share
 //! them.
 
+mod gone;
 pub mod guard;
 pub mod live;
 mod membership;
@@ -43,6 +44,9 @@ pub enum FailoverReason {
     Removal,
     /// `spec.switchover`.
     Switchover,
+    /// Kubernetes shows the primary's server is not running and it does not answer
+    /// (`CLUSTER FAILOVER FORCE`, see [`gone`]).
+    PrimaryGone,
 }
 
 /// The one thing to do next.
@@ -81,7 +85,7 @@ pub enum Step {
     MigrateAtomically(Vec<Move<String>>),
     /// Delete these ValkeyNodes: they hold no slots and the spec no longer wants them.
     Remove(Vec<String>),
-    /// `CLUSTER FAILOVER` on the replica `member`.
+    /// `CLUSTER FAILOVER` on the replica `member` (`FORCE` for [`FailoverReason::PrimaryGone`]).
     Failover {
         member: String,
         reason: FailoverReason,
@@ -179,6 +183,9 @@ impl fmt::Display for Step {
                     FailoverReason::Roll => "before its primary restarts",
                     FailoverReason::Removal => "before its primary is removed",
                     FailoverReason::Switchover => "as requested by spec.switchover",
+                    FailoverReason::PrimaryGone => {
+                        "by force: Kubernetes shows its primary's server is not running"
+                    }
                 };
                 write!(f, "{member} takes over its shard {why}")
             }
@@ -267,7 +274,8 @@ pub fn next_step(shape: &Shape, members: &[Member], recorded_switchover: Option<
         }
     }
     let node_id = |m: &Member| s.node_of(m).map(|n| n.id.as_str());
-    membership::meet(&s)
+    gone::replace_gone_primary(&s)
+        .or_else(|| membership::meet(&s))
         .or_else(|| membership::forget(&s))
         .or_else(|| slots::form(&s, forming))
         .or_else(|| slots::open_slots(&s).map(|step| across_versions(step, members)))

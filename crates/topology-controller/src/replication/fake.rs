@@ -489,6 +489,10 @@ impl Valkey for FakeGroupConn {
         Err(no_cluster())
     }
 
+    async fn failover_force(&self) -> Result<(), ValkeyError> {
+        Err(no_cluster())
+    }
+
     async fn set_slot(&self, _: u16, _: SlotState<'_>) -> Result<(), ValkeyError> {
         Err(no_cluster())
     }

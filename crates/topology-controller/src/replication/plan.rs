@@ -142,6 +142,9 @@ impl fmt::Display for Step {
                     FailoverReason::Roll => "before it restarts",
                     FailoverReason::Removal => "before it is removed",
                     FailoverReason::Switchover => "as requested by spec.switchover",
+                    // Sentinel replaces a failed primary by itself; the group planner never
+                    // asks for this.
+                    FailoverReason::PrimaryGone => "because its server is not running",
                 };
                 write!(f, "{primary} hands over to {to} {why}")
             }

@@ -24,12 +24,14 @@ use crd_types::names::labels;
 use crd_types::template::OPERATOR_USER;
 use crd_types::{ValkeyNode, ValkeyNodeStatus, ValkeyReplication, ValkeyReplicationStatus};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 use operator_runtime::controller::ReconcileContext;
 use operator_runtime::{ApiResultExt, Context, ObjectName, Op, apply};
 use topology_controller::auth;
+use topology_controller::disruption;
 use topology_controller::member_status::{member_status_changed, versions_in_play};
 use topology_controller::observe::Connections;
 use topology_controller::replication::events::{primary_changed, step_event};
@@ -62,6 +64,7 @@ struct Apis {
     secrets: Api<Secret>,
     services: Api<Service>,
     pods: Api<Pod>,
+    budgets: Api<PodDisruptionBudget>,
     field_manager: &'static str,
 }
 
@@ -98,6 +101,14 @@ pub async fn reconcile(
         &apis.services,
         &live.group,
         &apis.namespace,
+        apis.field_manager,
+    )
+    .await?;
+    crate::objects::apply_budgets(
+        &apis.budgets,
+        &apis.namespace,
+        &disruption::budgets_selector(labels::REPLICATION, &name),
+        &disruption::replication_budgets(&live.group),
         apis.field_manager,
     )
     .await?;
@@ -141,7 +152,8 @@ fn apis(ctx: &Context, group: &ValkeyReplication) -> Result<Apis, Error> {
         nodes: Api::namespaced(client.clone(), &namespace),
         secrets: Api::namespaced(client.clone(), &namespace),
         services: Api::namespaced(client.clone(), &namespace),
-        pods: Api::namespaced(client, &namespace),
+        pods: Api::namespaced(client.clone(), &namespace),
+        budgets: Api::namespaced(client, &namespace),
         namespace,
         field_manager: ctx.field_manager,
     })
