@@ -264,6 +264,20 @@ impl LocalCluster {
         kube_client(&self.admin_kubeconfig).await
     }
 
+    /// An admin client that returns 429 Too Many Requests instead of retrying it, as
+    /// `kubectl drain` sees an eviction a disruption budget refuses (kube's default client
+    /// retries the 429 until the budget allows it, so the refusal would never show).
+    pub async fn client_without_retry(&self) -> Result<kube::Client> {
+        let kubeconfig = kube::config::Kubeconfig::read_from(&self.admin_kubeconfig)?;
+        let mut config = kube::Config::from_custom_kubeconfig(
+            kubeconfig,
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await?;
+        config.default_retry = false;
+        Ok(kube::Client::try_from(config)?)
+    }
+
     async fn wait_api_ready(&self, client: &kube::Client) -> Result<()> {
         self.wait_for("the API server's /readyz", || async {
             let request = http::Request::get("/readyz").body(Vec::new())?;

@@ -247,7 +247,11 @@ where
             Err(error) => last = format!("error: {error:#}"),
         }
         if started.elapsed() > timeout {
-            bail!("timed out after {timeout:?} waiting for {what}; last: {last}");
+            // The controller that acts on topologies is what a timeout here usually waits on.
+            bail!(
+                "timed out after {timeout:?} waiting for {what}; last: {last}\n{TOPOLOGY_CONTROLLER}'s log ends:\n{}",
+                cluster.log_tail(TOPOLOGY_CONTROLLER, 20)
+            );
         }
         tokio::time::sleep(every).await;
     }

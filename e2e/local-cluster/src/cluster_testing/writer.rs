@@ -31,6 +31,11 @@ pub struct StreamReport {
     pub failed: u64,
     /// The longest time without an acknowledged write, start and stop included.
     pub longest_pause: Duration,
+    /// The longest time from the end of an accepted write to the primary accepting the next
+    /// `SET` (acknowledged by a replica or not; the `WAIT` after it not counted): how long
+    /// the shard refused writes. After a failover with one replica per shard no replica can
+    /// acknowledge until the old primary is back, so this is the shorter figure.
+    pub longest_refusal: Duration,
     pub last_error: Option<String>,
 }
 
@@ -58,13 +63,14 @@ impl WriterReport {
             .iter()
             .map(|s| {
                 format!(
-                    "shard {} (slot {}): {} acknowledged, {} unacknowledged, {} failed, longest pause {:?}{}",
+                    "shard {} (slot {}): {} acknowledged, {} unacknowledged, {} failed, longest pause {:?}, longest refusal {:?}{}",
                     s.shard,
                     s.slot,
                     s.acked.len(),
                     s.unacknowledged,
                     s.failed,
                     s.longest_pause,
+                    s.longest_refusal,
                     s.last_error
                         .as_ref()
                         .map(|e| format!(", last error: {e}"))
@@ -125,6 +131,7 @@ impl AckedWriter {
                     slot,
                     ..Default::default()
                 },
+                set_accepted: None,
             };
             tasks.push(tokio::spawn(stream.run(stop.clone(), acked.clone())));
         }
@@ -169,6 +176,8 @@ impl AckedWriter {
 struct Stream {
     nodes: Nodes,
     report: StreamReport,
+    /// When the primary accepted the last write's `SET`.
+    set_accepted: Option<Instant>,
 }
 
 enum Outcome {
@@ -183,6 +192,7 @@ impl Stream {
     async fn run(mut self, stop: Arc<AtomicBool>, acked: Arc<AtomicUsize>) -> StreamReport {
         let started = Instant::now();
         let mut last_ack = started;
+        let mut last_write_end = started;
         let mut owner: Option<String> = None;
         let mut seq: u64 = 0;
         while !stop.load(Ordering::Relaxed) {
@@ -206,6 +216,14 @@ impl Stream {
             let mut outcome = self.write(&ip, &key, &value, false).await;
             if let Outcome::Ask(target) = outcome {
                 outcome = self.write(&target, &key, &value, true).await;
+            }
+            if matches!(outcome, Outcome::Acked | Outcome::NotReplicated) {
+                let set_accepted = self.set_accepted.unwrap_or(last_write_end);
+                self.report.longest_refusal = self
+                    .report
+                    .longest_refusal
+                    .max(set_accepted.saturating_duration_since(last_write_end));
+                last_write_end = Instant::now();
             }
             match outcome {
                 Outcome::Acked => {
@@ -231,6 +249,7 @@ impl Stream {
             tokio::time::sleep(WRITE_INTERVAL).await;
         }
         self.report.longest_pause = self.report.longest_pause.max(last_ack.elapsed());
+        self.report.longest_refusal = self.report.longest_refusal.max(last_write_end.elapsed());
         self.nodes.close().await;
         self.report
     }
@@ -266,6 +285,7 @@ impl Stream {
             self.nodes.drop_connection(ip).await;
             return Outcome::Failed(format!("SET on {ip}: {error}"));
         }
+        self.set_accepted = Some(Instant::now());
         match raw::<i64>(&client, "WAIT", vec![1.into(), WAIT_TIMEOUT_MS.into()]).await {
             Ok(n) if n >= 1 => Outcome::Acked,
             Ok(_) => Outcome::NotReplicated,

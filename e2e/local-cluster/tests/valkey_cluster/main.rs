@@ -1,9 +1,12 @@
 //! ValkeyCluster end to end, with every controller and real valkey-server pods: a cluster
 //! forms, scales out and in (shards and replicas) keeping every key; a killed primary is
 //! replaced by its replica and rejoins as a replica, and a requested switchover moves a
-//! primary, without losing an acknowledged write; a full restart reforms the cluster with its
-//! data; a template change rolls one member at a time without losing an acknowledged write;
-//! a topology-controller killed in the middle of a slot migration finishes it on restart; a
+//! primary, without losing an acknowledged write; a primary whose pod is evicted hands its
+//! shard to its replica before it stops, and the shard's disruption budget holds the
+//! replica's eviction meanwhile; a crash-looping primary is replaced by force before
+//! Valkey's node-timeout; a full restart reforms the cluster with its data;
+//! a template change rolls one member at a time without losing an acknowledged write; a
+//! topology-controller killed in the middle of a slot migration finishes it on restart; a
 //! replica that missed the end of a slot move while syncing keeps a stale slot marker, which
 //! topology-controller clears; bad input is refused at admission, and an image that cannot
 //! be pulled halts the roll at its first member while the cluster keeps serving; the same
@@ -24,8 +27,10 @@ mod atomic_migration;
 mod bad_input;
 mod env;
 mod failover;
+mod forced_failover;
 mod full_restart;
 mod mid_migration;
+mod planned_departure;
 mod rolling_update;
 mod scaling;
 mod stale_marker;

@@ -1,0 +1,141 @@
+//! Scenario: a primary in a crash loop is replaced by force, before Valkey would.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use crd_types::names::statefulset_pod_name;
+use crd_types::node::Role;
+use local_cluster::cluster_testing::{AckedWriter, valkey_cluster};
+use local_cluster::testing::{signal, valkey_server_pid};
+
+use crate::env::{Env, FAILOVER, FORM, SETTLE};
+
+/// Kills the valkey-server of `pod_ip` with SIGKILL whenever one runs, until `stop`: a
+/// container that crashes at every start.
+fn keep_killing(pod_ip: String, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u32> {
+    std::thread::spawn(move || {
+        let mut kills = 0;
+        while !stop.load(Ordering::Relaxed) {
+            if let Ok(pid) = valkey_server_pid(&pod_ip)
+                && signal(pid, "KILL").is_ok()
+            {
+                kills += 1;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        kills
+    })
+}
+
+/// With a writer running, shard 0's primary server is killed with SIGKILL and killed again
+/// at every restart (a crash loop). The kubelet reports its container waiting after it
+/// exited, and topology-controller has the replica take over with `CLUSTER FAILOVER FORCE`
+/// instead of waiting for Valkey, which promotes a replica only after a majority flagged the
+/// primary `fail` (cluster-node-timeout, 15 s): when the replica is seen primary, no member
+/// flags the old one `fail`. Once the crashes stop, the old member rejoins as a replica of
+/// its successor, and no acknowledged write is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_crash_looping_primary_is_replaced_by_force_before_node_timeout() {
+    let env = Env::start().await;
+    let name = "crash";
+    let access = env.create_ready(valkey_cluster(name, 3, 1, true)).await;
+    let writer = AckedWriter::start(&access).await.unwrap();
+    writer.progressed(200, SETTLE).await.unwrap();
+
+    let status = env.ready(name, SETTLE).await;
+    let old_primary = status.shards[0].primary.clone().unwrap();
+    let successor = status.shards[0]
+        .members
+        .iter()
+        .find(|m| m.name != old_primary)
+        .unwrap()
+        .name
+        .clone();
+    let old_ip = access.ip(&old_primary).unwrap().to_string();
+    let old_id = access.node_id(&old_ip).unwrap();
+    let successor_ip = access.ip(&successor).unwrap().to_string();
+    let successor_id = access.node_id(&successor_ip).unwrap();
+    let pod = statefulset_pod_name(&old_primary);
+    let pod_ip = env
+        .apis
+        .pods
+        .get(&pod)
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.pod_ip)
+        .unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let killer = keep_killing(pod_ip, stop.clone());
+    env.wait(
+        &format!("{successor} to take over shard 0 in Valkey"),
+        FAILOVER,
+        || async {
+            let view = access.nodes_seen_by(&successor_ip)?;
+            Ok(match view.iter().find(|n| n.id == successor_id) {
+                Some(n) if n.is_primary() && n.slot_count() > 0 => Ok(()),
+                other => Err(format!("{successor} says {other:?}")),
+            })
+        },
+    )
+    .await;
+    for viewer in access.members.iter().filter(|m| m.ip != old_ip) {
+        let view = access.nodes_seen_by(&viewer.ip).unwrap();
+        if let Some(old) = view.iter().find(|n| n.id == old_id) {
+            assert!(
+                !old.has_flag("fail"),
+                "{} already flags {old_primary} failed, so Valkey may have failed it over by itself: {old:?}",
+                viewer.name
+            );
+        }
+    }
+    let events = env.apis.topology_events(name).await.unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("Failover")
+                && e.note.as_deref().is_some_and(|n| n.contains("by force"))),
+        "no forced Failover Event: {:?}",
+        events.iter().map(|e| &e.note).collect::<Vec<_>>()
+    );
+
+    stop.store(true, Ordering::Relaxed);
+    let kills = killer.join().unwrap();
+    eprintln!("{name}: {old_primary}'s server killed {kills} times");
+    env.ready(name, FORM).await;
+    env.healthy(name, &access, 3, 1).await;
+    for (viewer, view) in access.views().unwrap() {
+        let line = view.iter().find(|n| n.id == old_id).unwrap();
+        assert!(line.is_replica(), "{viewer}: {line:?}");
+        assert_eq!(
+            line.primary_id.as_deref(),
+            Some(successor_id.as_str()),
+            "{viewer}: {line:?}"
+        );
+    }
+    let valkey = env
+        .apis
+        .nodes
+        .get_status(&old_primary)
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.valkey)
+        .unwrap_or_default();
+    assert_eq!(valkey.role, Some(Role::Replica), "{valkey:?}");
+
+    writer.progressed(200, SETTLE).await.unwrap();
+    let report = writer.stop().await.unwrap();
+    eprintln!("{name}: writer\n{}", report.summary());
+    let lost = report.lost(&access).await.unwrap();
+    assert!(
+        lost.is_empty(),
+        "{} of {} acknowledged writes lost, e.g. {:?}",
+        lost.len(),
+        report.acked(),
+        &lost[..lost.len().min(10)]
+    );
+    env.finish();
+}
