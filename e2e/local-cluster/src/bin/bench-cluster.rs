@@ -6,6 +6,10 @@
 //!   `valkey-cli --cluster add-node` + `rebalance --cluster-use-empty-masters`;
 //! - failover: a primary's process frozen (SIGSTOP) until writes to its slots are accepted by
 //!   the replica that took over;
+//! - a primary leaving under a writer that records every write a replica acknowledged: its
+//!   pod deleted (the preStop hook hands over), and its server killed at every start (a
+//!   crash loop, failed over by force): the shard's longest time accepting no write and
+//!   without a replica-acknowledged one;
 //! - the same 3 -> 4 scale-out on valkey/valkey:9.1 three ways: the operator with atomic slot
 //!   migration (its default there), the operator with the classic path (annotation
 //!   `valkey.rs/slot-migration: classic`), and valkey-cli 9.1 on hand-made 9.1 nodes; each
@@ -98,6 +102,14 @@ async fn main() -> Result<()> {
     let form = cluster_access(&apis, "form").await?;
     let failover = failover(&apis.nodes, &apis.pods, &form, "form").await?;
 
+    eprintln!("bench-cluster: a primary's pod deleted, a primary's server crash-looping");
+    let deleted = departure(&apis, &form, "form", 1, Leaving::PodDeleted)
+        .await
+        .inspect_err(|e| explain_failure(&cluster, "form", e));
+    let crashed = departure(&apis, &form, "form", 2, Leaving::CrashLoop)
+        .await
+        .inspect_err(|e| explain_failure(&cluster, "form", e));
+
     for version in [V80, V81, V91] {
         if !VALKEY_VERSIONS.contains(&version) {
             bail!("the local registry has no valkey/valkey:{version} ({VALKEY_VERSIONS:?})");
@@ -147,7 +159,11 @@ async fn main() -> Result<()> {
         );
     }
 
-    let keep_run = atomic.is_err() || classic.is_err() || upgraded.is_err();
+    let keep_run = atomic.is_err()
+        || classic.is_err()
+        || upgraded.is_err()
+        || deleted.is_err()
+        || crashed.is_err();
     drop(cluster);
     if keep_run {
         eprintln!(
@@ -205,6 +221,27 @@ async fn main() -> Result<()> {
         "| failover: primary frozen to the first write accepted on its slots (cluster-node-timeout 15 s) | {:.1} s | |",
         secs(failover)
     );
+    for (what, measured) in [
+        (
+            "a primary's pod deleted (its preStop hook hands over)",
+            &deleted,
+        ),
+        (
+            "a primary's server killed at every start (crash loop; forced failover)",
+            &crashed,
+        ),
+    ] {
+        let cell = match measured {
+            Ok(d) => format!(
+                "no write accepted for {:.1} s; none acknowledged by a replica for {:.1} s; {} acknowledged lost",
+                secs(d.refusal),
+                secs(d.pause),
+                d.lost
+            ),
+            Err(e) => format!("not measured: {}", first_line(&format!("{e:#}"))),
+        };
+        println!("| {what}, under a WAIT-acked writer | {cell} | |");
+    }
     print_scale_out_on_9(keys, &atomic, &classic, &cli9);
     print_upgrade(keys, &upgraded);
     Ok(())
@@ -1262,4 +1299,136 @@ async fn failover(
     signal(pid, "CONT")?;
     result?;
     Ok(took)
+}
+
+/// What a writer saw while one primary left: the shard's longest refusal (no `SET`
+/// accepted) and longest pause (no replica-acknowledged write), and acknowledged writes
+/// that do not read back.
+struct Departure {
+    refusal: Duration,
+    pause: Duration,
+    lost: usize,
+}
+
+/// How a primary leaves in [`departure`].
+#[derive(Clone, Copy)]
+enum Leaving {
+    /// Its pod is deleted: the preStop hook hands the slots over first.
+    PodDeleted,
+    /// Its server is killed with SIGKILL at every start (a crash loop) until its shard has
+    /// another primary: topology-controller fails the shard over by force.
+    CrashLoop,
+}
+
+/// `shard`'s primary of the cluster `name` leaves as `how` under an [`AckedWriter`]; waits
+/// until the cluster is Ready with every member back, then reads the acknowledged writes.
+async fn departure(
+    apis: &ClusterApis,
+    access: &Access,
+    name: &str,
+    shard: u32,
+    how: Leaving,
+) -> Result<Departure> {
+    wait_cluster_ready(apis, name).await?;
+    let writer = AckedWriter::start(access).await?;
+    writer.progressed(200, Duration::from_secs(60)).await?;
+    let status = apis
+        .clusters
+        .get_status(name)
+        .await?
+        .status
+        .unwrap_or_default();
+    let primary = status
+        .shards
+        .get(shard as usize)
+        .and_then(|s| s.primary.clone())
+        .context("no primary in status")?;
+    let pod_name = crd_types::names::statefulset_pod_name(&primary);
+    let pod = apis.pods.get(&pod_name).await?;
+    let old_uid = pod.metadata.uid.clone();
+    let restarts = |p: &Pod| -> i32 {
+        p.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .map_or(0, |cs| cs.iter().map(|c| c.restart_count).sum())
+    };
+    let old_restarts = restarts(&pod);
+    match how {
+        Leaving::PodDeleted => {
+            apis.pods
+                .delete(&pod_name, &DeleteParams::default())
+                .await?;
+        }
+        Leaving::CrashLoop => {
+            let pod_ip = pod.status.and_then(|s| s.pod_ip).context("no pod IP")?;
+            let primary_ip = access.ip(&primary).context("no address")?.to_string();
+            // Kill at every start until another member of the shard serves its slots.
+            wait("another primary for the shard", LIMIT, || async {
+                if let Ok(pid) = valkey_server_pid(&pod_ip) {
+                    let _ = signal(pid, "KILL");
+                }
+                let replaced = access
+                    .members
+                    .iter()
+                    .filter(|m| m.shard == shard && m.ip != primary_ip)
+                    .any(|m| {
+                        access.nodes_seen_by(&m.ip).is_ok_and(|view| {
+                            view.iter()
+                                .any(|n| n.is_myself() && n.is_primary() && n.slot_count() > 0)
+                        })
+                    });
+                Ok(if replaced {
+                    Ok(())
+                } else {
+                    Err("not yet".into())
+                })
+            })
+            .await?;
+        }
+    }
+    wait(
+        "the member's server back and the cluster Ready",
+        LIMIT,
+        || async {
+            let pod = apis.pods.get_opt(&pod_name).await?;
+            let back = pod.as_ref().is_some_and(|p| {
+                let ready = p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+                let new = match how {
+                    Leaving::PodDeleted => p.metadata.uid != old_uid,
+                    Leaving::CrashLoop => restarts(p) > old_restarts,
+                };
+                ready && new
+            });
+            if !back {
+                return Ok(Err("not back".into()));
+            }
+            Ok(ready_status(apis, name).await?.map(drop))
+        },
+    )
+    .await?;
+    writer.progressed(200, Duration::from_secs(120)).await?;
+    let report = writer.stop().await?;
+    eprintln!("bench-cluster: {name}: writer\n{}", report.summary());
+    let stream = report
+        .streams
+        .iter()
+        .find(|s| s.shard == shard)
+        .context("no writer stream for the shard")?;
+    Ok(Departure {
+        refusal: stream.longest_refusal,
+        pause: stream.longest_pause,
+        lost: report.lost(access).await?.len(),
+    })
+}
+
+/// Waits for phase Ready.
+async fn wait_cluster_ready(apis: &ClusterApis, name: &str) -> Result<()> {
+    wait(&format!("{name} to be Ready"), LIMIT, || async {
+        Ok(ready_status(apis, name).await?.map(drop))
+    })
+    .await
 }

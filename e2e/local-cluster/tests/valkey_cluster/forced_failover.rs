@@ -11,21 +11,50 @@ use local_cluster::testing::{signal, valkey_server_pid};
 
 use crate::env::{Env, FAILOVER, FORM, SETTLE};
 
-/// Kills the valkey-server of `pod_ip` with SIGKILL whenever one runs, until `stop`: a
-/// container that crashes at every start.
-fn keep_killing(pod_ip: String, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u32> {
-    std::thread::spawn(move || {
-        let mut kills = 0;
-        while !stop.load(Ordering::Relaxed) {
-            if let Ok(pid) = valkey_server_pid(&pod_ip)
-                && signal(pid, "KILL").is_ok()
-            {
-                kills += 1;
+/// Kills the valkey-server of `pod_ip` with SIGKILL whenever one runs, until dropped: a
+/// container that crashes at every start. Dropping stops it even when the test panics, so
+/// it never reaches the next test's pods (pod IPs repeat between local clusters).
+struct Killer {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<u32>>,
+}
+
+impl Killer {
+    fn start(pod_ip: String) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut kills = 0;
+            while !flag.load(Ordering::Relaxed) {
+                if let Ok(pid) = valkey_server_pid(&pod_ip)
+                    && signal(pid, "KILL").is_ok()
+                {
+                    kills += 1;
+                }
+                std::thread::sleep(Duration::from_millis(20));
             }
-            std::thread::sleep(Duration::from_millis(20));
+            kills
+        });
+        Self {
+            stop,
+            thread: Some(thread),
         }
-        kills
-    })
+    }
+
+    /// Stops killing; how many times it killed.
+    fn stop(mut self) -> u32 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take().map_or(0, |t| t.join().unwrap_or(0))
+    }
+}
+
+impl Drop for Killer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// With a writer running, shard 0's primary server is killed with SIGKILL and killed again
@@ -67,8 +96,7 @@ async fn a_crash_looping_primary_is_replaced_by_force_before_node_timeout() {
         .and_then(|s| s.pod_ip)
         .unwrap();
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let killer = keep_killing(pod_ip, stop.clone());
+    let killer = Killer::start(pod_ip);
     env.wait(
         &format!("{successor} to take over shard 0 in Valkey"),
         FAILOVER,
@@ -91,18 +119,25 @@ async fn a_crash_looping_primary_is_replaced_by_force_before_node_timeout() {
             );
         }
     }
-    let events = env.apis.topology_events(name).await.unwrap();
-    assert!(
-        events
-            .iter()
-            .any(|e| e.reason.as_deref() == Some("Failover")
-                && e.note.as_deref().is_some_and(|n| n.contains("by force"))),
-        "no forced Failover Event: {:?}",
-        events.iter().map(|e| &e.note).collect::<Vec<_>>()
-    );
+    // The Event follows the step, which returns once the replica reports itself primary.
+    env.wait("the forced Failover Event", SETTLE, || async {
+        let events = env.apis.topology_events(name).await?;
+        let forced = events.iter().any(|e| {
+            e.reason.as_deref() == Some("Failover")
+                && e.note.as_deref().is_some_and(|n| n.contains("by force"))
+        });
+        Ok(if forced {
+            Ok(())
+        } else {
+            Err(format!(
+                "Events: {:?}",
+                events.iter().map(|e| &e.note).collect::<Vec<_>>()
+            ))
+        })
+    })
+    .await;
 
-    stop.store(true, Ordering::Relaxed);
-    let kills = killer.join().unwrap();
+    let kills = killer.stop();
     eprintln!("{name}: {old_primary}'s server killed {kills} times");
     env.ready(name, FORM).await;
     env.healthy(name, &access, 3, 1).await;
