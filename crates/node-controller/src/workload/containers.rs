@@ -102,7 +102,7 @@ pub(super) fn valkey_container(node: &ValkeyNode, rendered: &RenderedConfig) -> 
         startup_probe: Some(probes::startup(port_name)),
         liveness_probe: Some(probes::liveness(port_name)),
         readiness_probe: Some(probes::readiness(mode)),
-        lifecycle: lifecycle::valkey_lifecycle(mode),
+        lifecycle: lifecycle::valkey_lifecycle(mode, node.spec.replication.is_some()),
         // Valkey logs to stdout; a crash shows its last lines in the pod status.
         termination_message_policy: Some("FallbackToLogsOnError".into()),
         ..Default::default()

@@ -9,7 +9,8 @@
 //!
 //! The hook is best effort and never blocks a stop for long: without an online replica,
 //! slots, or an answer within [`HAND_OVER_WAIT_SECONDS`], the server just stops as before.
-//! A ValkeyReplication member's hook is Sentinel's business and not built here.
+//! A ValkeyReplication data node hands over through Sentinel instead
+//! ([`super::scripts::data_pre_stop`]); a sentinel and a standalone node have no hook.
 
 use crd_types::node::Mode;
 use k8s_openapi::api::core::v1::{ExecAction, Lifecycle, LifecycleHandler};
@@ -23,12 +24,17 @@ use crd_types::template::OPERATOR_USER;
 /// needs a few node-to-node round trips. Well inside the pod's termination grace period.
 pub const HAND_OVER_WAIT_SECONDS: u32 = 10;
 
-/// The hook for the valkey container, if its mode has one.
-pub fn valkey_lifecycle(mode: Mode) -> Option<Lifecycle> {
-    (mode == Mode::Cluster).then(|| Lifecycle {
+/// The hook for the valkey container of a cluster member or a replication data node.
+pub fn valkey_lifecycle(mode: Mode, replication: bool) -> Option<Lifecycle> {
+    let script = match mode {
+        Mode::Cluster => hand_over_script(),
+        Mode::Standalone if replication => super::scripts::data_pre_stop(),
+        Mode::Standalone | Mode::Sentinel => return None,
+    };
+    Some(Lifecycle {
         pre_stop: Some(LifecycleHandler {
             exec: Some(ExecAction {
-                command: Some(vec!["sh".into(), "-c".into(), hand_over_script()]),
+                command: Some(vec!["sh".into(), "-c".into(), script]),
             }),
             ..Default::default()
         }),
@@ -81,13 +87,15 @@ mod tests {
     use std::process::Command;
 
     #[test]
-    fn only_cluster_members_hand_over() {
-        let hook = valkey_lifecycle(Mode::Cluster).unwrap();
-        let command = hook.pre_stop.unwrap().exec.unwrap().command.unwrap();
-        assert_eq!(command[..2], ["sh", "-c"]);
+    fn cluster_members_and_replication_data_nodes_hand_over() {
+        let command = |hook: Lifecycle| hook.pre_stop.unwrap().exec.unwrap().command.unwrap();
+        let hook = valkey_lifecycle(Mode::Cluster, false).unwrap();
         assert!(hook.post_start.is_none());
-        assert!(valkey_lifecycle(Mode::Standalone).is_none());
-        assert!(valkey_lifecycle(Mode::Sentinel).is_none());
+        assert_eq!(command(hook), ["sh", "-c", &hand_over_script()]);
+        let data = valkey_lifecycle(Mode::Standalone, true).unwrap();
+        assert_eq!(command(data)[2], super::super::scripts::data_pre_stop());
+        assert!(valkey_lifecycle(Mode::Standalone, false).is_none());
+        assert!(valkey_lifecycle(Mode::Sentinel, true).is_none());
     }
 
     /// A fake `valkey-cli` answering from files in `dir`: `<host>-<first word>` for the

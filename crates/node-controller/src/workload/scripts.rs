@@ -97,6 +97,66 @@ const DATA_ROLE: &str = r#"if [ -n "$name" ]; then
 fi
 "#;
 
+/// A data node's preStop hook: a primary about to stop hands over through Sentinel first,
+/// the way topology-controller's hand-over does (see docs/architecture.md): the replication
+/// PING out of reach (so no PING leaves a replica ahead of the new primary), writes paused,
+/// every replica online at the primary's offset (up to 5 s), `SENTINEL FAILOVER` through a
+/// sentinel that names this node primary, then once that sentinel names another (up to
+/// 10 s) `REPLICAOF` it and `CLIENT KILL TYPE normal`, so paused clients reconnect to the new
+/// primary. Best effort: on any miss the server just stops, still paused, and the sentinels
+/// fail over after down-after-milliseconds as before. Nothing is restored: the server stops.
+pub fn data_pre_stop() -> String {
+    format!("{READ_CONTEXT}{DATA_PRE_STOP}")
+}
+
+const DATA_PRE_STOP: &str = r#"[ -n "$name" ] || exit 0
+if [ -n "${VALKEY_OPERATOR_PASSWORD-}" ]; then
+  export REDISCLI_AUTH="$VALKEY_OPERATOR_PASSWORD" login="--user operator"
+else
+  login=
+fi
+own() { timeout 3 valkey-cli --no-auth-warning $login -h "${POD_IP-}" -p 6379 --raw "$@"; }
+guide() {
+  host=$1; shift
+  REDISCLI_AUTH="${VALKEY_OPERATOR_PASSWORD-}" timeout 3 valkey-cli --no-auth-warning     -h "$host" -p 26379 ${VALKEY_OPERATOR_PASSWORD:+--user operator} --raw "$@"
+}
+[ "$(own ROLE 2>/dev/null | head -n 1)" = master ] || exit 0
+own CONFIG SET repl-ping-replica-period 2147483647 >/dev/null
+own CLIENT PAUSE 10000 WRITE >/dev/null
+waited=0
+while :; do
+  info=$(own INFO replication 2>/dev/null | tr -d '\r')
+  at=$(echo "$info" | sed -n 's/^master_repl_offset://p')
+  total=$(echo "$info" | grep -c '^slave[0-9]*:')
+  behind=$(echo "$info" | grep '^slave[0-9]*:' | grep -vc "state=online,offset=$at,")
+  if [ "$total" -gt 0 ] && [ "$behind" -eq 0 ]; then break; fi
+  if [ "$waited" -ge 50 ]; then
+    echo "prestop: no replica caught up within 5s: stopping without a hand-over"; exit 0
+  fi
+  sleep 0.1
+  waited=$((waited + 1))
+done
+via=
+for s in $sentinels; do
+  [ "$(guide "$s" SENTINEL GET-MASTER-ADDR-BY-NAME "$name" 2>/dev/null | head -n 1)" = "$self" ] || continue
+  if [ "$(guide "$s" SENTINEL FAILOVER "$name" 2>&1)" = OK ]; then via=$s; break; fi
+done
+if [ -z "$via" ]; then echo "prestop: no sentinel started a failover: stopping"; exit 0; fi
+waited=0
+while [ "$waited" -lt 100 ]; do
+  now=$(guide "$via" SENTINEL GET-MASTER-ADDR-BY-NAME "$name" 2>/dev/null | head -n 1)
+  if [ -n "$now" ] && [ "$now" != "$self" ]; then
+    own REPLICAOF "$now" 6379 >/dev/null
+    own CLIENT KILL TYPE normal >/dev/null
+    echo "prestop: handed over to $now"
+    exit 0
+  fi
+  sleep 0.1
+  waited=$((waited + 1))
+done
+echo "prestop: no promotion within 10s: stopping anyway"
+"#;
+
 /// A sentinel's init container: the rendered sentinel.conf, the state it had, and, for a
 /// sentinel without state in a monitored group, what to monitor.
 pub fn sentinel_init() -> String {
@@ -198,6 +258,115 @@ a=$(echo "$list" | tr ',' '\n' | sed -n "${{n}}p")
             String::from_utf8_lossy(&out.stdout).trim().to_string(),
             String::from_utf8_lossy(&out.stderr).to_string(),
         )
+    }
+
+    /// A `valkey-cli` for the preStop hook: the node itself at 10.9.9.9:6379 answers from
+    /// `own-<first word>` files; a sentinel names `named` until it was asked to fail over,
+    /// then 10.0.0.3. Every call is appended to `calls`.
+    fn fake_hook_cli(dir: &Path, named: &str) {
+        let cli = format!(
+            r#"#!/bin/sh
+dir={dir}
+echo "$*" >> $dir/calls
+while [ "$1" != "-h" ]; do shift; done
+host=$2 port=$4; shift 4
+while :; do case "$1" in --raw) shift ;; --user) shift 2 ;; *) break ;; esac; done
+if [ "$port" = 26379 ]; then
+  case "$2" in
+    FAILOVER) touch $dir/failed-over; echo OK ;;
+    GET-MASTER-ADDR-BY-NAME)
+      if [ -f $dir/failed-over ]; then printf '10.0.0.3\n6379\n'; else printf '{named}\n6379\n'; fi ;;
+  esac
+  exit 0
+fi
+cat $dir/own-$1 2>/dev/null || echo OK
+"#,
+            dir = dir.display()
+        );
+        let path = dir.join("valkey-cli");
+        std::fs::write(&path, cli).unwrap();
+        Command::new("chmod")
+            .args(["+x", path.to_str().unwrap()])
+            .status()
+            .unwrap();
+    }
+
+    fn run_hook(dir: &Path) -> (String, Vec<String>) {
+        std::fs::write(dir.join("replication"), CONTEXT).unwrap();
+        let script =
+            data_pre_stop().replace(CONTEXT_PATH, dir.join("replication").to_str().unwrap());
+        let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap());
+        let out = Command::new("sh")
+            .args(["-c", &script])
+            .env("PATH", path)
+            .env("POD_IP", "10.9.9.9")
+            .env("VALKEY_OPERATOR_PASSWORD", "pw")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let calls = std::fs::read_to_string(dir.join("calls")).unwrap_or_default();
+        (
+            String::from_utf8_lossy(&out.stdout).trim().to_string(),
+            calls.lines().map(str::to_owned).collect(),
+        )
+    }
+
+    #[test]
+    fn a_stopping_primary_hands_over_through_sentinel_with_writes_paused() {
+        let dir = tempfile::tempdir().unwrap();
+        fake_hook_cli(dir.path(), "10.0.0.2");
+        std::fs::write(dir.path().join("own-ROLE"), "master\n0\n").unwrap();
+        std::fs::write(
+            dir.path().join("own-INFO"),
+            "role:master\r\nconnected_slaves:2\r\n\
+             slave0:ip=10.0.0.1,port=6379,state=online,offset=500,lag=0\r\n\
+             slave1:ip=10.0.0.3,port=6379,state=online,offset=500,lag=0\r\n\
+             master_repl_offset:500\r\n",
+        )
+        .unwrap();
+        let (said, calls) = run_hook(dir.path());
+        assert_eq!(said, "prestop: handed over to 10.0.0.3", "{calls:?}");
+        let at = |what: &str| {
+            calls
+                .iter()
+                .position(|c| c.contains(what))
+                .unwrap_or_else(|| panic!("no {what} in {calls:?}"))
+        };
+        assert!(at("repl-ping-replica-period 2147483647") < at("CLIENT PAUSE 10000 WRITE"));
+        assert!(at("CLIENT PAUSE") < at("INFO replication"));
+        assert!(at("INFO replication") < at("SENTINEL FAILOVER g"));
+        assert!(calls[at("SENTINEL FAILOVER g")].contains("-h 10.1.0.1 -p 26379"));
+        assert!(at("SENTINEL FAILOVER g") < at("REPLICAOF 10.0.0.3 6379"));
+        assert!(at("REPLICAOF") < at("CLIENT KILL TYPE normal"));
+        assert!(
+            calls.iter().all(|c| c.contains("--user operator")),
+            "{calls:?}"
+        );
+    }
+
+    #[test]
+    fn a_replica_or_a_primary_no_sentinel_names_just_stops() {
+        let dir = tempfile::tempdir().unwrap();
+        fake_hook_cli(dir.path(), "10.0.0.2");
+        std::fs::write(dir.path().join("own-ROLE"), "slave\n10.0.0.1\n").unwrap();
+        let (said, calls) = run_hook(dir.path());
+        assert_eq!((said.as_str(), calls.len()), ("", 1), "{calls:?}");
+
+        let dir = tempfile::tempdir().unwrap();
+        fake_hook_cli(dir.path(), "10.0.0.1");
+        std::fs::write(dir.path().join("own-ROLE"), "master\n0\n").unwrap();
+        std::fs::write(
+            dir.path().join("own-INFO"),
+            "slave0:ip=10.0.0.1,port=6379,state=online,offset=9,lag=0\nmaster_repl_offset:9\n",
+        )
+        .unwrap();
+        let (said, calls) = run_hook(dir.path());
+        assert!(said.contains("no sentinel started a failover"), "{said}");
+        assert!(
+            !calls
+                .iter()
+                .any(|c| c.contains("FAILOVER") || c.contains("REPLICAOF"))
+        );
     }
 
     const CONTEXT: &str = "name g\nself 10.0.0.2\nprimary 10.0.0.1\nmonitored yes\n\

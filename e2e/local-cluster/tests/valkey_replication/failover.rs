@@ -1,5 +1,6 @@
-//! Scenario 2: Sentinel fails over a frozen primary, and a deleted one; the read-write
-//! Service follows and the old primary rejoins as a replica.
+//! Scenario 2: Sentinel fails over a frozen primary, and a killed one; the read-write
+//! Service follows and the old primary rejoins as a replica. A primary deleted gracefully
+//! hands over through Sentinel before it stops.
 
 use std::time::Instant;
 
@@ -166,6 +167,82 @@ async fn a_deleted_primary_waits_for_the_failover_and_rejoins_as_replica() {
         said.last()
             .is_some_and(|l| l.contains("starting as its replica")),
         "{log}"
+    );
+    through_service.progressed(200, SETTLE).await.unwrap();
+    sentinel_aware.progressed(200, SETTLE).await.unwrap();
+    for writer in [through_service, sentinel_aware] {
+        let report = writer.stop().await.unwrap();
+        eprintln!("{name}: {}", report.summary());
+        let lost = report.lost(&access).await.unwrap();
+        assert!(
+            lost.is_empty(),
+            "{} of {} acknowledged writes lost, e.g. {:?}",
+            lost.len(),
+            report.acked.len(),
+            &lost[..lost.len().min(10)]
+        );
+    }
+    env.finish();
+}
+
+/// With two writers as above and persistence, the primary's pod is deleted gracefully (as a
+/// drain or `kubectl delete pod` does): its preStop hook hands over through Sentinel before
+/// the server stops, so when the pod comes back the sentinels already name another primary
+/// and its start script follows it at once, never waiting for a failover. No acknowledged
+/// write is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_deleted_primary_hands_over_through_sentinel_before_it_stops() {
+    let env = Env::start().await;
+    let name = "leave";
+    let access = env.create_ready(valkey_replication(name, 3, 3, true)).await;
+    let old = env.ready(name, SETTLE).await.current_primary.unwrap();
+    let service = access.service_ip.clone().unwrap();
+    let through_service = GroupWriter::start(&access, Route::Service(service.clone()), "svc");
+    let sentinel_aware = GroupWriter::start(
+        &access,
+        Route::Sentinel(access.sentinel_service_ip.clone().unwrap()),
+        "snt",
+    );
+    through_service.progressed(200, SETTLE).await.unwrap();
+    sentinel_aware.progressed(200, SETTLE).await.unwrap();
+
+    env.apis
+        .pods
+        .delete(&statefulset_pod_name(&old), &Default::default())
+        .await
+        .unwrap();
+    let deleted = Instant::now();
+    let new = env
+        .wait(
+            "Sentinel to fail over and status to follow",
+            FAILOVER,
+            || async {
+                let status = env.apis.groups.get(name).await?.status.unwrap_or_default();
+                Ok(match status.current_primary {
+                    Some(p) if p != old => Ok(p),
+                    other => Err(format!("currentPrimary is {other:?}")),
+                })
+            },
+        )
+        .await;
+    eprintln!(
+        "{name}: {new} named primary {:?} after the delete",
+        deleted.elapsed()
+    );
+    env.ready(name, FAILOVER).await;
+    let access = replication_testing::access(&env.apis, name).await.unwrap();
+    env.healthy(&access, &new).await;
+    let log = env
+        .apis
+        .pods
+        .logs(&statefulset_pod_name(&old), &Default::default())
+        .await
+        .unwrap();
+    let said: Vec<&str> = log.lines().filter(|l| l.contains("sentinels")).collect();
+    eprintln!("{name}: {old} at start: {said:?}");
+    assert!(
+        !said.is_empty() && said.iter().all(|l| l.contains("starting as its replica")),
+        "the sentinels named another primary before {old} stopped: {log}"
     );
     through_service.progressed(200, SETTLE).await.unwrap();
     sentinel_aware.progressed(200, SETTLE).await.unwrap();

@@ -2,7 +2,8 @@
 //! valkey-sentinel pods: a group forms with one primary, its replicas linked and every
 //! sentinel knowing exactly the group, all by Service IP; a frozen primary is failed over by
 //! Sentinel, the read-write Service follows and no acknowledged write is lost, and so is a
-//! deleted one, which waits for the failover instead of serving again; with every
+//! killed one, which waits for the failover instead of serving again; a primary whose pod
+//! is deleted gracefully hands over through Sentinel before it stops; with every
 //! controller stopped, pods restart in their roles and nothing rolls once the controllers
 //! are back; every pod deleted at once comes back with the data and one primary, and
 //! Sentinel's lists keep one entry per member through many restarts; a switchover to a named
