@@ -5,11 +5,12 @@ use std::time::{Duration, Instant};
 
 use crd_types::ValkeyCluster;
 use crd_types::names::cluster_member_name;
+use crd_types::node::Role;
 use kube::ResourceExt;
 use local_cluster::LocalCluster;
 use local_cluster::cluster_testing::{
-    Access, ClusterApis, DataSet, Progress, access, ready_status, shape, status_matches_valkey,
-    wait_until,
+    Access, AckedWriter, ClusterApis, DataSet, Progress, WriterReport, access, ready_status, shape,
+    status_matches_valkey, wait_until,
 };
 use local_cluster::operator::{self, RunningController};
 use local_cluster::testing::{cluster_with_operator, pod_starts, restart_controller, stop_process};
@@ -317,6 +318,63 @@ impl Env {
                 "masteruser\noperator"
             );
         }
+    }
+
+    /// `member` (node id `old_id`) is a replica of `primary_id` in every member's
+    /// `CLUSTER NODES` and in its `status.valkey`, as a primary that came back after its
+    /// replica took over.
+    pub(crate) async fn rejoined_as_replica(
+        &self,
+        access: &Access,
+        member: &str,
+        old_id: &str,
+        primary_id: &str,
+    ) {
+        for (viewer, view) in access.views().unwrap() {
+            let line = view.iter().find(|n| n.id == old_id).unwrap();
+            assert!(line.is_replica(), "{viewer}: {line:?}");
+            assert_eq!(
+                line.primary_id.as_deref(),
+                Some(primary_id),
+                "{viewer}: {line:?}"
+            );
+        }
+        let valkey = self
+            .apis
+            .nodes
+            .get_status(member)
+            .await
+            .unwrap()
+            .status
+            .and_then(|s| s.valkey)
+            .unwrap_or_default();
+        assert_eq!(valkey.role, Some(Role::Replica), "{valkey:?}");
+        assert_eq!(valkey.primary_node_id.as_deref(), Some(primary_id));
+    }
+
+    /// Stops `writer` and asserts that every stream wrote and every acknowledged write reads
+    /// back; `during` names the writer's time in the report.
+    pub(crate) async fn nothing_lost(
+        &self,
+        name: &str,
+        during: &str,
+        writer: AckedWriter,
+        access: &Access,
+    ) -> WriterReport {
+        let report = writer.stop().await.unwrap();
+        eprintln!("{name}: writer {during}\n{}", report.summary());
+        for stream in &report.streams {
+            assert!(!stream.acked.is_empty(), "{}", report.summary());
+        }
+        let lost = report.lost(access).await.unwrap();
+        assert!(
+            lost.is_empty(),
+            "{} of {} acknowledged writes lost, e.g. {:?}",
+            lost.len(),
+            report.acked(),
+            &lost[..lost.len().min(10)]
+        );
+        report
     }
 
     pub(crate) fn finish(mut self) {

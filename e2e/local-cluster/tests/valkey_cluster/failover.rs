@@ -4,7 +4,6 @@ use std::time::Instant;
 
 use crd_types::cluster::SwitchoverOutcome;
 use crd_types::names::{cluster_member_name, statefulset_pod_name};
-use crd_types::node::Role;
 use local_cluster::cluster_testing::{AckedWriter, valkey_cluster};
 use serde_json::json;
 
@@ -88,29 +87,8 @@ async fn a_killed_primary_is_replaced_and_rejoins_as_replica() {
         old_id,
         "{old_primary} kept its identity (nodes.conf on its volume)"
     );
-    for (viewer, view) in access.views().unwrap() {
-        let line = view.iter().find(|n| n.id == old_id).unwrap();
-        assert!(line.is_replica(), "{viewer}: {line:?}");
-        assert_eq!(
-            line.primary_id.as_deref(),
-            Some(successor_id.as_str()),
-            "{viewer}: {line:?}"
-        );
-    }
-    let valkey = env
-        .apis
-        .nodes
-        .get_status(&old_primary)
-        .await
-        .unwrap()
-        .status
-        .and_then(|s| s.valkey)
-        .unwrap_or_default();
-    assert_eq!(valkey.role, Some(Role::Replica), "{valkey:?}");
-    assert_eq!(
-        valkey.primary_node_id.as_deref(),
-        Some(successor_id.as_str())
-    );
+    env.rejoined_as_replica(&access, &old_primary, &old_id, &successor_id)
+        .await;
     writer.progressed(200, SETTLE).await.unwrap();
 
     // Switchover: member 1 of shard 0 becomes its primary.
@@ -148,18 +126,7 @@ async fn a_killed_primary_is_replaced_and_rejoins_as_replica() {
     assert!(line.is_primary() && line.slot_count() > 0, "{line:?}");
 
     writer.progressed(200, SETTLE).await.unwrap();
-    let report = writer.stop().await.unwrap();
-    eprintln!("{name}: writer\n{}", report.summary());
-    for stream in &report.streams {
-        assert!(!stream.acked.is_empty(), "{}", report.summary());
-    }
-    let lost = report.lost(&access).await.unwrap();
-    assert!(
-        lost.is_empty(),
-        "{} of {} acknowledged writes lost, e.g. {:?}",
-        lost.len(),
-        report.acked(),
-        &lost[..lost.len().min(10)]
-    );
+    env.nothing_lost(name, "through the kill and the switchover", writer, &access)
+        .await;
     env.finish();
 }

@@ -5,7 +5,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crd_types::names::statefulset_pod_name;
-use crd_types::node::Role;
 use local_cluster::cluster_testing::{AckedWriter, valkey_cluster};
 use local_cluster::testing::{signal, valkey_server_pid};
 
@@ -141,36 +140,11 @@ async fn a_crash_looping_primary_is_replaced_by_force_before_node_timeout() {
     eprintln!("{name}: {old_primary}'s server killed {kills} times");
     env.ready(name, FORM).await;
     env.healthy(name, &access, 3, 1).await;
-    for (viewer, view) in access.views().unwrap() {
-        let line = view.iter().find(|n| n.id == old_id).unwrap();
-        assert!(line.is_replica(), "{viewer}: {line:?}");
-        assert_eq!(
-            line.primary_id.as_deref(),
-            Some(successor_id.as_str()),
-            "{viewer}: {line:?}"
-        );
-    }
-    let valkey = env
-        .apis
-        .nodes
-        .get_status(&old_primary)
-        .await
-        .unwrap()
-        .status
-        .and_then(|s| s.valkey)
-        .unwrap_or_default();
-    assert_eq!(valkey.role, Some(Role::Replica), "{valkey:?}");
+    env.rejoined_as_replica(&access, &old_primary, &old_id, &successor_id)
+        .await;
 
     writer.progressed(200, SETTLE).await.unwrap();
-    let report = writer.stop().await.unwrap();
-    eprintln!("{name}: writer\n{}", report.summary());
-    let lost = report.lost(&access).await.unwrap();
-    assert!(
-        lost.is_empty(),
-        "{} of {} acknowledged writes lost, e.g. {:?}",
-        lost.len(),
-        report.acked(),
-        &lost[..lost.len().min(10)]
-    );
+    env.nothing_lost(name, "through the crash loop", writer, &access)
+        .await;
     env.finish();
 }

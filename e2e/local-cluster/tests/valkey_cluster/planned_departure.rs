@@ -2,7 +2,6 @@
 //! the shard's disruption budget keeps its replica from being evicted meanwhile.
 
 use crd_types::names::statefulset_pod_name;
-use crd_types::node::Role;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
@@ -134,25 +133,8 @@ async fn a_deleted_primary_hands_over_before_it_stops() {
         let status = env.ready(name, FORM).await;
         env.healthy(name, &access, 3, 1).await;
         assert_eq!(access.node_id(&old_ip).unwrap(), old_id);
-        for (viewer, view) in access.views().unwrap() {
-            let line = view.iter().find(|n| n.id == old_id).unwrap();
-            assert!(line.is_replica(), "{viewer}: {line:?}");
-            assert_eq!(
-                line.primary_id.as_deref(),
-                Some(successor_id.as_str()),
-                "{viewer}: {line:?}"
-            );
-        }
-        let valkey = env
-            .apis
-            .nodes
-            .get_status(&old_primary)
-            .await
-            .unwrap()
-            .status
-            .and_then(|s| s.valkey)
-            .unwrap_or_default();
-        assert_eq!(valkey.role, Some(Role::Replica), "{valkey:?}");
+        env.rejoined_as_replica(&access, &old_primary, &old_id, &successor_id)
+            .await;
         let mut expected = primaries.clone();
         expected[shard] = Some(successor.clone());
         let now: Vec<Option<String>> = status.shards.iter().map(|s| s.primary.clone()).collect();
@@ -160,18 +142,7 @@ async fn a_deleted_primary_hands_over_before_it_stops() {
         writer.progressed(200, SETTLE).await.unwrap();
     }
 
-    let report = writer.stop().await.unwrap();
-    eprintln!("{name}: writer\n{}", report.summary());
-    for stream in &report.streams {
-        assert!(!stream.acked.is_empty(), "{}", report.summary());
-    }
-    let lost = report.lost(&access).await.unwrap();
-    assert!(
-        lost.is_empty(),
-        "{} of {} acknowledged writes lost, e.g. {:?}",
-        lost.len(),
-        report.acked(),
-        &lost[..lost.len().min(10)]
-    );
+    env.nothing_lost(name, "through the evictions", writer, &access)
+        .await;
     env.finish();
 }

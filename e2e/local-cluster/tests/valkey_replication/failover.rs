@@ -6,9 +6,76 @@ use std::time::Instant;
 
 use agent_services::ControlClient;
 use crd_types::names::statefulset_pod_name;
-use local_cluster::replication_testing::{self, GroupWriter, Route, valkey_replication};
+use local_cluster::replication_testing::{
+    self, GroupAccess, GroupWriter, Route, valkey_replication,
+};
 
 use crate::env::{Env, FAILOVER, NS, SETTLE};
+
+/// A writer through the read-write Service and one asking the sentinels, each past 200
+/// acknowledged writes.
+async fn two_writers(access: &GroupAccess) -> [GroupWriter; 2] {
+    let service = access.service_ip.clone().unwrap();
+    let sentinels = access.sentinel_service_ip.clone().unwrap();
+    let writers = [
+        GroupWriter::start(access, Route::Service(service), "svc"),
+        GroupWriter::start(access, Route::Sentinel(sentinels), "snt"),
+    ];
+    for writer in &writers {
+        writer.progressed(200, SETTLE).await.unwrap();
+    }
+    writers
+}
+
+/// The primary status names once it is another than `old`.
+async fn successor(env: &Env, name: &str, old: &str) -> String {
+    env.wait(
+        "Sentinel to fail over and status to follow",
+        FAILOVER,
+        || async {
+            let status = env.apis.groups.get(name).await?.status.unwrap_or_default();
+            Ok(match status.current_primary {
+                Some(p) if p != old => Ok(p),
+                other => Err(format!("currentPrimary is {other:?}")),
+            })
+        },
+    )
+    .await
+}
+
+/// What the start script of `member`'s restarted pod said of the sentinels, and its log.
+async fn said_at_start(env: &Env, name: &str, member: &str) -> (Vec<String>, String) {
+    let log = env
+        .apis
+        .pods
+        .logs(&statefulset_pod_name(member), &Default::default())
+        .await
+        .unwrap();
+    let said: Vec<String> = log
+        .lines()
+        .filter(|l| l.contains("sentinels"))
+        .map(str::to_owned)
+        .collect();
+    eprintln!("{name}: {member} at start: {said:?}");
+    (said, log)
+}
+
+/// Each writer past 200 more writes, then stopped; every acknowledged write reads back.
+async fn nothing_lost(name: &str, writers: [GroupWriter; 2], access: &GroupAccess) {
+    for writer in writers {
+        writer.progressed(200, SETTLE).await.unwrap();
+        let report = writer.stop().await.unwrap();
+        eprintln!("{name}: {}", report.summary());
+        let lost = report.lost(access).await.unwrap();
+        assert!(
+            lost.is_empty(),
+            "{} of {} acknowledged writes lost, e.g. {:?}",
+            lost.len(),
+            report.acked.len(),
+            &lost[..lost.len().min(10)]
+        );
+    }
+}
 
 /// With two writers (one through the read-write Service, one asking the sentinels), the
 /// primary's pod is frozen (SIGSTOP) past down-after-milliseconds: Sentinel fails over,
@@ -30,32 +97,13 @@ async fn a_frozen_primary_is_replaced_and_rejoins_as_replica() {
         || async { Ok(env.serves_as_primary(&access, &service, &old)) },
     )
     .await;
-    let through_service = GroupWriter::start(&access, Route::Service(service.clone()), "svc");
-    let sentinel_aware = GroupWriter::start(
-        &access,
-        Route::Sentinel(access.sentinel_service_ip.clone().unwrap()),
-        "snt",
-    );
-    through_service.progressed(200, SETTLE).await.unwrap();
-    sentinel_aware.progressed(200, SETTLE).await.unwrap();
+    let [through_service, sentinel_aware] = two_writers(&access).await;
 
     let control = ControlClient::new(env.cluster.control_addr.unwrap());
     let pod = format!("{NS}/{}", statefulset_pod_name(&old));
     control.freeze(&pod).await.unwrap();
     let frozen = Instant::now();
-    let new = env
-        .wait(
-            "Sentinel to fail over and status to follow",
-            FAILOVER,
-            || async {
-                let status = env.apis.groups.get(name).await?.status.unwrap_or_default();
-                Ok(match status.current_primary {
-                    Some(p) if p != old => Ok(p),
-                    other => Err(format!("currentPrimary is {other:?}")),
-                })
-            },
-        )
-        .await;
+    let new = successor(&env, name, &old).await;
     eprintln!(
         "{name}: {new} named primary {:?} after the freeze",
         frozen.elapsed()
@@ -81,20 +129,7 @@ async fn a_frozen_primary_is_replaced_and_rejoins_as_replica() {
     env.ready(name, FAILOVER).await;
     let access = replication_testing::access(&env.apis, name).await.unwrap();
     env.healthy(&access, &new).await;
-    through_service.progressed(200, SETTLE).await.unwrap();
-    sentinel_aware.progressed(200, SETTLE).await.unwrap();
-    for writer in [through_service, sentinel_aware] {
-        let report = writer.stop().await.unwrap();
-        eprintln!("{name}: {}", report.summary());
-        let lost = report.lost(&access).await.unwrap();
-        assert!(
-            lost.is_empty(),
-            "{} of {} acknowledged writes lost, e.g. {:?}",
-            lost.len(),
-            report.acked.len(),
-            &lost[..lost.len().min(10)]
-        );
-    }
+    nothing_lost(name, [through_service, sentinel_aware], &access).await;
     let moved = env
         .apis
         .group_events(name, Some("PrimaryChanged"))
@@ -118,34 +153,14 @@ async fn a_deleted_primary_waits_for_the_failover_and_rejoins_as_replica() {
     let name = "kill";
     let access = env.create_ready(valkey_replication(name, 3, 3, true)).await;
     let old = env.ready(name, SETTLE).await.current_primary.unwrap();
-    let service = access.service_ip.clone().unwrap();
-    let through_service = GroupWriter::start(&access, Route::Service(service.clone()), "svc");
-    let sentinel_aware = GroupWriter::start(
-        &access,
-        Route::Sentinel(access.sentinel_service_ip.clone().unwrap()),
-        "snt",
-    );
-    through_service.progressed(200, SETTLE).await.unwrap();
-    sentinel_aware.progressed(200, SETTLE).await.unwrap();
+    let writers = two_writers(&access).await;
 
     env.apis
         .kill_pod(&statefulset_pod_name(&old))
         .await
         .unwrap();
     let killed = Instant::now();
-    let new = env
-        .wait(
-            "Sentinel to fail over and status to follow",
-            FAILOVER,
-            || async {
-                let status = env.apis.groups.get(name).await?.status.unwrap_or_default();
-                Ok(match status.current_primary {
-                    Some(p) if p != old => Ok(p),
-                    other => Err(format!("currentPrimary is {other:?}")),
-                })
-            },
-        )
-        .await;
+    let new = successor(&env, name, &old).await;
     eprintln!(
         "{name}: {new} named primary {:?} after the kill",
         killed.elapsed()
@@ -154,34 +169,13 @@ async fn a_deleted_primary_waits_for_the_failover_and_rejoins_as_replica() {
     eprintln!("{name}: Ready again {:?} after the kill", killed.elapsed());
     let access = replication_testing::access(&env.apis, name).await.unwrap();
     env.healthy(&access, &new).await;
-    // What the restarted old primary's start script said.
-    let log = env
-        .apis
-        .pods
-        .logs(&statefulset_pod_name(&old), &Default::default())
-        .await
-        .unwrap();
-    let said: Vec<&str> = log.lines().filter(|l| l.contains("sentinels")).collect();
-    eprintln!("{name}: {old} at start: {said:?}");
+    let (said, log) = said_at_start(&env, name, &old).await;
     assert!(
         said.last()
             .is_some_and(|l| l.contains("starting as its replica")),
         "{log}"
     );
-    through_service.progressed(200, SETTLE).await.unwrap();
-    sentinel_aware.progressed(200, SETTLE).await.unwrap();
-    for writer in [through_service, sentinel_aware] {
-        let report = writer.stop().await.unwrap();
-        eprintln!("{name}: {}", report.summary());
-        let lost = report.lost(&access).await.unwrap();
-        assert!(
-            lost.is_empty(),
-            "{} of {} acknowledged writes lost, e.g. {:?}",
-            lost.len(),
-            report.acked.len(),
-            &lost[..lost.len().min(10)]
-        );
-    }
+    nothing_lost(name, writers, &access).await;
     env.finish();
 }
 
@@ -196,15 +190,7 @@ async fn a_deleted_primary_hands_over_through_sentinel_before_it_stops() {
     let name = "leave";
     let access = env.create_ready(valkey_replication(name, 3, 3, true)).await;
     let old = env.ready(name, SETTLE).await.current_primary.unwrap();
-    let service = access.service_ip.clone().unwrap();
-    let through_service = GroupWriter::start(&access, Route::Service(service.clone()), "svc");
-    let sentinel_aware = GroupWriter::start(
-        &access,
-        Route::Sentinel(access.sentinel_service_ip.clone().unwrap()),
-        "snt",
-    );
-    through_service.progressed(200, SETTLE).await.unwrap();
-    sentinel_aware.progressed(200, SETTLE).await.unwrap();
+    let writers = two_writers(&access).await;
 
     env.apis
         .pods
@@ -212,19 +198,7 @@ async fn a_deleted_primary_hands_over_through_sentinel_before_it_stops() {
         .await
         .unwrap();
     let deleted = Instant::now();
-    let new = env
-        .wait(
-            "Sentinel to fail over and status to follow",
-            FAILOVER,
-            || async {
-                let status = env.apis.groups.get(name).await?.status.unwrap_or_default();
-                Ok(match status.current_primary {
-                    Some(p) if p != old => Ok(p),
-                    other => Err(format!("currentPrimary is {other:?}")),
-                })
-            },
-        )
-        .await;
+    let new = successor(&env, name, &old).await;
     eprintln!(
         "{name}: {new} named primary {:?} after the delete",
         deleted.elapsed()
@@ -232,31 +206,11 @@ async fn a_deleted_primary_hands_over_through_sentinel_before_it_stops() {
     env.ready(name, FAILOVER).await;
     let access = replication_testing::access(&env.apis, name).await.unwrap();
     env.healthy(&access, &new).await;
-    let log = env
-        .apis
-        .pods
-        .logs(&statefulset_pod_name(&old), &Default::default())
-        .await
-        .unwrap();
-    let said: Vec<&str> = log.lines().filter(|l| l.contains("sentinels")).collect();
-    eprintln!("{name}: {old} at start: {said:?}");
+    let (said, log) = said_at_start(&env, name, &old).await;
     assert!(
         !said.is_empty() && said.iter().all(|l| l.contains("starting as its replica")),
         "the sentinels named another primary before {old} stopped: {log}"
     );
-    through_service.progressed(200, SETTLE).await.unwrap();
-    sentinel_aware.progressed(200, SETTLE).await.unwrap();
-    for writer in [through_service, sentinel_aware] {
-        let report = writer.stop().await.unwrap();
-        eprintln!("{name}: {}", report.summary());
-        let lost = report.lost(&access).await.unwrap();
-        assert!(
-            lost.is_empty(),
-            "{} of {} acknowledged writes lost, e.g. {:?}",
-            lost.len(),
-            report.acked.len(),
-            &lost[..lost.len().min(10)]
-        );
-    }
+    nothing_lost(name, writers, &access).await;
     env.finish();
 }
