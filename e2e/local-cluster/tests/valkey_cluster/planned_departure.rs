@@ -130,8 +130,11 @@ async fn a_deleted_primary_hands_over_before_it_stops() {
             },
         )
         .await;
-        let status = env.ready(name, FORM).await;
+        env.ready(name, FORM).await;
         env.healthy(name, &access, 3, 1).await;
+        // Read after `healthy`, which waits for the status to match Valkey: Ready may be
+        // the status from before the hand-over, written before topology-controller looked.
+        let status = env.ready(name, SETTLE).await;
         assert_eq!(access.node_id(&old_ip).unwrap(), old_id);
         env.rejoined_as_replica(&access, &old_primary, &old_id, &successor_id)
             .await;
