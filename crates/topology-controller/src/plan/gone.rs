@@ -11,9 +11,7 @@
 //! promote itself. A pod being deleted, a missing pod or a partition tell nothing of the
 //! process and are left to the preStop hand-over or to Valkey.
 
-use crd_types::node::Role;
-
-use crate::model::Member;
+use crate::plan::replicas::most_caught_up;
 use crate::plan::snapshot::Snapshot;
 use crate::plan::{FailoverReason, Step};
 
@@ -29,7 +27,7 @@ pub(crate) fn replace_gone_primary(s: &Snapshot) -> Option<Step> {
             if !node.flags.primary || node.slots.is_empty() || node.flags.fail {
                 return None;
             }
-            let successor = best_successor(s.reachable(), &node.id)?;
+            let successor = most_caught_up(s.reachable(), &node.id)?;
             Some(Step::Failover {
                 member: successor.name.clone(),
                 reason: FailoverReason::PrimaryGone,
@@ -37,22 +35,10 @@ pub(crate) fn replace_gone_primary(s: &Snapshot) -> Option<Step> {
         })
 }
 
-/// The ready replica of `primary_id` with the highest replication offset (its link is down:
-/// the primary is gone), ties to the lowest name.
-fn best_successor<'a>(
-    candidates: impl Iterator<Item = &'a Member>,
-    primary_id: &str,
-) -> Option<&'a Member> {
-    candidates
-        .filter(|r| {
-            r.ready && r.role() == Some(Role::Replica) && r.primary_id() == Some(primary_id)
-        })
-        .max_by(|a, b| a.offset().cmp(&b.offset()).then(b.name.cmp(&a.name)))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Member;
     use crate::sim::*;
 
     /// The rule's step for a 3 x 1 cluster of `members`.

@@ -6,6 +6,7 @@
 use std::cmp::Reverse;
 
 use crd_types::conditions::reasons::Waiting;
+use crd_types::node::Role;
 
 use super::snapshot::Snapshot;
 use super::{FailoverReason, Step};
@@ -90,13 +91,25 @@ pub fn best_replica<'a>(
     primary: &Member,
     primary_id: &str,
 ) -> Option<&'a Member> {
+    most_caught_up(
+        candidates
+            .into_iter()
+            .filter(|r| r.name != primary.name && r.is_synced_replica()),
+        primary_id,
+    )
+}
+
+/// Among `candidates`, the ready replica of `primary_id` with the highest replication
+/// offset, ties to the lowest name. Its link may be down: a gone primary's replicas keep the
+/// offset they reached.
+pub fn most_caught_up<'a>(
+    candidates: impl IntoIterator<Item = &'a Member>,
+    primary_id: &str,
+) -> Option<&'a Member> {
     candidates
         .into_iter()
         .filter(|r| {
-            r.name != primary.name
-                && r.ready
-                && r.is_synced_replica()
-                && r.primary_id() == Some(primary_id)
+            r.ready && r.role() == Some(Role::Replica) && r.primary_id() == Some(primary_id)
         })
         .max_by_key(|r| (r.offset(), Reverse(r.name.clone())))
 }
