@@ -670,11 +670,20 @@ impl Valkey for FakeConn {
 
     async fn cluster_info(&self) -> Result<String, ValkeyError> {
         self.run("CLUSTER INFO".into(), |state, _| {
-            let ok = state.owners.len() == usize::from(crate::slots::SLOTS);
+            let assigned = state.owners.len();
+            let ok = assigned == usize::from(crate::slots::SLOTS);
+            let size = state
+                .nodes
+                .iter()
+                .filter(|n| !state.slots_of(&n.id).is_empty())
+                .count();
             Ok(format!(
-                "cluster_state:{}\r\ncluster_slots_assigned:{}\r\n",
+                "cluster_state:{}\r\ncluster_slots_assigned:{assigned}\r\n\
+                 cluster_slots_ok:{assigned}\r\ncluster_slots_pfail:0\r\n\
+                 cluster_slots_fail:0\r\ncluster_known_nodes:{}\r\n\
+                 cluster_size:{size}\r\ncluster_current_epoch:0\r\n",
                 if ok { "ok" } else { "fail" },
-                state.owners.len()
+                state.nodes.len(),
             ))
         })
         .await

@@ -141,10 +141,10 @@ pub fn cluster_state_ok(cluster_info: &str) -> Result<bool, InfoError> {
 }
 
 /// `key:value` lines of an INFO reply, in key order.
-struct InfoFields<'a>(BTreeMap<&'a str, &'a str>);
+pub(crate) struct InfoFields<'a>(BTreeMap<&'a str, &'a str>);
 
 impl<'a> InfoFields<'a> {
-    fn parse(text: &'a str) -> Result<Self, InfoError> {
+    pub(crate) fn parse(text: &'a str) -> Result<Self, InfoError> {
         let mut fields = BTreeMap::new();
         for line in text.lines().map(str::trim) {
             if line.is_empty() || line.starts_with('#') {
@@ -159,15 +159,15 @@ impl<'a> InfoFields<'a> {
         Ok(InfoFields(fields))
     }
 
-    fn get(&self, key: &str) -> Option<&'a str> {
+    pub(crate) fn get(&self, key: &str) -> Option<&'a str> {
         self.0.get(key).copied()
     }
 
-    fn required(&self, key: &'static str) -> Result<&'a str, InfoError> {
+    pub(crate) fn required(&self, key: &'static str) -> Result<&'a str, InfoError> {
         self.get(key).ok_or(InfoError::MissingField(key))
     }
 
-    fn number<T: std::str::FromStr>(&self, key: &'static str) -> Result<T, InfoError> {
+    pub(crate) fn number<T: std::str::FromStr>(&self, key: &'static str) -> Result<T, InfoError> {
         let value = self.required(key)?;
         value
             .parse()

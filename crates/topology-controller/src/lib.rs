@@ -3,7 +3,7 @@
 //! seam (fred implements it in the binary), so every decision and every command sequence is
 //! unit-tested, from fixtures and against the in-memory cluster of `fake`.
 //!
-//! 1. parsers: [`cluster_nodes`], [`agreement`], [`info`], [`slots`], [`slot_jobs`];
+//! 1. parsers: [`cluster_nodes`], [`agreement`], [`info`], [`vitals`], [`slots`], [`slot_jobs`];
 //! 2. model: [`model`] (the spec read once into a `Shape`, the members as observed);
 //! 3. object builders: [`members`] (the member ValkeyNodes), [`auth`] (the password Secrets);
 //! 4. planner: [`plan`] (the next step, its rules, the password guard);
@@ -42,3 +42,4 @@ pub mod slots;
 pub mod status;
 pub mod storage;
 pub mod survey;
+pub mod vitals;

@@ -10,6 +10,7 @@ use crd_types::live_config::{Version, live_on};
 
 use crate::model::{LiveConfig, Reply};
 use crate::slot_jobs::{self, SlotJob};
+use crate::vitals::Vitals;
 
 /// One member's answer: its view, its replication and its version.
 #[derive(Clone, Debug)]
@@ -51,6 +52,13 @@ pub async fn ask<V: Valkey>(conn: &V) -> Result<Answer, ValkeyError> {
         },
         version,
     })
+}
+
+/// A member's [`Vitals`]: CLUSTER INFO and INFO replication, two small replies.
+pub async fn vitals<V: Valkey>(conn: &V) -> Result<Vitals, ValkeyError> {
+    let cluster_info = conn.cluster_info().await?;
+    let replication = conn.info(&["replication"]).await?;
+    Vitals::parse(&cluster_info, &replication).map_err(unreadable)
 }
 
 /// `CONFIG GET` of every directive that is live on `version` (INFO server's), in one round
@@ -138,6 +146,23 @@ mod tests {
             !live.values.contains_key("io-threads"),
             "live only from 9.1"
         );
+    }
+
+    #[tokio::test]
+    async fn vitals_change_when_a_replica_is_promoted() {
+        let (cluster, ids) = FakeCluster::formed(2, 1);
+        let nodes = cluster.conn(&ids[0]).cluster_nodes().await.unwrap();
+        let view = ClusterView::parse(&nodes).unwrap();
+        let replica = view.replicas_of(&ids[0]).next().unwrap().id.clone();
+        let before = vitals(&cluster.conn(&replica)).await.unwrap();
+        assert!(before.state_ok);
+        assert_eq!((before.known_nodes, before.size), (4, 2));
+        assert_eq!(before.role, crd_types::node::Role::Replica);
+        assert_eq!(before, vitals(&cluster.conn(&replica)).await.unwrap());
+        cluster.conn(&replica).failover().await.unwrap();
+        let after = vitals(&cluster.conn(&replica)).await.unwrap();
+        assert_eq!(after.role, crd_types::node::Role::Primary);
+        assert_ne!(before, after);
     }
 
     #[tokio::test]
