@@ -76,7 +76,8 @@ struct Health<'a> {
     reshaping: bool,
     /// Every member the spec wants exists.
     all_there: bool,
-    /// Idle, complete, every shard ready, every view in agreement, every member serving.
+    /// Idle, complete, every shard ready, every view in agreement, every member serving and
+    /// answering the operator.
     ready: bool,
     /// Past Creating: slots are assigned and the cluster was Ready once. Until then,
     /// replicas syncing after formation are no degradation.
@@ -116,6 +117,9 @@ impl<'a> Health<'a> {
             && i.survey.stale_marker.is_none()
             && ready_shards == wanted_shards
             && all_there
+            // A member that does not answer (frozen, cut off) may still look fine to its
+            // peers until cluster-node-timeout; the operator does not wait for them.
+            && unwell.is_empty()
             && i.step_error.is_none();
         let was_ready_before = i
             .current
@@ -486,6 +490,28 @@ mod tests {
     fn reason<'a>(s: &'a ValkeyClusterStatus, type_: &str) -> (&'a str, &'a str) {
         let c = conditions::find(&s.conditions, type_).unwrap();
         (c.status.as_str(), c.reason.as_str())
+    }
+
+    #[test]
+    fn a_member_that_stops_answering_is_not_ready_before_its_peers_notice() {
+        let d = sim::shape(1, 1);
+        let mut m = members(&formed(1, 1));
+        // Frozen: its pod is still Ready and its peers still list it healthy.
+        m[0].reply = None;
+        let survey = survey(&d, &m);
+        let step = next_step(&d, &m, None);
+        let current = ValkeyClusterStatus {
+            phase: Some(Phase::Ready),
+            ..Default::default()
+        };
+        let s = cluster_status(Inputs {
+            members: &m,
+            ..inputs(&d, &survey, &step, Some(&current))
+        });
+        assert_eq!(reason(&s, types::READY).0, "False");
+        assert_eq!(reason(&s, types::DEGRADED), ("True", "MembersNotReady"));
+        let degraded = conditions::find(&s.conditions, types::DEGRADED).unwrap();
+        assert_eq!(degraded.message, format!("not ready: {}", m[0].name));
     }
 
     #[test]
