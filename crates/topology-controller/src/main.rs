@@ -5,6 +5,7 @@
 mod connect;
 mod error;
 mod objects;
+mod pulse;
 mod reconcile;
 mod secrets;
 mod valkey;
@@ -12,6 +13,7 @@ mod vkr;
 
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Parser;
 use crd_types::names::labels;
@@ -25,11 +27,26 @@ use operator_runtime::{CommonArgs, Context, RequiredCrd, controller};
 struct Cli {
     #[command(flatten)]
     common: CommonArgs,
+
+    /// Seconds between two looks at a Ready ValkeyCluster with nothing to do: a backstop,
+    /// as the watches and the pulse wake its reconcile on every change.
+    #[arg(long, env = "IDLE_LOOK_SECONDS", default_value_t = 300)]
+    idle_look_seconds: u64,
+
+    /// Milliseconds between two beats of the pulse, which asks every cluster member
+    /// CLUSTER INFO and INFO replication and wakes the reconcile on a change; 0 turns it
+    /// off (Valkey's own changes then show at the idle look).
+    #[arg(long, env = "PULSE_MILLIS", default_value_t = 1000)]
+    pulse_millis: u64,
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    let looks = reconcile::Looks {
+        idle: Duration::from_secs(cli.idle_look_seconds),
+        pulse: Duration::from_millis(cli.pulse_millis),
+    };
     let required = [
         RequiredCrd::of::<ValkeyNode>(),
         RequiredCrd::of::<ValkeyCluster>(),
@@ -40,16 +57,19 @@ async fn main() -> ExitCode {
         FieldManager::Topology.as_str(),
         cli.common,
         &required,
-        run,
+        |ctx| run(ctx, looks),
     )
     .await
 }
 
-async fn run(ctx: Context) -> Result<(), std::convert::Infallible> {
+async fn run(ctx: Context, looks: reconcile::Looks) -> Result<(), std::convert::Infallible> {
     // Members: their readiness, address and revisions arrive as ValkeyNode status changes.
     let members = watcher::Config::default().labels(labels::CLUSTER);
-    let clusters =
-        controller::watching::<ValkeyCluster>(&ctx).owns(ctx.watch_api::<ValkeyNode>(), members);
+    // Valkey's own changes (a failover, a member failing) wake them through the pulse.
+    let (pulse, beats) = pulse::Pulse::new(looks.pulse);
+    let clusters = controller::watching::<ValkeyCluster>(&ctx)
+        .owns(ctx.watch_api::<ValkeyNode>(), members)
+        .reconcile_all_on(beats);
     let group_members = watcher::Config::default().labels(labels::REPLICATION);
     let (switches, wakes) = vkr::SwitchWatch::new();
     let replications = controller::watching::<ValkeyReplication>(&ctx)
@@ -61,7 +81,12 @@ async fn run(ctx: Context) -> Result<(), std::convert::Infallible> {
         replication_store.wait_until_ready().await
     });
     tokio::join!(
-        controller::run(&ctx, clusters, Arc::new(()), reconcile::reconcile),
+        controller::run(
+            &ctx,
+            clusters,
+            Arc::new((pulse, looks)),
+            reconcile::reconcile
+        ),
         controller::run(&ctx, replications, Arc::new(switches), vkr::reconcile),
     );
     Ok(())

@@ -41,15 +41,25 @@ use topology_controller::survey::{self, switchover_outcome};
 use crate::connect::{self, Observed};
 use crate::error::Error;
 use crate::objects::{self, ClusterMembers, fetch_with_members};
+use crate::pulse::Pulse;
 use crate::secrets::{self, Passwords};
 use crate::valkey::{Conn, Login};
 
-/// How soon to look again after a step was carried out, while waiting (2 s: formation waits
-/// on replication and gossip, and each wait shows in time to Ready), and when idle. Idle
-/// still polls: a failover inside Valkey changes no Kubernetes object.
+/// How soon to look again after a step was carried out, and while waiting (2 s: formation
+/// waits on replication and gossip, and each wait shows in time to Ready).
 const AFTER_STEP: Duration = Duration::from_secs(1);
 const WHILE_WAITING: Duration = Duration::from_secs(2);
-const WHEN_IDLE: Duration = Duration::from_secs(30);
+
+/// The settings of the looks that no step asks for.
+#[derive(Clone, Copy, Debug)]
+pub struct Looks {
+    /// Between two looks at a Ready cluster with nothing to do: only a backstop, as the
+    /// watches bring Kubernetes changes and the [`Pulse`] the changes inside Valkey (a
+    /// failover changes no Kubernetes object).
+    pub idle: Duration,
+    /// The pulse's period; zero turns it off.
+    pub pulse: Duration,
+}
 
 /// The API handles of one namespace, and the field manager every write uses.
 struct Apis {
@@ -72,10 +82,12 @@ struct Live {
 
 pub async fn reconcile(
     cached: Arc<ValkeyCluster>,
-    ctx: Arc<ReconcileContext<()>>,
+    ctx: Arc<ReconcileContext<(Pulse, Looks)>>,
 ) -> Result<Action, Error> {
     let apis = apis(&ctx.runtime, &cached)?;
-    let Some(live) = fetch(&apis, &cached.name_any()).await? else {
+    let name = cached.name_any();
+    let Some(live) = fetch(&apis, &name).await? else {
+        ctx.data.0.forget(&apis.namespace, &name);
         return Ok(Action::await_change());
     };
     // Passwords before members, so a member's pod finds its Secrets when it starts.
@@ -87,9 +99,18 @@ pub async fn reconcile(
         password: password.clone(),
     });
     let (mut observed, connections) = connect::observe(nodes, login.as_ref()).await;
+    if let Some(login) = &login {
+        let addresses = observed
+            .members
+            .iter()
+            .filter_map(|m| m.address.as_ref().map(|a| (a.ip.clone(), a.port)))
+            .collect();
+        ctx.data.0.follow(&apis.namespace, &name, addresses, login);
+    }
     mark_gone_servers(&apis, &mut observed).await;
     let outcome = act(
         &ctx.runtime,
+        ctx.data.1.idle,
         &apis,
         &live,
         &passwords,
@@ -221,6 +242,7 @@ async fn apply_budgets(
 /// Decides, reports, executes and publishes.
 async fn act(
     ctx: &Context,
+    idle: Duration,
     apis: &Apis,
     live: &Live,
     passwords: &Passwords,
@@ -296,6 +318,7 @@ async fn act(
         &step,
         step_error.is_some(),
         ready,
+        idle,
     )))
 }
 
@@ -349,13 +372,13 @@ async fn write_cluster_status(
 
 /// When to look again: soon after a step (its effect shows in Valkey), a little later while
 /// waiting or not ready yet, and at the idle poll once Ready.
-fn next_look(step: &Step, failed: bool, ready: bool) -> Duration {
+fn next_look(step: &Step, failed: bool, ready: bool, idle: Duration) -> Duration {
     match step {
         _ if failed => WHILE_WAITING,
         Step::Wait { .. } => WHILE_WAITING,
         // Idle but not ready: a replica is still syncing, say; look again soon.
         Step::Idle if !ready => WHILE_WAITING,
-        Step::Idle => WHEN_IDLE,
+        Step::Idle => idle,
         _ => AFTER_STEP,
     }
 }
@@ -367,12 +390,13 @@ mod tests {
 
     #[test]
     fn the_next_look_follows_what_happened() {
+        const IDLE: Duration = Duration::from_secs(300);
         let wait = Step::wait(Waiting::Forming, "forming");
         let remove = Step::Remove(vec!["c-0-1".into()]);
-        assert_eq!(next_look(&remove, false, false), AFTER_STEP);
-        assert_eq!(next_look(&remove, true, true), WHILE_WAITING);
-        assert_eq!(next_look(&wait, false, true), WHILE_WAITING);
-        assert_eq!(next_look(&Step::Idle, false, false), WHILE_WAITING);
-        assert_eq!(next_look(&Step::Idle, false, true), WHEN_IDLE);
+        assert_eq!(next_look(&remove, false, false, IDLE), AFTER_STEP);
+        assert_eq!(next_look(&remove, true, true, IDLE), WHILE_WAITING);
+        assert_eq!(next_look(&wait, false, true, IDLE), WHILE_WAITING);
+        assert_eq!(next_look(&Step::Idle, false, false, IDLE), WHILE_WAITING);
+        assert_eq!(next_look(&Step::Idle, false, true, IDLE), IDLE);
     }
 }

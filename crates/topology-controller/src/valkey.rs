@@ -40,6 +40,16 @@ impl Conn {
     /// Connects to `ip:port` as `login`, failing fast: no reconnect policy, one attempt per
     /// command.
     pub async fn connect(ip: &str, port: u16, login: &Login) -> Result<Self, ValkeyError> {
+        Self::connect_within(ip, port, login, TIMEOUT).await
+    }
+
+    /// [`Conn::connect`], with `timeout` bounding the connection and each command.
+    pub async fn connect_within(
+        ip: &str,
+        port: u16,
+        login: &Login,
+        timeout: Duration,
+    ) -> Result<Self, ValkeyError> {
         let config = Config {
             fail_fast: true,
             username: Some(login.user.clone()),
@@ -48,13 +58,13 @@ impl Conn {
             ..Default::default()
         };
         let connection = ConnectionConfig {
-            connection_timeout: TIMEOUT,
-            internal_command_timeout: TIMEOUT,
+            connection_timeout: timeout,
+            internal_command_timeout: timeout,
             max_command_attempts: 1,
             ..Default::default()
         };
         let perf = PerformanceConfig {
-            default_command_timeout: TIMEOUT,
+            default_command_timeout: timeout,
             ..Default::default()
         };
         let client = Client::new(config, Some(perf), Some(connection), None);
