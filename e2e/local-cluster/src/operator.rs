@@ -159,7 +159,8 @@ pub async fn install(cluster: &mut LocalCluster, overlay: &Path) -> Result<Vec<R
 }
 
 /// [`install`], with `(binary, name, value)` environment entries added to (or replacing)
-/// the Deployments' own: a test's shorter intervals, say.
+/// the Deployments' own: a test's shorter intervals, say. `CONTROLLER_LOG`, when set in the
+/// caller's environment, becomes every controller's RUST_LOG (to debug a test).
 pub async fn install_with_env(
     cluster: &mut LocalCluster,
     overlay: &Path,
@@ -175,7 +176,12 @@ pub async fn install_with_env(
     apply_crds_first(cluster, &client, &without_workloads).await?;
 
     let mut running = Vec::new();
+    let log = std::env::var("CONTROLLER_LOG").ok();
     for mut controller in controllers(&objects)? {
+        if let Some(log) = &log {
+            controller.env.retain(|(n, _)| n != "RUST_LOG");
+            controller.env.push(("RUST_LOG".to_string(), log.clone()));
+        }
         for (binary, name, value) in extra_env {
             if *binary == controller.binary {
                 controller.env.retain(|(n, _)| n != name);

@@ -4,7 +4,8 @@
 //! primary, without losing an acknowledged write; a primary whose pod is evicted hands its
 //! shard to its replica before it stops, and the shard's disruption budget holds the
 //! replica's eviction meanwhile; a crash-looping primary is replaced by force before
-//! Valkey's node-timeout; a full restart reforms the cluster with its data;
+//! Valkey's node-timeout; a frozen primary takes Ready away before Valkey judges it, and
+//! Ready returns once it thaws; a full restart reforms the cluster with its data;
 //! a template change rolls one member at a time without losing an acknowledged write; a
 //! topology-controller killed in the middle of a slot migration finishes it on restart; a
 //! replica that missed the end of a slot move while syncing keeps a stale slot marker, which
@@ -31,6 +32,7 @@ mod forced_failover;
 mod full_restart;
 mod mid_migration;
 mod planned_departure;
+mod ready_follows;
 mod rolling_update;
 mod scaling;
 mod stale_marker;

@@ -1,0 +1,93 @@
+//! Scenario: Ready follows Valkey: a frozen primary takes Ready away before Valkey itself
+//! judges it, and Ready comes back once it serves again.
+
+use std::time::Instant;
+
+use agent_services::ControlClient;
+use crd_types::conditions::reasons::Degraded;
+use crd_types::conditions::types;
+use crd_types::names::statefulset_pod_name;
+use local_cluster::cluster_testing::{AckedWriter, describe_status, valkey_cluster};
+
+use crate::env::{Env, FAILOVER, FORM, NS, SETTLE};
+
+/// With a writer running, shard 0's primary is frozen (SIGSTOP): it keeps its pod, its
+/// connections and its Ready pod condition, and only stops answering. The cluster's Ready
+/// goes False, Degraded naming the frozen member, while every other member still lists it
+/// as a primary without the `fail` flag: the operator saw it first (its pulse asks each
+/// member every second), not after Valkey's cluster-node-timeout (15 s) and not at an idle
+/// look. Thawed, the member serves again and Ready comes back True. No acknowledged write is
+/// lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ready_goes_false_while_a_primary_is_frozen_and_true_after() {
+    let env = Env::start().await;
+    let name = "pulse";
+    let access = env.create_ready(valkey_cluster(name, 3, 1, true)).await;
+    let writer = AckedWriter::start(&access).await.unwrap();
+    writer.progressed(200, SETTLE).await.unwrap();
+
+    let status = env.ready(name, SETTLE).await;
+    let primary = status.shards[0].primary.clone().unwrap();
+    let ip = access.ip(&primary).unwrap().to_string();
+    let id = access.node_id(&ip).unwrap();
+    let control = ControlClient::new(env.cluster.control_addr.expect("the node agent runs"));
+    let pod = format!("{NS}/{}", statefulset_pod_name(&primary));
+
+    control.freeze(&pod).await.unwrap();
+    let frozen = Instant::now();
+    let degraded = env
+        .wait(
+            "Ready to go False, Degraded naming the frozen primary",
+            FAILOVER,
+            || async {
+                let status = env
+                    .apis
+                    .clusters
+                    .get(name)
+                    .await?
+                    .status
+                    .unwrap_or_default();
+                let condition = |t: &str| status.conditions.iter().find(|c| c.type_ == t).cloned();
+                let ready = condition(types::READY);
+                let degraded = condition(types::DEGRADED);
+                Ok(match (ready, degraded) {
+                    (Some(r), Some(d))
+                        if r.status == "False"
+                            && d.status == "True"
+                            && d.reason == Degraded::MembersNotReady.as_str()
+                            && d.message.contains(&primary) =>
+                    {
+                        Ok(d)
+                    }
+                    _ => Err(describe_status(&status)),
+                })
+            },
+        )
+        .await;
+    for viewer in access.members.iter().filter(|m| m.ip != ip) {
+        let view = access.nodes_seen_by(&viewer.ip).unwrap();
+        let line = view.iter().find(|n| n.id == id).unwrap();
+        assert!(
+            line.is_primary() && !line.has_flag("fail"),
+            "{} already judged the frozen {primary} when Ready went False ({} after the \
+             freeze: {}): {line:?}\ntopology-controller:\n{}",
+            viewer.name,
+            frozen.elapsed().as_secs_f64(),
+            degraded.message,
+            env.cluster.log_tail("topology-controller", 300)
+        );
+    }
+    eprintln!(
+        "{name}: {primary} frozen, Ready False after {:?}: {}",
+        frozen.elapsed(),
+        degraded.message
+    );
+
+    control.thaw(&pod).await.unwrap();
+    env.ready(name, FORM).await;
+    env.healthy(name, &access, 3, 1).await;
+    writer.progressed(200, SETTLE).await.unwrap();
+    env.nothing_lost(name, "through the freeze", writer, &access)
+        .await;
+    env.finish();
+}
