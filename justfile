@@ -65,6 +65,11 @@ bench-cluster: e2e-deps
     cargo build --quiet --release --workspace --bins
     cargo run --quiet --release -p local-cluster --bin bench-cluster
 
+# How soon ValkeyCluster Ready follows a frozen primary, and the idle cost of watching, with the pulse and with 30 s looks.
+bench-pulse: e2e-deps
+    cargo build --quiet --release --workspace --bins
+    cargo run --quiet --release -p local-cluster --bin bench-pulse
+
 # ValkeyReplication figures (apply to Ready, failover, switchover) next to hand-wired Sentinel's.
 bench-replication: e2e-deps
     cargo build --quiet --release --workspace --bins
@@ -75,7 +80,7 @@ bench-images: e2e-deps build image
     bash hack/bench-images.sh
 
 # Every benchmark.
-bench: bench-local bench-images bench-nodes bench-cluster bench-replication
+bench: bench-local bench-images bench-nodes bench-cluster bench-pulse bench-replication
 
 # Stop everything `just up` started, by PID.
 down:

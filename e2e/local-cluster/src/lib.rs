@@ -328,6 +328,14 @@ impl LocalCluster {
         }
     }
 
+    /// The PID of the running process `name` this run started.
+    pub fn pid_of(&self, name: &str) -> Option<i32> {
+        self.children
+            .iter()
+            .find(|(record, _)| record.name == name)
+            .map(|(record, _)| record.pid)
+    }
+
     /// The last `lines` lines of a component's log.
     pub fn log_tail(&self, name: &str, lines: usize) -> String {
         let path = self.layout.run_dir.join("logs").join(format!("{name}.log"));
