@@ -6,6 +6,18 @@ use kube::core::{Rule, validate};
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 
+/// Server directives node-controller renders unless the user sets them: an append-only
+/// file, so a process crash or restart loses at most the last second of acknowledged writes
+/// rather than everything since the last snapshot; and a full sync that starts at once
+/// instead of waiting 5 s for more replicas to share it (Valkey's default): a topology
+/// attaches a shard's replicas together, and a replica resyncing alone waits for nothing.
+/// A live directive among them goes back to this value, not Valkey's, when the spec drops it.
+pub const SERVER_DEFAULTS: &[(&str, &str)] = &[
+    ("appendonly", "yes"),
+    ("appendfsync", "everysec"),
+    ("repl-diskless-sync-delay", "0"),
+];
+
 /// Directives the operator renders itself: networking and announce addresses, cluster and
 /// replication wiring, auth, TLS files and process management. Letting a user set them would
 /// break what the controllers rely on, so admission refuses them.

@@ -47,9 +47,22 @@ pub struct LiveDirective {
     /// The first version whose `CONFIG SET` accepts it.
     pub since: Version,
     /// What a server runs when the config does not name it (the same on every supported
-    /// version), in `CONFIG GET`'s form: a directive removed from the spec goes back to it.
+    /// version), in `CONFIG GET`'s form: a directive removed from the spec goes back to it,
+    /// unless node-controller renders its own default ([`crate::config::SERVER_DEFAULTS`]).
     /// `None`: never reset (Valkey lowers `maxclients` to what the open-file limit allows).
     pub default: Option<&'static str>,
+}
+
+impl LiveDirective {
+    /// What a member rendered by node-controller runs when the spec does not name it:
+    /// node-controller's own default ([`crate::config::SERVER_DEFAULTS`]), else Valkey's.
+    pub fn operator_default(&self) -> Option<&'static str> {
+        crate::config::SERVER_DEFAULTS
+            .iter()
+            .find(|(name, _)| *name == self.name)
+            .map(|(_, value)| *value)
+            .or(self.default)
+    }
 }
 
 const fn live(name: &'static str, kind: Kind, default: Option<&'static str>) -> LiveDirective {
@@ -163,7 +176,7 @@ pub fn desired(
                 None => problems.push((name.clone(), format!("{value:?} is not {}", d.kind))),
             },
             None => {
-                if let Some(default) = d.default {
+                if let Some(default) = d.operator_default() {
                     values.insert(d.name, default.to_string());
                 }
             }
@@ -217,6 +230,13 @@ fn memory_bytes(v: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_directive_the_spec_does_not_name_goes_to_the_rendered_default_first() {
+        let desired = desired(&Default::default(), Version::new(8, 0)).unwrap();
+        assert_eq!(desired["repl-diskless-sync-delay"], "0");
+        assert_eq!(desired["repl-timeout"], "60");
+    }
 
     #[test]
     fn versions_read_the_first_two_numbers() {

@@ -59,11 +59,15 @@ struct Node {
     jobs: Vec<Fields>,
 }
 
-/// What a server of `version` reports for its live directives when its config names none:
-/// each one's default, and `maxclients` at Valkey's 10000. Shared by the fakes and tests.
+/// What a server of `version` reports for its live directives when the spec names none:
+/// each one's default (node-controller's where it renders one), and `maxclients` at
+/// Valkey's 10000. Shared by the fakes and tests.
 pub fn live_defaults(version: Version) -> BTreeMap<String, String> {
     live_on(version)
-        .map(|d| (d.name.to_string(), d.default.unwrap_or("10000").to_string()))
+        .map(|d| {
+            let value = d.operator_default().unwrap_or("10000");
+            (d.name.to_string(), value.to_string())
+        })
         .collect()
 }
 

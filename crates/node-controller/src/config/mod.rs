@@ -230,10 +230,7 @@ fn unknown_to_image(spec: &ValkeyNodeSpec) -> Result<(), ConfigError> {
     }
 }
 
-/// Server directives rendered unless the user sets them: an append-only file, so a process
-/// crash or restart loses at most the last second of acknowledged writes rather than
-/// everything since the last snapshot.
-pub const SERVER_DEFAULTS: &[(&str, &str)] = &[("appendonly", "yes"), ("appendfsync", "everysec")];
+pub use crd_types::config::SERVER_DEFAULTS;
 
 /// Renders the node's config, or says it must wait for its Service's ClusterIP.
 ///
@@ -250,24 +247,29 @@ pub fn render(spec: &ValkeyNodeSpec, cluster_ip: Option<&str>) -> Result<Rendere
     };
 
     let mut text = String::from(HEADER);
-    if spec.mode != Mode::Sentinel {
-        text.push_str("\n# Durability defaults (spec.config overrides them)\n");
-        for (name, value) in SERVER_DEFAULTS {
-            if !spec.template.config.0.contains_key(*name) {
-                push(&mut text, name, value);
-            }
-        }
-    }
     // A topology's data nodes: topology-controller sets their live directives. A hand-made
     // node has no parent to, and sentinels take no server directives.
     let data_member = spec.mode == Mode::Cluster || spec.replication.is_some();
     let split_live =
         spec.rollout_policy == RolloutPolicy::Gated && spec.mode != Mode::Sentinel && data_member;
     let is_live = |name: &str| split_live && live_config::is_live_everywhere(name);
+    let mut live = String::from(LIVE_HEADER);
+    if spec.mode != Mode::Sentinel {
+        text.push_str("\n# Defaults (spec.config overrides them)\n");
+        // A live default goes with the live directives: naming it in the spec later then
+        // changes no revision.
+        for (name, value) in SERVER_DEFAULTS {
+            if !spec.template.config.0.contains_key(*name) {
+                match is_live(name) {
+                    true => push(&mut live, name, value),
+                    false => push(&mut text, name, value),
+                }
+            }
+        }
+    }
     if spec.template.config.0.keys().any(|n| !is_live(n)) {
         text.push_str("\n# User directives (spec.config)\n");
     }
-    let mut live = String::from(LIVE_HEADER);
     for (name, value) in &spec.template.config.0 {
         // validate() proved every value splits.
         let args = split_args(value).unwrap_or_default();
@@ -504,7 +506,11 @@ mod tests {
         assert!(text.contains(&"io-threads 2"), "{text:?}");
         assert!(!c.text.contains("maxmemory"), "{}", c.text);
         assert!(text.contains(&"include /etc/valkey/live.conf"), "{text:?}");
-        assert_eq!(lines(c.live.as_deref().unwrap()), ["maxmemory 1gb"]);
+        // The rendered default of a live directive is live too.
+        assert_eq!(
+            lines(c.live.as_deref().unwrap()),
+            ["repl-diskless-sync-delay 0", "maxmemory 1gb"]
+        );
 
         // A new live value changes only the live file, so the revision stays.
         let mut changed = s.clone();
@@ -515,15 +521,33 @@ mod tests {
             .insert("maxmemory".into(), "2gb".into());
         let c2 = config(render(&changed, None));
         assert_eq!(c2.text, c.text);
-        assert_eq!(lines(c2.live.as_deref().unwrap()), ["maxmemory 2gb"]);
+        assert_eq!(
+            lines(c2.live.as_deref().unwrap()),
+            ["repl-diskless-sync-delay 0", "maxmemory 2gb"]
+        );
+        // So does naming a live default.
+        changed
+            .template
+            .config
+            .0
+            .insert("repl-diskless-sync-delay".into(), "3".into());
+        let c3 = config(render(&changed, None));
+        assert_eq!(c3.text, c.text);
+        assert_eq!(
+            lines(c3.live.as_deref().unwrap()),
+            ["maxmemory 2gb", "repl-diskless-sync-delay 3"]
+        );
 
-        // Without live directives the file is still there (empty), so adding one later
-        // restarts nothing either.
+        // Without live directives in the spec the file is still there (with the live
+        // defaults), so adding one later restarts nothing either.
         let mut none = s.clone();
         none.template.config.0.remove("maxmemory");
-        let c3 = config(render(&none, None));
-        assert_eq!(c3.text, c.text);
-        assert!(lines(c3.live.as_deref().unwrap()).is_empty());
+        let c4 = config(render(&none, None));
+        assert_eq!(c4.text, c.text);
+        assert_eq!(
+            lines(c4.live.as_deref().unwrap()),
+            ["repl-diskless-sync-delay 0"]
+        );
     }
 
     #[test]
@@ -547,7 +571,10 @@ mod tests {
             ..Default::default()
         });
         let c = config(render(&gated, None));
-        assert_eq!(lines(c.live.as_deref().unwrap()), ["maxmemory 1gb"]);
+        assert_eq!(
+            lines(c.live.as_deref().unwrap()),
+            ["repl-diskless-sync-delay 0", "maxmemory 1gb"]
+        );
     }
 
     #[test]
@@ -613,8 +640,9 @@ mod tests {
         assert_eq!(
             lines(&c.text),
             [
-                // The user set appendonly, so only the other default is rendered.
+                // The user set appendonly, so only the other defaults are rendered.
                 "appendfsync everysec",
+                "repl-diskless-sync-delay 0",
                 "appendonly yes",
                 "maxmemory 1gb",
                 "port 6379",
@@ -767,6 +795,7 @@ mod tests {
             [
                 "appendonly yes",
                 "appendfsync everysec",
+                "repl-diskless-sync-delay 0",
                 "port 6379",
                 "dir /data",
                 "protected-mode no",
@@ -952,9 +981,9 @@ mod tests {
         );
         let c = config(render(&s, None));
         let l = lines(&c.text);
-        // After the two durability defaults.
+        // After the three defaults.
         assert_eq!(
-            &l[2..7],
+            &l[3..8],
             [
                 "client-output-buffer-limit normal 0 0 0",
                 "notify-keyspace-events KEA",
