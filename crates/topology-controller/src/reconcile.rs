@@ -286,6 +286,11 @@ async fn act(
         })
     };
 
+    match &step {
+        Step::Idle => {}
+        Step::Wait { .. } => tracing::debug!(cluster = %cluster.name_any(), %step, "waiting"),
+        _ => tracing::info!(cluster = %cluster.name_any(), %step, "step"),
+    }
     // Status first, so it says what is about to happen.
     write_member_statuses(apis, observed).await?;
     let planned = report(None);
