@@ -267,13 +267,7 @@ async fn bad_input() {
     });
     env.apis.create(&locked).await.unwrap();
     env.wait("the status to name the missing Secret", FORM, || async {
-        let status = env
-            .apis
-            .clusters
-            .get(name)
-            .await?
-            .status
-            .unwrap_or_default();
+        let status = env.status(name).await?;
         let ready = conditions::find(&status.conditions, types::READY);
         Ok(match ready {
             Some(c) if c.message.contains("Secret locked-pass does not exist") => Ok(()),

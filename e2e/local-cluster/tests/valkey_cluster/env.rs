@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use crd_types::ValkeyCluster;
+use crd_types::cluster::ValkeyClusterStatus;
 use crd_types::names::cluster_member_name;
 use crd_types::node::Role;
 use kube::ResourceExt;
@@ -89,6 +90,12 @@ impl Env {
             || ready_status(&self.apis, name),
         )
         .await
+    }
+
+    /// The ValkeyCluster's status as the API server has it now (empty before the first).
+    pub(crate) async fn status(&self, name: &str) -> anyhow::Result<ValkeyClusterStatus> {
+        let cluster = self.apis.clusters.get(name).await?;
+        Ok(cluster.status.unwrap_or_default())
     }
 
     pub(crate) async fn access(&self, name: &str) -> Access {

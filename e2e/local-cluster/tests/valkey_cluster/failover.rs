@@ -46,13 +46,7 @@ async fn a_killed_primary_is_replaced_and_rejoins_as_replica() {
         &format!("{successor} to take over shard 1 (status and CLUSTER NODES)"),
         FAILOVER,
         || async {
-            let status = env
-                .apis
-                .clusters
-                .get(name)
-                .await?
-                .status
-                .unwrap_or_default();
+            let status = env.status(name).await?;
             let primary = status.shards.get(1).and_then(|s| s.primary.clone());
             if primary.as_deref() != Some(successor.as_str()) {
                 return Ok(Err(format!("status.shards[1].primary is {primary:?}")));
@@ -102,13 +96,7 @@ async fn a_killed_primary_is_replaced_and_rejoins_as_replica() {
         .await
         .unwrap();
     env.wait("switchover s1 to succeed", FAILOVER, || async {
-        let status = env
-            .apis
-            .clusters
-            .get(name)
-            .await?
-            .status
-            .unwrap_or_default();
+        let status = env.status(name).await?;
         Ok(match status.switchover {
             Some(s) if s.id == "s1" && s.outcome == SwitchoverOutcome::Succeeded => Ok(()),
             Some(s) if s.id == "s1" && s.outcome == SwitchoverOutcome::Failed => {

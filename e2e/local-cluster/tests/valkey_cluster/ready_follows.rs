@@ -40,13 +40,7 @@ async fn ready_goes_false_while_a_primary_is_frozen_and_true_after() {
             "Ready to go False, Degraded naming the frozen primary",
             FAILOVER,
             || async {
-                let status = env
-                    .apis
-                    .clusters
-                    .get(name)
-                    .await?
-                    .status
-                    .unwrap_or_default();
+                let status = env.status(name).await?;
                 let condition = |t: &str| status.conditions.iter().find(|c| c.type_ == t).cloned();
                 let ready = condition(types::READY);
                 let degraded = condition(types::DEGRADED);

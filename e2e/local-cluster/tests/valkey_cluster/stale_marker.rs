@@ -301,13 +301,7 @@ async fn a_replica_that_missed_the_end_of_a_move_is_healed() {
         &format!("a SlotRepaired Event \"{note}\""),
         SETTLE,
         || async {
-            let status = env
-                .apis
-                .clusters
-                .get(name)
-                .await?
-                .status
-                .unwrap_or_default();
+            let status = env.status(name).await?;
             let stale_reported = status.conditions.iter().any(|c| {
                 c.type_ == types::DEGRADED
                     && c.status == "True"

@@ -23,13 +23,7 @@ fn version_of(info: &str) -> String {
 
 /// The reason of a cluster's Progressing condition.
 async fn progressing_reason(env: &Env, name: &str) -> anyhow::Result<Option<String>> {
-    let status = env
-        .apis
-        .clusters
-        .get(name)
-        .await?
-        .status
-        .unwrap_or_default();
+    let status = env.status(name).await?;
     Ok(conditions::find(&status.conditions, types::PROGRESSING).map(|c| c.reason.clone()))
 }
 
