@@ -3,7 +3,8 @@
 //! replaced by its replica and rejoins as a replica, and a requested switchover moves a
 //! primary, without losing an acknowledged write; a primary whose pod is evicted hands its
 //! shard to its replica before it stops, and the shard's disruption budget holds the
-//! replica's eviction meanwhile; a crash-looping primary is replaced by force before
+//! replica's eviction meanwhile; `kubectl drain` of a Node holding two primaries hands each
+//! over first; a crash-looping primary is replaced by force before
 //! Valkey's node-timeout; a frozen primary takes Ready away before Valkey judges it, and
 //! Ready returns once it thaws; a full restart reforms the cluster with its data;
 //! a template change rolls one member at a time without losing an acknowledged write; a
@@ -26,6 +27,7 @@
 
 mod atomic_migration;
 mod bad_input;
+mod drain;
 mod env;
 mod failover;
 mod forced_failover;

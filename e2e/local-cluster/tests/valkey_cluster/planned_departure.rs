@@ -12,7 +12,7 @@ use crate::env::{Env, FAILOVER, FORM, NS, SETTLE};
 
 /// Manual failovers a member has started (`CLUSTER FAILOVER` without FORCE sends MFSTART
 /// to its primary); CLUSTER INFO lists the counter once it is non-zero.
-fn manual_failovers_started(access: &Access, ip: &str) -> u64 {
+pub(crate) fn manual_failovers_started(access: &Access, ip: &str) -> u64 {
     access
         .cli(ip, &["CLUSTER", "INFO"])
         .lines()
