@@ -121,6 +121,15 @@ guide() {
   REDISCLI_AUTH="${VALKEY_OPERATOR_PASSWORD-}" timeout 3 valkey-cli --no-auth-warning     -h "$host" -p 26379 ${VALKEY_OPERATOR_PASSWORD:+--user operator} --raw "$@"
 }
 [ "$(own ROLE 2>/dev/null | head -n 1)" = master ] || exit 0
+# The context file reaches a running pod only at the kubelet's next volume sync, so a pod
+# started before the sentinels had addresses may not list them yet: then they are learnt
+# from the hello each one publishes on this server every 2 s (before the pause, which
+# holds PUBLISH too).
+if [ -z "$sentinels" ]; then
+  sentinels=$(timeout 3 valkey-cli --no-auth-warning $login -h "${POD_IP-}" -p 6379 --raw \
+    SUBSCRIBE __sentinel__:hello 2>/dev/null |
+    awk -F, -v n="$name" 'NF >= 8 && $5 == n { print $1 }' | sort -u)
+fi
 own CONFIG SET repl-ping-replica-period 2147483647 >/dev/null
 own CLIENT PAUSE 10000 WRITE >/dev/null
 waited=0
@@ -136,12 +145,15 @@ while :; do
   sleep 0.1
   waited=$((waited + 1))
 done
-via=
+via= why=
 for s in $sentinels; do
-  [ "$(guide "$s" SENTINEL GET-MASTER-ADDR-BY-NAME "$name" 2>/dev/null | head -n 1)" = "$self" ] || continue
-  if [ "$(guide "$s" SENTINEL FAILOVER "$name" 2>&1)" = OK ]; then via=$s; break; fi
+  named=$(guide "$s" SENTINEL GET-MASTER-ADDR-BY-NAME "$name" 2>/dev/null | head -n 1)
+  if [ "$named" != "$self" ]; then why="$why $s names ${named:-nothing};"; continue; fi
+  answer=$(guide "$s" SENTINEL FAILOVER "$name" 2>&1)
+  if [ "$answer" = OK ]; then via=$s; break; fi
+  why="$why $s: $answer;"
 done
-if [ -z "$via" ]; then echo "prestop: no sentinel started a failover: stopping"; exit 0; fi
+if [ -z "$via" ]; then echo "prestop: no sentinel started a failover ($why ): stopping"; exit 0; fi
 waited=0
 while [ "$waited" -lt 100 ]; do
   now=$(guide "$via" SENTINEL GET-MASTER-ADDR-BY-NAME "$name" 2>/dev/null | head -n 1)
@@ -292,7 +304,11 @@ cat $dir/own-$1 2>/dev/null || echo OK
     }
 
     fn run_hook(dir: &Path) -> (String, Vec<String>) {
-        std::fs::write(dir.join("replication"), CONTEXT).unwrap();
+        run_hook_with(dir, CONTEXT)
+    }
+
+    fn run_hook_with(dir: &Path, context: &str) -> (String, Vec<String>) {
+        std::fs::write(dir.join("replication"), context).unwrap();
         let script =
             data_pre_stop().replace(CONTEXT_PATH, dir.join("replication").to_str().unwrap());
         let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap());
@@ -342,6 +358,37 @@ cat $dir/own-$1 2>/dev/null || echo OK
             calls.iter().all(|c| c.contains("--user operator")),
             "{calls:?}"
         );
+    }
+
+    #[test]
+    fn a_primary_whose_context_lists_no_sentinel_yet_learns_them_from_their_hello() {
+        let dir = tempfile::tempdir().unwrap();
+        fake_hook_cli(dir.path(), "10.0.0.2");
+        std::fs::write(dir.path().join("own-ROLE"), "master\n0\n").unwrap();
+        std::fs::write(
+            dir.path().join("own-INFO"),
+            "slave0:ip=10.0.0.3,port=6379,state=online,offset=9,lag=0\nmaster_repl_offset:9\n",
+        )
+        .unwrap();
+        // valkey-cli --raw SUBSCRIBE: the confirmation, then each message's three lines.
+        std::fs::write(
+            dir.path().join("own-SUBSCRIBE"),
+            "subscribe\n__sentinel__:hello\n1\n\
+             message\n__sentinel__:hello\n10.1.0.7,26379,a1,3,g,10.0.0.2,6379,3\n\
+             message\n__sentinel__:hello\n10.1.0.8,26379,b2,1,other,10.5.0.1,6379,1\n",
+        )
+        .unwrap();
+        let context: String = CONTEXT
+            .lines()
+            .filter(|l| !l.starts_with("sentinel "))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let (said, calls) = run_hook_with(dir.path(), &context);
+        assert_eq!(said, "prestop: handed over to 10.0.0.3", "{calls:?}");
+        let at = |what: &str| calls.iter().position(|c| c.contains(what)).unwrap();
+        assert!(at("SUBSCRIBE __sentinel__:hello") < at("CLIENT PAUSE"));
+        assert!(calls[at("SENTINEL FAILOVER g")].contains("-h 10.1.0.7 -p 26379"));
+        assert!(!calls.iter().any(|c| c.contains("10.1.0.8")), "{calls:?}");
     }
 
     #[test]
