@@ -440,7 +440,18 @@ pub async fn exec_in(spec: &ExecInSpec, timeout: Duration) -> Result<(), String>
         group.0 = None;
     }
     match result {
-        Ok(Ok(out)) if out.status.success() => Ok(()),
+        Ok(Ok(out)) if out.status.success() => {
+            // A hook's words (the kubelet drops them; AGENT_LOG=debug shows them here).
+            if !out.stdout.is_empty() || !out.stderr.is_empty() {
+                tracing::debug!(
+                    argv = ?spec.argv.first(),
+                    stdout = %String::from_utf8_lossy(&out.stdout).trim(),
+                    stderr = %String::from_utf8_lossy(&out.stderr).trim(),
+                    "exec output"
+                );
+            }
+            Ok(())
+        }
         Ok(Ok(out)) => {
             let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
             text.push_str(&String::from_utf8_lossy(&out.stderr));
