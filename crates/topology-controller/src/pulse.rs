@@ -163,7 +163,7 @@ async fn sign(
     match tokio::time::timeout(period, vitals(open)).await {
         Ok(Ok(vitals)) => Some(vitals),
         _ => {
-            // Dropped, not closed: a frozen server never answers QUIT.
+            // Dropped (which closes it), not QUIT: a frozen server never answers.
             conn.take();
             None
         }

@@ -29,11 +29,20 @@ impl std::fmt::Debug for Login {
     }
 }
 
-/// A connected member.
+/// A connected member. Dropping it closes the connection.
 pub struct Conn {
     client: Client,
     /// Also what MIGRATE logs in to the target with (members share the operator user).
     login: Login,
+    /// fred's connection task. It holds the client too, so it would keep the socket open
+    /// after the last handle is gone: aborted on drop.
+    task: fred::types::ConnectHandle,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 impl Conn {
@@ -68,10 +77,11 @@ impl Conn {
             ..Default::default()
         };
         let client = Client::new(config, Some(perf), Some(connection), None);
-        client.init().await.map_err(to_valkey_error)?;
+        let task = client.init().await.map_err(to_valkey_error)?;
         Ok(Self {
             client,
             login: login.clone(),
+            task,
         })
     }
 
@@ -399,7 +409,7 @@ impl Valkey for Conn {
             .map(drop)
     }
 
-    /// QUIT (dropping the client would close it too, but QUIT is polite to the server).
+    /// QUIT (dropping the connection closes it too, but QUIT is polite to the server).
     async fn close(self) {
         let _ = self.client.quit().await;
     }
