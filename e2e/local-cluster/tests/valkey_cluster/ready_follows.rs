@@ -16,8 +16,8 @@ use crate::env::{Env, FAILOVER, FORM, NS, SETTLE};
 /// goes False, Degraded naming the frozen member, while every other member still lists it
 /// as a primary without the `fail` flag: the operator saw it first (its pulse asks each
 /// member every second), not after Valkey's cluster-node-timeout (15 s) and not at an idle
-/// look. Thawed, the member serves again and Ready comes back True. No acknowledged write is
-/// lost.
+/// look. Thawed, the member serves again and Ready comes back True, and the operator holds
+/// one connection to it (none left over from the freeze). No acknowledged write is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn ready_goes_false_while_a_primary_is_frozen_and_true_after() {
     let env = Env::start().await;
@@ -80,6 +80,24 @@ async fn ready_goes_false_while_a_primary_is_frozen_and_true_after() {
     control.thaw(&pod).await.unwrap();
     env.ready(name, FORM).await;
     env.healthy(name, &access, 3, 1).await;
+    // The pulse's connection that timed out during the freeze is closed, not kept: once no
+    // look is in flight the operator holds one connection (the pulse's) to the member.
+    env.wait(
+        &format!("topology-controller to hold one connection to {primary}"),
+        SETTLE,
+        || async {
+            let clients = access.cli(&ip, &["CLIENT", "LIST"]);
+            let operators: Vec<&str> = clients
+                .lines()
+                .filter(|l| l.contains(" user=operator ") && l.contains(" flags=N "))
+                .collect();
+            Ok(match operators.len() {
+                1 => Ok(()),
+                _ => Err(format!("{operators:#?}")),
+            })
+        },
+    )
+    .await;
     writer.progressed(200, SETTLE).await.unwrap();
     env.nothing_lost(name, "through the freeze", writer, &access)
         .await;
