@@ -43,10 +43,8 @@ struct Cli {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    let looks = reconcile::Looks {
-        idle: Duration::from_secs(cli.idle_look_seconds),
-        pulse: Duration::from_millis(cli.pulse_millis),
-    };
+    let idle_look = Duration::from_secs(cli.idle_look_seconds);
+    let pulse_period = Duration::from_millis(cli.pulse_millis);
     let required = [
         RequiredCrd::of::<ValkeyNode>(),
         RequiredCrd::of::<ValkeyCluster>(),
@@ -57,16 +55,20 @@ async fn main() -> ExitCode {
         FieldManager::Topology.as_str(),
         cli.common,
         &required,
-        |ctx| run(ctx, looks),
+        |ctx| run(ctx, idle_look, pulse_period),
     )
     .await
 }
 
-async fn run(ctx: Context, looks: reconcile::Looks) -> Result<(), std::convert::Infallible> {
+async fn run(
+    ctx: Context,
+    idle_look: Duration,
+    pulse_period: Duration,
+) -> Result<(), std::convert::Infallible> {
     // Members: their readiness, address and revisions arrive as ValkeyNode status changes.
     let members = watcher::Config::default().labels(labels::CLUSTER);
     // Valkey's own changes (a failover, a member failing) wake them through the pulse.
-    let (pulse, beats) = pulse::Pulse::new(looks.pulse);
+    let (pulse, beats) = pulse::Pulse::new(pulse_period);
     let clusters = controller::watching::<ValkeyCluster>(&ctx)
         .owns(ctx.watch_api::<ValkeyNode>(), members)
         .reconcile_all_on(beats);
@@ -84,7 +86,7 @@ async fn run(ctx: Context, looks: reconcile::Looks) -> Result<(), std::convert::
         controller::run(
             &ctx,
             clusters,
-            Arc::new((pulse, looks)),
+            Arc::new(reconcile::Shared { pulse, idle_look }),
             reconcile::reconcile
         ),
         controller::run(&ctx, replications, Arc::new(switches), vkr::reconcile),

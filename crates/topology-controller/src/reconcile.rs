@@ -50,15 +50,13 @@ use crate::valkey::{Conn, Login};
 const AFTER_STEP: Duration = Duration::from_secs(1);
 const WHILE_WAITING: Duration = Duration::from_secs(2);
 
-/// The settings of the looks that no step asks for.
-#[derive(Clone, Copy, Debug)]
-pub struct Looks {
-    /// Between two looks at a Ready cluster with nothing to do: only a backstop, as the
-    /// watches bring Kubernetes changes and the [`Pulse`] the changes inside Valkey (a
-    /// failover changes no Kubernetes object).
-    pub idle: Duration,
-    /// The pulse's period; zero turns it off.
-    pub pulse: Duration,
+/// What every ValkeyCluster reconcile shares.
+pub struct Shared {
+    /// Wakes the reconciles on changes inside Valkey (a failover changes no Kubernetes
+    /// object); the watches bring Kubernetes changes.
+    pub pulse: Pulse,
+    /// Between two looks at a Ready cluster with nothing to do: only a backstop.
+    pub idle_look: Duration,
 }
 
 /// The API handles of one namespace, and the field manager every write uses.
@@ -82,12 +80,12 @@ struct Live {
 
 pub async fn reconcile(
     cached: Arc<ValkeyCluster>,
-    ctx: Arc<ReconcileContext<(Pulse, Looks)>>,
+    ctx: Arc<ReconcileContext<Shared>>,
 ) -> Result<Action, Error> {
     let apis = apis(&ctx.runtime, &cached)?;
     let name = cached.name_any();
     let Some(live) = fetch(&apis, &name).await? else {
-        ctx.data.0.forget(&apis.namespace, &name);
+        ctx.data.pulse.forget(&apis.namespace, &name);
         return Ok(Action::await_change());
     };
     // Passwords before members, so a member's pod finds its Secrets when it starts.
@@ -105,12 +103,14 @@ pub async fn reconcile(
             .iter()
             .filter_map(|m| m.address.as_ref().map(|a| (a.ip.clone(), a.port)))
             .collect();
-        ctx.data.0.follow(&apis.namespace, &name, addresses, login);
+        ctx.data
+            .pulse
+            .follow(&apis.namespace, &name, addresses, login);
     }
     mark_gone_servers(&apis, &mut observed).await;
     let outcome = act(
         &ctx.runtime,
-        ctx.data.1.idle,
+        ctx.data.idle_look,
         &apis,
         &live,
         &passwords,

@@ -230,7 +230,7 @@ fn unknown_to_image(spec: &ValkeyNodeSpec) -> Result<(), ConfigError> {
     }
 }
 
-pub use crd_types::config::SERVER_DEFAULTS;
+use crd_types::config::SERVER_DEFAULTS;
 
 /// Renders the node's config, or says it must wait for its Service's ClusterIP.
 ///
