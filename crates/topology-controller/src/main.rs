@@ -38,6 +38,13 @@ struct Cli {
     /// off (Valkey's own changes then show at the idle look).
     #[arg(long, env = "PULSE_MILLIS", default_value_t = 1000)]
     pulse_millis: u64,
+
+    /// Whether a ValkeyCluster primary whose server Kubernetes shows not running (its
+    /// container waiting to restart after it exited) is replaced by its most caught-up
+    /// replica with CLUSTER FAILOVER FORCE at once; false leaves every unplanned failover to
+    /// Valkey's own election after cluster-node-timeout.
+    #[arg(long, env = "FORCED_FAILOVER", default_value_t = true, action = clap::ArgAction::Set)]
+    forced_failover: bool,
 }
 
 #[tokio::main]
@@ -45,6 +52,7 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     let idle_look = Duration::from_secs(cli.idle_look_seconds);
     let pulse_period = Duration::from_millis(cli.pulse_millis);
+    let forced_failover = cli.forced_failover;
     let required = [
         RequiredCrd::of::<ValkeyNode>(),
         RequiredCrd::of::<ValkeyCluster>(),
@@ -55,7 +63,7 @@ async fn main() -> ExitCode {
         FieldManager::Topology.as_str(),
         cli.common,
         &required,
-        |ctx| run(ctx, idle_look, pulse_period),
+        |ctx| run(ctx, idle_look, pulse_period, forced_failover),
     )
     .await
 }
@@ -64,6 +72,7 @@ async fn run(
     ctx: Context,
     idle_look: Duration,
     pulse_period: Duration,
+    forced_failover: bool,
 ) -> Result<(), std::convert::Infallible> {
     // Members: their readiness, address and revisions arrive as ValkeyNode status changes.
     let members = watcher::Config::default().labels(labels::CLUSTER);
@@ -86,7 +95,11 @@ async fn run(
         controller::run(
             &ctx,
             clusters,
-            Arc::new(reconcile::Shared { pulse, idle_look }),
+            Arc::new(reconcile::Shared {
+                pulse,
+                idle_look,
+                forced_failover,
+            }),
             reconcile::reconcile
         ),
         controller::run(&ctx, replications, Arc::new(switches), vkr::reconcile),

@@ -57,6 +57,10 @@ pub struct Shared {
     pub pulse: Pulse,
     /// Between two looks at a Ready cluster with nothing to do: only a backstop.
     pub idle_look: Duration,
+    /// Whether a primary whose server Kubernetes shows not running is replaced at once
+    /// (`CLUSTER FAILOVER FORCE`, [`crate::plan`]'s gone rule) rather than by Valkey's own
+    /// election after cluster-node-timeout.
+    pub forced_failover: bool,
 }
 
 /// The API handles of one namespace, and the field manager every write uses.
@@ -107,7 +111,9 @@ pub async fn reconcile(
             .pulse
             .follow(&apis.namespace, &name, addresses, login);
     }
-    mark_gone_servers(&apis, &mut observed).await;
+    if ctx.data.forced_failover {
+        mark_gone_servers(&apis, &mut observed).await;
+    }
     let outcome = act(
         &ctx.runtime,
         ctx.data.idle_look,
