@@ -28,14 +28,15 @@ struct Cli {
     #[command(flatten)]
     common: CommonArgs,
 
-    /// Seconds between two looks at a Ready ValkeyCluster with nothing to do: a backstop,
-    /// as the watches and the pulse wake its reconcile on every change.
+    /// Seconds between two looks at a Ready ValkeyCluster or ValkeyReplication with nothing
+    /// to do: a backstop, as the watches and the pulse wake its reconcile on every change.
     #[arg(long, env = "IDLE_LOOK_SECONDS", default_value_t = 300)]
     idle_look_seconds: u64,
 
     /// Milliseconds between two beats of the pulse, which asks every cluster member
-    /// CLUSTER INFO and INFO replication and wakes the reconcile on a change; 0 turns it
-    /// off (Valkey's own changes then show at the idle look).
+    /// CLUSTER INFO and INFO replication (a replication group's data nodes INFO
+    /// replication) and wakes the reconciles on a change; 0 turns it off (Valkey's own
+    /// changes then show at the idle look).
     #[arg(long, env = "PULSE_MILLIS", default_value_t = 1000)]
     pulse_millis: u64,
 
@@ -47,12 +48,22 @@ struct Cli {
     forced_failover: bool,
 }
 
+/// What the command line sets for the reconciles.
+#[derive(Clone, Copy)]
+struct Settings {
+    idle_look: Duration,
+    pulse_period: Duration,
+    forced_failover: bool,
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    let idle_look = Duration::from_secs(cli.idle_look_seconds);
-    let pulse_period = Duration::from_millis(cli.pulse_millis);
-    let forced_failover = cli.forced_failover;
+    let settings = Settings {
+        idle_look: Duration::from_secs(cli.idle_look_seconds),
+        pulse_period: Duration::from_millis(cli.pulse_millis),
+        forced_failover: cli.forced_failover,
+    };
     let required = [
         RequiredCrd::of::<ValkeyNode>(),
         RequiredCrd::of::<ValkeyCluster>(),
@@ -63,29 +74,31 @@ async fn main() -> ExitCode {
         FieldManager::Topology.as_str(),
         cli.common,
         &required,
-        |ctx| run(ctx, idle_look, pulse_period, forced_failover),
+        |ctx| run(ctx, settings),
     )
     .await
 }
 
-async fn run(
-    ctx: Context,
-    idle_look: Duration,
-    pulse_period: Duration,
-    forced_failover: bool,
-) -> Result<(), std::convert::Infallible> {
+async fn run(ctx: Context, settings: Settings) -> Result<(), std::convert::Infallible> {
+    let Settings {
+        idle_look,
+        pulse_period,
+        forced_failover,
+    } = settings;
     // Members: their readiness, address and revisions arrive as ValkeyNode status changes.
     let members = watcher::Config::default().labels(labels::CLUSTER);
     // Valkey's own changes (a failover, a member failing) wake them through the pulse.
-    let (pulse, beats) = pulse::Pulse::new(pulse_period);
+    let (pulse, beats) = pulse::Pulse::new(pulse::Kind::Cluster, pulse_period);
     let clusters = controller::watching::<ValkeyCluster>(&ctx)
         .owns(ctx.watch_api::<ValkeyNode>(), members)
         .reconcile_all_on(beats);
     let group_members = watcher::Config::default().labels(labels::REPLICATION);
+    // A group's: the sentinels announcing a failover, and the data nodes' pulse.
     let (switches, wakes) = vkr::SwitchWatch::new();
+    let (group_pulse, group_beats) = pulse::Pulse::new(pulse::Kind::Replication, pulse_period);
     let replications = controller::watching::<ValkeyReplication>(&ctx)
         .owns(ctx.watch_api::<ValkeyNode>(), group_members)
-        .reconcile_all_on(wakes);
+        .reconcile_all_on(futures::stream::select(wakes, group_beats));
     let (cluster_store, replication_store) = (clusters.store(), replications.store());
     controller::ready_when(&ctx, async move {
         cluster_store.wait_until_ready().await?;
@@ -102,7 +115,16 @@ async fn run(
             }),
             reconcile::reconcile
         ),
-        controller::run(&ctx, replications, Arc::new(switches), vkr::reconcile),
+        controller::run(
+            &ctx,
+            replications,
+            Arc::new(vkr::Shared {
+                switches,
+                pulse: group_pulse,
+                idle_look,
+            }),
+            vkr::reconcile
+        ),
     );
     Ok(())
 }

@@ -54,11 +54,15 @@ pub async fn ask<V: Valkey>(conn: &V) -> Result<Answer, ValkeyError> {
     })
 }
 
-/// A member's [`Vitals`]: CLUSTER INFO and INFO replication, two small replies.
-pub async fn vitals<V: Valkey>(conn: &V) -> Result<Vitals, ValkeyError> {
-    let cluster_info = conn.cluster_info().await?;
+/// A member's [`Vitals`]: CLUSTER INFO (a cluster member's only) and INFO replication, small
+/// replies.
+pub async fn vitals<V: Valkey>(conn: &V, cluster_member: bool) -> Result<Vitals, ValkeyError> {
+    let cluster_info = match cluster_member {
+        true => Some(conn.cluster_info().await?),
+        false => None,
+    };
     let replication = conn.info(&["replication"]).await?;
-    Vitals::parse(&cluster_info, &replication).map_err(unreadable)
+    Vitals::parse(cluster_info.as_deref(), &replication).map_err(unreadable)
 }
 
 /// `CONFIG GET` of every directive that is live on `version` (INFO server's), in one round
@@ -154,13 +158,14 @@ mod tests {
         let nodes = cluster.conn(&ids[0]).cluster_nodes().await.unwrap();
         let view = ClusterView::parse(&nodes).unwrap();
         let replica = view.replicas_of(&ids[0]).next().unwrap().id.clone();
-        let before = vitals(&cluster.conn(&replica)).await.unwrap();
-        assert!(before.state_ok);
-        assert_eq!((before.known_nodes, before.size), (4, 2));
+        let before = vitals(&cluster.conn(&replica), true).await.unwrap();
+        let cluster_vitals = before.cluster.clone().unwrap();
+        assert!(cluster_vitals.state_ok);
+        assert_eq!((cluster_vitals.known_nodes, cluster_vitals.size), (4, 2));
         assert_eq!(before.role, crd_types::node::Role::Replica);
-        assert_eq!(before, vitals(&cluster.conn(&replica)).await.unwrap());
+        assert_eq!(before, vitals(&cluster.conn(&replica), true).await.unwrap());
         cluster.conn(&replica).failover().await.unwrap();
-        let after = vitals(&cluster.conn(&replica)).await.unwrap();
+        let after = vitals(&cluster.conn(&replica), true).await.unwrap();
         assert_eq!(after.role, crd_types::node::Role::Primary);
         assert_ne!(before, after);
     }

@@ -1,12 +1,14 @@
-//! The pulse: wakes the ValkeyClusters' reconciles within about a second of any member's
-//! Valkey showing a change in its [`Vitals`] (cluster state, failure flags, epoch, role,
-//! replication link) or falling silent, so Ready follows Valkey without a full look every
-//! few seconds. Kubernetes changes (pods, ValkeyNodes) arrive through the watches; the pulse
-//! covers what changes inside Valkey only. One task per cluster keeps one connection per
-//! member and asks two small commands a second on it; nothing is decided here, the
-//! reconcile looks for itself. (Like [`crate::vkr::SwitchWatch`], a wake reconciles every
-//! cluster: per-object triggers are behind an unstable kube-runtime feature, and changes
-//! are rare.)
+//! The pulse: wakes the reconciles of one kind of topology (ValkeyClusters, or
+//! ValkeyReplications) within about a second of any member's Valkey showing a change in
+//! its [`Vitals`] (cluster state, failure flags, epoch, role, replication link) or falling
+//! silent, so Ready follows Valkey without a full look every few seconds. Kubernetes changes
+//! (pods, ValkeyNodes) arrive through the watches; the pulse covers what changes inside
+//! Valkey only. One task per topology keeps one connection per member (a replication
+//! group's data nodes; its sentinels announce failovers themselves, see
+//! [`crate::vkr::SwitchWatch`]) and asks one or two small commands a second on it; nothing
+//! is decided here, the reconcile looks for itself. (A wake reconciles every topology of the
+//! kind: per-object triggers are behind an unstable kube-runtime feature, and changes are
+//! rare.)
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -21,16 +23,26 @@ use topology_controller::vitals::Vitals;
 
 use crate::valkey::{Conn, Login};
 
-/// The pulses of every followed cluster. Each member is asked once a `period` and has a
-/// period to answer: a change shows within two.
+/// Which kind of topology a [`Pulse`] follows, and so what it asks each member.
+#[derive(Clone, Copy, Debug)]
+pub enum Kind {
+    /// ValkeyCluster members: `CLUSTER INFO` and `INFO replication`.
+    Cluster,
+    /// ValkeyReplication data nodes: `INFO replication`.
+    Replication,
+}
+
+/// The pulses of every followed topology of one kind. Each member is asked once a `period`
+/// and has a period to answer: a change shows within two.
 pub struct Pulse {
+    kind: Kind,
     /// Zero: the pulse is off and follows nothing.
     period: Duration,
     trigger: mpsc::UnboundedSender<()>,
     followed: Mutex<HashMap<(String, String), Followed>>,
 }
 
-/// One cluster's pulse, and the members and login it was started for.
+/// One topology's pulse, and the members and login it was started for.
 struct Followed {
     members: Vec<(String, u16)>,
     password: String,
@@ -45,9 +57,13 @@ impl Drop for Followed {
 
 impl Pulse {
     /// The pulse, and the stream of wake-ups (for `Controller::reconcile_all_on`).
-    pub fn new(period: Duration) -> (Self, impl Stream<Item = ()> + Send + Sync + 'static) {
+    pub fn new(
+        kind: Kind,
+        period: Duration,
+    ) -> (Self, impl Stream<Item = ()> + Send + Sync + 'static) {
         let (trigger, mut wakes) = mpsc::unbounded_channel();
         let pulse = Self {
+            kind,
             period,
             trigger,
             followed: Mutex::default(),
@@ -58,7 +74,7 @@ impl Pulse {
         )
     }
 
-    /// Follows cluster `namespace/name`'s `members` (announce addresses), unless already
+    /// Follows topology `namespace/name`'s `members` (announce addresses), unless already
     /// following exactly these with this login.
     pub fn follow(
         &self,
@@ -80,6 +96,7 @@ impl Pulse {
             return;
         }
         let task = tokio::spawn(beat(
+            self.kind,
             members.clone(),
             login.clone(),
             self.period,
@@ -95,7 +112,7 @@ impl Pulse {
         );
     }
 
-    /// Stops following a cluster that is gone.
+    /// Stops following a topology that is gone.
     pub fn forget(&self, namespace: &str, name: &str) {
         self.followed
             .lock()
@@ -110,6 +127,7 @@ type Sign = Option<Vitals>;
 /// Asks every member each `period`, for ever; wakes the reconciles when any member's sign
 /// differs from the beat before.
 async fn beat(
+    kind: Kind,
     members: Vec<(String, u16)>,
     login: Login,
     period: Duration,
@@ -125,7 +143,7 @@ async fn beat(
             members
                 .iter()
                 .zip(conns.iter_mut())
-                .map(|((ip, port), conn)| sign(ip, *port, &login, period, conn)),
+                .map(|((ip, port), conn)| sign(kind, ip, *port, &login, period, conn)),
         )
         .await;
         let changed: Vec<String> = last
@@ -138,7 +156,7 @@ async fn beat(
             })
             .collect();
         if !changed.is_empty() {
-            tracing::info!(?changed, "members' vitals changed");
+            tracing::info!(?kind, ?changed, "members' vitals changed");
             if trigger.send(()).is_err() {
                 return; // the controller is gone
             }
@@ -150,6 +168,7 @@ async fn beat(
 /// One member's sign, over `conn` (opened when missing, dropped after any failure so the
 /// next beat starts afresh).
 async fn sign(
+    kind: Kind,
     ip: &str,
     port: u16,
     login: &Login,
@@ -160,7 +179,8 @@ async fn sign(
         *conn = Conn::connect_within(ip, port, login, period).await.ok();
     }
     let open = conn.as_ref()?;
-    match tokio::time::timeout(period, vitals(open)).await {
+    let cluster_member = matches!(kind, Kind::Cluster);
+    match tokio::time::timeout(period, vitals(open, cluster_member)).await {
         Ok(Ok(vitals)) => Some(vitals),
         _ => {
             // Dropped (which closes it), not QUIT: a frozen server never answers.

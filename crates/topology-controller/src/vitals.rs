@@ -1,17 +1,30 @@
-//! Parser (layer 1): a member's vital signs, the few fields of `CLUSTER INFO` and `INFO
-//! replication` that change when the cluster's health does (state, failure flags, epochs,
-//! roles, replication links) and never with traffic (no offsets, no message counters). The
-//! binary's pulse compares them from one second to the next and wakes the reconcile on any
-//! difference, so Ready follows Valkey without a full look every few seconds.
+//! Parser (layer 1): a member's vital signs, the few fields of `CLUSTER INFO` (cluster
+//! members only) and `INFO replication` that change when the topology's health does (state,
+//! failure flags, epochs, roles, replication links) and never with traffic (no offsets, no
+//! message counters). The binary's pulse compares them from one second to the next and
+//! wakes the reconciles on any difference, so Ready follows Valkey without a full look
+//! every few seconds.
 
 use crd_types::node::Role;
 
 use crate::info::{InfoError, InfoFields, ReplicationInfo};
 
-/// What a member shows of the cluster's health; equal from one look to the next while
+/// What a member shows of its topology's health; equal from one look to the next while
 /// nothing happens.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Vitals {
+    /// `CLUSTER INFO`'s part; `None` for a member not in cluster mode (a ValkeyReplication's).
+    pub cluster: Option<ClusterVitals>,
+    pub role: Role,
+    /// A replica's primary (`master_host:master_port`) and whether its link is up.
+    pub primary: Option<(String, u16, bool)>,
+    /// A primary's replicas in state `online`.
+    pub online_replicas: usize,
+}
+
+/// What a cluster member's `CLUSTER INFO` shows of the cluster's health.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterVitals {
     /// `cluster_state:ok`.
     pub state_ok: bool,
     /// `cluster_slots_assigned`, `_ok`, `_pfail`, `_fail`: a peer suspected or failed moves
@@ -22,30 +35,15 @@ pub struct Vitals {
     pub size: u32,
     /// `cluster_current_epoch`: moves with every failover and slot ownership change.
     pub current_epoch: u64,
-    pub role: Role,
-    /// A replica's primary (`master_host:master_port`) and whether its link is up.
-    pub primary: Option<(String, u16, bool)>,
-    /// A primary's replicas in state `online`.
-    pub online_replicas: usize,
 }
 
 impl Vitals {
-    /// From the `CLUSTER INFO` and `INFO replication` replies.
-    pub fn parse(cluster_info: &str, replication: &str) -> Result<Self, InfoError> {
-        let cluster = InfoFields::parse(cluster_info)?;
+    /// From the `CLUSTER INFO` reply (a cluster member's; `None` otherwise) and the `INFO
+    /// replication` one.
+    pub fn parse(cluster_info: Option<&str>, replication: &str) -> Result<Self, InfoError> {
         let replication = ReplicationInfo::parse(replication)?;
-        let slots = [
-            cluster.number("cluster_slots_assigned")?,
-            cluster.number("cluster_slots_ok")?,
-            cluster.number("cluster_slots_pfail")?,
-            cluster.number("cluster_slots_fail")?,
-        ];
         Ok(Vitals {
-            state_ok: cluster.required("cluster_state")? == "ok",
-            slots,
-            known_nodes: cluster.number("cluster_known_nodes")?,
-            size: cluster.number("cluster_size")?,
-            current_epoch: cluster.number("cluster_current_epoch")?,
+            cluster: cluster_info.map(ClusterVitals::parse).transpose()?,
             role: replication.role,
             primary: replication
                 .primary
@@ -55,6 +53,24 @@ impl Vitals {
                 .iter()
                 .filter(|r| r.state == "online")
                 .count(),
+        })
+    }
+}
+
+impl ClusterVitals {
+    fn parse(cluster_info: &str) -> Result<Self, InfoError> {
+        let cluster = InfoFields::parse(cluster_info)?;
+        Ok(ClusterVitals {
+            state_ok: cluster.required("cluster_state")? == "ok",
+            slots: [
+                cluster.number("cluster_slots_assigned")?,
+                cluster.number("cluster_slots_ok")?,
+                cluster.number("cluster_slots_pfail")?,
+                cluster.number("cluster_slots_fail")?,
+            ],
+            known_nodes: cluster.number("cluster_known_nodes")?,
+            size: cluster.number("cluster_size")?,
+            current_epoch: cluster.number("cluster_current_epoch")?,
         })
     }
 }
@@ -79,15 +95,19 @@ mod tests {
         master_failover_state:no-failover\r\nmaster_replid:5e3f0c\r\nmaster_repl_offset:4410\r\n";
 
     fn healthy() -> Vitals {
-        Vitals::parse(HEALTHY, REPLICA).unwrap()
+        Vitals::parse(Some(HEALTHY), REPLICA).unwrap()
     }
 
     #[test]
     fn reads_the_health_fields() {
         let v = healthy();
-        assert!(v.state_ok);
-        assert_eq!(v.slots, [16384, 16384, 0, 0]);
-        assert_eq!((v.known_nodes, v.size, v.current_epoch), (6, 3, 7));
+        let cluster = v.cluster.clone().unwrap();
+        assert!(cluster.state_ok);
+        assert_eq!(cluster.slots, [16384, 16384, 0, 0]);
+        assert_eq!(
+            (cluster.known_nodes, cluster.size, cluster.current_epoch),
+            (6, 3, 7)
+        );
         assert_eq!(v.role, Role::Replica);
         assert_eq!(v.primary, Some(("10.96.0.12".to_string(), 6379, true)));
         assert_eq!(v.online_replicas, 0);
@@ -99,7 +119,7 @@ mod tests {
             .replace("ping_sent:1834", "ping_sent:1901")
             .replace("messages_sent:3633", "messages_sent:3712");
         let later = REPLICA.replace("offset:4410", "offset:98231");
-        assert_eq!(Vitals::parse(&busier, &later).unwrap(), healthy());
+        assert_eq!(Vitals::parse(Some(&busier), &later).unwrap(), healthy());
     }
 
     #[test]
@@ -107,13 +127,14 @@ mod tests {
         let suspected = HEALTHY
             .replace("slots_ok:16384", "slots_ok:10923")
             .replace("slots_pfail:0", "slots_pfail:5461");
-        assert_ne!(Vitals::parse(&suspected, REPLICA).unwrap(), healthy());
+        assert_ne!(Vitals::parse(Some(&suspected), REPLICA).unwrap(), healthy());
         let failed = HEALTHY.replace("cluster_state:ok", "cluster_state:fail");
-        assert!(!Vitals::parse(&failed, REPLICA).unwrap().state_ok);
+        let failed = Vitals::parse(Some(&failed), REPLICA).unwrap();
+        assert!(!failed.cluster.unwrap().state_ok);
         let lost = REPLICA.replace("master_link_status:up", "master_link_status:down");
-        assert_ne!(Vitals::parse(HEALTHY, &lost).unwrap(), healthy());
+        assert_ne!(Vitals::parse(Some(HEALTHY), &lost).unwrap(), healthy());
         let promoted = HEALTHY.replace("current_epoch:7", "current_epoch:8");
-        assert_ne!(Vitals::parse(&promoted, REPLICA).unwrap(), healthy());
+        assert_ne!(Vitals::parse(Some(&promoted), REPLICA).unwrap(), healthy());
     }
 
     #[test]
@@ -122,7 +143,7 @@ mod tests {
             slave0:ip=10.0.0.3,port=6379,state=online,offset=10,lag=0\r\n\
             slave1:ip=10.0.0.4,port=6379,state=wait_bgsave,offset=0,lag=0\r\n\
             master_repl_offset:10\r\n";
-        let v = Vitals::parse(HEALTHY, primary).unwrap();
+        let v = Vitals::parse(Some(HEALTHY), primary).unwrap();
         assert_eq!(
             (v.role, v.primary, v.online_replicas),
             (Role::Primary, None, 1)
@@ -130,10 +151,21 @@ mod tests {
     }
 
     #[test]
+    fn a_member_outside_cluster_mode_has_only_replication_vitals() {
+        let v = Vitals::parse(None, REPLICA).unwrap();
+        assert_eq!(v.cluster, None);
+        assert_eq!(v.primary, Some(("10.96.0.12".to_string(), 6379, true)));
+        let lost = REPLICA.replace("master_link_status:up", "master_link_status:down");
+        assert_ne!(Vitals::parse(None, &lost).unwrap(), v);
+        let later = REPLICA.replace("offset:4410", "offset:98231");
+        assert_eq!(Vitals::parse(None, &later).unwrap(), v);
+    }
+
+    #[test]
     fn a_reply_without_the_state_is_an_error() {
         assert_eq!(
-            Vitals::parse("cluster_enabled:1\r\n", REPLICA),
-            Err(InfoError::MissingField("cluster_slots_assigned"))
+            Vitals::parse(Some("cluster_enabled:1\r\n"), REPLICA),
+            Err(InfoError::MissingField("cluster_state"))
         );
     }
 }

@@ -36,25 +36,36 @@ use topology_controller::member_status::{member_status_changed, versions_in_play
 use topology_controller::observe::Connections;
 use topology_controller::replication::events::{primary_changed, step_event};
 use topology_controller::replication::execute::{DataLogin, execute};
-use topology_controller::replication::members;
 use topology_controller::replication::model::Group;
 use topology_controller::replication::plan::{self, Circumstances, Step};
 use topology_controller::replication::status::{
     self, Inputs, sentinel_valkey_status, valkey_status,
 };
 use topology_controller::replication::survey::{self, Health};
+use topology_controller::replication::{PORT, members};
 
 use crate::error::Error;
 use crate::objects::fetch_with_members;
+use crate::pulse::Pulse;
 use crate::secrets;
 use crate::valkey::{Conn, Login};
 use connect::Observed;
 
-/// How soon to look again: after a step, while waiting or not ready, and when Ready (a
-/// failover inside Valkey changes no Kubernetes object).
+/// How soon to look again: after a step, and while waiting or not ready. When Ready, the
+/// idle look of [`Shared`] is only a backstop.
 const AFTER_STEP: Duration = Duration::from_secs(1);
 const WHILE_WAITING: Duration = Duration::from_secs(2);
-const WHEN_IDLE: Duration = Duration::from_secs(30);
+
+/// What every ValkeyReplication reconcile shares: what wakes it on changes inside Valkey,
+/// which change no Kubernetes object (the watches bring those).
+pub struct Shared {
+    /// The sentinels' `+switch-master` announcements.
+    pub switches: SwitchWatch,
+    /// The data nodes' vitals, every second: a frozen primary, a replica losing its link.
+    pub pulse: Pulse,
+    /// Between two looks at a Ready group with nothing to do.
+    pub idle_look: Duration,
+}
 
 /// The API handles of one namespace, and the field manager every write uses.
 struct Apis {
@@ -86,12 +97,13 @@ struct Passwords {
 
 pub async fn reconcile(
     cached: Arc<ValkeyReplication>,
-    ctx: Arc<ReconcileContext<SwitchWatch>>,
+    ctx: Arc<ReconcileContext<Shared>>,
 ) -> Result<Action, Error> {
     let apis = apis(&ctx.runtime, &cached)?;
     let name = cached.name_any();
     let Some(live) = fetch(&apis, &name).await? else {
-        ctx.data.forget(&apis.namespace, &name);
+        ctx.data.switches.forget(&apis.namespace, &name);
+        ctx.data.pulse.forget(&apis.namespace, &name);
         return Ok(Action::await_change());
     };
     // Passwords before members, so a member's pod finds its Secrets when it starts.
@@ -124,10 +136,19 @@ pub async fn reconcile(
             .iter()
             .filter_map(|s| s.facts.address.clone())
             .collect();
-        ctx.data.follow(&apis.namespace, &name, sentinels, login);
+        ctx.data
+            .switches
+            .follow(&apis.namespace, &name, sentinels, login);
+        let data = observed
+            .members
+            .data
+            .iter()
+            .filter_map(|d| d.facts.address.clone().map(|ip| (ip, PORT)))
+            .collect();
+        ctx.data.pulse.follow(&apis.namespace, &name, data, login);
     }
     let outcome = act(
-        &ctx.runtime,
+        &ctx,
         &apis,
         &live,
         &passwords,
@@ -228,7 +249,7 @@ async fn apply_members(apis: &Apis, live: &Live) -> Result<Vec<ValkeyNode>, Erro
 
 /// Decides, reports, executes and publishes.
 async fn act(
-    ctx: &Context,
+    ctx: &ReconcileContext<Shared>,
     apis: &Apis,
     live: &Live,
     passwords: &Passwords,
@@ -311,7 +332,10 @@ async fn act(
         primary_changed(recorded, planned.current_primary.as_deref())
     {
         let related = related(observed, member.as_deref());
-        ctx.events.publish(vkr, reason, note, related).await?;
+        ctx.runtime
+            .events
+            .publish(vkr, reason, note, related)
+            .await?;
     }
 
     let context = members::context(vkr, &observed.nodes);
@@ -340,13 +364,17 @@ async fn act(
     }
     if let Some((reason, note, member)) = step_event(&step, step_error.as_deref()) {
         let related = related(observed, member.as_deref());
-        ctx.events.publish(vkr, reason, note, related).await?;
+        ctx.runtime
+            .events
+            .publish(vkr, reason, note, related)
+            .await?;
     }
     let ready = planned.phase == Some(Phase::Ready);
     Ok(Action::requeue(next_look(
         &step,
         step_error.is_some(),
         ready,
+        ctx.data.idle_look,
     )))
 }
 
@@ -414,12 +442,12 @@ async fn write_status(
 
 /// When to look again: soon after a step, a little later while waiting or not ready, and at
 /// the idle poll once Ready.
-fn next_look(step: &Step, failed: bool, ready: bool) -> Duration {
+fn next_look(step: &Step, failed: bool, ready: bool, idle_look: Duration) -> Duration {
     match step {
         _ if failed => WHILE_WAITING,
         Step::Wait { .. } => WHILE_WAITING,
         Step::Idle if !ready => WHILE_WAITING,
-        Step::Idle => WHEN_IDLE,
+        Step::Idle => idle_look,
         _ => AFTER_STEP,
     }
 }
