@@ -10,7 +10,8 @@
 //! member and a roll of every member (the primary handing over first) lose nothing; data
 //! nodes and sentinels scale out and in (a leaving primary handing over first, sentinels
 //! forgetting removed members); a primary cut off from the others stops taking writes and
-//! rejoins as a replica after the heal; bad input is refused at admission; the group
+//! rejoins as a replica after the heal; a frozen primary takes Ready away before Sentinel
+//! judges it, and Ready returns once it thaws; bad input is refused at admission; the group
 //! upgrades 8.0 -> 8.1 -> 9.1 under a writer and refuses a downgrade, restarting nothing.
 //!
 //! Valkey and Sentinel are always asked directly too (`ROLE`, `SENTINEL REPLICAS` and
@@ -23,6 +24,7 @@ mod env;
 mod failover;
 mod forming;
 mod partition;
+mod ready_follows;
 mod restarts;
 mod scaling;
 mod switchover;

@@ -1,0 +1,135 @@
+//! Scenario: Ready follows Valkey: a frozen primary takes the group's Ready away before
+//! Sentinel judges it, and Ready comes back once it serves again.
+
+use std::time::Instant;
+
+use agent_services::ControlClient;
+use crd_types::conditions::reasons::Degraded;
+use crd_types::conditions::types;
+use crd_types::names::statefulset_pod_name;
+use local_cluster::replication_testing::{
+    self, GroupWriter, Route, describe_status, valkey_replication,
+};
+
+use crate::env::{Env, FAILOVER, FORM, NS, SETTLE};
+
+/// Sentinel's `down-after-milliseconds` here: long enough that no sentinel judges the frozen
+/// primary while the test watches Ready (the default, 5 s, would race the assertion).
+const DOWN_AFTER_MS: i64 = 30_000;
+
+/// With a writer running, the primary is frozen (SIGSTOP): it keeps its pod, its
+/// connections and, for a while, its Ready pod condition, and only stops answering. The
+/// group's Ready goes False, Degraded naming the frozen primary, while no sentinel flags it
+/// `s_down`: the operator saw it first (its pulse asks every data node `INFO replication`
+/// each second), not at an idle look. Thawed, it serves again, still the primary, Ready
+/// comes back True, and the operator holds one connection to it (the pulse's). No
+/// acknowledged write is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ready_goes_false_while_the_primary_is_frozen_and_true_after() {
+    let env = Env::start().await;
+    let name = "pulse";
+    let mut group = valkey_replication(name, 3, 3, false);
+    group.spec.sentinel.down_after_milliseconds = DOWN_AFTER_MS;
+    let access = env.create_ready(group).await;
+    let primary = env.ready(name, SETTLE).await.current_primary.unwrap();
+    let ip = access.ip(&primary).unwrap().to_string();
+    let writer = GroupWriter::start(
+        &access,
+        Route::Service(access.service_ip.clone().unwrap()),
+        "svc",
+    );
+    writer.progressed(200, SETTLE).await.unwrap();
+
+    let control = ControlClient::new(env.cluster.control_addr.expect("the node agent runs"));
+    let pod = format!("{NS}/{}", statefulset_pod_name(&primary));
+    control.freeze(&pod).await.unwrap();
+    let frozen = Instant::now();
+    let degraded = env
+        .wait(
+            "Ready to go False, Degraded naming the frozen primary",
+            FAILOVER,
+            || async {
+                let status = env
+                    .apis
+                    .groups
+                    .get_status(name)
+                    .await?
+                    .status
+                    .unwrap_or_default();
+                let condition = |t: &str| status.conditions.iter().find(|c| c.type_ == t).cloned();
+                Ok(
+                    match (condition(types::READY), condition(types::DEGRADED)) {
+                        (Some(r), Some(d))
+                            if r.status == "False"
+                                && d.status == "True"
+                                && d.reason == Degraded::MembersNotReady.as_str()
+                                && d.message.contains(&primary) =>
+                        {
+                            Ok(d)
+                        }
+                        _ => Err(describe_status(&status)),
+                    },
+                )
+            },
+        )
+        .await;
+    for sentinel in &access.sentinels {
+        let master = access.sentinel_cli(&sentinel.ip, &["SENTINEL", "MASTER", name]);
+        let flags = master
+            .lines()
+            .skip_while(|l| *l != "flags")
+            .nth(1)
+            .unwrap_or_default()
+            .to_string();
+        assert!(
+            flags.contains("master") && !flags.contains("s_down"),
+            "{} already judged the frozen {primary} when Ready went False ({:?} after the \
+             freeze: {}): flags {flags:?}\ntopology-controller:\n{}",
+            sentinel.name,
+            frozen.elapsed(),
+            degraded.message,
+            env.cluster.log_tail("topology-controller", 300)
+        );
+    }
+    eprintln!(
+        "{name}: {primary} frozen, Ready False after {:?}: {}",
+        frozen.elapsed(),
+        degraded.message
+    );
+
+    control.thaw(&pod).await.unwrap();
+    env.ready_agreeing(name, Some(&primary), FORM).await;
+    // The pulse's connection that timed out during the freeze is closed, not kept: once no
+    // look is in flight the operator holds one connection (the pulse's) to the primary.
+    // The sentinels log in as `operator` too; their connections carry their names.
+    env.wait(
+        &format!("topology-controller to hold one connection to {primary}"),
+        SETTLE,
+        || async {
+            let clients = access.cli(&ip, &["CLIENT", "LIST"]);
+            let operators: Vec<&str> = clients
+                .lines()
+                .filter(|l| l.contains(" user=operator ") && l.contains(" flags=N "))
+                .filter(|l| !l.contains(" name=sentinel-"))
+                .collect();
+            Ok(match operators.len() {
+                1 => Ok(()),
+                _ => Err(format!("{operators:#?}")),
+            })
+        },
+    )
+    .await;
+    writer.progressed(200, SETTLE).await.unwrap();
+    let access = replication_testing::access(&env.apis, name).await.unwrap();
+    let report = writer.stop().await.unwrap();
+    eprintln!("{name}: {}", report.summary());
+    let lost = report.lost(&access).await.unwrap();
+    assert!(
+        lost.is_empty(),
+        "{} of {} acknowledged writes lost, e.g. {:?}",
+        lost.len(),
+        report.acked.len(),
+        &lost[..lost.len().min(10)]
+    );
+    env.finish();
+}
