@@ -5,7 +5,8 @@
 //! shard to its replica before it stops, and the shard's disruption budget holds the
 //! replica's eviction meanwhile; `kubectl drain` of a Node holding two primaries hands each
 //! over first; a crash-looping primary is replaced by force before
-//! Valkey's node-timeout; a frozen primary takes Ready away before Valkey judges it, and
+//! Valkey's node-timeout, while a primary only cut off from its peers is left to Valkey's
+//! own failover; a frozen primary takes Ready away before Valkey judges it, and
 //! Ready returns once it thaws; a full restart reforms the cluster with its data;
 //! a template change rolls one member at a time without losing an acknowledged write; a
 //! topology-controller killed in the middle of a slot migration finishes it on restart; a
@@ -33,6 +34,7 @@ mod failover;
 mod forced_failover;
 mod full_restart;
 mod mid_migration;
+mod partition;
 mod planned_departure;
 mod ready_follows;
 mod rolling_update;
