@@ -10,6 +10,10 @@
 //!   pod deleted (the preStop hook hands over), and its server killed at every start (a
 //!   crash loop, failed over by force): the shard's longest time accepting no write and
 //!   without a replica-acknowledged one;
+//! - the same faults (frozen, pod gone, crash loop) once more with topology-controller set
+//!   up as before the hand-overs ([`BEFORE`]: no forced failover, no pulse, a look every
+//!   30 s) and the pod deleted with grace 0 (no preStop hook runs): before and after in one
+//!   run, with the time from the freeze to Ready False;
 //! - the same 3 -> 4 scale-out on valkey/valkey:9.1 three ways: the operator with atomic slot
 //!   migration (its default there), the operator with the classic path (annotation
 //!   `valkey.rs/slot-migration: classic`), and valkey-cli 9.1 on hand-made 9.1 nodes; each
@@ -43,11 +47,22 @@ use local_cluster::cluster_testing::{
     WriterReport, access, check_passed, describe_status, ready_status,
 };
 use local_cluster::images::VALKEY_VERSIONS;
-use local_cluster::testing::{cluster_with_operator, signal, valkey_node, valkey_server_pid};
+use local_cluster::operator::RunningController;
+use local_cluster::testing::{
+    cluster_with_operator, restart_controller, signal, stop_process, valkey_node, valkey_server_pid,
+};
 use local_cluster::{LocalCluster, run_script};
 use serde_json::json;
 
 const NS: &str = "default";
+const TOPOLOGY_CONTROLLER: &str = "topology-controller";
+/// topology-controller's environment for the "before" rows: no forced failover when
+/// Kubernetes shows a primary's server gone, no pulse, an idle look every 30 s.
+const BEFORE: [(&str, &str); 3] = [
+    ("FORCED_FAILOVER", "false"),
+    ("PULSE_MILLIS", "0"),
+    ("IDLE_LOOK_SECONDS", "30"),
+];
 const POLL: Duration = Duration::from_millis(100);
 const LIMIT: Duration = Duration::from_secs(600);
 /// How long `valkey-cli --cluster rebalance` may run before it is killed and the figure
@@ -77,7 +92,11 @@ async fn main() -> Result<()> {
         .and_then(|v| v.parse().ok())
         .unwrap_or(100_000);
     let run = std::env::temp_dir().join(format!("bench-cluster-{}", std::process::id()));
-    let (cluster, _controllers) = cluster_with_operator(&run, true).await?;
+    let (mut cluster, controllers) = cluster_with_operator(&run, true).await?;
+    let topology = controllers
+        .into_iter()
+        .find(|c| c.process.binary == TOPOLOGY_CONTROLLER)
+        .context("the overlay runs topology-controller")?;
     let client = cluster.client().await?;
     let apis = ClusterApis::new(&client, NS);
 
@@ -100,7 +119,7 @@ async fn main() -> Result<()> {
 
     eprintln!("bench-cluster: failover");
     let form = cluster_access(&apis, "form").await?;
-    let failover = failover(&apis.nodes, &apis.pods, &form, "form").await?;
+    let frozen = failover(&apis, &form, "form").await?;
 
     eprintln!("bench-cluster: a primary's pod deleted, a primary's server crash-looping");
     let deleted = departure(&apis, &form, "form", 1, Leaving::PodDeleted)
@@ -109,6 +128,23 @@ async fn main() -> Result<()> {
     let crashed = departure(&apis, &form, "form", 2, Leaving::CrashLoop)
         .await
         .inspect_err(|e| explain_failure(&cluster, "form", e));
+
+    eprintln!("bench-cluster: the same faults, topology-controller as before ({BEFORE:?})");
+    let mut as_before = topology.clone();
+    for (name, value) in BEFORE {
+        as_before.process.env.retain(|(n, _)| n != name);
+        as_before.process.env.push((name.into(), value.into()));
+    }
+    restart_topology_controller(&mut cluster, &as_before).await?;
+    wait_cluster_ready(&apis, "form").await?;
+    let failover_before = failover(&apis, &form, "form").await;
+    let killed_before = departure(&apis, &form, "form", 1, Leaving::PodKilled)
+        .await
+        .inspect_err(|e| explain_failure(&cluster, "form", e));
+    let crashed_before = departure(&apis, &form, "form", 2, Leaving::CrashLoop)
+        .await
+        .inspect_err(|e| explain_failure(&cluster, "form", e));
+    restart_topology_controller(&mut cluster, &topology).await?;
 
     for version in [V80, V81, V91] {
         if !VALKEY_VERSIONS.contains(&version) {
@@ -163,7 +199,10 @@ async fn main() -> Result<()> {
         || classic.is_err()
         || upgraded.is_err()
         || deleted.is_err()
-        || crashed.is_err();
+        || crashed.is_err()
+        || failover_before.is_err()
+        || killed_before.is_err()
+        || crashed_before.is_err();
     drop(cluster);
     if keep_run {
         eprintln!(
@@ -219,9 +258,9 @@ async fn main() -> Result<()> {
     );
     println!(
         "| failover: primary frozen to the first write accepted on its slots (cluster-node-timeout 15 s) | {:.1} s | |",
-        secs(failover)
+        secs(frozen.write_accepted)
     );
-    for (what, measured) in [
+    print_departures(&[
         (
             "a primary's pod deleted (its preStop hook hands over)",
             &deleted,
@@ -230,21 +269,82 @@ async fn main() -> Result<()> {
             "a primary's server killed at every start (crash loop; forced failover)",
             &crashed,
         ),
-    ] {
-        let cell = match measured {
-            Ok(d) => format!(
-                "no write accepted for {:.1} s; none acknowledged by a replica for {:.1} s; {} acknowledged lost",
-                secs(d.refusal),
-                secs(d.pause),
-                d.lost
+    ]);
+    print_before_after(
+        &Ok(frozen),
+        &failover_before,
+        &[
+            ("a primary's pod deleted", &killed_before, &deleted),
+            (
+                "a primary's server killed at every start (crash loop)",
+                &crashed_before,
+                &crashed,
             ),
-            Err(e) => format!("not measured: {}", first_line(&format!("{e:#}"))),
-        };
-        println!("| {what}, under a WAIT-acked writer | {cell} | |");
-    }
+        ],
+    );
     print_scale_out_on_9(keys, &atomic, &classic, &cli9);
     print_upgrade(keys, &upgraded);
     Ok(())
+}
+
+/// A departure's cell: the shard's longest refusal and pause, and what was lost.
+fn departure_cell(measured: &Result<Departure>) -> String {
+    match measured {
+        Ok(d) => format!(
+            "no write accepted for {:.1} s; none acknowledged by a replica for {:.1} s; {} acknowledged lost",
+            secs(d.refusal),
+            secs(d.pause),
+            d.lost
+        ),
+        Err(e) => format!("not measured: {}", first_line(&format!("{e:#}"))),
+    }
+}
+
+fn print_departures(rows: &[(&str, &Result<Departure>)]) {
+    for (what, measured) in rows {
+        println!(
+            "| {what}, under a WAIT-acked writer | {} | |",
+            departure_cell(measured)
+        );
+    }
+}
+
+/// The second table: each fault with topology-controller as before ([`BEFORE`]; the pod
+/// deleted with grace 0, so no hook runs) and as it is.
+fn print_before_after(
+    frozen_after: &Result<Freeze>,
+    frozen_before: &Result<Freeze>,
+    departures: &[(&str, &Result<Departure>, &Result<Departure>)],
+) {
+    let frozen = |f: &Result<Freeze>| match f {
+        Ok(f) => format!(
+            "first write accepted after {:.1} s; Ready False after {}",
+            secs(f.write_accepted),
+            f.ready_false
+                .map_or("(not before that write)".into(), |d| format!(
+                    "{:.1} s",
+                    secs(d)
+                ))
+        ),
+        Err(e) => format!("not measured: {}", first_line(&format!("{e:#}"))),
+    };
+    println!();
+    println!(
+        "| fault, under a WAIT-acked writer | before: no hook (grace 0), no forced failover, no pulse, 30 s looks | after: as built |"
+    );
+    println!("|---|---|---|");
+    println!(
+        "| a primary frozen (SIGSTOP; Valkey's own failover either way) | {} | {} |",
+        frozen(frozen_before),
+        frozen(frozen_after)
+    );
+    for (what, before, after) in departures {
+        println!(
+            "| {what} | {} | {} |",
+            departure_cell(before),
+            departure_cell(after)
+        );
+    }
 }
 
 /// Rows of the 3 -> 4 scale-outs on Valkey 9.1: the operator atomic and classic, and
@@ -1230,13 +1330,10 @@ async fn upgrade(apis: &ClusterApis, name: &str, keys: usize) -> Result<Upgrade>
 }
 
 /// Freezes shard 0's primary with SIGSTOP and times until its replica accepts a write to a
-/// slot of that shard; then lets the old primary continue (it rejoins as a replica).
-async fn failover(
-    nodes: &Api<ValkeyNode>,
-    pods: &Api<Pod>,
-    access: &Access,
-    cluster: &str,
-) -> Result<Duration> {
+/// slot of that shard, and until the cluster's Ready condition is not True; then lets the
+/// old primary continue (it rejoins as a replica).
+async fn failover(apis: &ClusterApis, access: &Access, cluster: &str) -> Result<Freeze> {
+    let (nodes, pods) = (&apis.nodes, &apis.pods);
     let (primary, replica) = {
         let a = nodes.get_status(&format!("{cluster}-0-0")).await?;
         let b = nodes.get_status(&format!("{cluster}-0-1")).await?;
@@ -1290,15 +1387,55 @@ async fn failover(
     let pid = valkey_server_pid(&pod_ip)?;
     let started = Instant::now();
     signal(pid, "STOP")?;
+    let ready_false = RefCell::new(None);
     let result = wait("the replica to accept writes", LIMIT, || async {
+        let unseen = ready_false.borrow().is_none();
+        if unseen && !ready_condition_true(apis, cluster).await? {
+            *ready_false.borrow_mut() = Some(started.elapsed());
+        }
         let reply = access.cli(&replica_ip, &["SET", &key, "v"]);
         Ok(if reply == "OK" { Ok(()) } else { Err(reply) })
     })
     .await;
-    let took = started.elapsed();
+    let write_accepted = started.elapsed();
     signal(pid, "CONT")?;
     result?;
-    Ok(took)
+    Ok(Freeze {
+        write_accepted,
+        ready_false: ready_false.into_inner(),
+    })
+}
+
+/// A primary frozen in [`failover`]: until its replica accepted a write, and until the
+/// cluster's Ready condition was first seen not True (`None`: not before that write).
+struct Freeze {
+    write_accepted: Duration,
+    ready_false: Option<Duration>,
+}
+
+/// Whether the cluster's Ready condition is True.
+async fn ready_condition_true(apis: &ClusterApis, name: &str) -> Result<bool> {
+    let status = apis
+        .clusters
+        .get_status(name)
+        .await?
+        .status
+        .unwrap_or_default();
+    Ok(status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == crd_types::conditions::types::READY && c.status == "True"))
+}
+
+/// Stops topology-controller and starts `controller` (its binary with its environment)
+/// in its place.
+async fn restart_topology_controller(
+    cluster: &mut LocalCluster,
+    controller: &RunningController,
+) -> Result<()> {
+    stop_process(cluster, TOPOLOGY_CONTROLLER, Duration::from_secs(10))?;
+    restart_controller(cluster, controller).await?;
+    Ok(())
 }
 
 /// What a writer saw while one primary left: the shard's longest refusal (no `SET`
@@ -1315,6 +1452,8 @@ struct Departure {
 enum Leaving {
     /// Its pod is deleted: the preStop hook hands the slots over first.
     PodDeleted,
+    /// Its pod is deleted with grace 0: no preStop hook runs, the server is killed.
+    PodKilled,
     /// Its server is killed with SIGKILL at every start (a crash loop) until its shard has
     /// another primary: topology-controller fails the shard over by force.
     CrashLoop,
@@ -1359,6 +1498,13 @@ async fn departure(
                 .delete(&pod_name, &DeleteParams::default())
                 .await?;
         }
+        Leaving::PodKilled => {
+            let now = DeleteParams {
+                grace_period_seconds: Some(0),
+                ..DeleteParams::default()
+            };
+            apis.pods.delete(&pod_name, &now).await?;
+        }
         Leaving::CrashLoop => {
             let pod_ip = pod.status.and_then(|s| s.pod_ip).context("no pod IP")?;
             let primary_ip = access.ip(&primary).context("no address")?.to_string();
@@ -1398,7 +1544,7 @@ async fn departure(
                     .and_then(|s| s.conditions.as_ref())
                     .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
                 let new = match how {
-                    Leaving::PodDeleted => p.metadata.uid != old_uid,
+                    Leaving::PodDeleted | Leaving::PodKilled => p.metadata.uid != old_uid,
                     Leaving::CrashLoop => restarts(p) > old_restarts,
                 };
                 ready && new
