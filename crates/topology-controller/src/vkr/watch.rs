@@ -119,8 +119,11 @@ async fn listen(ip: String, login: Login, name: String, trigger: mpsc::Unbounded
         };
         let client = fred::prelude::Client::new(config, None, Some(connection), None);
         let mut messages = client.message_rx();
+        // fred's connection task holds the client too: aborted when this task is (the
+        // sentinels changed, the group is gone), or the socket would stay open.
+        let mut task = None;
         let subscribed = async {
-            client.init().await?;
+            task = Some(AbortOnDrop(client.init().await?));
             client.subscribe(SWITCH_CHANNEL).await
         };
         match subscribed.await {
@@ -153,6 +156,16 @@ async fn listen(ip: String, login: Login, name: String, trigger: mpsc::Unbounded
             }
         }
         let _ = client.quit().await;
+        drop(task);
         tokio::time::sleep(RETRY).await;
+    }
+}
+
+/// Aborts fred's connection task when dropped.
+struct AbortOnDrop(fred::types::ConnectHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

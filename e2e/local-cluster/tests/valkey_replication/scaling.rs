@@ -13,7 +13,8 @@ use crate::env::{Env, FAILOVER, FORM, SETTLE};
 /// the scale-in so the primary itself must leave (it hands over first). After each change
 /// the group is Ready, Valkey and every sentinel agree (each sentinel lists exactly the
 /// members there are, removed ones forgotten through SENTINEL RESET), the keys read back,
-/// and a Sentinel-aware writer loses nothing.
+/// and a Sentinel-aware writer loses nothing. The operator holds one subscription per
+/// sentinel at the end (those it replaced are closed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn data_nodes_and_sentinels_scale_out_and_in() {
     let env = Env::start().await;
@@ -123,6 +124,32 @@ async fn data_nodes_and_sentinels_scale_out_and_in() {
 
     let access = replication_testing::access(&env.apis, name).await.unwrap();
     access.verify(&keys).await.unwrap();
+    // The operator subscribes once per sentinel: the subscriptions it replaced when the
+    // sentinels changed are closed, not left open.
+    env.wait(
+        "one operator subscription on each sentinel",
+        SETTLE,
+        || async {
+            let counts: Vec<(String, usize)> = access
+                .sentinels
+                .iter()
+                .map(|s| {
+                    let clients = access.sentinel_cli(&s.ip, &["CLIENT", "LIST"]);
+                    let subscriptions = clients
+                        .lines()
+                        .filter(|l| l.contains(" user=operator ") && l.contains(" flags=P "))
+                        .count();
+                    (s.name.clone(), subscriptions)
+                })
+                .collect();
+            Ok(if counts.iter().all(|(_, n)| *n == 1) {
+                Ok(())
+            } else {
+                Err(format!("subscriptions per sentinel: {counts:?}"))
+            })
+        },
+    )
+    .await;
 
     // A live directive: every data node serves the new value with no restart (the same run
     // id), and status and an Event say it went live.
