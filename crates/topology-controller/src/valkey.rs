@@ -49,7 +49,7 @@ impl Conn {
     /// Connects to `ip:port` as `login`, failing fast: no reconnect policy, one attempt per
     /// command.
     pub async fn connect(ip: &str, port: u16, login: &Login) -> Result<Self, ValkeyError> {
-        Self::connect_within(ip, port, login, TIMEOUT).await
+        Self::connect_bounded(ip, port, login, TIMEOUT, TIMEOUT).await
     }
 
     /// [`Conn::connect`], with `timeout` bounding the connection and each command.
@@ -59,6 +59,29 @@ impl Conn {
         login: &Login,
         timeout: Duration,
     ) -> Result<Self, ValkeyError> {
+        Self::connect_bounded(ip, port, login, timeout, timeout).await
+    }
+
+    /// [`Conn::connect`], with `connecting` bounding the TCP connection and, again, the
+    /// login, and the usual bound on each command. Bound here, not by a timeout around the
+    /// call: fred's connection task, spawned inside, would outlive a cancelled call and keep
+    /// the connection open once a slow (frozen) server answers.
+    pub async fn connect_quickly(
+        ip: &str,
+        port: u16,
+        login: &Login,
+        connecting: Duration,
+    ) -> Result<Self, ValkeyError> {
+        Self::connect_bounded(ip, port, login, connecting, TIMEOUT).await
+    }
+
+    async fn connect_bounded(
+        ip: &str,
+        port: u16,
+        login: &Login,
+        connecting: Duration,
+        commands: Duration,
+    ) -> Result<Self, ValkeyError> {
         let config = Config {
             fail_fast: true,
             username: Some(login.user.clone()),
@@ -67,13 +90,13 @@ impl Conn {
             ..Default::default()
         };
         let connection = ConnectionConfig {
-            connection_timeout: timeout,
-            internal_command_timeout: timeout,
+            connection_timeout: connecting,
+            internal_command_timeout: connecting,
             max_command_attempts: 1,
             ..Default::default()
         };
         let perf = PerformanceConfig {
-            default_command_timeout: timeout,
+            default_command_timeout: commands,
             ..Default::default()
         };
         let client = Client::new(config, Some(perf), Some(connection), None);

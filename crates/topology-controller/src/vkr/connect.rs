@@ -101,14 +101,11 @@ async fn ask(name: &str, facts: Facts, login: Option<&Login>) -> Asked {
         return asked;
     };
     let port = if sentinel { SENTINEL_PORT } else { PORT };
-    let conn = match tokio::time::timeout(ASK_TIMEOUT, Conn::connect(&ip, port, login)).await {
-        Ok(Ok(conn)) => conn,
-        Ok(Err(e)) => {
+    // Half the bound for the connection and half for the login, both inside fred.
+    let conn = match Conn::connect_quickly(&ip, port, login, ASK_TIMEOUT / 2).await {
+        Ok(conn) => conn,
+        Err(e) => {
             note_refusal(&mut asked, &e);
-            return asked;
-        }
-        Err(_) => {
-            tracing::debug!(member = %asked.facts.name, "member does not answer in time");
             return asked;
         }
     };
