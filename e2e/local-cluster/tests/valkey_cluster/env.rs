@@ -18,6 +18,13 @@ use local_cluster::testing::{cluster_with_operator, pod_starts, restart_controll
 use serde_json::json;
 
 pub(crate) const NS: &str = "default";
+
+/// A cluster member as a test names it: its ValkeyNode, announce address and node id.
+pub(crate) struct Member {
+    pub(crate) name: String,
+    pub(crate) ip: String,
+    pub(crate) id: String,
+}
 /// A new cluster: members created, pods started, MEET, slots, replication.
 pub(crate) const FORM: Duration = Duration::from_secs(180);
 /// A scale step, moving up to a quarter of the keys.
@@ -96,6 +103,30 @@ impl Env {
     pub(crate) async fn status(&self, name: &str) -> anyhow::Result<ValkeyClusterStatus> {
         let cluster = self.apis.clusters.get(name).await?;
         Ok(cluster.status.unwrap_or_default())
+    }
+
+    /// Shard `shard`'s primary, per the Ready status, and the replica that is to succeed it
+    /// (its first other member).
+    pub(crate) async fn primary_and_successor(
+        &self,
+        name: &str,
+        access: &Access,
+        shard: usize,
+    ) -> (Member, Member) {
+        let status = self.ready(name, SETTLE).await;
+        let shard = &status.shards[shard];
+        let primary = shard.primary.clone().unwrap();
+        let successor = shard.members.iter().find(|m| m.name != primary).unwrap();
+        let member = |name: &str| {
+            let ip = access.ip(name).unwrap().to_string();
+            let id = access.node_id(&ip).unwrap();
+            Member {
+                name: name.to_string(),
+                ip,
+                id,
+            }
+        };
+        (member(&primary), member(&successor.name))
     }
 
     pub(crate) async fn access(&self, name: &str) -> Access {

@@ -71,19 +71,9 @@ async fn a_crash_looping_primary_is_replaced_by_force_before_node_timeout() {
     let writer = AckedWriter::start(&access).await.unwrap();
     writer.progressed(200, SETTLE).await.unwrap();
 
-    let status = env.ready(name, SETTLE).await;
-    let old_primary = status.shards[0].primary.clone().unwrap();
-    let successor = status.shards[0]
-        .members
-        .iter()
-        .find(|m| m.name != old_primary)
-        .unwrap()
-        .name
-        .clone();
-    let old_ip = access.ip(&old_primary).unwrap().to_string();
-    let old_id = access.node_id(&old_ip).unwrap();
-    let successor_ip = access.ip(&successor).unwrap().to_string();
-    let successor_id = access.node_id(&successor_ip).unwrap();
+    let (old, successor) = env.primary_and_successor(name, &access, 0).await;
+    let (old_primary, old_ip, old_id) = (old.name, old.ip, old.id);
+    let (successor, successor_ip, successor_id) = (successor.name, successor.ip, successor.id);
     let pod = statefulset_pod_name(&old_primary);
     let pod_ip = env
         .apis
