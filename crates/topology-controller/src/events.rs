@@ -47,7 +47,7 @@ pub fn step_event(step: &Step, error: Option<&str>) -> Option<(ClusterEvent, Str
         Step::FixOpenSlot { .. } | Step::Stabilize { .. } | Step::ClearStaleMarker { .. } => {
             ClusterEvent::SlotRepaired
         }
-        Step::Replicate { .. } => ClusterEvent::ReplicaAttached,
+        Step::Replicate(_) => ClusterEvent::ReplicaAttached,
         Step::Migrate(_) | Step::MigrateAtomically(_) => ClusterEvent::SlotsMigrating,
         Step::Remove(_) => ClusterEvent::MembersRemoved,
         Step::Failover { .. } => ClusterEvent::Failover,
@@ -130,10 +130,7 @@ mod tests {
 
     #[test]
     fn a_failed_step_is_a_warning_naming_the_step_and_the_error() {
-        let step = Step::Replicate {
-            member: "c-0-1".into(),
-            primary_id: "abc".into(),
-        };
+        let step = Step::Replicate(vec![("c-0-1".into(), "abc".into())]);
         let (reason, note) = step_event(&step, Some("REPLICATE on c-0-1: timeout")).unwrap();
         assert_eq!(reason, ClusterEvent::StepFailed);
         assert!(reason.is_warning());

@@ -132,11 +132,15 @@ pub async fn execute<V: Valkey, O: MemberObjects>(
                 .on(format!("CLUSTER SETSLOT {slot} {node}"), primary)?;
         }
         Step::SetConfig(changes) => set_config(changes, conns).await?,
-        Step::Replicate { member, primary_id } => conns
-            .get(member)?
-            .replicate(primary_id)
-            .await
-            .on(format!("CLUSTER REPLICATE {primary_id}"), member)?,
+        Step::Replicate(attaches) => {
+            for (member, primary_id) in attaches {
+                conns
+                    .get(member)?
+                    .replicate(primary_id)
+                    .await
+                    .on(format!("CLUSTER REPLICATE {primary_id}"), member)?
+            }
+        }
         Step::Migrate(moves) => return migrate_slots(moves, members, conns).await,
         Step::MigrateAtomically(moves) => {
             let ends = ends(members, conns);
@@ -566,19 +570,13 @@ mod tests {
         let (members, conns) = observe_all(&cluster, &layout).await;
         let objects = Objects::default();
 
-        let step = Step::Replicate {
-            member: "c-0-1".into(),
-            primary_id: node_id(0),
-        };
+        let step = Step::Replicate(vec![("c-0-1".into(), node_id(0))]);
         let e = execute(&step, &members, &conns, &objects)
             .await
             .unwrap_err();
         assert_eq!(e.to_string(), "c-0-1 does not answer");
 
-        let step = Step::Replicate {
-            member: "c-0-0".into(),
-            primary_id: node_id(0),
-        };
+        let step = Step::Replicate(vec![("c-0-0".into(), node_id(0))]);
         let e = execute(&step, &members, &conns, &objects)
             .await
             .unwrap_err();

@@ -172,10 +172,7 @@ mod tests {
         sims.pop();
         assert_eq!(
             step(&d, &sims),
-            Step::Replicate {
-                member: "c-0-0".into(),
-                primary_id: id(0, 1)
-            }
+            Step::Replicate(vec![("c-0-0".into(), id(0, 1))])
         );
     }
 }

@@ -77,8 +77,9 @@ pub enum Step {
         primary: String,
         owner_id: String,
     },
-    /// `CLUSTER REPLICATE primary_id` on `member`.
-    Replicate { member: String, primary_id: String },
+    /// `CLUSTER REPLICATE primary_id` on each `(member, primary_id)`: every replica that can
+    /// be attached, at once (a forming cluster attaches all its replicas in one step).
+    Replicate(Vec<(String, String)>),
     /// Move slots between members the classic way (IMPORTING/MIGRATING, MIGRATE).
     Migrate(Vec<Move<String>>),
     /// Move slots with Valkey's atomic slot migration (both ends on 9.0+).
@@ -116,7 +117,7 @@ impl Step {
                 | Step::FixOpenSlot { .. }
                 | Step::Stabilize { .. }
                 | Step::ClearStaleMarker { .. }
-                | Step::Replicate { .. }
+                | Step::Replicate(_)
                 | Step::Migrate(_)
                 | Step::MigrateAtomically(_)
                 | Step::Remove(_)
@@ -166,8 +167,12 @@ impl fmt::Display for Step {
                 f,
                 "clearing the stale marker of slot {slot} on replica {replica} through {primary}"
             ),
-            Step::Replicate { member, primary_id } => {
-                write!(f, "{member} replicates {primary_id}")
+            Step::Replicate(attaches) => {
+                let each: Vec<String> = attaches
+                    .iter()
+                    .map(|(member, primary_id)| format!("{member} replicates {primary_id}"))
+                    .collect();
+                write!(f, "{}", each.join(", "))
             }
             Step::Migrate(moves) => {
                 let count: usize = moves.iter().map(|m| slot_count(&[m.slots])).sum();
@@ -549,15 +554,12 @@ mod tests {
             other => panic!("{other:?}"),
         }
 
-        // Slots assigned: the other members follow their shard's member 0.
+        // Slots assigned: the other members follow their shard's member 0, all in one step.
         sims[0].slots = vec![(0, 8191)];
         sims[2].slots = vec![(8192, 16383)];
         assert_eq!(
             step(&d, &sims),
-            Step::Replicate {
-                member: "c-0-1".into(),
-                primary_id: id(0, 0)
-            }
+            Step::Replicate(vec![("c-0-1".into(), id(0, 0)), ("c-1-1".into(), id(1, 0))])
         );
     }
 

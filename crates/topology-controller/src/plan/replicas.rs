@@ -12,8 +12,11 @@ use super::snapshot::Snapshot;
 use super::{FailoverReason, Step};
 use crate::model::Member;
 
-/// Members of a wanted shard that are not following the shard's primary.
+/// Members of a wanted shard that are not following the shard's primary: every one that
+/// can be attached now, in one step; else the first wait.
 pub(super) fn attach_replicas(s: &Snapshot) -> Option<Step> {
+    let mut attaches = Vec::new();
+    let mut first_wait = None;
     for shard in 0..s.shape.shards {
         let primary = match s.shard_primary(shard) {
             Ok(Some(p)) => p,
@@ -28,20 +31,26 @@ pub(super) fn attach_replicas(s: &Snapshot) -> Option<Step> {
             continue;
         }
         let others = s.shard_members(shard).filter(|m| m.name != primary.name);
-        if let Some(step) = attach(others, primary, &primary_node.id) {
-            return Some(step);
-        }
+        let wait = attach(others, primary, &primary_node.id, &mut attaches);
+        first_wait = first_wait.or(wait);
     }
-    None
+    if attaches.is_empty() {
+        first_wait
+    } else {
+        Some(Step::Replicate(attaches))
+    }
 }
 
-/// `REPLICATE` for the first of `others` that is an empty primary or follows someone else
-/// than `primary` (node id `primary_id`); a wait while it does not know the primary yet.
+/// Adds to `attaches` each of `others` that is an empty primary or follows someone else
+/// than `primary` (node id `primary_id`); a wait for the first that does not know the
+/// primary yet.
 fn attach<'a>(
     others: impl IntoIterator<Item = &'a Member>,
     primary: &Member,
     primary_id: &str,
+    attaches: &mut Vec<(String, String)>,
 ) -> Option<Step> {
+    let mut wait = None;
     for m in others {
         let Some(reply) = &m.reply else { continue };
         let me = reply.view.myself();
@@ -50,17 +59,17 @@ fn attach<'a>(
             continue;
         }
         if reply.view.by_id(primary_id).is_none() {
-            return Some(Step::wait(
-                Waiting::MembersDisagree,
-                format!("{} does not know {} yet", m.name, primary.name),
-            ));
+            wait = wait.or_else(|| {
+                Some(Step::wait(
+                    Waiting::MembersDisagree,
+                    format!("{} does not know {} yet", m.name, primary.name),
+                ))
+            });
+            continue;
         }
-        return Some(Step::Replicate {
-            member: m.name.clone(),
-            primary_id: primary_id.to_string(),
-        });
+        attaches.push((m.name.clone(), primary_id.to_string()));
     }
-    None
+    wait
 }
 
 /// A failover from `primary` (node id `primary_id`; `None`: unknown) to the most caught-up
@@ -117,7 +126,55 @@ pub fn most_caught_up<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::next_step;
     use crate::sim::*;
+
+    /// Three shards whose primaries hold slots and whose other members are still empty
+    /// primaries.
+    fn slots_assigned(replicas: u32) -> Vec<Sim> {
+        let mut sims = formed(3, replicas);
+        for s in sims.iter_mut().filter(|s| s.member > 0) {
+            s.follows = None;
+        }
+        sims
+    }
+
+    #[test]
+    fn every_replica_that_knows_its_primary_is_attached_in_one_step() {
+        let sims = slots_assigned(2);
+        match step(&shape(3, 2), &sims) {
+            Step::Replicate(attaches) => assert_eq!(
+                attaches,
+                (0..3)
+                    .flat_map(|shard| (1..=2).map(move |m| (shard, m)))
+                    .map(|(shard, m)| (format!("c-{shard}-{m}"), id(shard, 0)))
+                    .collect::<Vec<_>>()
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_replica_that_does_not_know_its_primary_waits_while_the_others_attach() {
+        let sims = slots_assigned(1);
+        let unaware = |viewer: &Sim, node: &Sim| {
+            !(viewer.shard == 1 && viewer.member == 1 && node.member == 0 && node.shard == 1)
+        };
+        let step = next_step(&shape(3, 1), &members_with(&sims, unaware), None);
+        assert_eq!(
+            step,
+            Step::Replicate(vec![("c-0-1".into(), id(0, 0)), ("c-2-1".into(), id(2, 0))])
+        );
+        // Once the others follow, it is a wait naming it and its primary.
+        let mut rest = sims.clone();
+        for s in rest.iter_mut().filter(|s| s.shard != 1 && s.member == 1) {
+            s.follows = Some(id(s.shard, 0));
+        }
+        let (reason, message) =
+            wait_of(next_step(&shape(3, 1), &members_with(&rest, unaware), None));
+        assert_eq!(reason, Waiting::MembersDisagree);
+        assert_eq!(message, "c-1-1 does not know c-1-0 yet");
+    }
 
     #[test]
     fn the_most_caught_up_in_sync_replica_takes_over() {

@@ -311,10 +311,7 @@ mod tests {
         // Joined: the new replica follows the new empty primary first.
         assert_eq!(
             step(&d, &sims),
-            Step::Replicate {
-                member: "c-3-1".into(),
-                primary_id: id(3, 0)
-            }
+            Step::Replicate(vec![("c-3-1".into(), id(3, 0))])
         );
         sims[7].follows = Some(id(3, 0));
         match step(&d, &sims) {
