@@ -22,8 +22,10 @@ struct Leaving {
     started_before: u64,
 }
 
-/// Two shards' primaries are put on one Kubernetes Node (a switchover where needed). With
-/// a WAIT-acked writer running, `kubectl drain` cordons the Node and evicts its pods,
+/// Two shards' primaries are put on one Kubernetes Node, and the third shard's primary off
+/// it when the Node holds a member of that shard too (a switchover where needed: the spread
+/// constraint keeps a shard's members apart, not the shards). With a WAIT-acked writer
+/// running, `kubectl drain` cordons the Node and evicts its pods,
 /// asking again while a disruption budget refuses: each primary's preStop hook hands its
 /// shard to its replica with a manual failover (counted on the replica) before its server
 /// stops, and the third shard keeps its primary. Once the Node is uncordoned the evicted
@@ -49,23 +51,29 @@ async fn draining_a_node_with_two_primaries_hands_each_over_first() {
             .or_default()
             .push((m.shard, m.member, m.name.clone()));
     }
+    // The shard spread constraint keeps a shard's members on different Nodes; one per shard.
     let (node, on_node) = by_node
         .iter()
         .find_map(|(node, members)| {
-            let mut shards: Vec<&(u32, u32, String)> = Vec::new();
+            let mut shards: Vec<(u32, u32, String)> = Vec::new();
             for m in members {
                 if shards.iter().all(|s| s.0 != m.0) {
-                    shards.push(m);
+                    shards.push(m.clone());
                 }
             }
-            (shards.len() >= 2).then(|| (node.clone(), shards[..2].to_vec()))
+            (shards.len() >= 2).then(|| (node.clone(), shards))
         })
         .unwrap_or_else(|| panic!("no Node holds members of two shards: {by_node:?}"));
     for (i, (shard, member, member_name)) in on_node.iter().enumerate() {
         let status = env.ready(name, SETTLE).await;
-        if status.shards[*shard as usize].primary.as_deref() == Some(member_name.as_str()) {
-            continue;
-        }
+        let is_primary =
+            status.shards[*shard as usize].primary.as_deref() == Some(member_name.as_str());
+        // The first two on the Node become primaries; a third shard's member there must not be.
+        let member = match (i < 2, is_primary) {
+            (true, true) | (false, false) => continue,
+            (true, false) => *member,
+            (false, true) => 1 - *member,
+        };
         let id = format!("d{i}");
         env.apis
             .patch(
@@ -86,7 +94,7 @@ async fn draining_a_node_with_two_primaries_hands_each_over_first() {
     env.ready(name, SETTLE).await;
     env.healthy(name, &access, 3, 1).await;
     let status = env.ready(name, SETTLE).await;
-    let leaving: Vec<Leaving> = on_node
+    let leaving: Vec<Leaving> = on_node[..2]
         .iter()
         .map(|(shard, _, primary)| {
             let shard = *shard as usize;
