@@ -7,7 +7,9 @@ use kube::ResourceExt;
 use local_cluster::LocalCluster;
 use local_cluster::cluster_testing::{Progress, wait_until};
 use local_cluster::operator::RunningController;
-use local_cluster::replication_testing::{GroupAccess, ReplicationApis, access, ready_status};
+use local_cluster::replication_testing::{
+    GroupAccess, GroupWriter, GroupWriterReport, ReplicationApis, access, ready_status,
+};
 use local_cluster::testing::cluster_with_operator;
 
 pub(crate) const NS: &str = "default";
@@ -220,4 +222,27 @@ pub(crate) fn agrees(access: &GroupAccess, primary: &str) -> Progress<()> {
         }
     }
     access.sentinels_agree_on(&primary_ip)
+}
+
+/// Stops the writers and checks every acknowledged write reads back on `access`.
+pub(crate) async fn nothing_lost(
+    name: &str,
+    writers: impl IntoIterator<Item = GroupWriter>,
+    access: &GroupAccess,
+) -> Vec<GroupWriterReport> {
+    let mut reports = Vec::new();
+    for writer in writers {
+        let report = writer.stop().await.unwrap();
+        eprintln!("{name}: {}", report.summary());
+        let lost = report.lost(access).await.unwrap();
+        assert!(
+            lost.is_empty(),
+            "{} of {} acknowledged writes lost, e.g. {:?}",
+            lost.len(),
+            report.acked.len(),
+            &lost[..lost.len().min(10)]
+        );
+        reports.push(report);
+    }
+    reports
 }

@@ -11,7 +11,7 @@ use local_cluster::replication_testing::{
     self, GroupWriter, Route, describe_status, valkey_replication,
 };
 
-use crate::env::{Env, FAILOVER, FORM, NS, SETTLE};
+use crate::env::{Env, FAILOVER, FORM, NS, SETTLE, nothing_lost};
 
 /// Sentinel's `down-after-milliseconds` here: long enough that no sentinel judges the frozen
 /// primary while the test watches Ready (the default, 5 s, would race the assertion).
@@ -121,15 +121,6 @@ async fn ready_goes_false_while_the_primary_is_frozen_and_true_after() {
     .await;
     writer.progressed(200, SETTLE).await.unwrap();
     let access = replication_testing::access(&env.apis, name).await.unwrap();
-    let report = writer.stop().await.unwrap();
-    eprintln!("{name}: {}", report.summary());
-    let lost = report.lost(&access).await.unwrap();
-    assert!(
-        lost.is_empty(),
-        "{} of {} acknowledged writes lost, e.g. {:?}",
-        lost.len(),
-        report.acked.len(),
-        &lost[..lost.len().min(10)]
-    );
+    nothing_lost(name, [writer], &access).await;
     env.finish();
 }

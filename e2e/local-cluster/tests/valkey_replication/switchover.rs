@@ -8,11 +8,11 @@ use crd_types::cluster::SwitchoverOutcome;
 use crd_types::names::statefulset_pod_name;
 use kube::ResourceExt;
 use local_cluster::replication_testing::{
-    self, GroupAccess, GroupWriter, GroupWriterReport, Route, valkey_replication,
+    self, GroupAccess, GroupWriter, Route, valkey_replication,
 };
 use serde_json::json;
 
-use crate::env::{Env, FAILOVER, SETTLE};
+use crate::env::{Env, FAILOVER, SETTLE, nothing_lost};
 
 /// Every member's pod uid, by pod name.
 async fn pod_uids(env: &Env, name: &str) -> BTreeMap<String, String> {
@@ -45,29 +45,6 @@ async fn progressed(writers: &[GroupWriter; 2]) {
     for w in writers {
         w.progressed(200, SETTLE).await.unwrap();
     }
-}
-
-/// Stops the writers and checks every acknowledged write reads back.
-async fn nothing_lost(
-    name: &str,
-    writers: [GroupWriter; 2],
-    access: &GroupAccess,
-) -> Vec<GroupWriterReport> {
-    let mut reports = Vec::new();
-    for writer in writers {
-        let report = writer.stop().await.unwrap();
-        eprintln!("{name}: {}", report.summary());
-        let lost = report.lost(access).await.unwrap();
-        assert!(
-            lost.is_empty(),
-            "{} of {} acknowledged writes lost, e.g. {:?}",
-            lost.len(),
-            report.acked.len(),
-            &lost[..lost.len().min(10)]
-        );
-        reports.push(report);
-    }
-    reports
 }
 
 /// Switchover s1 makes data node 2 the primary while two writers run: Succeeded once, the
