@@ -7,7 +7,9 @@ use crd_types::live_config::{LIVE_DIRECTIVES, OLDEST_SUPPORTED, Version, canonic
 const VERSIONS: &[&str] = &["8.0.1", "8.1.1", "9.1.2"];
 
 fn table(file: &str) -> BTreeMap<String, String> {
-    let path = format!("{}/valkey-config/{file}", env!("CARGO_MANIFEST_DIR"));
+    // Run time, not env!: a target directory shared by two checkouts keeps the first one's.
+    let dir = std::env::var("CARGO_MANIFEST_DIR").expect("set by cargo test");
+    let path = format!("{dir}/valkey-config/{file}");
     std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("{path}: {e}"))
         .lines()

@@ -463,9 +463,15 @@ async fn wait_for_tcp(port: u16, what: &str, cluster: &LocalCluster) -> Result<(
         .await
 }
 
-/// The repository root (this crate is e2e/local-cluster).
+/// The repository root (this crate is e2e/local-cluster). Cargo's CARGO_MANIFEST_DIR at
+/// run time first: the one compiled in stays that of the checkout that built the crate, and
+/// cargo does not rebuild a crate whose checkout moved (a shared target directory then runs
+/// the other checkout's scripts).
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+        .join("../..")
 }
 
 /// Runs the repository script `path` with bash, `args` and `env`, its progress on our stderr;
