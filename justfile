@@ -61,9 +61,9 @@ bench-nodes: e2e-deps
     cargo run --quiet --release -p local-cluster --bin bench-nodes
 
 # ValkeyCluster figures (apply to Ready, slot migration, failover) next to valkey-cli's.
-bench-cluster: e2e-deps
+bench-cluster *ARGS: e2e-deps
     cargo build --quiet --release --workspace --bins
-    cargo run --quiet --release -p local-cluster --bin bench-cluster
+    cargo run --quiet --release -p local-cluster --bin bench-cluster -- {{ARGS}}
 
 # How soon ValkeyCluster Ready follows a frozen primary, and the idle cost of watching, with the pulse and with 30 s looks.
 bench-pulse: e2e-deps

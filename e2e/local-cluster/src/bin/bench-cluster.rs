@@ -23,6 +23,9 @@
 //!   records every write a replica acknowledged: each step's time per member, the writer's
 //!   longest pause per shard, and that no acknowledged write is lost.
 //!
+//! `bench-cluster formation [ROUNDS]` runs only the formation pair, ROUNDS times (default
+//! 3), each on a cleared cluster: the figure varies by a second or more from run to run.
+//!
 //! The operator's clusters require a password (the default user's, from the Secret their
 //! members' `spec.auth` names; read through [`access`]). The hand-made floor nodes have no
 //! `spec.auth`, so they serve without one, as before.
@@ -99,6 +102,13 @@ async fn main() -> Result<()> {
         .context("the overlay runs topology-controller")?;
     let client = cluster.client().await?;
     let apis = ClusterApis::new(&client, NS);
+
+    if let Some(rounds) = formation_only()? {
+        formation_rounds(&apis, rounds).await?;
+        drop(cluster);
+        let _ = std::fs::remove_dir_all(&run);
+        return Ok(());
+    }
 
     eprintln!("bench-cluster: formation");
     let operator_ready = apply_cluster(&apis, "form", 3, 1).await?;
@@ -518,6 +528,42 @@ where
         }
         tokio::time::sleep(POLL).await;
     }
+}
+
+/// `bench-cluster formation [ROUNDS]`: only the formation row, `ROUNDS` times (default 3),
+/// each pair on a cleared cluster. `None` for the whole benchmark (no argument).
+fn formation_only() -> Result<Option<usize>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.as_slice() {
+        [] => Ok(None),
+        [mode] if mode == "formation" => Ok(Some(3)),
+        [mode, rounds] if mode == "formation" => Ok(Some(
+            rounds.parse().context("ROUNDS is a positive integer")?,
+        )),
+        _ => bail!("usage: bench-cluster [formation [ROUNDS]]"),
+    }
+}
+
+/// The formation row `rounds` times: the operator's 3 x 1 apply to Ready, then the floor.
+async fn formation_rounds(apis: &ClusterApis, rounds: usize) -> Result<()> {
+    println!("| round | operator: 3 x 1 apply to Ready | floor: 6 nodes Ready + create | ratio |");
+    println!("|---|---|---|---|");
+    for round in 1..=rounds {
+        let operator_ready = apply_cluster(apis, "form", 3, 1).await?;
+        clear(apis, &["form"], &[]).await;
+        let floor = floor_formation(&apis.nodes, "floor", 6, 1).await?;
+        clear(apis, &[], &["floor"]).await;
+        let floor_total = floor.nodes_ready + floor.formed;
+        println!(
+            "| {round} | {:.1} s | {:.1} s ({:.1} s + {:.1} s) | {:.2} |",
+            secs(operator_ready),
+            secs(floor_total),
+            secs(floor.nodes_ready),
+            secs(floor.formed),
+            secs(operator_ready) / secs(floor_total)
+        );
+    }
+    Ok(())
 }
 
 /// Applies a ValkeyCluster and returns the time to phase Ready.
