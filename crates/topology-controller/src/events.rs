@@ -39,9 +39,10 @@ operator_runtime::event_reasons! {
 pub fn step_event(step: &Step, error: Option<&str>) -> Option<(ClusterEvent, String)> {
     let reason = match step {
         Step::Wait { reason, .. } if reason.is_refusal() => ClusterEvent::UpdateRefused,
-        Step::Wait { .. } | Step::Idle => return None,
+        // Refreshing views is routine gossip help, not news.
+        Step::Wait { .. } | Step::Idle | Step::Refresh(_) => return None,
         _ if error.is_some() => ClusterEvent::StepFailed,
-        Step::Meet { .. } => ClusterEvent::MembersMet,
+        Step::Meet(_) => ClusterEvent::MembersMet,
         Step::Forget { .. } => ClusterEvent::NodeForgotten,
         Step::AddSlots(_) => ClusterEvent::SlotsAssigned,
         Step::FixOpenSlot { .. } | Step::Stabilize { .. } | Step::ClearStaleMarker { .. } => {

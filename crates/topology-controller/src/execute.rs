@@ -68,12 +68,14 @@ pub async fn execute<V: Valkey, O: MemberObjects>(
 ) -> Result<Done, StepError> {
     match step {
         Step::Wait { .. } | Step::Idle => {}
-        Step::Meet { via, targets } => {
-            let from = conns.get(via)?;
-            for t in targets {
-                from.meet(&t.ip, t.port, t.bus_port)
-                    .await
-                    .on(format!("CLUSTER MEET {}:{}", t.ip, t.port), via)?;
+        Step::Meet(meets) | Step::Refresh(meets) => {
+            for (via, targets) in meets {
+                let from = conns.get(via)?;
+                for t in targets {
+                    from.meet(&t.ip, t.port, t.bus_port)
+                        .await
+                        .on(format!("CLUSTER MEET {}:{}", t.ip, t.port), via)?;
+                }
             }
         }
         Step::Forget { node_id, on } => {
@@ -467,7 +469,7 @@ mod tests {
             },
         ));
         let taken = settle(&cluster, &shape(3, 0), &layout).await;
-        assert!(matches!(taken[0], Step::Meet { .. }), "{taken:?}");
+        assert!(matches!(taken[0], Step::Meet(_)), "{taken:?}");
         assert!(
             taken.iter().any(|s| matches!(s, Step::Migrate(_))),
             "{taken:?}"

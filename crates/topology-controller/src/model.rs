@@ -190,6 +190,28 @@ impl Member {
         self.reply.as_ref()?.view.myself().primary_id.as_deref()
     }
 
+    /// The replicas its view files under another shard id than their primary's, as
+    /// (replica id, primary id); empty when its `CLUSTER SHARDS` was not read.
+    pub fn replicas_filed_apart(&self) -> Vec<(String, String)> {
+        let Some(reply) = self.reply.as_ref() else {
+            return Vec::new();
+        };
+        let Some(groups) = reply.shard_groups.as_ref() else {
+            return Vec::new();
+        };
+        let group_of = |id: &str| groups.iter().position(|g| g.iter().any(|n| n == id));
+        reply
+            .view
+            .nodes()
+            .iter()
+            .filter_map(|n| {
+                let primary = n.primary_id.as_deref().filter(|_| n.flags.replica)?;
+                let (mine, theirs) = (group_of(&n.id)?, group_of(primary)?);
+                (mine != theirs).then(|| (n.id.clone(), primary.to_string()))
+            })
+            .collect()
+    }
+
     /// The Valkey version it runs (`INFO server`); `None` when unknown.
     pub fn version(&self) -> Option<Version> {
         Some(self.reply.as_ref()?.live_config.as_ref()?.version)

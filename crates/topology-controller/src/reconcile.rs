@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crd_types::cluster::{Phase, ValkeyClusterStatus};
+use crd_types::conditions::reasons::Waiting;
 use crd_types::names::{self, labels};
 use crd_types::template::OPERATOR_USER;
 use crd_types::{ValkeyCluster, ValkeyNode, ValkeyNodeStatus};
@@ -49,6 +50,10 @@ use crate::valkey::{Conn, Login};
 /// waits on replication and gossip, and each wait shows in time to Ready).
 const AFTER_STEP: Duration = Duration::from_secs(1);
 const WHILE_WAITING: Duration = Duration::from_secs(2);
+/// While only gossip is awaited (members that do not know each other yet, views or shard
+/// ids that differ): it settles within a few seconds and changes none of the vitals the
+/// pulse wakes on, so the look is what notices it.
+const WHILE_GOSSIP_SETTLES: Duration = Duration::from_millis(500);
 
 /// What every ValkeyCluster reconcile shares.
 pub struct Shared {
@@ -300,6 +305,14 @@ async fn act(
     // Status first, so it says what is about to happen.
     write_member_statuses(apis, observed).await?;
     let planned = report(None);
+    if planned.phase != Some(Phase::Ready) {
+        let why = planned
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .map(|c| c.message.as_str());
+        tracing::debug!(cluster = %cluster.name_any(), phase = ?planned.phase, why, "not ready");
+    }
     write_cluster_status(apis, cluster, &planned).await?;
 
     let objects = ClusterMembers {
@@ -325,10 +338,12 @@ async fn act(
         ctx.events.publish(cluster, reason, note, None).await?;
     }
     let ready = planned.phase == Some(Phase::Ready);
+    let gossip = survey.disagreement.is_some() || survey.unsettled_shard_ids.is_some();
     Ok(Action::requeue(next_look(
         &step,
         step_error.is_some(),
         ready,
+        gossip,
         idle,
     )))
 }
@@ -381,12 +396,19 @@ async fn write_cluster_status(
     Ok(())
 }
 
-/// When to look again: soon after a step (its effect shows in Valkey), a little later while
+/// When to look again: soon after a step (its effect shows in Valkey), sooner still while
+/// only gossip is awaited (`gossip`: views or shard ids that differ), a little later while
 /// waiting or not ready yet, and at the idle poll once Ready.
-fn next_look(step: &Step, failed: bool, ready: bool, idle: Duration) -> Duration {
+fn next_look(step: &Step, failed: bool, ready: bool, gossip: bool, idle: Duration) -> Duration {
     match step {
         _ if failed => WHILE_WAITING,
+        Step::Wait {
+            reason: Waiting::MembersDisagree,
+            ..
+        } => WHILE_GOSSIP_SETTLES,
         Step::Wait { .. } => WHILE_WAITING,
+        Step::Refresh(_) => WHILE_GOSSIP_SETTLES,
+        Step::Idle if !ready && gossip => WHILE_GOSSIP_SETTLES,
         // Idle but not ready: a replica is still syncing, say; look again soon.
         Step::Idle if !ready => WHILE_WAITING,
         Step::Idle => idle,
@@ -397,17 +419,28 @@ fn next_look(step: &Step, failed: bool, ready: bool, idle: Duration) -> Duration
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crd_types::conditions::reasons::Waiting;
 
     #[test]
     fn the_next_look_follows_what_happened() {
         const IDLE: Duration = Duration::from_secs(300);
         let wait = Step::wait(Waiting::Forming, "forming");
         let remove = Step::Remove(vec!["c-0-1".into()]);
-        assert_eq!(next_look(&remove, false, false, IDLE), AFTER_STEP);
-        assert_eq!(next_look(&remove, true, true, IDLE), WHILE_WAITING);
-        assert_eq!(next_look(&wait, false, true, IDLE), WHILE_WAITING);
-        assert_eq!(next_look(&Step::Idle, false, false, IDLE), WHILE_WAITING);
-        assert_eq!(next_look(&Step::Idle, false, true, IDLE), IDLE);
+        let gossip = Step::wait(Waiting::MembersDisagree, "c-1-1 does not know c-1-0 yet");
+        assert_eq!(next_look(&remove, false, false, false, IDLE), AFTER_STEP);
+        assert_eq!(next_look(&remove, true, true, false, IDLE), WHILE_WAITING);
+        assert_eq!(next_look(&wait, false, true, false, IDLE), WHILE_WAITING);
+        assert_eq!(
+            next_look(&gossip, false, false, false, IDLE),
+            WHILE_GOSSIP_SETTLES
+        );
+        assert_eq!(
+            next_look(&Step::Idle, false, false, false, IDLE),
+            WHILE_WAITING
+        );
+        assert_eq!(
+            next_look(&Step::Idle, false, false, true, IDLE),
+            WHILE_GOSSIP_SETTLES
+        );
+        assert_eq!(next_look(&Step::Idle, false, true, false, IDLE), IDLE);
     }
 }

@@ -128,19 +128,11 @@ pub fn survey(shape: &Shape, members: &[Member]) -> Survey {
 
 /// Whether `member` files some replica under another shard id than its primary's.
 fn unsettled_shard_ids(member: &Member) -> Option<String> {
-    let reply = member.reply.as_ref()?;
-    let groups = reply.shard_groups.as_ref()?;
-    let group_of = |id: &str| groups.iter().position(|g| g.iter().any(|n| n == id));
-    reply.view.nodes().iter().find_map(|n| {
-        let primary = n.primary_id.as_deref().filter(|_| n.flags.replica)?;
-        let (mine, theirs) = (group_of(&n.id)?, group_of(primary)?);
-        (mine != theirs).then(|| {
-            format!(
-                "{} still files replica {} apart from its primary {primary}",
-                member.name, n.id
-            )
-        })
-    })
+    let (replica, primary) = member.replicas_filed_apart().into_iter().next()?;
+    Some(format!(
+        "{} still files replica {replica} apart from its primary {primary}",
+        member.name
+    ))
 }
 
 /// What status should say about a switchover request: `None` while it is still to be done.

@@ -1,24 +1,115 @@
 //! Planner rules (layer 4): membership. Meet the members the cluster does not know, forget
 //! identities no member has any more, and remove the members the spec no longer wants.
 
+use std::collections::BTreeMap;
+
 use crd_types::conditions::reasons::Waiting;
 
 use super::replicas::hand_over;
 use super::snapshot::Snapshot;
 use super::{FailoverReason, Step};
-use crate::model::Address;
+use crate::model::{Address, Member};
 
-/// Members the anchor does not know yet.
+/// Members that do not know each other yet, each pair met directly (one side sends `MEET`)
+/// rather than left to gossip, which takes a second or more per hop. A member joining as a
+/// replica (an empty primary in a shard that has its primary) is met only by that primary,
+/// and by the rest once it follows it ([`super::replicas::attach_replicas`]): its first
+/// handshake with each peer then carries its final role and shard id. Met earlier, every
+/// peer would wait for gossip to correct them (Valkey 8 spreads a replica's shard id only in
+/// its own pings), and Ready waits for shard ids to settle.
 pub(super) fn meet(s: &Snapshot) -> Option<Step> {
-    let targets: Vec<Address> = s
+    let mut meets: BTreeMap<String, Vec<Address>> = BTreeMap::new();
+    let joined: Vec<&Member> = s
         .reachable()
-        .filter(|m| m.id().is_some_and(|id| s.view.by_id(id).is_none()))
-        .filter_map(|m| m.address.clone())
+        .filter(|m| m.id().is_some() && joining_primary(s, m).is_none())
         .collect();
-    (!targets.is_empty()).then(|| Step::Meet {
-        via: s.anchor.name.clone(),
-        targets,
-    })
+    for m in s.reachable() {
+        let (Some(_), Some(address)) = (m.id(), m.address.clone()) else {
+            continue;
+        };
+        if let Some(primary) = joining_primary(s, m) {
+            if !knows(primary, m) && !knows(m, primary) {
+                meets.entry(primary.name.clone()).or_default().push(address);
+            }
+            continue;
+        }
+        // Each pair once: the member whose name sorts first sends the MEET.
+        for peer in joined.iter().filter(|p| p.name < m.name) {
+            if !knows(peer, m) && !knows(m, peer) {
+                meets
+                    .entry(peer.name.clone())
+                    .or_default()
+                    .push(address.clone());
+            }
+        }
+    }
+    (!meets.is_empty()).then(|| Step::Meet(meets.into_iter().collect()))
+}
+
+/// The primary a wanted member that is still an empty primary of its own should follow:
+/// its shard's primary as the anchor sees it, or, while the anchor does not know that
+/// shard's member 0 yet (a forming cluster), member 0 itself.
+fn joining_primary<'a>(s: &Snapshot<'a>, m: &Member) -> Option<&'a Member> {
+    let me = m.reply.as_ref()?.view.myself();
+    if !s.shape.wants(m.at) || !me.is_empty_primary() {
+        return None;
+    }
+    let primary = match s.shard_primary(m.at.shard) {
+        Ok(Some(p)) => p,
+        Ok(None) => s.shard_members(m.at.shard).find(|p| {
+            p.at.member == 0 && p.reply.is_some() && s.node_of(p).is_none() && s.shape.wants(p.at)
+        })?,
+        Err(_) => return None,
+    };
+    (primary.name != m.name && primary.reply.is_some()).then_some(primary)
+}
+
+/// Whether `member`'s own view holds `other`'s node id.
+fn knows(member: &Member, other: &Member) -> bool {
+    let (Some(reply), Some(id)) = (member.reply.as_ref(), other.id()) else {
+        return false;
+    };
+    reply.view.by_id(id).is_some()
+}
+
+/// Peers whose view of a member lags behind what the member says of itself (its slots,
+/// its role and primary, its shard id): the member meets them again. A MEET to a node that
+/// already knows the sender is handled like a ping, so the peer updates its view at once
+/// instead of at the member's next ping to it, which can be seconds away (a handshake
+/// alone carries neither slots nor primary). Only healthy entries count: a suspected or
+/// failed node is Valkey's business.
+pub(super) fn refresh(s: &Snapshot) -> Option<Step> {
+    let mut meets: BTreeMap<String, Vec<Address>> = BTreeMap::new();
+    for peer in s.reachable() {
+        let Some(address) = peer.address.clone() else {
+            continue;
+        };
+        let filed_apart = peer.replicas_filed_apart();
+        for m in s.reachable().filter(|m| m.name != peer.name) {
+            let (Some(id), Some(reply)) = (m.id(), m.reply.as_ref()) else {
+                continue;
+            };
+            let Some(seen) = peer.reply.as_ref().and_then(|r| r.view.by_id(id)) else {
+                continue;
+            };
+            let f = seen.flags;
+            if f.pfail || f.fail || f.handshake || f.noaddr {
+                continue;
+            }
+            let me = reply.view.myself();
+            let lags = seen.slots != me.slots
+                || seen.flags.replica != me.flags.replica
+                || seen.primary_id != me.primary_id
+                || filed_apart.iter().any(|(replica, _)| replica == id);
+            if lags {
+                meets
+                    .entry(m.name.clone())
+                    .or_default()
+                    .push(address.clone());
+            }
+        }
+    }
+    (!meets.is_empty()).then(|| Step::Refresh(meets.into_iter().collect()))
 }
 
 /// Identities no member has any more (a removed member, or one that lost its nodes.conf),
@@ -81,10 +172,67 @@ pub(super) fn remove(s: &Snapshot) -> Option<Step> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Member;
+    use crate::cluster_nodes::ClusterView;
     use crate::plan::next_step;
     use crate::sim::*;
     use crate::slots::even_split;
+
+    /// (member, ips it meets) of a Meet or Refresh step.
+    fn meets_of(meets: &[(String, Vec<Address>)]) -> Vec<(&str, Vec<&str>)> {
+        meets
+            .iter()
+            .map(|(via, t)| (via.as_str(), t.iter().map(|a| a.ip.as_str()).collect()))
+            .collect()
+    }
+
+    #[test]
+    fn a_peer_whose_view_of_a_member_lags_is_met_again_by_that_member() {
+        let d = shape(2, 1);
+        let sims = formed(2, 1);
+        let mut m = members(&sims);
+        assert_eq!(next_step(&d, &m, None), Step::Idle);
+
+        // c-1-0 met c-0-1 before it followed c-0-0 (a handshake carries no primary).
+        let mut before = sims.clone();
+        before[1].follows = None;
+        let text: Vec<String> = [(0, false), (1, false), (2, true), (3, false)]
+            .iter()
+            .filter_map(|&(i, myself)| line(&before[i], myself))
+            .collect();
+        m[2].reply.as_mut().unwrap().view = ClusterView::parse(&text.join("\n")).unwrap();
+        match next_step(&d, &m, None) {
+            Step::Refresh(meets) => {
+                assert_eq!(meets_of(&meets), vec![("c-0-1", vec![ip(1, 0).as_str()])])
+            }
+            other => panic!("{other:?}"),
+        }
+
+        // c-1-1 still files c-0-1 under a shard id of its own.
+        let mut m = members(&sims);
+        m[3].reply.as_mut().unwrap().shard_groups = Some(vec![
+            vec![id(0, 0)],
+            vec![id(0, 1)],
+            vec![id(1, 0), id(1, 1)],
+        ]);
+        match next_step(&d, &m, None) {
+            Step::Refresh(meets) => {
+                assert_eq!(meets_of(&meets), vec![("c-0-1", vec![ip(1, 1).as_str()])])
+            }
+            other => panic!("{other:?}"),
+        }
+
+        // A peer that suspects the member is left to Valkey.
+        let mut suspected = sims.clone();
+        suspected[1].follows = None;
+        suspected[1].flags = "fail?";
+        let text: Vec<String> = [(0, false), (1, false), (2, true), (3, false)]
+            .iter()
+            .filter_map(|&(i, myself)| line(&suspected[i], myself))
+            .collect();
+        let mut m = members(&sims);
+        m[2].reply.as_mut().unwrap().view = ClusterView::parse(&text.join("\n")).unwrap();
+        assert_eq!(next_step(&d, &m, None), Step::Idle);
+    }
 
     #[test]
     fn scale_in_drains_then_removes_then_forgets() {

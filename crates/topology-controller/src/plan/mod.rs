@@ -54,8 +54,11 @@ pub enum FailoverReason {
 pub enum Step {
     /// Nothing can be done until something changes: why, for machines and for people.
     Wait { reason: Waiting, message: String },
-    /// `CLUSTER MEET` each target, sent to `via`.
-    Meet { via: String, targets: Vec<Address> },
+    /// `CLUSTER MEET` each target, sent to the member it is listed under.
+    Meet(Vec<(String, Vec<Address>)>),
+    /// `CLUSTER MEET` again, to peers that already know the member it is listed under but
+    /// hold a stale view of it (see `membership::refresh`).
+    Refresh(Vec<(String, Vec<Address>)>),
     /// `CLUSTER FORGET node_id` on each of `on`, together (the 60 s ban covers the rest).
     Forget { node_id: String, on: Vec<String> },
     /// `CLUSTER ADDSLOTSRANGE` on each member.
@@ -111,7 +114,7 @@ impl Step {
     pub fn is_scaling(&self) -> bool {
         matches!(
             self,
-            Step::Meet { .. }
+            Step::Meet(_)
                 | Step::Forget { .. }
                 | Step::AddSlots(_)
                 | Step::FixOpenSlot { .. }
@@ -125,18 +128,31 @@ impl Step {
     }
 }
 
+/// "a meets 10.0.0.1:6379, 10.0.0.2:6379; b meets ..." with `suffix` after each.
+fn describe_meets(meets: &[(String, Vec<Address>)], suffix: &str) -> String {
+    let each: Vec<String> = meets
+        .iter()
+        .map(|(via, targets)| {
+            let who: Vec<String> = targets
+                .iter()
+                .map(|a| format!("{}:{}", a.ip, a.port))
+                .collect();
+            format!("{via} meets {}{suffix}", who.join(", "))
+        })
+        .collect();
+    each.join("; ")
+}
+
 /// A person's description of the step, for the Progressing condition and Events.
 impl fmt::Display for Step {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Step::Wait { message, .. } => write!(f, "waiting: {message}"),
-            Step::Meet { via, targets } => {
-                let who: Vec<String> = targets
-                    .iter()
-                    .map(|a| format!("{}:{}", a.ip, a.port))
-                    .collect();
-                write!(f, "{via} meets {}", who.join(", "))
-            }
+            Step::Meet(meets) => f.write_str(&describe_meets(meets, "")),
+            Step::Refresh(meets) => f.write_str(&describe_meets(
+                meets,
+                " again (their view of it lags behind)",
+            )),
             Step::Forget { node_id, on } => {
                 write!(f, "forgetting removed node {node_id} on {}", on.join(", "))
             }
@@ -278,21 +294,42 @@ pub fn next_step(shape: &Shape, members: &[Member], recorded_switchover: Option<
             );
         }
     }
+    let step = decide_next(shape, members, recorded_switchover, &s, forming);
+    // Nothing to do but wait for gossip: bring stale views up to date instead.
+    match step {
+        Step::Idle
+        | Step::Wait {
+            reason: Waiting::MembersDisagree,
+            ..
+        } => membership::refresh(&s).unwrap_or(step),
+        step => step,
+    }
+}
+
+/// The first rule that has something to do, in order.
+fn decide_next(
+    shape: &Shape,
+    members: &[Member],
+    recorded_switchover: Option<&str>,
+    s: &Snapshot,
+    forming: bool,
+) -> Step {
     let node_id = |m: &Member| s.node_of(m).map(|n| n.id.as_str());
-    gone::replace_gone_primary(&s)
-        .or_else(|| membership::meet(&s))
-        .or_else(|| membership::forget(&s))
-        .or_else(|| slots::form(&s, forming))
-        .or_else(|| slots::open_slots(&s).map(|step| across_versions(step, members)))
-        .or_else(|| slots::clear_stale_markers(&s))
-        .or_else(|| replicas::attach_replicas(&s))
-        .or_else(|| atomic_in_flight(&s))
+    // Slots first, while the primaries know nobody: they join already holding them.
+    gone::replace_gone_primary(s)
+        .or_else(|| slots::form(s, forming))
+        .or_else(|| membership::meet(s))
+        .or_else(|| membership::forget(s))
+        .or_else(|| slots::open_slots(s).map(|step| across_versions(step, members)))
+        .or_else(|| slots::clear_stale_markers(s))
+        .or_else(|| replicas::attach_replicas(s))
+        .or_else(|| atomic_in_flight(s))
         .or_else(|| {
-            slots::rebalance(&s)
+            slots::rebalance(s)
                 .map(|step| across_versions(step, members))
                 .map(|step| atomically(step, shape, members))
         })
-        .or_else(|| membership::remove(&s))
+        .or_else(|| membership::remove(s))
         .or_else(|| live::set_live_config(shape, members))
         .or_else(|| {
             roll::switchover(
@@ -521,7 +558,7 @@ mod tests {
     }
 
     #[test]
-    fn formation_waits_for_every_member_then_meets_then_assigns() {
+    fn formation_assigns_then_meets_replicas_through_their_primaries() {
         let d = shape(2, 1);
         let mut sims: Vec<Sim> = (0..2)
             .flat_map(|s| (0..2).map(move |m| sim(s, m)))
@@ -531,36 +568,60 @@ mod tests {
         assert_eq!(reason, Waiting::Forming);
         assert!(why.contains("3 of 4"), "{why}");
 
-        // Everyone answers but knows only itself: the anchor meets the other three.
+        // Everyone answers, each knows only itself: member 0 of each shard takes its half.
         sims[3].id = Some(id(1, 1));
-        let lonely = members_with(&sims, |_, _| false);
-        match next_step(&d, &lonely, None) {
-            Step::Meet { via, targets } => {
-                assert_eq!(via, "c-0-0");
-                assert_eq!(targets.len(), 3);
-            }
-            other => panic!("{other:?}"),
-        }
+        let halves = Step::AddSlots(vec![
+            ("c-0-0".to_string(), vec![(0, 8191)]),
+            ("c-1-0".to_string(), vec![(8192, 16383)]),
+        ]);
+        assert_eq!(
+            next_step(&d, &members_with(&sims, |_, _| false), None),
+            halves
+        );
 
-        // All joined, no slots: member 0 of each shard takes its half.
-        match step(&d, &sims) {
-            Step::AddSlots(assign) => assert_eq!(
-                assign,
+        // Slots held, nobody met: the primaries meet each other, and each replica only its
+        // own primary.
+        sims[0].slots = vec![(0, 8191)];
+        sims[2].slots = vec![(8192, 16383)];
+        let addr = |s: &Sim| ip(s.shard, s.member);
+        let met = |meets: &[(String, Vec<Address>)]| -> Vec<(String, Vec<String>)> {
+            meets
+                .iter()
+                .map(|(via, t)| (via.clone(), t.iter().map(|a| a.ip.clone()).collect()))
+                .collect()
+        };
+        match next_step(&d, &members_with(&sims, |_, _| false), None) {
+            Step::Meet(meets) => assert_eq!(
+                met(&meets),
                 vec![
-                    ("c-0-0".to_string(), vec![(0, 8191)]),
-                    ("c-1-0".to_string(), vec![(8192, 16383)]),
+                    ("c-0-0".to_string(), vec![addr(&sims[1]), addr(&sims[2])]),
+                    ("c-1-0".to_string(), vec![addr(&sims[3])]),
                 ]
             ),
             other => panic!("{other:?}"),
         }
 
-        // Slots assigned: the other members follow their shard's member 0, all in one step.
-        sims[0].slots = vec![(0, 8191)];
-        sims[2].slots = vec![(8192, 16383)];
+        // Met as asked (c-1-1 knows only its primary): both replicas follow their primaries
+        // in one step, before the anchor meets c-1-1.
+        let introduced = |v: &Sim, n: &Sim| v.shard == n.shard || (v.member == 0 && n.member == 0);
         assert_eq!(
-            step(&d, &sims),
+            next_step(&d, &members_with(&sims, introduced), None),
             Step::Replicate(vec![("c-0-1".into(), id(0, 0)), ("c-1-1".into(), id(1, 0))])
         );
+
+        // Following: every pair that has not met yet does, each once.
+        sims[1].follows = Some(id(0, 0));
+        sims[3].follows = Some(id(1, 0));
+        match next_step(&d, &members_with(&sims, introduced), None) {
+            Step::Meet(meets) => assert_eq!(
+                met(&meets),
+                vec![
+                    ("c-0-0".to_string(), vec![addr(&sims[3])]),
+                    ("c-0-1".to_string(), vec![addr(&sims[2]), addr(&sims[3])]),
+                ]
+            ),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
