@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crd_types::cluster::{Phase, ValkeyClusterStatus};
-use crd_types::conditions::reasons::Waiting;
+use crd_types::conditions::{self, reasons::Waiting};
 use crd_types::names::{self, labels};
 use crd_types::template::OPERATOR_USER;
 use crd_types::{ValkeyCluster, ValkeyNode, ValkeyNodeStatus};
@@ -309,7 +309,7 @@ async fn act(
         let why = planned
             .conditions
             .iter()
-            .find(|c| c.type_ == "Ready")
+            .find(|c| c.type_ == conditions::types::READY)
             .map(|c| c.message.as_str());
         tracing::debug!(cluster = %cluster.name_any(), phase = ?planned.phase, why, "not ready");
     }

@@ -13,28 +13,29 @@ use crate::model::{Address, Member};
 /// Members that do not know each other yet, each pair met directly (one side sends `MEET`)
 /// rather than left to gossip, which takes a second or more per hop. A member joining as a
 /// replica (an empty primary in a shard that has its primary) is met only by that primary,
-/// and by the rest once it follows it ([`super::replicas::attach_replicas`]): its first
-/// handshake with each peer then carries its final role and shard id. Met earlier, every
-/// peer would wait for gossip to correct them (Valkey 8 spreads a replica's shard id only in
-/// its own pings), and Ready waits for shard ids to settle.
+/// and by the rest once it follows it ([`super::replicas::attach_replicas`]), so fewer views
+/// need correcting after its REPLICATE: a handshake carries its replica flag but neither its
+/// primary nor its shard id ([`refresh`] brings those).
 pub(super) fn meet(s: &Snapshot) -> Option<Step> {
-    let mut meets: BTreeMap<String, Vec<Address>> = BTreeMap::new();
-    let joined: Vec<&Member> = s
+    let members: Vec<(&Member, Option<&Member>)> = s
         .reachable()
-        .filter(|m| m.id().is_some() && joining_primary(s, m).is_none())
+        .filter(|m| m.id().is_some())
+        .map(|m| (m, joining_primary(s, m)))
         .collect();
-    for m in s.reachable() {
-        let (Some(_), Some(address)) = (m.id(), m.address.clone()) else {
+    let mut meets: BTreeMap<String, Vec<Address>> = BTreeMap::new();
+    for &(m, joining) in &members {
+        let Some(address) = m.address.clone() else {
             continue;
         };
-        if let Some(primary) = joining_primary(s, m) {
+        if let Some(primary) = joining {
             if !knows(primary, m) && !knows(m, primary) {
                 meets.entry(primary.name.clone()).or_default().push(address);
             }
             continue;
         }
         // Each pair once: the member whose name sorts first sends the MEET.
-        for peer in joined.iter().filter(|p| p.name < m.name) {
+        let joined = members.iter().filter(|(_, j)| j.is_none()).map(|(p, _)| *p);
+        for peer in joined.filter(|p| p.name < m.name) {
             if !knows(peer, m) && !knows(m, peer) {
                 meets
                     .entry(peer.name.clone())

@@ -294,7 +294,7 @@ pub fn next_step(shape: &Shape, members: &[Member], recorded_switchover: Option<
             );
         }
     }
-    let step = decide_next(shape, members, recorded_switchover, &s, forming);
+    let step = decide_next(&s, recorded_switchover, forming);
     // Nothing to do but wait for gossip: bring stale views up to date instead.
     match step {
         Step::Idle
@@ -307,13 +307,8 @@ pub fn next_step(shape: &Shape, members: &[Member], recorded_switchover: Option<
 }
 
 /// The first rule that has something to do, in order.
-fn decide_next(
-    shape: &Shape,
-    members: &[Member],
-    recorded_switchover: Option<&str>,
-    s: &Snapshot,
-    forming: bool,
-) -> Step {
+fn decide_next(s: &Snapshot, recorded_switchover: Option<&str>, forming: bool) -> Step {
+    let (shape, members) = (s.shape, s.members);
     let node_id = |m: &Member| s.node_of(m).map(|n| n.id.as_str());
     // Slots first, while the primaries know nobody: they join already holding them.
     gone::replace_gone_primary(s)
