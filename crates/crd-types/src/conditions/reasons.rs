@@ -254,7 +254,8 @@ reasons! {
         /// data node serves as primary.
         NoPrimary,
         /// Sentinels have not yet seen what the next step needs (a replica's priority, or the
-        /// replicas and sentinels they find again after a reset).
+        /// replicas and sentinels they find again after a reset), or one runs a failover (or
+        /// does not answer, so may run one) that the next step would disturb.
         SentinelsCatchingUp,
         /// The template's image runs a Valkey version that cannot take over the members'
         /// data (a downgrade past a data format).

@@ -272,9 +272,11 @@ pub fn next_step(
         .as_ref()
         .filter(|r| recorded_switchover != Some(r.id.as_str()))
         .map(|r| r.target.as_str());
-    attach(group, members, p, ip)
+    // A failover first: Sentinel promotes a replica before the sentinels name it, and
+    // re-pointing that one (or a replica it already follows) would stall the failover.
+    failover_running(group, members)
+        .or_else(|| attach(group, members, p, ip))
         .or_else(|| monitor(group, members, p, ip))
-        .or_else(|| failover_running(group, members))
         .or_else(|| remonitor(group, members, p, ip))
         .or_else(|| remove(group, members, p))
         .or_else(|| reset(group, members, ip))
@@ -610,19 +612,37 @@ fn rolling(group: &Group, members: &Members, p: &DataNode, ip: &str) -> Option<S
 
 /// `REPLICAOF` for the first wanted data node that serves as a primary besides `p` or
 /// follows another address. A primary that has served (its replication offset moved) is
-/// demoted; a new one (offset 0) has nothing and nobody to disconnect.
+/// demoted; a new one (offset 0) has nothing and nobody to disconnect. Only a new one while
+/// a wanted sentinel does not answer: it may be the one failing over, to this data node or
+/// to the primary it follows.
 fn attach(group: &Group, members: &Members, p: &DataNode, ip: &str) -> Option<Step> {
-    members
+    let d = members
         .data
         .iter()
         .filter(|d| group.wants(d.facts.at) && d.name() != p.name() && d.answer.is_some())
-        .find(|d| d.is_primary() || d.follows() != Some((ip, PORT)))
-        .map(|d| Step::ReplicaOf {
-            member: d.name().to_string(),
-            primary: p.name().to_string(),
-            ip: ip.to_string(),
-            demote: d.is_primary() && d.offset() > 0,
-        })
+        .find(|d| d.is_primary() || d.follows() != Some((ip, PORT)))?;
+    let new = d.is_primary() && d.offset() == 0;
+    let silent = members
+        .sentinels
+        .iter()
+        .find(|s| group.wants(s.facts.at) && s.answer.is_none());
+    if let Some(silent) = silent.filter(|_| !new) {
+        return Some(Step::wait(
+            Waiting::SentinelsCatchingUp,
+            format!(
+                "{} does not follow {}, and {} does not answer: it may be failing over",
+                d.name(),
+                p.name(),
+                silent.name()
+            ),
+        ));
+    }
+    Some(Step::ReplicaOf {
+        member: d.name().to_string(),
+        primary: p.name().to_string(),
+        ip: ip.to_string(),
+        demote: d.is_primary() && d.offset() > 0,
+    })
 }
 
 /// `SENTINEL MONITOR` on the first wanted sentinel that does not monitor the group, then
@@ -1014,6 +1034,60 @@ mod tests {
         );
         m.sentinels[1] = sentinel(1, Some(0), 2, 2);
         assert_eq!(next_step(&g, &m, None, None), Step::Idle);
+    }
+
+    /// Sentinel's leader sent `REPLICAOF NO ONE` to g-2 and waits for its next INFO to see
+    /// the role; every sentinel still names g-0, which serves on (cut off from the others).
+    /// Demoting g-2 now would stall the failover until failover-timeout.
+    #[test]
+    fn a_replica_being_promoted_is_left_alone() {
+        let g = group(3, 3);
+        let mut m = formed(3, 3);
+        m.data[2] = data_primary(2, 0);
+        let mut promoting = m.clone();
+        promoting.sentinels[1]
+            .answer
+            .as_mut()
+            .unwrap()
+            .monitored
+            .as_mut()
+            .unwrap()
+            .flags
+            .push("failover_in_progress".into());
+        let (reason, why) = wait_of(next_step(&g, &promoting, Some("g-0"), None));
+        assert_eq!(reason, Waiting::SentinelsCatchingUp);
+        assert!(why.contains("g-sentinel-1 runs a failover"), "{why}");
+        // The leader does not answer: g-2 may be its pick.
+        let mut unheard = m.clone();
+        unheard.sentinels[1].answer = None;
+        let (reason, why) = wait_of(next_step(&g, &unheard, Some("g-0"), None));
+        assert_eq!(reason, Waiting::SentinelsCatchingUp);
+        assert!(
+            why.contains("g-2 does not follow g-0, and g-sentinel-1 does not answer"),
+            "{why}"
+        );
+        // Every sentinel answers and none fails over: g-2 serves on its own and is demoted.
+        assert_eq!(
+            next_step(&g, &m, Some("g-0"), None),
+            Step::ReplicaOf {
+                member: "g-2".into(),
+                primary: "g-0".into(),
+                ip: ip(0),
+                demote: true,
+            }
+        );
+        // A new empty primary (a fresh data node) is attached even so.
+        unheard.data[2] = data_primary(2, 0);
+        unheard.data[2]
+            .answer
+            .as_mut()
+            .unwrap()
+            .replication
+            .repl_offset = 0;
+        assert!(matches!(
+            next_step(&g, &unheard, Some("g-0"), None),
+            Step::ReplicaOf { demote: false, .. }
+        ));
     }
 
     #[test]

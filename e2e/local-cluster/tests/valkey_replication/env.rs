@@ -19,6 +19,8 @@ pub(crate) const FORM: Duration = Duration::from_secs(180);
 pub(crate) const FAILOVER: Duration = Duration::from_secs(120);
 /// Something that follows promptly from a state already reached.
 pub(crate) const SETTLE: Duration = Duration::from_secs(60);
+/// Lines of each pod's log a failed wait prints.
+const POD_LOG_LINES: i64 = 12;
 
 /// One test at a time: each starts a whole local cluster.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -59,9 +61,36 @@ impl Env {
         F: FnMut() -> Fut,
         Fut: Future<Output = anyhow::Result<Progress<T>>>,
     {
-        wait_until(&self.cluster, what, timeout, check)
-            .await
-            .unwrap_or_else(|e| panic!("{e:#}"))
+        match wait_until(&self.cluster, what, timeout, check).await {
+            Ok(value) => value,
+            Err(e) => panic!("{e:#}\n{}", self.pod_log_tails(POD_LOG_LINES).await),
+        }
+    }
+
+    /// The last `lines` of each pod's log in [`NS`] (through the API server, as `kubectl
+    /// logs`): what Sentinel and Valkey did is half of any failed wait.
+    async fn pod_log_tails(&self, lines: i64) -> String {
+        let Ok(client) = self.cluster.client().await else {
+            return "(no client for the pod logs)".into();
+        };
+        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(client, NS);
+        let Ok(list) = pods.list(&Default::default()).await else {
+            return "(the pods could not be listed)".into();
+        };
+        let mut out = String::new();
+        for pod in list {
+            let name = pod.name_any();
+            let params = kube::api::LogParams {
+                tail_lines: Some(lines),
+                ..Default::default()
+            };
+            let log = pods
+                .logs(&name, &params)
+                .await
+                .unwrap_or_else(|e| format!("(no log: {e})"));
+            out.push_str(&format!("pod {name}'s log ends:\n{log}\n"));
+        }
+        out
     }
 
     pub(crate) async fn ready(
