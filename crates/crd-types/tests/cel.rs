@@ -165,6 +165,8 @@ fn operator_owned_directives_are_rejected() {
         "requirepass",
         "replicaof",
         "bind",
+        "enable-debug-command",
+        "enable-module-command",
     ] {
         rejected::<ValkeyNode>(
             &node(json!({"config": {"maxmemory": "100mb", directive: "x"}})),
