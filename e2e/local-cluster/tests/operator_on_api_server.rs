@@ -9,10 +9,12 @@ use crd_types::conditions::{self, types};
 use crd_types::{ValkeyCluster, ValkeyNode, ValkeyReplication};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec, SubjectAccessReview,
+    SubjectAccessReviewSpec,
 };
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::rbac::v1::RoleBinding;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -63,6 +65,45 @@ async fn allowed(client: &Client, verb: &str, group: &str, resource: &str) -> bo
         ..Default::default()
     };
     let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    let answer = api.create(&PostParams::default(), &review).await.unwrap();
+    answer.status.is_some_and(|s| s.allowed)
+}
+
+/// A RoleBinding in `default` of ClusterRole `role` to user `user`.
+async fn bind(client: &Client, user: &str, role: &str) {
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": format!("{user}-{role}"), "namespace": "default"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }))
+    .unwrap();
+    let api: Api<RoleBinding> = Api::namespaced(client.clone(), "default");
+    api.create(&PostParams::default(), &binding).await.unwrap();
+}
+
+/// Whether `user` may `verb` `resource` (`name` or `name/subresource`) of valkey.rs in
+/// `default`, as the API server's authorizer answers a SubjectAccessReview.
+async fn may(client: &Client, user: &str, verb: &str, resource: &str) -> bool {
+    let (resource, subresource) = match resource.split_once('/') {
+        Some((r, s)) => (r, Some(s.to_string())),
+        None => (resource, None),
+    };
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(user.into()),
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(verb.into()),
+                group: Some("valkey.rs".into()),
+                resource: Some(resource.into()),
+                subresource,
+                namespace: Some("default".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let api: Api<SubjectAccessReview> = Api::all(client.clone());
     let answer = api.create(&PostParams::default(), &review).await.unwrap();
     answer.status.is_some_and(|s| s.allowed)
 }
@@ -239,6 +280,42 @@ async fn operator_installs_and_the_api_judges_input_as_documented() {
     assert!(!allowed(&service_controller, "create", "apps", "statefulsets").await);
     assert!(allowed(&service_controller, "create", "", "services").await);
     assert!(!allowed(&node_controller, "delete", "", "secrets").await);
+
+    // --- People: valkey-view and valkey-edit, bound directly or through the built-in
+    // view, edit and admin roles they aggregate into (the controller-manager fills those).
+    for (user, role) in [
+        ("viewer", "view"),
+        ("editor", "edit"),
+        ("owner", "admin"),
+        ("reader", "valkey-view"),
+    ] {
+        bind(&client, user, role).await;
+    }
+    cluster
+        .wait_for("valkey-edit to aggregate into edit", || {
+            let client = client.clone();
+            async move { Ok(may(&client, "editor", "create", "valkeyclusters").await) }
+        })
+        .await
+        .unwrap();
+    for (user, verb, resource, expected) in [
+        ("viewer", "list", "valkeyclusters", true),
+        ("viewer", "get", "valkeyreplications/status", true),
+        ("viewer", "create", "valkeyclusters", false),
+        ("editor", "patch", "valkeyreplications", true),
+        ("editor", "delete", "valkeynodes", true),
+        ("editor", "patch", "valkeyclusters/status", false),
+        ("owner", "deletecollection", "valkeynodes", true),
+        ("owner", "update", "valkeynodes/status", false),
+        ("reader", "watch", "valkeynodes", true),
+        ("reader", "update", "valkeyclusters", false),
+    ] {
+        assert_eq!(
+            may(&client, user, verb, resource).await,
+            expected,
+            "{user} {verb} {resource}"
+        );
+    }
 
     // --- The controllers watched their resources under that RBAC and counted reconciles.
     for controller in &controllers {
