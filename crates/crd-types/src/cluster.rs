@@ -5,6 +5,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::network::NetworkPolicySpec;
 use crate::template::{Auth, Tls, ValkeyNodeTemplate};
 
 /// Most shards a ValkeyCluster may have (Valkey recommends at most ~1000 nodes in all).
@@ -63,6 +64,9 @@ pub struct ValkeyClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<Auth>,
 
+    /// Who may reach the members: a NetworkPolicy topology-controller renders and owns.
+    #[serde(default)]
+    pub network_policy: NetworkPolicySpec,
     /// TLS for clients, replication and the cluster bus.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<Tls>,

@@ -13,6 +13,7 @@ pub mod config;
 pub mod crds;
 pub mod live_config;
 pub mod names;
+pub mod network;
 pub mod node;
 pub mod quantity;
 pub mod replication;

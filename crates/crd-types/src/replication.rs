@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::{ConfigPaths, Phase, SwitchoverStatus};
+use crate::network::NetworkPolicySpec;
 use crate::node::Role;
 use crate::template::{Auth, SecretKeyRef, Tls, ValkeyNodeTemplate};
 
@@ -61,6 +62,9 @@ pub struct ValkeyReplicationSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<Auth>,
 
+    /// Who may reach the members: a NetworkPolicy topology-controller renders and owns.
+    #[serde(default)]
+    pub network_policy: NetworkPolicySpec,
     /// TLS for clients and replication.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<Tls>,

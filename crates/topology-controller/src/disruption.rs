@@ -83,8 +83,9 @@ pub fn budgets_selector(parent_label: &str, parent: &str) -> String {
     format!("{parent_label}={parent},{BUDGET_LABEL}")
 }
 
-/// Budgets listed by [`budgets_selector`] that are no longer wanted (a removed shard's).
-pub fn stale(live: &[PodDisruptionBudget], wanted: &[PodDisruptionBudget]) -> Vec<String> {
+/// Objects listed by [`budgets_selector`] (or a network policy's selector) that are no
+/// longer wanted: a removed shard's budget, a policy turned off.
+pub fn stale<K: Resource>(live: &[K], wanted: &[K]) -> Vec<String> {
     let wanted: BTreeSet<String> = wanted.iter().map(ResourceExt::name_any).collect();
     live.iter()
         .map(ResourceExt::name_any)

@@ -32,6 +32,7 @@ pub mod member_status;
 pub mod members;
 pub mod migrate;
 pub mod model;
+pub mod network;
 pub mod observe;
 pub mod plan;
 pub mod replication;

@@ -49,11 +49,13 @@ struct Cli {
 }
 
 /// What the command line sets for the reconciles.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct Settings {
     idle_look: Duration,
     pulse_period: Duration,
     forced_failover: bool,
+    /// Where topology-controller runs: members' network policies let its pods in.
+    operator_namespace: String,
 }
 
 #[tokio::main]
@@ -63,6 +65,7 @@ async fn main() -> ExitCode {
         idle_look: Duration::from_secs(cli.idle_look_seconds),
         pulse_period: Duration::from_millis(cli.pulse_millis),
         forced_failover: cli.forced_failover,
+        operator_namespace: cli.common.lease_namespace.clone(),
     };
     let required = [
         RequiredCrd::of::<ValkeyNode>(),
@@ -84,6 +87,7 @@ async fn run(ctx: Context, settings: Settings) -> Result<(), std::convert::Infal
         idle_look,
         pulse_period,
         forced_failover,
+        operator_namespace,
     } = settings;
     // Members: their readiness, address and revisions arrive as ValkeyNode status changes.
     let members = watcher::Config::default().labels(labels::CLUSTER);
@@ -112,6 +116,7 @@ async fn run(ctx: Context, settings: Settings) -> Result<(), std::convert::Infal
                 pulse,
                 idle_look,
                 forced_failover,
+                operator_namespace: operator_namespace.clone(),
             }),
             reconcile::reconcile
         ),
@@ -122,6 +127,7 @@ async fn run(ctx: Context, settings: Settings) -> Result<(), std::convert::Infal
                 switches,
                 pulse: group_pulse,
                 idle_look,
+                operator_namespace,
             }),
             vkr::reconcile
         ),

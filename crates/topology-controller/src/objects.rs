@@ -1,11 +1,11 @@
 //! The Kubernetes half of a topology: fetching it with its member ValkeyNodes, a step's
-//! changes to them (deleting a member's ValkeyNode, opening its roll gate), and its
-//! PodDisruptionBudgets.
+//! changes to them (deleting a member's ValkeyNode, opening its roll gate), and the objects
+//! it owns besides (PodDisruptionBudgets, its NetworkPolicy).
 
 use std::fmt::Debug;
 
 use crd_types::{ValkeyCluster, ValkeyNode};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::serde::Serialize;
 use k8s_openapi::serde::de::DeserializeOwned;
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Resource, ResourceExt};
@@ -92,49 +92,46 @@ impl MemberObjects for ClusterMembers<'_> {
     }
 }
 
-/// Applies the budgets where the live ones (those listed by `selector`, see
+/// Applies the objects a topology owns of one kind (its disruption budgets, its network
+/// policy) where the live ones (those listed by `selector`, see
 /// [`disruption::budgets_selector`]) do not hold them, and deletes the listed ones no longer
 /// wanted. One list per look when nothing changed.
-pub async fn apply_budgets(
-    api: &Api<PodDisruptionBudget>,
+pub async fn apply_owned<K>(
+    api: &Api<K>,
     namespace: &str,
     selector: &str,
-    wanted: &[PodDisruptionBudget],
+    wanted: &[K],
     field_manager: &str,
-) -> Result<(), ApiError> {
+) -> Result<(), ApiError>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
+{
     let live = api
         .list(&ListParams::default().labels(selector))
         .await
-        .on(
-            Op::List,
-            ObjectName::new::<PodDisruptionBudget>(namespace, selector),
-        )?
+        .on(Op::List, ObjectName::new::<K>(namespace, selector))?
         .items;
-    for budget in wanted {
-        let name = budget.name_any();
+    for object in wanted {
+        let name = object.name_any();
         if live
             .iter()
-            .any(|l| l.name_any() == name && apply::is_applied(budget, l))
+            .any(|l| l.name_any() == name && apply::is_applied(object, l))
         {
             continue;
         }
-        apply::apply(api, &name, budget, field_manager).await.on(
-            Op::Apply,
-            ObjectName::new::<PodDisruptionBudget>(namespace, &name),
-        )?;
+        apply::apply(api, &name, object, field_manager)
+            .await
+            .on(Op::Apply, ObjectName::new::<K>(namespace, &name))?;
     }
-    for name in disruption::stale(&live, wanted) {
-        api.delete(&name, &DeleteParams::default())
+    for stale in disruption::stale(&live, wanted) {
+        api.delete(&stale, &DeleteParams::default())
             .await
             .map(drop)
             .or_else(|e| match e {
                 kube::Error::Api(s) if s.code == 404 => Ok(()),
                 e => Err(e),
             })
-            .on(
-                Op::Delete,
-                ObjectName::new::<PodDisruptionBudget>(namespace, &name),
-            )?;
+            .on(Op::Delete, ObjectName::new::<K>(namespace, &stale))?;
     }
     Ok(())
 }

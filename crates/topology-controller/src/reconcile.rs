@@ -22,6 +22,7 @@ use crd_types::names::{self, labels};
 use crd_types::template::OPERATOR_USER;
 use crd_types::{ValkeyCluster, ValkeyNode, ValkeyNodeStatus};
 use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
@@ -34,6 +35,7 @@ use topology_controller::execute::{Done, execute};
 use topology_controller::member_status::{member_status, member_status_changed, versions_in_play};
 use topology_controller::members;
 use topology_controller::model::Shape;
+use topology_controller::network;
 use topology_controller::observe::Connections;
 use topology_controller::plan::{self, Circumstances, Step};
 use topology_controller::status::{self, Inputs};
@@ -66,6 +68,8 @@ pub struct Shared {
     /// (`CLUSTER FAILOVER FORCE`, [`crate::plan`]'s gone rule) rather than by Valkey's own
     /// election after cluster-node-timeout.
     pub forced_failover: bool,
+    /// The namespace topology-controller runs in (its pods may reach the members).
+    pub operator_namespace: String,
 }
 
 /// The API handles of one namespace, and the field manager every write uses.
@@ -75,6 +79,7 @@ struct Apis {
     nodes: Api<ValkeyNode>,
     secrets: Api<Secret>,
     budgets: Api<PodDisruptionBudget>,
+    policies: Api<NetworkPolicy>,
     pods: Api<Pod>,
     field_manager: &'static str,
 }
@@ -101,6 +106,14 @@ pub async fn reconcile(
     let passwords = secrets::prepare(&apis.secrets, &live.cluster, !live.owned.is_empty()).await?;
     let nodes = apply_members(&apis, &live).await?;
     apply_budgets(&apis, &live.cluster, &nodes).await?;
+    objects::apply_owned(
+        &apis.policies,
+        &apis.namespace,
+        &network::policies_selector(labels::CLUSTER, &name),
+        &network::cluster_policy(&live.cluster, &ctx.data.operator_namespace),
+        apis.field_manager,
+    )
+    .await?;
     let login = passwords.operator.as_ref().ok().map(|password| Login {
         user: OPERATOR_USER.to_string(),
         password: password.clone(),
@@ -145,6 +158,7 @@ fn apis(ctx: &Context, cluster: &ValkeyCluster) -> Result<Apis, Error> {
         nodes: Api::namespaced(client.clone(), &namespace),
         secrets: Api::namespaced(client.clone(), &namespace),
         budgets: Api::namespaced(client.clone(), &namespace),
+        policies: Api::namespaced(client.clone(), &namespace),
         pods: Api::namespaced(client, &namespace),
         namespace,
         field_manager: ctx.field_manager,
@@ -239,7 +253,7 @@ async fn apply_budgets(
     );
     let wanted = disruption::cluster_budgets(cluster, &shards);
     let selector = disruption::budgets_selector(labels::CLUSTER, &cluster.name_any());
-    objects::apply_budgets(
+    objects::apply_owned(
         &apis.budgets,
         &apis.namespace,
         &selector,

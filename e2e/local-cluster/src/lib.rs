@@ -12,6 +12,7 @@ pub mod control_plane;
 pub mod images;
 pub mod kubeconfig;
 pub mod netns;
+pub mod network_policy;
 pub mod operator;
 pub mod operator_pods;
 pub mod pki;

@@ -753,14 +753,7 @@ mod tests {
     fn split_sentinels_name_nobody() {
         let g = group(3, 2);
         let mut m = formed(3, 2);
-        m.sentinels[1]
-            .answer
-            .as_mut()
-            .unwrap()
-            .monitored
-            .as_mut()
-            .unwrap()
-            .primary = (ip(1), PORT);
+        monitored_mut(&mut m, 1).primary = (ip(1), PORT);
         let (reason, why) = wait_of(next_step(&g, &m, None, None));
         assert_eq!(reason, Waiting::NoPrimary);
         assert!(why.contains("disagree"), "{why}");
@@ -1010,15 +1003,7 @@ mod tests {
         );
         // Reset: g-sentinel-0 has not found g-sentinel-1 again yet, so 1 waits.
         m.sentinels[0] = sentinel(0, Some(0), 2, 2);
-        m.sentinels[0]
-            .answer
-            .as_mut()
-            .unwrap()
-            .monitored
-            .as_mut()
-            .unwrap()
-            .sentinels
-            .clear();
+        monitored_mut(&mut m, 0).sentinels.clear();
         let (reason, why) = wait_of(next_step(&g, &m, None, None));
         assert_eq!(reason, Waiting::SentinelsCatchingUp);
         assert!(
@@ -1045,13 +1030,7 @@ mod tests {
         let mut m = formed(3, 3);
         m.data[2] = data_primary(2, 0);
         let mut promoting = m.clone();
-        promoting.sentinels[1]
-            .answer
-            .as_mut()
-            .unwrap()
-            .monitored
-            .as_mut()
-            .unwrap()
+        monitored_mut(&mut promoting, 1)
             .flags
             .push("failover_in_progress".into());
         let (reason, why) = wait_of(next_step(&g, &promoting, Some("g-0"), None));
@@ -1094,13 +1073,7 @@ mod tests {
     fn nothing_moves_while_a_sentinel_fails_over_and_a_stale_sentinel_monitors_afresh() {
         let g = group(3, 3);
         let mut m = formed(3, 3);
-        m.sentinels[1]
-            .answer
-            .as_mut()
-            .unwrap()
-            .monitored
-            .as_mut()
-            .unwrap()
+        monitored_mut(&mut m, 1)
             .flags
             .push("failover_in_progress".into());
         let (reason, why) = wait_of(next_step(&g, &m, None, None));
@@ -1108,15 +1081,7 @@ mod tests {
         assert!(why.contains("g-sentinel-1 runs a failover"), "{why}");
         // Reset mid-failover, g-sentinel-2 kept the old address; the majority names g-0.
         let mut m = formed(3, 3);
-        m.sentinels[2]
-            .answer
-            .as_mut()
-            .unwrap()
-            .monitored
-            .as_mut()
-            .unwrap()
-            .primary
-            .0 = ip(1);
+        monitored_mut(&mut m, 2).primary.0 = ip(1);
         assert_eq!(
             next_step(&g, &m, None, None),
             Step::Remonitor {

@@ -225,6 +225,17 @@ pub fn promote(m: &mut Members, p: u32) {
     }
 }
 
+/// What sentinel `j` says of the group, to change in a test.
+pub fn monitored_mut(m: &mut Members, j: usize) -> &mut Monitored {
+    m.sentinels[j]
+        .answer
+        .as_mut()
+        .expect("the sentinel answers")
+        .monitored
+        .as_mut()
+        .expect("it monitors the group")
+}
+
 /// The reason and message of a wait.
 pub fn wait_of(step: Step) -> (Waiting, String) {
     match step {

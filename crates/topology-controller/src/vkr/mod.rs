@@ -24,6 +24,7 @@ use crd_types::names::labels;
 use crd_types::template::OPERATOR_USER;
 use crd_types::{ValkeyNode, ValkeyNodeStatus, ValkeyReplication, ValkeyReplicationStatus};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
@@ -33,6 +34,7 @@ use operator_runtime::{ApiResultExt, Context, ObjectName, Op, apply};
 use topology_controller::auth;
 use topology_controller::disruption;
 use topology_controller::member_status::{member_status_changed, versions_in_play};
+use topology_controller::network;
 use topology_controller::observe::Connections;
 use topology_controller::replication::events::{primary_changed, step_event};
 use topology_controller::replication::execute::{DataLogin, execute};
@@ -65,6 +67,8 @@ pub struct Shared {
     pub pulse: Pulse,
     /// Between two looks at a Ready group with nothing to do.
     pub idle_look: Duration,
+    /// The namespace topology-controller runs in (its pods may reach the members).
+    pub operator_namespace: String,
 }
 
 /// The API handles of one namespace, and the field manager every write uses.
@@ -76,6 +80,7 @@ struct Apis {
     services: Api<Service>,
     pods: Api<Pod>,
     budgets: Api<PodDisruptionBudget>,
+    policies: Api<NetworkPolicy>,
     field_manager: &'static str,
 }
 
@@ -116,11 +121,19 @@ pub async fn reconcile(
         apis.field_manager,
     )
     .await?;
-    crate::objects::apply_budgets(
+    crate::objects::apply_owned(
         &apis.budgets,
         &apis.namespace,
         &disruption::budgets_selector(labels::REPLICATION, &name),
         &disruption::replication_budgets(&live.group),
+        apis.field_manager,
+    )
+    .await?;
+    crate::objects::apply_owned(
+        &apis.policies,
+        &apis.namespace,
+        &network::policies_selector(labels::REPLICATION, &name),
+        &network::replication_policy(&live.group, &ctx.data.operator_namespace),
         apis.field_manager,
     )
     .await?;
@@ -174,7 +187,8 @@ fn apis(ctx: &Context, group: &ValkeyReplication) -> Result<Apis, Error> {
         secrets: Api::namespaced(client.clone(), &namespace),
         services: Api::namespaced(client.clone(), &namespace),
         pods: Api::namespaced(client.clone(), &namespace),
-        budgets: Api::namespaced(client, &namespace),
+        budgets: Api::namespaced(client.clone(), &namespace),
+        policies: Api::namespaced(client, &namespace),
         namespace,
         field_manager: ctx.field_manager,
     })

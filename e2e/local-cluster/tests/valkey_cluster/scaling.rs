@@ -2,9 +2,10 @@
 
 use crd_types::names::cluster_member_name;
 use local_cluster::cluster_testing::{DataSet, SLOTS, slots_by_primary, valkey_cluster};
+use local_cluster::network_policy::{self, admits, applies_to, controller_pod, endpoint};
 use serde_json::json;
 
-use crate::env::{Env, SETTLE};
+use crate::env::{Env, NS, SETTLE};
 
 /// Keys of scenario 1 (loading them takes a few seconds here).
 const KEYS: usize = 100_000;
@@ -17,6 +18,7 @@ async fn a_cluster_forms_scales_and_keeps_every_key() {
     let name = "grow";
     let access = env.create_ready(valkey_cluster(name, 3, 1, false)).await;
     env.passwords_guard(name, &access).await;
+    network_policy_keeps_the_bus_to_members(&env, name).await;
     // The planner places replicas; Valkey's own replica migration is off.
     for m in &access.members {
         assert_eq!(
@@ -97,4 +99,41 @@ async fn a_cluster_forms_scales_and_keeps_every_key() {
         assert_eq!(access.cli_cluster(&["GET", key]), value);
     }
     env.finish();
+}
+
+/// The cluster's NetworkPolicy judged against the live pods (the local cluster enforces
+/// none): clients from the namespace and topology-controller's pods on 6379, the bus
+/// between members only.
+async fn network_policy_keeps_the_bus_to_members(env: &Env, name: &str) {
+    let client = env.cluster.client().await.unwrap();
+    let live = network_policy::live(
+        &client,
+        NS,
+        &format!("{name}-cluster"),
+        &format!("valkey.rs/cluster={name}"),
+    )
+    .await
+    .unwrap()
+    .expect("the cluster's NetworkPolicy");
+    assert_eq!(live.members.len(), 6);
+    for (pod, member) in &live.members {
+        assert!(applies_to(&live.policy, member), "{pod} is not covered");
+        for port in [6379, 16379] {
+            assert!(admits(&live.policy, member, port), "{pod} -> {port}");
+        }
+    }
+    let neighbour = endpoint(&client, NS, &[("app", "web")]).await.unwrap();
+    let stranger = endpoint(&client, "kube-system", &[]).await.unwrap();
+    let operator = controller_pod(&client, "topology-controller")
+        .await
+        .unwrap();
+    assert!(admits(&live.policy, &neighbour, 6379));
+    assert!(admits(&live.policy, &operator, 6379));
+    for outsider in [&neighbour, &stranger, &operator] {
+        assert!(
+            !admits(&live.policy, outsider, 16379),
+            "{outsider:?} on the bus"
+        );
+    }
+    assert!(!admits(&live.policy, &stranger, 6379));
 }

@@ -1,9 +1,12 @@
 //! Scenario 1: a group forms.
 
 use crd_types::node::Role;
+use kube::api::{Patch, PatchParams};
+use local_cluster::network_policy::{self, admits, applies_to, controller_pod, endpoint};
 use local_cluster::replication_testing::valkey_replication;
+use serde_json::json;
 
-use crate::env::Env;
+use crate::env::{Env, NS, SETTLE};
 
 /// 3 data nodes and 3 sentinels form: one primary, two linked replicas, every sentinel
 /// knows exactly 2 replicas and 2 other sentinels, all by Service IP; status says so, each
@@ -15,7 +18,7 @@ async fn three_data_nodes_and_three_sentinels_form() {
     let access = env
         .create_ready(valkey_replication(name, 3, 3, false))
         .await;
-    let status = env.ready(name, crate::env::SETTLE).await;
+    let status = env.ready(name, SETTLE).await;
     let primary = status.current_primary.clone().unwrap();
     assert_eq!(primary, "form-0", "data node 0 is the first primary");
     assert_eq!((status.ready_replicas, status.ready_sentinels), (3, 3));
@@ -61,5 +64,72 @@ async fn three_data_nodes_and_three_sentinels_form() {
         let events = env.apis.group_events(name, Some(reason)).await.unwrap();
         assert!(!events.is_empty(), "no {reason} Event");
     }
+    network_policy_follows_the_spec(&env, name).await;
     env.finish();
+}
+
+/// The group's NetworkPolicy judged against the live pods (the local cluster enforces
+/// none): the members reach each other, a pod of the namespace and topology-controller's
+/// pods reach them, nothing else does; the spec narrows the clients, then turns it off.
+async fn network_policy_follows_the_spec(env: &Env, name: &str) {
+    let client = env.cluster.client().await.unwrap();
+    let policy_name = format!("{name}-replication");
+    let members = format!("valkey.rs/replication={name}");
+    let live = network_policy::live(&client, NS, &policy_name, &members)
+        .await
+        .unwrap()
+        .expect("the group's NetworkPolicy");
+    assert_eq!(live.members.len(), 6, "3 data nodes and 3 sentinels");
+    for (pod, member) in &live.members {
+        assert!(applies_to(&live.policy, member), "{pod} is not covered");
+        for port in [6379, 26379] {
+            assert!(admits(&live.policy, member, port), "{pod} -> {port}");
+        }
+    }
+    let neighbour = endpoint(&client, NS, &[("app", "web")]).await.unwrap();
+    let stranger = endpoint(&client, "kube-system", &[("app", "web")])
+        .await
+        .unwrap();
+    let operator = controller_pod(&client, "topology-controller")
+        .await
+        .unwrap();
+    let other_controller = controller_pod(&client, "node-controller").await.unwrap();
+    assert!(admits(&live.policy, &neighbour, 6379));
+    assert!(admits(&live.policy, &operator, 26379));
+    assert!(!admits(&live.policy, &stranger, 6379));
+    assert!(!admits(&live.policy, &other_controller, 6379));
+
+    let patch = |body: serde_json::Value| {
+        let groups = env.apis.groups.clone();
+        async move {
+            groups
+                .patch(name, &PatchParams::default(), &Patch::Merge(&body))
+                .await
+                .unwrap();
+        }
+    };
+    patch(json!({"spec": {"networkPolicy": {"clients": []}}})).await;
+    env.wait(
+        "the policy to drop the namespace's pods",
+        SETTLE,
+        || async {
+            let live = network_policy::live(&client, NS, &policy_name, &members).await?;
+            Ok(match live {
+                Some(l) if !admits(&l.policy, &neighbour, 6379) => {
+                    let (pod, member) = &l.members[0];
+                    assert!(admits(&l.policy, member, 6379), "{pod}");
+                    assert!(admits(&l.policy, &operator, 6379));
+                    Ok(())
+                }
+                _ => Err("the neighbour is still admitted".to_string()),
+            })
+        },
+    )
+    .await;
+    patch(json!({"spec": {"networkPolicy": {"enabled": false}}})).await;
+    env.wait("the policy to go", SETTLE, || async {
+        let live = network_policy::live(&client, NS, &policy_name, &members).await?;
+        Ok(live.map_or(Ok(()), |_| Err("still there".to_string())))
+    })
+    .await;
 }
