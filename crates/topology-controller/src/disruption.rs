@@ -18,9 +18,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use crd_types::names::{components, labels};
 use crd_types::{ValkeyCluster, ValkeyReplication};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
+
+use crate::owned;
 
 /// Marks the budgets this controller made, so stale ones are found by label.
 const BUDGET_LABEL: &str = "valkey.rs/disruption-budget";
@@ -99,23 +101,8 @@ fn budget<K: Resource<DynamicType = ()>>(
     parent_label: &str,
     selector: BTreeMap<String, String>,
 ) -> PodDisruptionBudget {
-    let parent_name = parent.meta().name.clone().unwrap_or_default();
     PodDisruptionBudget {
-        metadata: ObjectMeta {
-            name: Some(name),
-            namespace: parent.meta().namespace.clone(),
-            labels: Some(BTreeMap::from([
-                (parent_label.to_string(), parent_name.clone()),
-                (BUDGET_LABEL.to_string(), "true".to_string()),
-                (labels::PART_OF.to_string(), parent_name),
-                (
-                    labels::MANAGED_BY.to_string(),
-                    labels::MANAGED_BY_VALUE.to_string(),
-                ),
-            ])),
-            owner_references: parent.controller_owner_ref(&()).map(|o| vec![o]),
-            ..Default::default()
-        },
+        metadata: owned::metadata(parent, name, parent_label, BUDGET_LABEL),
         spec: Some(PodDisruptionBudgetSpec {
             max_unavailable: Some(IntOrString::Int(1)),
             selector: Some(LabelSelector {

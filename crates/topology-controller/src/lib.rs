@@ -34,6 +34,7 @@ pub mod migrate;
 pub mod model;
 pub mod network;
 pub mod observe;
+pub mod owned;
 pub mod plan;
 pub mod replication;
 #[cfg(test)]

@@ -20,9 +20,11 @@ use k8s_openapi::api::networking::v1::{
     NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
     NetworkPolicySpec as PolicySpec,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
+
+use crate::owned;
 
 /// Marks the policies this controller made, so a stale one is found by label.
 const POLICY_LABEL: &str = "valkey.rs/network-policy";
@@ -113,23 +115,8 @@ fn policy<K: Resource<DynamicType = ()>>(
             from: Some(scrapers),
         });
     }
-    let parent_name = parent.meta().name.clone().unwrap_or_default();
     vec![NetworkPolicy {
-        metadata: ObjectMeta {
-            name: Some(name),
-            namespace: parent.meta().namespace.clone(),
-            labels: Some(BTreeMap::from([
-                (parent_label.to_string(), parent_name.clone()),
-                (POLICY_LABEL.to_string(), "true".to_string()),
-                (labels::PART_OF.to_string(), parent_name),
-                (
-                    labels::MANAGED_BY.to_string(),
-                    labels::MANAGED_BY_VALUE.to_string(),
-                ),
-            ])),
-            owner_references: parent.controller_owner_ref(&()).map(|o| vec![o]),
-            ..Default::default()
-        },
+        metadata: owned::metadata(parent, name, parent_label, POLICY_LABEL),
         spec: Some(PolicySpec {
             pod_selector: Some(LabelSelector {
                 match_labels: Some(members),
