@@ -279,6 +279,39 @@ pub fn running_version(info: &str) -> Option<&str> {
         .map(str::trim)
 }
 
+/// Whether `client`'s user may `verb` `resource` of API group `group` in `namespace`, as the
+/// API server's authorizer answers a SelfSubjectAccessReview.
+pub async fn allowed(
+    client: &kube::Client,
+    verb: &str,
+    group: &str,
+    resource: &str,
+    namespace: &str,
+) -> bool {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    };
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(verb.into()),
+                group: Some(group.into()),
+                resource: Some(resource.into()),
+                namespace: Some(namespace.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let api: kube::Api<SelfSubjectAccessReview> = kube::Api::all(client.clone());
+    let answer = api
+        .create(&Default::default(), &review)
+        .await
+        .expect("a SelfSubjectAccessReview is always allowed");
+    answer.status.is_some_and(|s| s.allowed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,8 +9,7 @@ use crd_types::conditions::{self, types};
 use crd_types::{ValkeyCluster, ValkeyNode, ValkeyReplication};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec, SubjectAccessReview,
-    SubjectAccessReviewSpec,
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::events::v1::Event;
@@ -18,7 +17,7 @@ use k8s_openapi::api::rbac::v1::RoleBinding;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use local_cluster::testing::{cluster_with_operator, events_about};
+use local_cluster::testing::{allowed, cluster_with_operator, events_about};
 use local_cluster::{kube_client, operator};
 use serde_json::{Value, json};
 
@@ -48,25 +47,6 @@ fn assert_rejected<T: std::fmt::Debug>(result: Result<T, String>, message_part: 
             "expected {message_part:?} in: {message}"
         ),
     }
-}
-
-async fn allowed(client: &Client, verb: &str, group: &str, resource: &str) -> bool {
-    let review = SelfSubjectAccessReview {
-        spec: SelfSubjectAccessReviewSpec {
-            resource_attributes: Some(ResourceAttributes {
-                verb: Some(verb.into()),
-                group: Some(group.into()),
-                resource: Some(resource.into()),
-                namespace: Some("default".into()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
-    let answer = api.create(&PostParams::default(), &review).await.unwrap();
-    answer.status.is_some_and(|s| s.allowed)
 }
 
 /// A RoleBinding in `default` of ClusterRole `role` to user `user`.
@@ -276,10 +256,28 @@ async fn operator_installs_and_the_api_judges_input_as_documented() {
     };
     let node_controller = token_client("node-controller").await;
     let service_controller = token_client("service-controller").await;
-    assert!(allowed(&node_controller, "create", "apps", "statefulsets").await);
-    assert!(!allowed(&service_controller, "create", "apps", "statefulsets").await);
-    assert!(allowed(&service_controller, "create", "", "services").await);
-    assert!(!allowed(&node_controller, "delete", "", "secrets").await);
+    assert!(
+        allowed(
+            &node_controller,
+            "create",
+            "apps",
+            "statefulsets",
+            "default"
+        )
+        .await
+    );
+    assert!(
+        !allowed(
+            &service_controller,
+            "create",
+            "apps",
+            "statefulsets",
+            "default"
+        )
+        .await
+    );
+    assert!(allowed(&service_controller, "create", "", "services", "default").await);
+    assert!(!allowed(&node_controller, "delete", "", "secrets", "default").await);
 
     // --- People: valkey-view and valkey-edit, bound directly or through the built-in
     // view, edit and admin roles they aggregate into (the controller-manager fills those).
