@@ -274,7 +274,7 @@ pub fn next_step(
         .map(|r| r.target.as_str());
     // A failover first: Sentinel promotes a replica before the sentinels name it, and
     // re-pointing that one (or a replica it already follows) would stall the failover.
-    failover_running(group, members)
+    failover_running(members)
         .or_else(|| attach(group, members, p, ip))
         .or_else(|| monitor(group, members, p, ip))
         .or_else(|| remonitor(group, members, p, ip))
@@ -319,11 +319,11 @@ fn refused_target(group: &Group, members: &Members) -> Option<Step> {
 /// While a sentinel runs a failover (it reconfigures the replicas one by one, until each
 /// follows the promoted one or counts down), nothing else changes: a reset or another
 /// hand-over in the middle would leave it behind.
-fn failover_running(group: &Group, members: &Members) -> Option<Step> {
+fn failover_running(members: &Members) -> Option<Step> {
+    // Every sentinel, wanted or leaving: one the spec removes still votes and may lead.
     let busy = members
         .sentinels
         .iter()
-        .filter(|s| group.wants(s.facts.at))
         .find(|s| s.monitored().is_some_and(|m| m.failing_over()))?;
     Some(Step::wait(
         Waiting::SentinelsCatchingUp,
@@ -612,31 +612,41 @@ fn rolling(group: &Group, members: &Members, p: &DataNode, ip: &str) -> Option<S
 
 /// `REPLICAOF` for the first wanted data node that serves as a primary besides `p` or
 /// follows another address. A primary that has served (its replication offset moved) is
-/// demoted; a new one (offset 0) has nothing and nobody to disconnect. Only a new one while
-/// a wanted sentinel does not answer: it may be the one failing over, to this data node or
-/// to the primary it follows.
+/// demoted; a new one (offset 0) has nothing and nobody to disconnect. Only new ones while a
+/// sentinel whose pod is Ready does not answer: it may be the one failing over, to one of
+/// these data nodes or to the primary one follows. (A sentinel whose pod is not Ready runs
+/// no failover: its process is gone, frozen or not started.)
 fn attach(group: &Group, members: &Members, p: &DataNode, ip: &str) -> Option<Step> {
-    let d = members
+    let mut strays = members
         .data
         .iter()
         .filter(|d| group.wants(d.facts.at) && d.name() != p.name() && d.answer.is_some())
-        .find(|d| d.is_primary() || d.follows() != Some((ip, PORT)))?;
-    let new = d.is_primary() && d.offset() == 0;
-    let silent = members
+        .filter(|d| d.is_primary() || d.follows() != Some((ip, PORT)));
+    let unheard = members
         .sentinels
         .iter()
-        .find(|s| group.wants(s.facts.at) && s.answer.is_none());
-    if let Some(silent) = silent.filter(|_| !new) {
-        return Some(Step::wait(
-            Waiting::SentinelsCatchingUp,
-            format!(
-                "{} does not follow {}, and {} does not answer: it may be failing over",
-                d.name(),
-                p.name(),
-                silent.name()
-            ),
-        ));
-    }
+        .find(|s| s.answer.is_none() && s.facts.ready);
+    let d = match unheard {
+        None => strays.next()?,
+        Some(unheard) => {
+            let strays: Vec<&DataNode> = strays.collect();
+            let first = strays.first()?;
+            match strays.iter().find(|d| d.is_primary() && d.offset() == 0) {
+                Some(new) => *new,
+                None => {
+                    return Some(Step::wait(
+                        Waiting::SentinelsCatchingUp,
+                        format!(
+                            "{} does not follow {}, and {} does not answer although its pod is Ready: it may be failing over",
+                            first.name(),
+                            p.name(),
+                            unheard.name()
+                        ),
+                    ));
+                }
+            }
+        }
+    };
     Some(Step::ReplicaOf {
         member: d.name().to_string(),
         primary: p.name().to_string(),
@@ -1036,7 +1046,7 @@ mod tests {
         let (reason, why) = wait_of(next_step(&g, &promoting, Some("g-0"), None));
         assert_eq!(reason, Waiting::SentinelsCatchingUp);
         assert!(why.contains("g-sentinel-1 runs a failover"), "{why}");
-        // The leader does not answer: g-2 may be its pick.
+        // The leader does not answer, its pod Ready: g-2 may be its pick.
         let mut unheard = m.clone();
         unheard.sentinels[1].answer = None;
         let (reason, why) = wait_of(next_step(&g, &unheard, Some("g-0"), None));
@@ -1045,6 +1055,19 @@ mod tests {
             why.contains("g-2 does not follow g-0, and g-sentinel-1 does not answer"),
             "{why}"
         );
+        // Its pod is not Ready: it runs no failover, and g-2 is demoted.
+        let mut gone = unheard.clone();
+        gone.sentinels[1].facts.ready = false;
+        assert!(matches!(
+            next_step(&g, &gone, Some("g-0"), None),
+            Step::ReplicaOf { demote: true, .. }
+        ));
+        // A leaving sentinel's failover holds everything too.
+        let mut leaving = promoting.clone();
+        let g2 = group(3, 1);
+        leaving.sentinels.swap(0, 1);
+        let (reason, _) = wait_of(next_step(&g2, &leaving, Some("g-0"), None));
+        assert_eq!(reason, Waiting::SentinelsCatchingUp);
         // Every sentinel answers and none fails over: g-2 serves on its own and is demoted.
         assert_eq!(
             next_step(&g, &m, Some("g-0"), None),
