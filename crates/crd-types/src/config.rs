@@ -21,8 +21,8 @@ pub const SERVER_DEFAULTS: &[(&str, &str)] = &[
 /// Directives the operator renders itself: networking and announce addresses, cluster and
 /// replication wiring, auth, TLS files and process management. Letting a user set them would
 /// break what the controllers rely on, so admission refuses them. `DEBUG` and `MODULE` stay
-/// off: with either, any client allowed the command could crash the server or load code
-/// into it.
+/// at Valkey's default, off: with either, any client allowed the command could crash the
+/// server or load code into it. (Not rendered: an added line would roll every member.)
 pub const OPERATOR_OWNED_DIRECTIVES: &[&str] = &[
     "aclfile",
     "announce-ip",

@@ -291,9 +291,6 @@ pub fn render(spec: &ValkeyNodeSpec, cluster_ip: Option<&str>) -> Result<Rendere
             push(&mut text, "port", &ports::VALKEY.to_string());
             push(&mut text, "dir", DATA_DIR);
             push(&mut text, "protected-mode", "no");
-            // Valkey's defaults, pinned: spec.config cannot open them.
-            push(&mut text, "enable-debug-command", "no");
-            push(&mut text, "enable-module-command", "no");
             let (ip_directive, port_directive) = if spec.mode == Mode::Cluster {
                 push(&mut text, "cluster-enabled", "yes");
                 push(&mut text, "cluster-config-file", "/data/nodes.conf");
@@ -651,8 +648,6 @@ mod tests {
                 "port 6379",
                 "dir /data",
                 "protected-mode no",
-                "enable-debug-command no",
-                "enable-module-command no",
                 "replica-announce-port 6379",
                 "replica-announce-ip 10.96.0.7",
             ]
@@ -804,8 +799,6 @@ mod tests {
                 "port 6379",
                 "dir /data",
                 "protected-mode no",
-                "enable-debug-command no",
-                "enable-module-command no",
                 "cluster-enabled yes",
                 "cluster-config-file /data/nodes.conf",
                 "cluster-port 16379",
