@@ -680,3 +680,27 @@ fn samples_are_admitted() {
         "expected the three samples, checked {checked}"
     );
 }
+
+#[test]
+fn network_policy_peers_are_shaped_as_the_api_server_wants() {
+    let with = |policy: Value| cluster(json!({"shards": 3, "networkPolicy": policy}));
+    accepted::<ValkeyCluster>(
+        &with(json!({"clients": [
+            {"podSelector": {"matchLabels": {"app": "web"}}},
+            {"namespaceSelector": {}, "podSelector": {}},
+            {"ipBlock": {"cidr": "10.0.0.0/8"}},
+        ]})),
+        None,
+    );
+    accepted::<ValkeyCluster>(&with(json!({"clients": []})), None);
+    rejected::<ValkeyCluster>(
+        &with(json!({"clients": [{"ipBlock": {"cidr": "10.0.0.0/8"}, "podSelector": {}}]})),
+        None,
+        "networkPolicy.clients: each peer is an ipBlock alone",
+    );
+    rejected::<ValkeyCluster>(
+        &with(json!({"metrics": [{}]})),
+        None,
+        "networkPolicy.metrics: each peer is an ipBlock alone",
+    );
+}

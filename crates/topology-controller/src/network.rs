@@ -107,9 +107,10 @@ fn policy<K: Resource<DynamicType = ()>>(
         from: Some(from),
     }];
     ingress.extend(bus);
-    if let Some(exporter) = &template.exporter {
-        let mut scrapers = clients;
-        scrapers.extend(wanted.metrics.iter().cloned());
+    let mut scrapers = clients;
+    scrapers.extend(wanted.metrics.iter().cloned());
+    // No scrapers, no rule: an empty `from` would admit everyone.
+    if let Some(exporter) = template.exporter.as_ref().filter(|_| !scrapers.is_empty()) {
         ingress.push(NetworkPolicyIngressRule {
             ports: Some(vec![port(exporter.port)]),
             from: Some(scrapers),
@@ -272,6 +273,11 @@ mod tests {
             spec_json(&policies[0])["ingress"][0]["from"],
             json!([members, operator_peer()])
         );
+        // Nor scrapers: the exporter's port gets no rule (an empty `from` admits everyone).
+        r.spec.network_policy.metrics.clear();
+        let policies = replication_policy(&r, "valkey-operator-system");
+        let ingress = spec_json(&policies[0])["ingress"].clone();
+        assert_eq!(ingress.as_array().unwrap().len(), 1, "{ingress}");
     }
 
     #[test]

@@ -30,7 +30,7 @@ use kube::{Api, ResourceExt};
 use operator_runtime::controller::ReconcileContext;
 use operator_runtime::{ApiResultExt, Context, ObjectName, Op, apply};
 use topology_controller::disruption;
-use topology_controller::events::step_event;
+use topology_controller::events::{ClusterEvent, step_event};
 use topology_controller::execute::{Done, execute};
 use topology_controller::member_status::{member_status, member_status_changed, versions_in_play};
 use topology_controller::members;
@@ -106,14 +106,24 @@ pub async fn reconcile(
     let passwords = secrets::prepare(&apis.secrets, &live.cluster, !live.owned.is_empty()).await?;
     let nodes = apply_members(&apis, &live).await?;
     apply_budgets(&apis, &live.cluster, &nodes).await?;
-    objects::apply_owned(
+    let policy = objects::apply_owned(
         &apis.policies,
         &apis.namespace,
         &network::policies_selector(labels::CLUSTER, &name),
         &network::cluster_policy(&live.cluster, &ctx.data.operator_namespace),
         apis.field_manager,
     )
-    .await?;
+    .await;
+    if let Err(e) = policy {
+        // Reported, not fatal: failovers and rolls must not wait on a policy.
+        tracing::warn!(cluster = %name, error = %e, "network policy not applied");
+        let note = format!("{e}");
+        let reason = ClusterEvent::NetworkPolicyRefused;
+        ctx.runtime
+            .events
+            .publish(&live.cluster, reason, note, None)
+            .await?;
+    }
     let login = passwords.operator.as_ref().ok().map(|password| Login {
         user: OPERATOR_USER.to_string(),
         password: password.clone(),

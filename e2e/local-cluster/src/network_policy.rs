@@ -20,8 +20,7 @@ pub struct Endpoint {
     pub labels: BTreeMap<String, String>,
 }
 
-/// Whether `selector` selects `labels` (an absent selector selects nothing, an empty one
-/// everything, as in a NetworkPolicy).
+/// Whether `selector` selects `labels` (an empty one selects everything).
 pub fn selects(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
     let by_labels = selector
         .match_labels
@@ -42,13 +41,21 @@ pub fn selects(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> b
     by_labels && by_expressions
 }
 
-/// Whether `policy` applies to `pod` (same namespace, selected by its podSelector).
+/// Whether `policy` restricts ingress to `pod`: same namespace, selected by its
+/// podSelector, and Ingress among its policyTypes (absent ones mean Ingress).
 pub fn applies_to(policy: &NetworkPolicy, pod: &Endpoint) -> bool {
-    policy.metadata.namespace.as_deref() == Some(pod.namespace.as_str())
-        && policy
-            .spec
+    let Some(spec) = &policy.spec else {
+        return false;
+    };
+    let ingress = spec
+        .policy_types
+        .as_ref()
+        .is_none_or(|t| t.iter().any(|t| t == "Ingress"));
+    ingress
+        && policy.metadata.namespace.as_deref() == Some(pod.namespace.as_str())
+        && spec
+            .pod_selector
             .as_ref()
-            .and_then(|s| s.pod_selector.as_ref())
             .is_some_and(|s| selects(s, &pod.labels))
 }
 
@@ -59,21 +66,24 @@ pub fn admits(policy: &NetworkPolicy, from: &Endpoint, port: i32) -> bool {
     };
     let home = policy.metadata.namespace.as_deref().unwrap_or_default();
     spec.ingress.iter().flatten().any(|rule| {
+        // An absent or empty list of ports (or of peers) admits all of them.
         let port_ok = rule.ports.as_ref().is_none_or(|ports| {
-            ports.iter().any(|p| {
-                p.protocol.as_deref().unwrap_or("TCP") == "TCP"
-                    && match (&p.port, p.end_port) {
-                        (None, _) => true,
-                        (Some(IntOrString::Int(n)), None) => *n == port,
-                        (Some(IntOrString::Int(n)), Some(end)) => (*n..=end).contains(&port),
-                        (Some(IntOrString::String(_)), _) => panic!("named ports are not rendered"),
-                    }
-            })
+            ports.is_empty()
+                || ports.iter().any(|p| {
+                    p.protocol.as_deref().unwrap_or("TCP") == "TCP"
+                        && match (&p.port, p.end_port) {
+                            (None, _) => true,
+                            (Some(IntOrString::Int(n)), None) => *n == port,
+                            (Some(IntOrString::Int(n)), Some(end)) => (*n..=end).contains(&port),
+                            (Some(IntOrString::String(_)), _) => {
+                                panic!("named ports are not rendered")
+                            }
+                        }
+                })
         });
-        let peer_ok = rule
-            .from
-            .as_ref()
-            .is_none_or(|peers| peers.iter().any(|peer| peer_admits(peer, home, from)));
+        let peer_ok = rule.from.as_ref().is_none_or(|peers| {
+            peers.is_empty() || peers.iter().any(|peer| peer_admits(peer, home, from))
+        });
         port_ok && peer_ok
     })
 }
@@ -219,5 +229,15 @@ mod tests {
         assert!(admits(&policy, &endpoint("b", &[("app", "web")]), 9002));
         assert!(!admits(&policy, &endpoint("b", &[("app", "api")]), 9001));
         assert!(!admits(&policy, &endpoint("c", &[("app", "web")]), 9001));
+
+        // Empty lists admit everything; an Egress-only policy leaves ingress alone.
+        let open: NetworkPolicy = serde_json::from_value(json!({
+            "metadata": {"name": "open", "namespace": "a"},
+            "spec": {"podSelector": {}, "policyTypes": ["Egress"],
+                     "ingress": [{"ports": [], "from": []}]},
+        }))
+        .unwrap();
+        assert!(admits(&open, &endpoint("c", &[]), 1));
+        assert!(!applies_to(&open, &endpoint("a", &[])));
     }
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crd_types::ValkeyNode;
 use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
 use kube::api::PostParams;
 use local_cluster::cluster_testing::{ClusterApis, valkey_cluster, wait_ready};
@@ -22,6 +23,14 @@ const WATCHED: &str = "valkey-apps";
 async fn the_namespaced_overlay_serves_one_namespace_and_reads_nothing_elsewhere() {
     let run = tempfile::tempdir().unwrap();
     let mut cluster = LocalCluster::start(Options::new(run.path())).await.unwrap();
+    // The overlay binds roles in the namespace; it is the user's, so it does not create it.
+    let namespace: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": WATCHED}})).unwrap();
+    let admin = cluster.client().await.unwrap();
+    Api::<Namespace>::all(admin)
+        .create(&PostParams::default(), &namespace)
+        .await
+        .unwrap();
     let overlay = local_cluster::repo_root().join("deploy/overlays/namespaced");
     let controllers = operator::install(&mut cluster, &overlay).await.unwrap();
     let mut binaries: Vec<&str> = controllers

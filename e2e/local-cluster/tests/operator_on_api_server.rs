@@ -290,9 +290,13 @@ async fn operator_installs_and_the_api_judges_input_as_documented() {
         bind(&client, user, role).await;
     }
     cluster
-        .wait_for("valkey-edit to aggregate into edit", || {
+        .wait_for("valkey-view and valkey-edit to aggregate", || {
             let client = client.clone();
-            async move { Ok(may(&client, "editor", "create", "valkeyclusters").await) }
+            async move {
+                Ok(may(&client, "viewer", "list", "valkeyclusters").await
+                    && may(&client, "editor", "create", "valkeyclusters").await
+                    && may(&client, "owner", "create", "valkeyclusters").await)
+            }
         })
         .await
         .unwrap();

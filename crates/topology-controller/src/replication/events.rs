@@ -36,6 +36,9 @@ operator_runtime::event_reasons! {
         UpdateRefused: Warning,
         /// A step failed; the note says what.
         StepFailed: Warning,
+        /// The topology's NetworkPolicy could not be applied (a peer the API server refuses,
+        /// or a missing RBAC rule); the note says why. The members are looked after anyway.
+        NetworkPolicyRefused: Warning,
     }
 }
 

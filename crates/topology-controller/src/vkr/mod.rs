@@ -36,7 +36,7 @@ use topology_controller::disruption;
 use topology_controller::member_status::{member_status_changed, versions_in_play};
 use topology_controller::network;
 use topology_controller::observe::Connections;
-use topology_controller::replication::events::{primary_changed, step_event};
+use topology_controller::replication::events::{ReplicationEvent, primary_changed, step_event};
 use topology_controller::replication::execute::{DataLogin, execute};
 use topology_controller::replication::model::Group;
 use topology_controller::replication::plan::{self, Circumstances, Step};
@@ -129,14 +129,24 @@ pub async fn reconcile(
         apis.field_manager,
     )
     .await?;
-    crate::objects::apply_owned(
+    let policy = crate::objects::apply_owned(
         &apis.policies,
         &apis.namespace,
         &network::policies_selector(labels::REPLICATION, &name),
         &network::replication_policy(&live.group, &ctx.data.operator_namespace),
         apis.field_manager,
     )
-    .await?;
+    .await;
+    if let Err(e) = policy {
+        // Reported, not fatal: the role labels must follow a failover whatever happens here.
+        tracing::warn!(group = %name, error = %e, "network policy not applied");
+        let note = format!("{e}");
+        let reason = ReplicationEvent::NetworkPolicyRefused;
+        ctx.runtime
+            .events
+            .publish(&live.group, reason, note, None)
+            .await?;
+    }
     let login = passwords.operator.as_ref().ok().map(|password| Login {
         user: OPERATOR_USER.to_string(),
         password: password.clone(),
