@@ -17,7 +17,7 @@ use crate::plan::guard::{self, GuardedStep};
 use crate::plan::roll::{self, RollStep};
 use crate::plan::{live, target};
 use crate::replication::PORT;
-use crate::replication::model::{DataNode, Group, Members, Rolling, SWITCHOVER_PRIORITY};
+use crate::replication::model::{DataNode, Group, Members, Peer, Rolling, SWITCHOVER_PRIORITY};
 use crate::replication::survey::{forming, primary};
 
 /// The one thing to do next.
@@ -399,17 +399,23 @@ fn remove_primary(group: &Group, members: &Members, p: &DataNode, ip: &str) -> O
 }
 
 /// `SENTINEL RESET` on the first wanted sentinel that lists a replica or sentinel no member
-/// announces any more (a removed one), while every other wanted sentinel knows the whole
+/// announces any more (a removed one), or itself, while every other wanted sentinel knows the whole
 /// group: one at a time, so the others can still agree on a failover meanwhile.
 fn reset(group: &Group, members: &Members, ip: &str) -> Option<Step> {
     let wanted = || members.sentinels.iter().filter(|s| group.wants(s.facts.at));
     let stale = wanted().find(|s| {
         s.monitored().is_some_and(|m| {
+            // Itself as a peer: a hello of its previous run (another run id, same address),
+            // replayed to it from a replica's backlog after it restarted; it ignores only
+            // hellos with its own run id, and the ghost answers its pings, so it stays.
+            let itself = |peer: &&Peer| s.facts.address.as_deref() == Some(peer.ip.as_str());
             m.primary.0 == ip
-                && m.replicas
+                && (m
+                    .replicas
                     .iter()
                     .chain(&m.sentinels)
                     .any(|peer| !members.has_address(&peer.ip))
+                    || m.sentinels.iter().any(|peer| itself(&peer)))
         })
     })?;
     let incomplete = wanted()
@@ -419,7 +425,7 @@ fn reset(group: &Group, members: &Members, ip: &str) -> Option<Step> {
         Some(o) => Step::wait(
             Waiting::SentinelsCatchingUp,
             format!(
-                "{} lists members that are gone; it is reset once {} knows the whole group",
+                "{} lists members that are gone (or itself); it is reset once {} knows the whole group",
                 stale.name(),
                 o.name()
             ),
@@ -1029,6 +1035,29 @@ mod tests {
         );
         m.sentinels[1] = sentinel(1, Some(0), 2, 2);
         assert_eq!(next_step(&g, &m, None, None), Step::Idle);
+    }
+
+    /// After a roll, g-sentinel-1 lists its own address as a peer (a hello of its previous
+    /// run replayed to it): it is reset once the others know the group, like one that lists
+    /// a member that is gone.
+    #[test]
+    fn a_sentinel_that_lists_itself_is_reset() {
+        let g = group(3, 3);
+        let mut m = formed(3, 3);
+        monitored_mut(&mut m, 1)
+            .sentinels
+            .push(crate::replication::model::Peer {
+                ip: sentinel_ip(1),
+                port: 26379,
+                flags: vec!["sentinel".into()],
+                priority: None,
+            });
+        assert_eq!(
+            next_step(&g, &m, None, None),
+            Step::Reset {
+                sentinel: "g-sentinel-1".into()
+            }
+        );
     }
 
     /// Sentinel's leader sent `REPLICAOF NO ONE` to g-2 and waits for its next INFO to see
