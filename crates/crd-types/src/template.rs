@@ -298,9 +298,30 @@ fn default_password_key() -> String {
     "password".to_string()
 }
 
-/// The ACL user the controllers log in as. Replication authenticates as it too, so changing
-/// the default user's password never breaks replication.
+/// The ACL user the controllers log in as (all commands).
 pub const OPERATOR_USER: &str = "operator";
+
+/// The ACL user replicas log in to their primary as. It may only replicate, so the
+/// `masterauth` any client can read with `CONFIG GET` opens no admin account.
+pub const REPLICATION_USER: &str = "replication";
+
+/// What [`REPLICATION_USER`] may do, after its password: the commands a replica sends its
+/// primary. (It can still copy the whole dataset, as any replica can.)
+pub const REPLICATION_USER_RULES: &str = "resetchannels -@all +psync +sync +replconf +ping";
+
+/// Added to [`REPLICATION_USER_RULES`] on cluster members of Valkey 9.0+: atomic slot
+/// migration logs in to the target as the replication user and replays the slots' keys and
+/// writes there as it (`CLUSTER SYNCSLOTS`, `SELECT`, any write with a key). The keyless
+/// flushes are never replayed, so they stay denied. Older servers refuse
+/// `cluster|syncslots` as an unknown command, so they never get these.
+pub const ATOMIC_MIGRATION_RULES: &str =
+    "+cluster|syncslots +select ~* +@write -flushall -flushdb -swapdb";
+
+/// [`REPLICATION_USER`]'s password is derived from the operator password, one way:
+/// the hex SHA-256 of this prefix followed by it. Both node-controller (rendering, in the
+/// pod's shell) and topology-controller (creating the user live) derive it, so the
+/// replication password needs no Secret of its own and changes with the operator's.
+pub const REPLICATION_PASSWORD_PREFIX: &str = "valkey-operator replication user:";
 
 /// The topology rule keeping `auth.operatorSecretRef` as created (set or not, and which):
 /// running servers keep the operator password they started with, so a new one would lock
@@ -327,9 +348,9 @@ pub struct Auth {
     /// Password of the default user. For topologies, generated into `<name>-auth` when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password_secret_ref: Option<SecretKeyRef>,
-    /// Password of the `operator` ACL user (all commands), which the controllers log in as
-    /// and replicas authenticate to their primary with. For topologies, generated into
-    /// `<name>-operator` when absent.
+    /// Password of the `operator` ACL user (all commands), which the controllers log in as.
+    /// Replicas log in to their primary as the `replication` user, whose password is derived
+    /// from this one. For topologies, generated into `<name>-operator` when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operator_secret_ref: Option<SecretKeyRef>,
 }

@@ -7,6 +7,8 @@
 use std::fmt;
 use std::future::Future;
 
+use crate::acl::AclUser;
+
 /// A key as Valkey stores it: bytes, not necessarily UTF-8.
 pub type Key = Vec<u8>;
 
@@ -122,6 +124,19 @@ pub trait Valkey: Send + Sync {
         &self,
         name: &str,
         value: &str,
+    ) -> impl Future<Output = Result<(), ValkeyError>> + Send;
+
+    /// `ACL GETUSER user`: `None` when there is no such user.
+    fn acl_user(
+        &self,
+        user: &str,
+    ) -> impl Future<Output = Result<Option<AclUser>, ValkeyError>> + Send;
+
+    /// `ACL SETUSER user rule...`.
+    fn acl_setuser(
+        &self,
+        user: &str,
+        rules: &[String],
     ) -> impl Future<Output = Result<(), ValkeyError>> + Send;
 
     /// `SENTINEL MASTER name` as its fields; `None` when this sentinel does not monitor it.

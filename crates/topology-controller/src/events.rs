@@ -26,6 +26,9 @@ operator_runtime::event_reasons! {
         Rolling: Normal,
         /// Live directives were set on running members (CONFIG SET, no restart).
         ConfigSetLive: Normal,
+        /// The `replication` ACL user was created live on members whose running config
+        /// predates it (no restart), so replicas can log in as it.
+        ReplicationUserCreated: Normal,
         /// The spec's image or config is not rolled out: its Valkey version could not take
         /// over the members' data, or does not know a directive. The note says how to go on.
         UpdateRefused: Warning,
@@ -57,6 +60,7 @@ pub fn step_event(step: &Step, error: Option<&str>) -> Option<(ClusterEvent, Str
         Step::Failover { .. } => ClusterEvent::Failover,
         Step::AllowRoll { .. } => ClusterEvent::Rolling,
         Step::SetConfig(_) => ClusterEvent::ConfigSetLive,
+        Step::CreateReplicationUser { .. } => ClusterEvent::ReplicationUserCreated,
     };
     let note = match (step, error) {
         (_, Some(e)) => format!("{step}: {e}"),

@@ -5,9 +5,11 @@
 use std::future::Future;
 use std::time::Duration;
 
+use crd_types::template::REPLICATION_USER;
 use futures::future::join_all;
 use tokio::time::Instant;
 
+use crate::acl::ReplicationPassword;
 use crate::atomic;
 use crate::commands::{CommandResultExt, SlotState, StepError, Valkey};
 use crate::migrate::{self, End, Moved};
@@ -47,6 +49,23 @@ pub async fn set_config<V: Valkey>(
                 .await
                 .on(format!("CONFIG SET {name} {value}"), member)?;
         }
+    }
+    Ok(())
+}
+
+/// `ACL SETUSER replication` on each member (a `CreateReplicationUser` step, of either
+/// topology). Stops at the first refusal: the next reconcile reads the users again.
+pub async fn create_replication_user<V: Valkey>(
+    members: &[(String, bool)],
+    password: &ReplicationPassword,
+    conns: &Connections<V>,
+) -> Result<(), StepError> {
+    for (member, atomic_migration) in members {
+        conns
+            .get(member)?
+            .acl_setuser(REPLICATION_USER, &password.setuser_rules(*atomic_migration))
+            .await
+            .on(format!("ACL SETUSER {REPLICATION_USER}"), member)?;
     }
     Ok(())
 }
@@ -134,6 +153,9 @@ pub async fn execute<V: Valkey, O: MemberObjects>(
                 .on(format!("CLUSTER SETSLOT {slot} {node}"), primary)?;
         }
         Step::SetConfig(changes) => set_config(changes, conns).await?,
+        Step::CreateReplicationUser { members, password } => {
+            create_replication_user(members, password, conns).await?
+        }
         Step::Replicate(attaches) => {
             for (member, primary_id) in attaches {
                 conns
@@ -314,6 +336,7 @@ mod tests {
             atomic_migration: true,
             replicas_per_shard: replicas,
             switchover: None,
+            replication_password: None,
         }
     }
 
@@ -338,6 +361,46 @@ mod tests {
             taken.push(step);
         }
         panic!("not settled after 20 steps: {taken:?}")
+    }
+
+    #[tokio::test]
+    async fn members_whose_config_predates_the_replication_user_get_it_live_once() {
+        let (cluster, _) = FakeCluster::formed(2, 1);
+        let two = layout(2, 1);
+        let with_user = Shape {
+            replication_password: Some(ReplicationPassword::from_operator("op")),
+            ..shape(2, 1)
+        };
+        // No member has the user (its running config predates it): every one gets it, in
+        // one step, and then the cluster is as specified.
+        let taken = settle(&cluster, &with_user, &two).await;
+        match &taken[..] {
+            [Step::CreateReplicationUser { members, .. }, Step::Idle] => {
+                let names: Vec<&str> = members.iter().map(|(m, _)| m.as_str()).collect();
+                assert_eq!(names, ["c-0-0", "c-0-1", "c-1-0", "c-1-1"]);
+            }
+            other => panic!("{other:?}"),
+        }
+        let (members, conns) = observe_all(&cluster, &two).await;
+        conns.close().await;
+        for m in &members {
+            let user = m.reply.as_ref().unwrap().replication_user.clone().unwrap();
+            assert!(
+                with_user
+                    .replication_password
+                    .as_ref()
+                    .unwrap()
+                    .admits(user.as_ref()),
+                "{}: {user:?}",
+                m.name
+            );
+        }
+        // Without the operator password the users are left alone.
+        let (cluster, _) = FakeCluster::formed(1, 1);
+        assert_eq!(
+            settle(&cluster, &shape(1, 1), &layout(1, 1)).await,
+            [Step::Idle]
+        );
     }
 
     #[tokio::test]
@@ -534,6 +597,7 @@ mod tests {
                     && !l.contains("INFO")
                     && !l.contains("SHARDS")
                     && !l.contains("CONFIG GET")
+                    && !l.contains("ACL GETUSER")
             })
             .map(String::as_str)
             .collect();

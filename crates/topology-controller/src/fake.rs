@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use crd_types::live_config::{Version, live_on};
 
+use crate::acl::{self, AclUser};
 use crate::commands::{ErrorKind, Fields, Key, SlotState, Valkey, ValkeyError};
 
 /// A replica's replication link, as its primary reports it.
@@ -57,6 +58,8 @@ struct Node {
     version: Version,
     /// Atomic slot migration jobs, newest first, as `CLUSTER GETSLOTMIGRATIONS` lists them.
     jobs: Vec<Fields>,
+    /// ACL users by name, as `ACL GETUSER` shows them (none at start).
+    users: BTreeMap<String, AclUser>,
 }
 
 /// What a server of `version` reports for its live directives when the spec names none:
@@ -180,6 +183,7 @@ impl FakeCluster {
             config: live_defaults(FAKE_VERSION),
             version: FAKE_VERSION,
             jobs: Vec::new(),
+            users: BTreeMap::new(),
         });
         id
     }
@@ -1033,6 +1037,25 @@ impl Valkey for FakeConn {
                 None => Err(not_modelled("CONFIG SET of a directive that is not live")),
             },
         )
+        .await
+    }
+
+    async fn acl_user(&self, user: &str) -> Result<Option<AclUser>, ValkeyError> {
+        let user = user.to_string();
+        self.run(format!("ACL GETUSER {user}"), move |state, me| {
+            Ok(state.node(me).users.get(&user).cloned())
+        })
+        .await
+    }
+
+    async fn acl_setuser(&self, user: &str, rules: &[String]) -> Result<(), ValkeyError> {
+        let (user, rules) = (user.to_string(), rules.to_vec());
+        self.run(format!("ACL SETUSER {user}"), move |state, me| {
+            let users = &mut state.node_mut(me).users;
+            let changed = acl::set_user(users.remove(&user), &rules);
+            users.insert(user, changed);
+            Ok(())
+        })
         .await
     }
 

@@ -3,7 +3,8 @@
 //! seam (fred implements it in the binary), so every decision and every command sequence is
 //! unit-tested, from fixtures and against the in-memory cluster of `fake`.
 //!
-//! 1. parsers: [`cluster_nodes`], [`agreement`], [`info`], [`vitals`], [`slots`], [`slot_jobs`];
+//! 1. parsers: [`cluster_nodes`], [`agreement`], [`info`], [`vitals`], [`slots`], [`slot_jobs`],
+//!    [`acl`];
 //! 2. model: [`model`] (the spec read once into a `Shape`, the members as observed);
 //! 3. object builders: [`members`] (the member ValkeyNodes), [`auth`] (the password Secrets);
 //! 4. planner: [`plan`] (the next step, its rules, the password guard);
@@ -15,6 +16,7 @@
 //! [`replication`] is the ValkeyReplication's planner, status and executor, on the layers
 //! above that know no slots (`model`'s revisions, `auth`, `plan::roll`, `plan::guard`, `info`).
 
+pub mod acl;
 pub mod agreement;
 pub mod atomic;
 pub mod auth;

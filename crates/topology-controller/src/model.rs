@@ -11,6 +11,7 @@ use crd_types::names;
 use crd_types::node::Role;
 use kube::ResourceExt;
 
+use crate::acl::{AclUser, ReplicationPassword};
 use crate::cluster_nodes::ClusterView;
 use crate::info::ReplicationInfo;
 use crate::slot_jobs::SlotJob;
@@ -38,6 +39,9 @@ pub struct Shape {
     /// Slots move with Valkey's atomic slot migration where both ends run 9.0+, unless the
     /// cluster's [`SLOT_MIGRATION_ANNOTATION`] says `classic`.
     pub atomic_migration: bool,
+    /// The `replication` user's password, once the operator password is read (see
+    /// [`crate::acl`]); `None` leaves the members' users alone.
+    pub replication_password: Option<ReplicationPassword>,
 }
 
 /// Annotation on a ValkeyCluster choosing how slots move: `classic` keeps the
@@ -71,6 +75,7 @@ impl Shape {
             shards: count(spec.shards),
             replicas_per_shard: count(spec.replicas_per_shard),
             cluster: name,
+            replication_password: None,
         }
     }
 
@@ -159,6 +164,8 @@ pub struct Reply {
     pub live_config: Option<LiveConfig>,
     /// Its atomic slot migration jobs (`CLUSTER GETSLOTMIGRATIONS`); `None` before 9.0.
     pub slot_jobs: Option<Vec<SlotJob>>,
+    /// Its `replication` ACL user (`Some(None)`: it has none); `None` when not read.
+    pub replication_user: Option<Option<AclUser>>,
 }
 
 /// One existing member ValkeyNode and what it reports.

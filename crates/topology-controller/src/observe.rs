@@ -7,6 +7,7 @@ use crate::cluster_nodes::ClusterView;
 use crate::commands::{ErrorKind, StepError, Valkey, ValkeyError};
 use crate::info::{ReplicationInfo, cluster_state_ok, server_version};
 use crd_types::live_config::{Version, live_on};
+use crd_types::template::REPLICATION_USER;
 
 use crate::model::{LiveConfig, Reply};
 use crate::slot_jobs::{self, SlotJob};
@@ -22,7 +23,8 @@ pub struct Answer {
 
 /// Asks one member: CLUSTER NODES, INFO replication and server (one round trip), CLUSTER
 /// SHARDS (older servers lack it; then shard ids are not checked), CLUSTER INFO, CONFIG
-/// GET of the live directives, and on 9.0+ its atomic slot migration jobs.
+/// GET of the live directives, its `replication` user, and on 9.0+ its atomic slot migration
+/// jobs.
 pub async fn ask<V: Valkey>(conn: &V) -> Result<Answer, ValkeyError> {
     let view = ClusterView::parse(&conn.cluster_nodes().await?).map_err(unreadable)?;
     // Both sections in one reply: the parsers skip what is not theirs.
@@ -32,6 +34,8 @@ pub async fn ask<V: Valkey>(conn: &V) -> Result<Answer, ValkeyError> {
     let shard_groups = conn.cluster_shards().await.ok();
     let state_ok = cluster_state_ok(&conn.cluster_info().await?).map_err(unreadable)?;
     let live_config = live_config(conn, version.as_deref()).await?;
+    // Not knowing it is no reason to call the member silent either.
+    let replication_user = conn.acl_user(REPLICATION_USER).await.ok();
     let slot_jobs = match live_config.as_ref().map(|c| c.version) {
         // Not knowing them is no reason to call the member silent.
         Some(v) if v >= slot_jobs::SINCE => conn
@@ -49,6 +53,7 @@ pub async fn ask<V: Valkey>(conn: &V) -> Result<Answer, ValkeyError> {
             cluster_state_ok: Some(state_ok),
             live_config,
             slot_jobs,
+            replication_user,
         },
         version,
     })

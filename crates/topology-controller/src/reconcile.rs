@@ -29,6 +29,7 @@ use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use operator_runtime::controller::ReconcileContext;
 use operator_runtime::{ApiResultExt, Context, ObjectName, Op, apply};
+use topology_controller::acl::ReplicationPassword;
 use topology_controller::disruption;
 use topology_controller::events::{ClusterEvent, step_event};
 use topology_controller::execute::{Done, execute};
@@ -285,7 +286,14 @@ async fn act(
     connections: &Connections<Conn>,
 ) -> Result<Action, Error> {
     let cluster = &live.cluster;
-    let shape = Shape::of(cluster);
+    let shape = Shape {
+        replication_password: passwords
+            .operator
+            .as_deref()
+            .ok()
+            .map(ReplicationPassword::from_operator),
+        ..Shape::of(cluster)
+    };
     let refused: Vec<&str> = observed.login_refused.iter().map(String::as_str).collect();
     let foreign = live.foreign.first().map(ResourceExt::name_any);
     let step = plan::decide(

@@ -171,6 +171,7 @@ pub fn members_with(sims: &[Sim], knows: impl Fn(&Sim, &Sim) -> bool) -> Vec<Mem
                     cluster_state_ok: me.state_ok,
                     live_config: None,
                     slot_jobs: None,
+                    replication_user: None,
                 }
             });
             Member {
@@ -202,6 +203,7 @@ pub fn shape(shards: u32, replicas: u32) -> Shape {
         config: crate::model::member_config(&Default::default()),
         image: crd_types::template::DEFAULT_IMAGE.into(),
         atomic_migration: true,
+        replication_password: None,
     }
 }
 

@@ -156,7 +156,10 @@ fn phase(i: &Inputs, h: &Health) -> Phase {
         || roll_waits
         || matches!(
             i.step,
-            Step::AllowRoll { .. } | Step::Failover { .. } | Step::SetConfig(_)
+            Step::AllowRoll { .. }
+                | Step::Failover { .. }
+                | Step::SetConfig(_)
+                | Step::CreateReplicationUser { .. }
         )
     {
         Phase::Updating
@@ -331,6 +334,7 @@ mod tests {
                 id: "s1".into(),
                 target: "c-0-0".into(),
             }),
+            replication_password: None,
         }
     }
 

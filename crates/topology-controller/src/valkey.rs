@@ -9,6 +9,7 @@ use fred::prelude::{
     Client, ClientLike, Config, ConnectionConfig, FromValue, PerformanceConfig, ServerConfig, Value,
 };
 use fred::types::{ClusterHash, CustomCommand};
+use topology_controller::acl::AclUser;
 use topology_controller::commands::{ErrorKind, Fields, Key, SlotState, Valkey, ValkeyError};
 
 /// Bound on connecting and on each command.
@@ -347,6 +348,17 @@ impl Valkey for Conn {
             .map(drop)
     }
 
+    async fn acl_user(&self, user: &str) -> Result<Option<AclUser>, ValkeyError> {
+        let reply: Value = self.raw("ACL", vec!["GETUSER".into(), user.into()]).await?;
+        Ok(acl_user(reply))
+    }
+
+    async fn acl_setuser(&self, user: &str, rules: &[String]) -> Result<(), ValkeyError> {
+        let mut args: Vec<Value> = vec!["SETUSER".into(), user.into()];
+        args.extend(rules.iter().map(|r| Value::from(r.as_str())));
+        self.raw::<Value>("ACL", args).await.map(drop)
+    }
+
     async fn sentinel_primary(&self, name: &str) -> Result<Option<Fields>, ValkeyError> {
         match self.sentinel(vec!["MASTER".into(), name.into()]).await {
             Ok(reply) => Ok(Some(fields(reply))),
@@ -475,6 +487,26 @@ fn shard_node_ids(shard: Value) -> Vec<String> {
         .collect()
 }
 
+/// An `ACL GETUSER` reply (a map, or in RESP2 a flat array of keys and values); `None` for
+/// the null reply of a user that does not exist.
+fn acl_user(reply: Value) -> Option<AclUser> {
+    if reply.is_null() {
+        return None;
+    }
+    let strings = |v: Option<Value>| -> Vec<String> {
+        match v {
+            Some(Value::Array(items)) => items.iter().filter_map(Value::as_string).collect(),
+            _ => Vec::new(),
+        }
+    };
+    Some(AclUser {
+        enabled: strings(field(reply.clone(), "flags"))
+            .iter()
+            .any(|f| f == "on"),
+        password_hashes: strings(field(reply, "passwords")),
+    })
+}
+
 fn field(value: Value, name: &str) -> Option<Value> {
     match value {
         Value::Map(map) => map
@@ -511,6 +543,37 @@ mod tests {
         assert_eq!(f["ip"], "10.0.0.1");
         assert_eq!(f["port"], "6379");
         assert!(fields(Value::Null).is_empty());
+    }
+
+    #[test]
+    fn an_acl_user_from_a_resp2_getuser_reply() {
+        let list = |items: &[&str]| Value::Array(items.iter().map(|&i| i.into()).collect());
+        let reply = Value::Array(vec![
+            "flags".into(),
+            list(&["on", "sanitize-payload"]),
+            "passwords".into(),
+            list(&["ab12"]),
+            "commands".into(),
+            "-@all +psync".into(),
+            "selectors".into(),
+            list(&[]),
+        ]);
+        assert_eq!(
+            acl_user(reply),
+            Some(AclUser {
+                enabled: true,
+                password_hashes: vec!["ab12".into()],
+            })
+        );
+        let off = Value::Array(vec!["flags".into(), list(&["off"])]);
+        assert_eq!(
+            acl_user(off),
+            Some(AclUser {
+                enabled: false,
+                password_hashes: vec![],
+            })
+        );
+        assert_eq!(acl_user(Value::Null), None);
     }
 
     #[test]

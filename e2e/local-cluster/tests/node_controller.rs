@@ -632,7 +632,7 @@ async fn authenticated_node(cluster: &LocalCluster, client: &Client, apis: &Apis
     assert_eq!(valkey_cli_as(&ip, operator, &["ACL", "WHOAMI"]), "operator");
     assert_eq!(
         valkey_cli_as(&ip, operator, &["CONFIG", "GET", "masteruser"]),
-        "masteruser\noperator"
+        "masteruser\nreplication"
     );
 
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), NS);

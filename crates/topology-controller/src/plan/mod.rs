@@ -2,7 +2,8 @@
 //! report right now (CLUSTER NODES and INFO replication of each one) and never from memory:
 //! a controller restarted at any moment decides the same step again, or the next one if the
 //! last step took effect. One step per reconcile, in a fixed order of precedence: replace
-//! a primary Kubernetes shows is not running ([`gone`]), join members, forget dead identities, assign slots, repair open slots and replicas' stale
+//! a primary Kubernetes shows is not running ([`gone`]), the `replication` user where a member
+//! lacks it ([`crate::acl`]), join members, forget dead identities, assign slots, repair open slots and replicas' stale
 //! markers, attach replicas, wait for atomic slot migrations in flight, move slots (never to
 //! an older data format; atomically where both ends run 9.0+), remove leaving members, set
 //! live directives, switchover, refuse a template the members cannot take ([`target`]),
@@ -29,6 +30,7 @@ use std::fmt;
 use crd_types::conditions::reasons::Waiting;
 use crd_types::versions;
 
+use crate::acl::{self, ReplicationPassword};
 use crate::model::{Address, Member, Shape};
 use crate::slot_jobs;
 use crate::slots::{Move, SlotRange, format_ranges, slot_count};
@@ -96,6 +98,14 @@ pub enum Step {
     },
     /// `CONFIG SET name value` of each pair on each member (live directives).
     SetConfig(Vec<(String, Vec<(String, String)>)>),
+    /// `ACL SETUSER replication` on each of `members`, whose running config predates the
+    /// user (or lost it): before a rolled replica logs in to one of them as that user.
+    CreateReplicationUser {
+        /// Each member, with whether it gets the atomic slot migration rules (a cluster
+        /// member on 9.0+).
+        members: Vec<(String, bool)>,
+        password: ReplicationPassword,
+    },
     /// Open the roll gate of `member` for `revision`.
     AllowRoll { member: String, revision: String },
     /// Everything is as the spec asks.
@@ -211,6 +221,10 @@ impl fmt::Display for Step {
                 write!(f, "{member} takes over its shard {why}")
             }
             Step::SetConfig(changes) => f.write_str(&live::describe(changes)),
+            Step::CreateReplicationUser { members, .. } => {
+                let names: Vec<&str> = members.iter().map(|(m, _)| m.as_str()).collect();
+                write!(f, "{} get the replication user", names.join(", "))
+            }
             Step::AllowRoll { member, revision } => write!(f, "{member} restarts into {revision}"),
             Step::Idle => f.write_str("the cluster is as specified"),
         }
@@ -306,12 +320,32 @@ pub fn next_step(shape: &Shape, members: &[Member], recorded_switchover: Option<
     }
 }
 
+/// `Step::CreateReplicationUser` for the members that answered without a usable
+/// `replication` user: a replica attached, failed over or rolled onto one of them logs in as
+/// that user. Before everything but a forced failover, so no such step finds it missing.
+fn replication_user(shape: &Shape, members: &[Member]) -> Option<Step> {
+    let password = shape.replication_password.as_ref()?;
+    let lacking = acl::lacking_replication_user(
+        password,
+        members.iter().map(|m| {
+            let read = m.reply.as_ref().and_then(|r| r.replication_user.as_ref());
+            let atomic = m.version().is_some_and(|v| v >= slot_jobs::SINCE);
+            (m.name.as_str(), read.map(Option::as_ref), atomic)
+        }),
+    );
+    (!lacking.is_empty()).then(|| Step::CreateReplicationUser {
+        members: lacking,
+        password: password.clone(),
+    })
+}
+
 /// The first rule that has something to do, in order.
 fn decide_next(s: &Snapshot, recorded_switchover: Option<&str>, forming: bool) -> Step {
     let (shape, members) = (s.shape, s.members);
     let node_id = |m: &Member| s.node_of(m).map(|n| n.id.as_str());
     // Slots first, while the primaries know nobody: they join already holding them.
     gone::replace_gone_primary(s)
+        .or_else(|| replication_user(shape, members))
         .or_else(|| slots::form(s, forming))
         .or_else(|| membership::meet(s))
         .or_else(|| membership::forget(s))
@@ -526,6 +560,53 @@ mod tests {
             next_step(&d, &members, None),
             Step::AllowRoll { .. }
         ));
+    }
+
+    #[test]
+    fn a_roll_waits_until_every_answering_member_has_the_replication_user() {
+        use crate::acl::AclUser;
+        let password = ReplicationPassword::from_operator("op");
+        let d = Shape {
+            replication_password: Some(password.clone()),
+            ..shape(2, 1)
+        };
+        let mut sims = formed(2, 1);
+        for s in &mut sims {
+            s.revisions.desired = Some("r2".into());
+        }
+        let rolling = next_step(&shape(2, 1), &members(&sims), None);
+        assert!(
+            matches!(rolling, Step::Failover { .. } | Step::AllowRoll { .. }),
+            "{rolling:?}"
+        );
+
+        let mut members = members(&sims);
+        let usable = crate::acl::set_user(None, &password.setuser_rules(false));
+        let stale = AclUser {
+            password_hashes: vec!["0".repeat(64)],
+            ..usable.clone()
+        };
+        let users = [
+            Some(None),
+            Some(Some(usable.clone())),
+            None,
+            Some(Some(stale)),
+        ];
+        for (m, user) in members.iter_mut().zip(users) {
+            m.reply.as_mut().unwrap().replication_user = user;
+        }
+        // c-0-1 has it, c-1-0 was not read: both are left alone.
+        match next_step(&d, &members, None) {
+            Step::CreateReplicationUser { members, .. } => {
+                let names: Vec<&str> = members.iter().map(|(m, _)| m.as_str()).collect();
+                assert_eq!(names, ["c-0-0", "c-1-1"]);
+            }
+            other => panic!("{other:?}"),
+        }
+        for m in &mut members {
+            m.reply.as_mut().unwrap().replication_user = Some(Some(usable.clone()));
+        }
+        assert_eq!(next_step(&d, &members, None), rolling);
     }
 
     #[test]

@@ -31,6 +31,9 @@ operator_runtime::event_reasons! {
         Rolling: Normal,
         /// Live directives were set on running data nodes (CONFIG SET, no restart).
         ConfigSetLive: Normal,
+        /// The `replication` ACL user was created live on members whose running config
+        /// predates it (no restart), so replicas can log in as it.
+        ReplicationUserCreated: Normal,
         /// The spec's image or config is not rolled out: its Valkey version could not take
         /// over the members' data, or does not know a directive. The note says how to go on.
         UpdateRefused: Warning,
@@ -58,7 +61,11 @@ fn concerned(step: &Step) -> Option<String> {
         | Step::Configure { sentinel, .. }
         | Step::Reset { sentinel } => Some(sentinel.clone()),
         Step::HandOver { primary, .. } => Some(primary.clone()),
-        Step::Remove(_) | Step::SetConfig(_) | Step::Wait { .. } | Step::Idle => None,
+        Step::Remove(_)
+        | Step::SetConfig(_)
+        | Step::CreateReplicationUser { .. }
+        | Step::Wait { .. }
+        | Step::Idle => None,
     }
 }
 
@@ -79,6 +86,7 @@ pub fn step_event(step: &Step, error: Option<&str>) -> Option<GroupEvent> {
         Step::HandOver { .. } => ReplicationEvent::HandedOver,
         Step::AllowRoll { .. } => ReplicationEvent::Rolling,
         Step::SetConfig(_) => ReplicationEvent::ConfigSetLive,
+        Step::CreateReplicationUser { .. } => ReplicationEvent::ReplicationUserCreated,
     };
     let note = match (step, error) {
         (_, Some(e)) => format!("{step}: {e}"),

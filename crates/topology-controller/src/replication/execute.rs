@@ -22,7 +22,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::commands::{CommandResultExt, StepError, Valkey};
-use crate::execute::{MemberObjects, set_config};
+use crate::execute::{MemberObjects, create_replication_user, set_config};
 use crate::info::ReplicationInfo;
 use crate::observe::Connections;
 use crate::replication::PORT;
@@ -104,6 +104,9 @@ pub async fn execute<V: Valkey, O: MemberObjects>(
             .await
             .on(format!("CONFIG SET replica-priority {priority}"), member)?,
         Step::SetConfig(changes) => set_config(changes, conns).await?,
+        Step::CreateReplicationUser { members, password } => {
+            create_replication_user(members, password, conns).await?
+        }
         Step::HandOver {
             primary,
             target,

@@ -15,6 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::acl::{self, AclUser};
 use crate::commands::{ErrorKind, Fields, Key, SlotState, Valkey, ValkeyError};
 use crate::fake::{FAKE_VERSION, config_reply, live_defaults};
 use crate::observe::Connections;
@@ -52,6 +53,8 @@ struct Data {
     killed: u64,
     answering: bool,
     run_id: String,
+    /// ACL users by name, as `ACL GETUSER` shows them (none at start).
+    users: BTreeMap<String, AclUser>,
 }
 
 #[derive(Clone, Debug)]
@@ -150,6 +153,7 @@ impl FakeGroup {
                     killed: 0,
                     answering: true,
                     run_id: format!("{i:040x}"),
+                    users: BTreeMap::new(),
                 })
                 .collect(),
             sentinels: (0..sentinels)
@@ -616,6 +620,25 @@ impl Valkey for FakeGroupConn {
                 },
             },
         )
+        .await
+    }
+
+    async fn acl_user(&self, user: &str) -> Result<Option<AclUser>, ValkeyError> {
+        let user = user.to_string();
+        self.data(format!("ACL GETUSER {user}"), move |state, i| {
+            Ok(state.data[i].users.get(&user).cloned())
+        })
+        .await
+    }
+
+    async fn acl_setuser(&self, user: &str, rules: &[String]) -> Result<(), ValkeyError> {
+        let (user, rules) = (user.to_string(), rules.to_vec());
+        self.data(format!("ACL SETUSER {user}"), move |state, i| {
+            let users = &mut state.data[i].users;
+            let changed = acl::set_user(users.remove(&user), &rules);
+            users.insert(user, changed);
+            Ok(())
+        })
         .await
     }
 

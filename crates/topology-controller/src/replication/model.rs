@@ -8,6 +8,7 @@ use crd_types::names;
 use crd_types::node::Role;
 use kube::ResourceExt;
 
+use crate::acl::{AclUser, ReplicationPassword};
 use crate::info::ReplicationInfo;
 use crate::model::{LiveConfig, Revisions, SwitchoverRequest};
 use crate::plan::roll::RollMember;
@@ -84,6 +85,9 @@ pub struct Group {
     /// The data nodes' image: none rolls onto it while its version is refused
     /// ([`crate::plan::target`]).
     pub image: String,
+    /// The `replication` user's password, once the operator password is read (see
+    /// [`crate::acl`]); `None` leaves the data nodes' users alone.
+    pub replication_password: Option<ReplicationPassword>,
 }
 
 /// The `replica-priority` of a switchover's target: lower wins Sentinel's choice.
@@ -131,6 +135,7 @@ impl Group {
             config: data_config(replication),
             image: spec.template.image.clone(),
             name,
+            replication_password: None,
         }
     }
 
@@ -213,6 +218,8 @@ pub struct DataAnswer {
     pub priority: Option<u32>,
     /// Its live directives; `None` when its version is unknown.
     pub live_config: Option<LiveConfig>,
+    /// Its `replication` ACL user (`Some(None)`: it has none); `None` when not read.
+    pub replication_user: Option<Option<AclUser>>,
 }
 
 /// A data node and, when it answered, what it said.

@@ -2,23 +2,27 @@
 //! of the group (SENTINEL MASTER, GET-MASTER-ADDR-BY-NAME, REPLICAS, SENTINELS), read into
 //! the model.
 
+use crd_types::template::REPLICATION_USER;
+
 use crate::commands::{ErrorKind, Fields, Valkey, ValkeyError};
 use crate::info::{ReplicationInfo, info_field, server_version};
 use crate::observe::live_config;
 use crate::replication::model::{DataAnswer, Monitored, Peer, SentinelAnswer, SentinelOptions};
 
 /// Asks a data node: INFO replication and server in one round trip, then CONFIG GET of its
-/// live directives.
+/// live directives and ACL GETUSER of its `replication` user.
 pub async fn ask_data<V: Valkey>(conn: &V) -> Result<DataAnswer, ValkeyError> {
     let info = conn.info(&["replication", "server"]).await?;
     let version = server_version(&info).ok();
     let live_config = live_config(conn, version.as_deref()).await?;
+    let replication_user = conn.acl_user(REPLICATION_USER).await.ok();
     Ok(DataAnswer {
         replication: ReplicationInfo::parse(&info).map_err(unreadable)?,
         run_id: info_field(&info, "run_id"),
         version,
         priority: info_field(&info, "slave_priority").and_then(|p| p.parse().ok()),
         live_config,
+        replication_user,
     })
 }
 

@@ -1,6 +1,6 @@
 //! Planner: the next step for a ValkeyReplication, from what its data nodes and sentinels say
 //! right now and never from memory. One step per reconcile, in order: form (a new group
-//! waits for every member), attach replicas to the primary (and demote a data node that
+//! waits for every member), the `replication` user where a data node lacks it, attach replicas to the primary (and demote a data node that
 //! serves as primary when the sentinels name another), have every sentinel monitor the
 //! primary with the spec's options, keep every replica's priority (a switchover's target
 //! is preferred), the switchover, the roll. Sentinel elects primaries; the planner never
@@ -12,6 +12,7 @@ use std::fmt;
 
 use crd_types::conditions::reasons::Waiting;
 
+use crate::acl::{self, ReplicationPassword};
 use crate::plan::FailoverReason;
 use crate::plan::guard::{self, GuardedStep};
 use crate::plan::roll::{self, RollStep};
@@ -61,6 +62,14 @@ pub enum Step {
     Reset { sentinel: String },
     /// `CONFIG SET name value` of each pair on each data node (live directives).
     SetConfig(Vec<(String, Vec<(String, String)>)>),
+    /// `ACL SETUSER replication` on each of the data nodes `members`, whose running config
+    /// predates the user (or lost it): before a rolled replica logs in to one as that user.
+    CreateReplicationUser {
+        /// Each member, with whether it gets the atomic slot migration rules (a cluster
+        /// member on 9.0+).
+        members: Vec<(String, bool)>,
+        password: ReplicationPassword,
+    },
     /// `CONFIG SET replica-priority` on the replica `member`.
     SetPriority { member: String, priority: u32 },
     /// Hand `primary` over with nothing lost: pause its writes until every replica holds
@@ -131,6 +140,10 @@ impl fmt::Display for Step {
                 write!(f, "{member} gets replica-priority {priority}")
             }
             Step::SetConfig(changes) => f.write_str(&live::describe(changes)),
+            Step::CreateReplicationUser { members, .. } => {
+                let names: Vec<&str> = members.iter().map(|(m, _)| m.as_str()).collect();
+                write!(f, "{} get the replication user", names.join(", "))
+            }
             Step::HandOver {
                 primary,
                 target,
@@ -274,7 +287,8 @@ pub fn next_step(
         .map(|r| r.target.as_str());
     // A failover first: Sentinel promotes a replica before the sentinels name it, and
     // re-pointing that one (or a replica it already follows) would stall the failover.
-    failover_running(members)
+    replication_user(group, members)
+        .or_else(|| failover_running(members))
         .or_else(|| attach(group, members, p, ip))
         .or_else(|| monitor(group, members, p, ip))
         .or_else(|| remonitor(group, members, p, ip))
@@ -287,6 +301,25 @@ pub fn next_step(
         .or_else(|| refused_target(group, members))
         .or_else(|| rolling(group, members, p, ip))
         .unwrap_or(Step::Idle)
+}
+
+/// `Step::CreateReplicationUser` for the data nodes that answered without a usable
+/// `replication` user (a replica re-pointed, promoted or rolled logs in to them as it).
+/// First: creating a user disturbs no failover Sentinel runs.
+fn replication_user(group: &Group, members: &Members) -> Option<Step> {
+    let password = group.replication_password.as_ref()?;
+    let lacking = acl::lacking_replication_user(
+        password,
+        members.data.iter().map(|d| {
+            let read = d.answer.as_ref().and_then(|a| a.replication_user.as_ref());
+            // Not a cluster: no atomic slot migration.
+            (d.name(), read.map(Option::as_ref), false)
+        }),
+    );
+    (!lacking.is_empty()).then(|| Step::CreateReplicationUser {
+        members: lacking,
+        password: password.clone(),
+    })
 }
 
 /// `Step::SetConfig` for every wanted data node that runs a live directive at another value.
@@ -1058,6 +1091,40 @@ mod tests {
                 sentinel: "g-sentinel-1".into()
             }
         );
+    }
+
+    /// A data node whose running config predates the `replication` user gets it before any
+    /// replica is re-pointed at it, even while Sentinel fails over.
+    #[test]
+    fn data_nodes_get_the_replication_user_first() {
+        use crate::acl::ReplicationPassword;
+        let password = ReplicationPassword::from_operator("op");
+        let g = Group {
+            replication_password: Some(password.clone()),
+            ..group(3, 3)
+        };
+        let mut m = formed(3, 3);
+        m.data[2] = data_primary(2, 0);
+        monitored_mut(&mut m, 1)
+            .flags
+            .push("failover_in_progress".into());
+        let usable = crate::acl::set_user(None, &password.setuser_rules(false));
+        for (d, user) in m
+            .data
+            .iter_mut()
+            .zip([None, Some(None), Some(Some(usable.clone()))])
+        {
+            d.answer.as_mut().unwrap().replication_user = user;
+        }
+        match next_step(&g, &m, Some("g-0"), None) {
+            Step::CreateReplicationUser { members, .. } => {
+                assert_eq!(members, [("g-1".to_string(), false)])
+            }
+            other => panic!("{other:?}"),
+        }
+        m.data[1].answer.as_mut().unwrap().replication_user = Some(Some(usable));
+        let (reason, _) = wait_of(next_step(&g, &m, Some("g-0"), None));
+        assert_eq!(reason, Waiting::SentinelsCatchingUp);
     }
 
     /// Sentinel's leader sent `REPLICAOF NO ONE` to g-2 and waits for its next INFO to see

@@ -41,6 +41,7 @@ pub fn group(data: u32, sentinels: u32) -> Group {
             .into(),
         ),
         image: crd_types::template::DEFAULT_IMAGE.into(),
+        replication_password: None,
     }
 }
 
@@ -100,6 +101,7 @@ pub fn data_primary(i: u32, replicas: u32) -> DataNode {
             version: Some("8.0.1".into()),
             priority: None,
             live_config: None,
+            replication_user: None,
         }),
     }
 }
@@ -126,6 +128,7 @@ pub fn data_replica(i: u32, primary: u32) -> DataNode {
             version: Some("8.0.1".into()),
             priority: Some(100),
             live_config: None,
+            replication_user: None,
         }),
     }
 }

@@ -114,6 +114,7 @@ fn phase(i: &Inputs, ready: bool) -> Phase {
                 | Step::AllowRoll { .. }
                 | Step::SetPriority { .. }
                 | Step::SetConfig(_)
+                | Step::CreateReplicationUser { .. }
         )
     {
         Phase::Updating

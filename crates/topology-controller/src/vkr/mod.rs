@@ -31,6 +31,7 @@ use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 use operator_runtime::controller::ReconcileContext;
 use operator_runtime::{ApiResultExt, Context, ObjectName, Op, apply};
+use topology_controller::acl::ReplicationPassword;
 use topology_controller::auth;
 use topology_controller::disruption;
 use topology_controller::member_status::{member_status_changed, versions_in_play};
@@ -282,7 +283,14 @@ async fn act(
     connections: &Connections<Conn>,
 ) -> Result<Action, Error> {
     let vkr = &live.group;
-    let group = Group::of(vkr);
+    let group = Group {
+        replication_password: passwords
+            .operator
+            .as_deref()
+            .ok()
+            .map(ReplicationPassword::from_operator),
+        ..Group::of(vkr)
+    };
     let members = &observed.members;
     let recorded = vkr
         .status

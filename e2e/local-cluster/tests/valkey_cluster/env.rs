@@ -14,7 +14,9 @@ use local_cluster::cluster_testing::{
     status_matches_valkey, wait_until,
 };
 use local_cluster::operator::{self, RunningController};
-use local_cluster::testing::{cluster_with_operator, pod_starts, restart_controller, stop_process};
+use local_cluster::testing::{
+    cluster_with_operator, events_about, pod_starts, restart_controller, stop_process,
+};
 use serde_json::json;
 
 pub(crate) const NS: &str = "default";
@@ -320,7 +322,9 @@ impl Env {
 
     /// With no `spec.auth`, both Secrets were generated and owned by the cluster: clients
     /// need the default password, the `operator` user has its own, replication logs in
-    /// as `operator` (the replicas are in sync, see `healthy`).
+    /// as `replication` (the replicas are in sync, see `healthy`), which may do nothing but
+    /// replicate: the `masterauth` any client reads opens no admin account. A member that
+    /// loses the user gets it back live and its replica syncs again.
     pub(crate) async fn passwords_guard(&self, name: &str, access: &Access) {
         let uid = self.apis.clusters.get(name).await.unwrap().uid();
         let mut passwords = Vec::new();
@@ -353,8 +357,65 @@ impl Env {
         for m in &access.members {
             assert_eq!(
                 access.cli(&m.ip, &["CONFIG", "GET", "masteruser"]),
-                "masteruser\noperator"
+                "masteruser\nreplication"
             );
+        }
+        let masterauth = access.cli(ip, &["CONFIG", "GET", "masterauth"]);
+        let masterauth = masterauth.strip_prefix("masterauth\n").unwrap();
+        assert!(!passwords.iter().any(|p| p == masterauth));
+        let as_replication = |ip: &str, args: &[&str]| {
+            local_cluster::testing::valkey_cli_as(ip, Some((Some("replication"), masterauth)), args)
+        };
+        assert_eq!(as_replication(ip, &["PING"]), "PONG");
+        for refused in [
+            &["GET", "k"][..],
+            &["SET", "k", "v"],
+            &["CONFIG", "GET", "masterauth"],
+            &["ACL", "GETUSER", "operator"],
+            &["CLUSTER", "NODES"],
+        ] {
+            let answer = as_replication(ip, refused);
+            assert!(answer.starts_with("NOPERM"), "{refused:?}: {answer}");
+        }
+        let not_operator = local_cluster::testing::valkey_cli_as(
+            ip,
+            Some((Some("operator"), masterauth)),
+            &["ACL", "WHOAMI"],
+        );
+        assert!(not_operator.contains("NOAUTH"), "{not_operator}");
+
+        // Every member loses the user (as one whose config predates it would lack it), which
+        // also cuts every replica's link: the operator creates it again, live.
+        let operator = Some((Some("operator"), passwords[1].as_str()));
+        for m in &access.members {
+            let deleted = local_cluster::testing::valkey_cli_as(
+                &m.ip,
+                operator,
+                &["ACL", "DELUSER", "replication"],
+            );
+            assert_eq!(deleted, "1", "{}", m.ip);
+        }
+        self.wait(
+            "the replication user to be created again",
+            SETTLE,
+            || async {
+                let events = events_about(
+                    &self.apis.events,
+                    "ValkeyCluster",
+                    name,
+                    "ReplicationUserCreated",
+                )
+                .await?;
+                Ok(match events.is_empty() {
+                    true => Err("no ReplicationUserCreated Event yet".to_string()),
+                    false => Ok(()),
+                })
+            },
+        )
+        .await;
+        self.healthy(name, access, 3, 1).await;
+        for m in &access.members {
+            assert_eq!(as_replication(&m.ip, &["PING"]), "PONG", "{}", m.ip);
         }
     }
 

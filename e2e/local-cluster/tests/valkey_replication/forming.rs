@@ -3,7 +3,7 @@
 use crd_types::node::Role;
 use kube::api::{Patch, PatchParams};
 use local_cluster::network_policy::{self, admits, applies_to, controller_pod, endpoint};
-use local_cluster::replication_testing::valkey_replication;
+use local_cluster::replication_testing::{GroupAccess, valkey_replication};
 use serde_json::json;
 
 use crate::env::{Env, NS, SETTLE};
@@ -60,12 +60,63 @@ async fn three_data_nodes_and_three_sentinels_form() {
     let wrong = local_cluster::testing::valkey_cli_as(sentinel, None, &["-p", "26379", "PING"]);
     assert!(!wrong.contains("PONG"), "{wrong}");
 
+    replication_user(&env, name, &access, &primary).await;
+
     for reason in ["ReplicaAttached", "SentinelMonitoring"] {
         let events = env.apis.group_events(name, Some(reason)).await.unwrap();
         assert!(!events.is_empty(), "no {reason} Event");
     }
     network_policy_follows_the_spec(&env, name).await;
     env.finish();
+}
+
+/// Replicas log in as `replication`, which may do nothing but replicate: the `masterauth`
+/// any client reads opens no admin account. A primary that loses the user (as one whose
+/// config predates it would lack it) gets it back live, and its replicas' links come back.
+async fn replication_user(env: &Env, name: &str, access: &GroupAccess, primary: &str) {
+    let ip = access.ip(primary).unwrap();
+    for m in &access.data {
+        assert_eq!(
+            access.cli(&m.ip, &["CONFIG", "GET", "masteruser"]),
+            "masteruser\nreplication"
+        );
+    }
+    let masterauth = access.cli(ip, &["CONFIG", "GET", "masterauth"]);
+    let masterauth = masterauth.strip_prefix("masterauth\n").unwrap();
+    assert_ne!(masterauth, access.operator_password);
+    assert_ne!(masterauth, access.password);
+    let as_replication = |args: &[&str]| {
+        local_cluster::testing::valkey_cli_as(ip, Some((Some("replication"), masterauth)), args)
+    };
+    assert_eq!(as_replication(&["PING"]), "PONG");
+    for refused in [
+        &["GET", "k"][..],
+        &["SET", "k", "v"],
+        &["CONFIG", "GET", "masterauth"],
+    ] {
+        let answer = as_replication(refused);
+        assert!(answer.starts_with("NOPERM"), "{refused:?}: {answer}");
+    }
+
+    let deleted = access.operator_cli(ip, &["ACL", "DELUSER", "replication"]);
+    assert_eq!(deleted, "1");
+    env.wait(
+        "the replication user to be created again",
+        SETTLE,
+        || async {
+            let events = env
+                .apis
+                .group_events(name, Some("ReplicationUserCreated"))
+                .await?;
+            Ok(match events.is_empty() {
+                true => Err("no ReplicationUserCreated Event yet".to_string()),
+                false => Ok(()),
+            })
+        },
+    )
+    .await;
+    env.healthy(access, primary).await;
+    assert_eq!(as_replication(&["PING"]), "PONG");
 }
 
 /// The group's NetworkPolicy judged against the live pods (the local cluster enforces
