@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Builds OCI image layouts of Valkey (one per version) from the Debian root
-# filesystems of valkey-rootfs.sh, with the `oci-image` CLI.
+# filesystems of valkey-rootfs.sh, and of redis_exporter from exporter-rootfs.sh, with
+# the `oci-image` CLI.
 #
-# Usage: e2e/images/build.sh [VERSION...]     (default: 8.0 8.1 9.1; run as root)
+# Usage: e2e/images/build.sh [IMAGE...]  (default: 8.0 8.1 9.1 exporter; run as root)
 #
-# stdout: one line per image, "valkey/valkey:<VERSION> <layout dir>"; progress on stderr.
+# stdout: one line per image, "<reference> <layout dir>" (valkey/valkey:<VERSION>,
+# oliver006/redis_exporter:v<upstream version>); progress on stderr.
 # Layouts land in
-#   ${VALKEY_OPERATOR_CACHE:-$HOME/.cache/valkey-operator}/images/layouts/valkey-<VERSION>-<key>/
+#   ${VALKEY_OPERATOR_CACHE:-$HOME/.cache/valkey-operator}/images/layouts/<name>-<key>/
 # (<key> hashes the rootfs directory name, the image config, this script and the
 # oci-image binary) and are skipped when present; <layout>.digest holds the
 # manifest digest oci-image printed. oci-image is taken from $OCI_IMAGE, else PATH.
@@ -14,7 +16,8 @@
 # The image config mirrors the official valkey/valkey image: ENTRYPOINT
 # ["docker-entrypoint.sh"] (see valkey-rootfs.sh), CMD ["valkey-server"],
 # WORKDIR /data, EXPOSE 6379/tcp, the usual PATH, no USER (root; pods set
-# runAsUser 999, the valkey user in /etc/passwd).
+# runAsUser 999, the valkey user in /etc/passwd). The exporter's mirrors the upstream
+# image's: ENTRYPOINT ["/redis_exporter"], USER 59000:59000, EXPOSE 9121/tcp.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -23,9 +26,9 @@ cache="${VALKEY_OPERATOR_CACHE:-$HOME/.cache/valkey-operator}"
 say() { printf 'images: %s\n' "$*" >&2; }
 die() { say "$*"; exit 1; }
 
-if (($#)); then versions=("$@"); else versions=(8.0 8.1 9.1); fi
+if (($#)); then versions=("$@"); else versions=(8.0 8.1 9.1 exporter); fi
 for v in "${versions[@]}"; do
-  case "$v" in 8.0 | 8.1 | 9.1) ;; *) die "unknown VERSION '$v' (want 8.0, 8.1 or 9.1)" ;; esac
+  case "$v" in 8.0 | 8.1 | 9.1 | exporter) ;; *) die "unknown IMAGE '$v' (want 8.0, 8.1, 9.1 or exporter)" ;; esac
 done
 
 oci_image="${OCI_IMAGE:-oci-image}"
@@ -35,22 +38,39 @@ layouts="$cache/images/layouts"
 mkdir -p "$layouts"
 
 for v in "${versions[@]}"; do
-  rootfs="$("$here/valkey-rootfs.sh" "$v")"
-  pkg_version="$(cat "$rootfs.version")"
-  suite="$(cat "$rootfs.suite")"
-  ref="valkey/valkey:$v"
-
-  args=(
-    --rootfs "$rootfs"
-    --tag "$ref"
-    --entrypoint '["docker-entrypoint.sh"]'
-    --cmd '["valkey-server"]'
-    --workdir /data
-    --expose 6379/tcp
-    --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-    --label "org.opencontainers.image.version=$pkg_version"
-    --label "org.opencontainers.image.source=Debian $suite valkey-server $pkg_version"
-  )
+  if [[ "$v" == exporter ]]; then
+    rootfs="$("$here/exporter-rootfs.sh")"
+    pkg_version="$(cat "$rootfs.version")"
+    suite="$(cat "$rootfs.suite")"
+    ref="oliver006/redis_exporter:v$pkg_version"
+    name=exporter
+    args=(
+      --rootfs "$rootfs"
+      --tag "$ref"
+      --entrypoint '["/redis_exporter"]'
+      --user 59000:59000
+      --expose 9121/tcp
+      --label "org.opencontainers.image.version=v$pkg_version"
+      --label "org.opencontainers.image.source=Debian $suite prometheus-redis-exporter $pkg_version"
+    )
+  else
+    rootfs="$("$here/valkey-rootfs.sh" "$v")"
+    pkg_version="$(cat "$rootfs.version")"
+    suite="$(cat "$rootfs.suite")"
+    ref="valkey/valkey:$v"
+    name="valkey-$v"
+    args=(
+      --rootfs "$rootfs"
+      --tag "$ref"
+      --entrypoint '["docker-entrypoint.sh"]'
+      --cmd '["valkey-server"]'
+      --workdir /data
+      --expose 6379/tcp
+      --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+      --label "org.opencontainers.image.version=$pkg_version"
+      --label "org.opencontainers.image.source=Debian $suite valkey-server $pkg_version"
+    )
+  fi
 
   if [[ -z "$oci_image_path" ]]; then
     oci_image_path="$(command -v "$oci_image")" \
@@ -60,15 +80,15 @@ for v in "${versions[@]}"; do
 
   key="$({ basename "$rootfs"; printf '%s\n' "${args[@]}"; echo "$oci_image_sum"; cat "$self"; } \
     | sha256sum | cut -c1-12)"
-  out="$layouts/valkey-$v-$key"
+  out="$layouts/$name-$key"
 
   if [[ ! -d "$out" ]]; then
-    exec 9>"$layouts/.valkey-$v.lock"
+    exec 9>"$layouts/.$name.lock"
     flock 9
     if [[ ! -d "$out" ]]; then
-      tmp="$layouts/.tmp-valkey-$v-$key-$$"
+      tmp="$layouts/.tmp-$name-$key-$$"
       rm -rf "$tmp"
-      say "building $ref from $(basename "$rootfs") (valkey-server $pkg_version, $suite)..."
+      say "building $ref from $(basename "$rootfs") ($pkg_version, $suite)..."
       start=$SECONDS
       digest="$("$oci_image_path" build --out "$tmp" "${args[@]}")" \
         || { rm -rf "$tmp"; die "oci-image build failed for $ref"; }

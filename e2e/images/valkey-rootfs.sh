@@ -44,93 +44,14 @@ esac
 
 self="$(readlink -f "${BASH_SOURCE[0]}")"
 cache="${VALKEY_OPERATOR_CACHE:-$HOME/.cache/valkey-operator}"
-arch=amd64
 # libc-bin: ldconfig and the C.UTF-8 locale (valkey-server exits with "Failed to
 # configure LOCALE" when LANG names a locale the image lacks, e.g. LANG=C.UTF-8).
 pkgs=(valkey-server valkey-sentinel valkey-tools dash bash coreutils grep sed mawk findutils libc-bin "${hints[@]}")
 
-# --- The Debian mirror, as configured for this machine's own suite ---------------
-# Same derivation as e2e/setup-valkey.sh: the first URI given for the host's codename
-# in deb822 sources, else in one-line sources. Nothing is hard-coded.
-derive_mirror() {
-  local codename f m=""
-  codename="$(. /etc/os-release && echo "${VERSION_CODENAME:-}")"
-  [[ -n "$codename" ]] || return 1
-  for f in /etc/apt/sources.list.d/*.sources; do
-    [[ -e "$f" ]] || continue
-    m=$(awk -v suite="$codename" '
-      /^URIs:/ { uri = $2 }
-      /^Suites:/ { for (i = 2; i <= NF; i++) if ($i == suite) found = 1 }
-      /^$/ { if (found && uri != "") { print uri; exit } found = 0; uri = "" }
-      END { if (found && uri != "") print uri }' "$f")
-    [[ -n "$m" ]] && break
-  done
-  if [[ -z "$m" ]]; then
-    m=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null \
-      | awk -v suite="$codename" '$1 == "deb" && $3 == suite { print $2; exit }')
-  fi
-  [[ -n "$m" ]] && echo "$m"
-}
-
-# --- Private apt state for the suite ----------------------------------------------
-ad="$cache/images/apt/$suite"
-mkdir -p "$ad/etc" "$ad/prefs" "$ad/state/lists/partial" "$ad/cache/archives/partial"
-touch "$ad/status"
-exec 8>"$ad/.lock"
-flock 8 # one resolver/downloader per suite at a time
-
-# Host apt.conf.d is still read (it may carry e.g. date-check settings needed for
-# this machine's mirror); everything stateful is redirected here.
-apt_opts=(
-  -o "Dir::State=$ad/state" -o "Dir::State::status=$ad/status"
-  -o "Dir::Cache=$ad/cache" -o "Dir::Cache::pkgcache=" -o "Dir::Cache::srcpkgcache="
-  -o "Dir::Etc::SourceList=/dev/null" -o "Dir::Etc::SourceParts=$ad/etc"
-  -o "Dir::Etc::Preferences=/dev/null" -o "Dir::Etc::PreferencesParts=$ad/prefs"
-  -o "APT::Architecture=$arch" -o "APT::Architectures::=$arch"
-  -o "APT::Sandbox::User=root" -o "Debug::NoLocking=1"
-  -o "Acquire::Languages=none" -o "APT::Get::List-Cleanup=1"
-)
-apt() { apt-get "${apt_opts[@]}" "$@"; }
-
-sources="$ad/etc/debian.sources"
-stamp="$ad/.updated"
-if [[ ! -s "$sources" ]]; then
-  mirror="$(derive_mirror)" || die "no apt source for this machine's suite found; cannot derive a Debian mirror"
-  printf 'Types: deb\nURIs: %s\nSuites: %s\nComponents: main\nTargets: Packages\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
-    "$mirror" "$suites" >"$sources.tmp"
-  mv -f "$sources.tmp" "$sources"
-  rm -f "$stamp"
-fi
-if [[ ! -e "$stamp" || -n "$(find "$stamp" -mmin +1440 2>/dev/null)" ]]; then
-  say "refreshing the $suite package index (at most once a day)..."
-  t0=$SECONDS
-  if apt -q update >"$ad/update.log" 2>&1 && ! grep -q '^[WE]:' "$ad/update.log"; then
-    touch "$stamp"
-    say "index refreshed in $((SECONDS - t0))s"
-  elif compgen -G "$ad/state/lists/*_Packages*" >/dev/null; then
-    say "WARNING: index refresh failed (see $ad/update.log); using the previous index"
-  else
-    cat "$ad/update.log" >&2
-    die "apt-get update for $suite failed"
-  fi
-fi
-
-# --- Resolve the closure (from the cached index, no network) -----------------------
-# Simulated install against the empty status: one "Inst NAME (VERSION ARCHIVE [ARCH])"
-# line per package (sometimes followed by " [...]"); the pool file name is
-# NAME_VERSION_ARCH.deb with ':' as %3a. The result is remembered until the next
-# index refresh, so a warm run does not start apt at all.
-closure="$ad/closure-$(printf '%s\n' "$arch" "${pkgs[@]}" | sha256sum | cut -c1-12)"
-if [[ -s "$closure" && "$closure" -nt "$stamp" ]]; then
-  mapfile -t debs <"$closure"
-else
-  say "resolving the package closure in $suite..."
-  sim="$(apt -s install --no-install-recommends "${pkgs[@]}" 2>&1)" || { echo "$sim" >&2; die "cannot resolve packages in $suite"; }
-  mapfile -t debs < <(sed -n 's/^Inst \([^ ]*\) (\([^ ]*\) .* \[\([^]]*\)\])\( \[.*\]\)\{0,1\}$/\1_\2_\3.deb/p' <<<"$sim" \
-    | sed 's/:/%3a/g' | LC_ALL=C sort)
-  ((${#debs[@]})) || { echo "$sim" >&2; die "empty package closure for $suite"; }
-  printf '%s\n' "${debs[@]}" >"$closure.tmp" && mv -f "$closure.tmp" "$closure"
-fi
+# --- The packages (e2e/images/debian.sh: private apt state, closure, download) ------
+# shellcheck source=debian.sh
+. "$(dirname "$self")/debian.sh"
+debian_closure "$suite" "$suites" "${pkgs[@]}"
 [[ " ${debs[*]} " == *" libc6_"* ]] || die "closure lacks libc6: ${debs[*]}"
 server_deb="$(printf '%s\n' "${debs[@]}" | grep '^valkey-server_')" || die "closure lacks valkey-server"
 pkg_version="$(sed 's/^valkey-server_\(.*\)_[^_]*\.deb$/\1/; s/%3a/:/g' <<<"$server_deb")"
@@ -143,24 +64,7 @@ if [[ -d "$out" ]]; then
   exit 0
 fi
 
-# --- Download (only what is missing from the suite's archive cache) ----------------
-archives="$ad/cache/archives"
-missing=0
-for d in "${debs[@]}"; do [[ -s "$archives/$d" ]] || missing=$((missing + 1)); done
-if ((missing)); then
-  say "downloading $missing of ${#debs[@]} packages from $suite..."
-  t0=$SECONDS
-  apt -q -y install --download-only --no-install-recommends "${pkgs[@]}" >"$ad/download.log" 2>&1 \
-    || { cat "$ad/download.log" >&2; die "download failed"; }
-  say "downloaded in $((SECONDS - t0))s"
-fi
-for d in "${debs[@]}"; do [[ -s "$archives/$d" ]] || die "expected $archives/$d after download"; done
-# Keep the archive cache to the current closure.
-declare -A wanted=()
-for d in "${debs[@]}"; do wanted[$d]=1; done
-for f in "$archives"/*.deb; do
-  [[ -e "$f" && -z "${wanted[$(basename "$f")]:-}" ]] && rm -f "$f"
-done
+debian_download
 
 # --- Unpack into a temp dir, then rename into place -------------------------------
 mkdir -p "$cache/images/rootfs"

@@ -1,6 +1,6 @@
 //! The local cluster's images: an OCI registry on loopback (`e2e/registry`) holding one
-//! Valkey image per supported version, built from Debian packages (`e2e/images`) and pushed
-//! on every start. The node agent pulls every image from this registry, whatever registry
+//! Valkey image per supported version and redis_exporter's ([`exporter_image`]), built
+//! from Debian packages (`e2e/images`) and pushed on every start. The node agent pulls every image from this registry, whatever registry
 //! host the image name gives, as a node with a registry mirror would.
 
 use std::path::{Path, PathBuf};
@@ -36,14 +36,26 @@ pub struct LocalImage {
     pub layout: PathBuf,
 }
 
-/// Builds what is missing and lists the Valkey image layouts (`e2e/images/build.sh`).
-pub fn valkey_images() -> Result<Vec<LocalImage>> {
+/// Builds what is missing and lists the image layouts (`e2e/images/build.sh`): Valkey's
+/// and the exporter's.
+pub fn local_images() -> Result<Vec<LocalImage>> {
+    let mut which = VALKEY_VERSIONS.to_vec();
+    which.push("exporter");
+    build_images(&which)
+}
+
+/// The exporter image the local cluster has: Debian forky's build of redis_exporter under
+/// upstream's name, `oliver006/redis_exporter:v<version>` (Debian's version decides it).
+pub fn exporter_image() -> Result<String> {
+    let image = build_images(&["exporter"])?
+        .pop()
+        .context("e2e/images/build.sh printed no exporter image")?;
+    Ok(format!("{}:{}", image.repository, image.tag))
+}
+
+fn build_images(which: &[&str]) -> Result<Vec<LocalImage>> {
     let oci_image = workspace_binary("oci-image")?;
-    let out = run_script(
-        "e2e/images/build.sh",
-        VALKEY_VERSIONS,
-        &[("OCI_IMAGE", &oci_image)],
-    )?;
+    let out = run_script("e2e/images/build.sh", which, &[("OCI_IMAGE", &oci_image)])?;
     parse_build_output(&out)
 }
 
@@ -75,10 +87,10 @@ fn registry_binary() -> Result<PathBuf> {
 }
 
 impl LocalCluster {
-    /// Starts the registry and pushes the Valkey images; returns its base URL.
+    /// Starts the registry and pushes the images; returns its base URL.
     pub(crate) async fn start_registry(&mut self) -> Result<String> {
         let binary = registry_binary()?;
-        let images = valkey_images()?;
+        let images = local_images()?;
         let addr_file = self.layout.run_dir.join("registry.addr");
         let _ = std::fs::remove_file(&addr_file);
         // Blobs are content-addressed: every run shares them, so a warm push sends manifests only.

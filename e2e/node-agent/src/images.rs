@@ -1,9 +1,10 @@
 //! What a kubelet derives from a pulled image: the command line, user, environment and
 //! working directory of a container, and the pull policy.
 //!
-//! Pulling and unpacking live in the oci-image crate; this module is pure. The one local
-//! special case is [`bind_args`]: pods share the host network here, so a Valkey server or
-//! sentinel is told to listen on its pod IP only.
+//! Pulling and unpacking live in the oci-image crate; this module is pure. The local special
+//! cases come from pods sharing the host network here: a Valkey server or sentinel is told
+//! to listen on its pod IP only ([`bind_args`]), and so is redis_exporter
+//! ([`pin_exporter_listen_address`]).
 
 use std::net::Ipv4Addr;
 use std::path::Path;
@@ -90,6 +91,32 @@ fn bind_args(pod_ip: Ipv4Addr) -> [String; 4] {
         "--bind-source-addr".to_string(),
         ip,
     ]
+}
+
+/// redis_exporter listens on all addresses (`:9121`) by default, which here would collide
+/// with the service proxy's sockets on the same port: pin its listen address to the pod IP,
+/// keeping the port `REDIS_EXPORTER_WEB_LISTEN_ADDRESS` names. Other programs are left alone.
+pub fn pin_exporter_listen_address(
+    argv: &[String],
+    env: &mut Vec<(String, String)>,
+    pod_ip: Ipv4Addr,
+) {
+    const LISTEN: &str = "REDIS_EXPORTER_WEB_LISTEN_ADDRESS";
+    if !argv
+        .first()
+        .is_some_and(|a| matches!(base(a), "redis_exporter" | "prometheus-redis-exporter"))
+    {
+        return;
+    }
+    let current = env.iter().position(|(k, _)| k == LISTEN);
+    let port = current
+        .and_then(|i| env[i].1.rsplit_once(':').map(|(_, p)| p.to_string()))
+        .unwrap_or_else(|| "9121".into());
+    let pinned = (LISTEN.to_string(), format!("{pod_ip}:{port}"));
+    match current {
+        Some(i) => env[i] = pinned,
+        None => env.push(pinned),
+    }
 }
 
 /// uid and gid from the image's `User` ("name", "uid", "uid:gid", "name:group"), names
@@ -202,6 +229,28 @@ mod tests {
     }
 
     const BIND: [&str; 4] = ["--bind", "127.64.0.5", "--bind-source-addr", "127.64.0.5"];
+
+    #[test]
+    fn the_exporter_listens_on_its_pod_ip() {
+        let mut env = vec![(
+            "REDIS_EXPORTER_WEB_LISTEN_ADDRESS".to_string(),
+            ":9200".to_string(),
+        )];
+        pin_exporter_listen_address(&s(&["/redis_exporter"]), &mut env, IP);
+        assert_eq!(env[0].1, format!("{IP}:9200"));
+        let mut env = Vec::new();
+        pin_exporter_listen_address(&s(&["redis_exporter", "-debug"]), &mut env, IP);
+        assert_eq!(
+            env,
+            [(
+                "REDIS_EXPORTER_WEB_LISTEN_ADDRESS".to_string(),
+                format!("{IP}:9121")
+            )]
+        );
+        let mut env = Vec::new();
+        pin_exporter_listen_address(&s(&["valkey-server"]), &mut env, IP);
+        assert!(env.is_empty());
+    }
 
     #[test]
     fn image_defaults_run_the_server_with_bind() {

@@ -895,6 +895,7 @@ impl Runner {
         let args = env::expand_all(self.c.args.as_deref().unwrap_or_default(), &envs);
         let argv = images::container_argv(&image.config, &command, &args, self.ip)
             .map_err(|m| ("CreateContainerError", m))?;
+        images::pin_exporter_listen_address(&argv.argv, &mut envs, self.ip);
 
         let vols: HashMap<String, Materialized> = self.entry.volumes.lock().unwrap().clone();
         let mounts = volumes::plan_mounts(&self.c, &vols, &envs).map_err(cfg_err)?;
