@@ -323,6 +323,35 @@ pub const ATOMIC_MIGRATION_RULES: &str =
 /// replication password needs no Secret of its own and changes with the operator's.
 pub const REPLICATION_PASSWORD_PREFIX: &str = "valkey-operator replication user:";
 
+/// The ACL user the exporter sidecar logs in as: it may read INFO and the latency and
+/// slow-log counters, nothing else (no key, no CONFIG, no SLOWLOG GET: slow commands'
+/// arguments are data). Rendered on data nodes with an exporter and passwords.
+pub const MONITORING_USER: &str = "monitoring";
+
+/// What [`MONITORING_USER`] may do: the commands redis_exporter sends on a scrape of
+/// `/metrics` with `CONFIG` skipped (`REDIS_EXPORTER_CONFIG_COMMAND=-`).
+pub const MONITORING_USER_RULES: &str = "resetchannels -@all +ping +info +client|setname \
+     +command|info +latency|latest +latency|histogram +slowlog|len +cluster|info";
+
+/// Added to [`MONITORING_USER_RULES`] on Valkey 8.1+, which has COMMANDLOG (8.0 refuses the
+/// rule as an unknown command, so it never gets it).
+pub const COMMANDLOG_RULES: &str = "+commandlog|len";
+
+/// [`MONITORING_USER`]'s password: the hex SHA-256 of this prefix followed by the operator
+/// password (the default user's when there is no operator user), like the replication
+/// user's. The exporter reads it from a file an init container derives.
+pub const MONITORING_PASSWORD_PREFIX: &str = "valkey-operator monitoring user:";
+
+/// A password derived one way from `base`: the hex SHA-256 of `prefix` followed by it, as
+/// the pods' start scripts derive it with `sha256sum`.
+pub fn derived_password(prefix: &str, base: &str) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(format!("{prefix}{base}"))
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 /// The topology rule keeping `auth.operatorSecretRef` as created (set or not, and which):
 /// running servers keep the operator password they started with, so a new one would lock
 /// the controller out until password rotation exists.

@@ -6,7 +6,7 @@
 use std::fmt;
 
 use crd_types::template::{
-    ATOMIC_MIGRATION_RULES, REPLICATION_PASSWORD_PREFIX, REPLICATION_USER_RULES,
+    ATOMIC_MIGRATION_RULES, REPLICATION_PASSWORD_PREFIX, REPLICATION_USER_RULES, derived_password,
 };
 use sha2::{Digest, Sha256};
 
@@ -26,7 +26,7 @@ impl fmt::Debug for ReplicationPassword {
 impl ReplicationPassword {
     /// Derived from the operator password as node-controller's start script derives it.
     pub fn from_operator(operator_password: &str) -> Self {
-        let password = sha256_hex(format!("{REPLICATION_PASSWORD_PREFIX}{operator_password}"));
+        let password = derived_password(REPLICATION_PASSWORD_PREFIX, operator_password);
         let hash = sha256_hex(&password);
         Self { password, hash }
     }

@@ -333,6 +333,12 @@ async fn start_controller(
 
 /// The body of a plain HTTP/1.0 GET on loopback, if it answered 200.
 pub async fn http_get(addr: &str, path: &str) -> Option<String> {
+    let (status, body) = http_get_status(addr, path).await?;
+    (status == 200).then_some(body)
+}
+
+/// An HTTP/1.0 GET's status code and body; `None` when nothing answers over HTTP.
+pub async fn http_get_status(addr: &str, path: &str) -> Option<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
     let request = format!("GET {path} HTTP/1.0\r\nHost: local\r\n\r\n");
@@ -340,9 +346,9 @@ pub async fn http_get(addr: &str, path: &str) -> Option<String> {
     let mut response = Vec::new();
     stream.read_to_end(&mut response).await.ok()?;
     let response = String::from_utf8(response).ok()?;
-    let ok = response.starts_with("HTTP/1.1 200") || response.starts_with("HTTP/1.0 200");
-    let (_, body) = response.split_once("\r\n\r\n")?;
-    ok.then(|| body.to_string())
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    let status = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, body.to_string()))
 }
 
 #[cfg(test)]

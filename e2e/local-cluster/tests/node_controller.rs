@@ -3,7 +3,8 @@
 //! announces the node's Service ClusterIP; the pod comes back after a delete with its data
 //! (Kubernetes restarts it, not the operator); a claim that cannot bind is reported on the
 //! node while a healthy node stays healthy; a container that cannot start for a missing
-//! Secret is reported, warned about and retried with a growing delay.
+//! Secret is reported, warned about and retried with a growing delay; an exporter sidecar
+//! (the real redis_exporter) scrapes as the read-only monitoring user.
 
 use crd_types::ValkeyNode;
 use crd_types::conditions::{self, types};
@@ -14,7 +15,9 @@ use std::collections::BTreeMap;
 
 use std::time::{Duration, Instant};
 
-use crd_types::template::{Auth, SecretKeyRef};
+use crd_types::template::{
+    Auth, Exporter, MONITORING_PASSWORD_PREFIX, SecretKeyRef, derived_password,
+};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -62,6 +65,7 @@ async fn nodes_run_real_valkey_pods_that_survive_deletion() {
     unbound_claim(&cluster, &client, &apis).await;
     owned_directive_in_another_case(&cluster, &client, &apis).await;
     authenticated_node(&cluster, &client, &apis).await;
+    exporter_node(&cluster, &apis).await;
 
     // --- The controller never failed a reconcile on the way, but for the node that waited
     // for its Secrets (f), which is reported as a failure on purpose.
@@ -695,4 +699,101 @@ async fn authenticated_node(cluster: &LocalCluster, client: &Client, apis: &Apis
         .cluster_ip
         .unwrap();
     assert_ne!(valkey_cli(&blank_ip, &["PING"]), "PONG", "nothing serves");
+}
+
+/// A node with passwords and the real redis_exporter (Debian's build, v1.86.0 today, see
+/// e2e/images): the exporter scrapes as the `monitoring` user with the password the
+/// `exporter-auth` init container derived (its own environment holds none); that user reads
+/// INFO and nothing else; `/scrape?target=` is gone. Uses the `locked` node's Secrets.
+async fn exporter_node(cluster: &LocalCluster, apis: &Apis) {
+    let name = "watched";
+    let operator_password = "--op-pass'\"\\x41";
+    let mut node = valkey_node(name, WorkloadType::StatefulSet, false, None);
+    node.spec.auth = Some(Auth {
+        password_secret_ref: Some(SecretKeyRef {
+            name: "locked-auth".into(),
+            key: "password".into(),
+        }),
+        operator_secret_ref: Some(SecretKeyRef {
+            name: "locked-operator".into(),
+            key: "pw".into(),
+        }),
+    });
+    node.spec.template.exporter = Some(Exporter {
+        image: local_cluster::images::exporter_image().unwrap(),
+        port: 9121,
+        resources: None,
+    });
+    apis.nodes
+        .create(&PostParams::default(), &node)
+        .await
+        .unwrap();
+    let (_, ip) = cluster
+        .wait_for_value("the node with an exporter to be ready", || {
+            ready_node(&apis.nodes, &apis.pods, name, None)
+        })
+        .await
+        .unwrap();
+    let metrics_addr = format!("{ip}:9121");
+    // The first scrape may come before the server accepts clients; a later one must succeed.
+    let scraped = cluster
+        .wait_for_value("the exporter to scrape the server", || async {
+            let body = operator::http_get(&metrics_addr, "/metrics").await;
+            Ok(body.filter(|b| b.lines().any(|l| l == "redis_up 1")))
+        })
+        .await;
+    let metrics = match scraped {
+        Ok(metrics) => metrics,
+        Err(error) => {
+            // The last run's, when it crashed (the current one may not have started).
+            let params = kube::api::LogParams {
+                container: Some("exporter".into()),
+                previous: true,
+                ..Default::default()
+            };
+            let log = apis.pods.logs(&format!("{name}-0"), &params).await;
+            let last = operator::http_get_status(&metrics_addr, "/metrics").await;
+            let pod = apis.pods.get(&format!("{name}-0")).await.map(|p| p.status);
+            let agent = cluster.log_tail("node-agent", 40);
+            panic!(
+                "{error}\nexporter log: {log:?}\nlast /metrics: {last:?}\npod status: {pod:?}\nagent: {agent}"
+            );
+        }
+    };
+    for series in [
+        "redis_connected_clients ",
+        "redis_slowlog_length ",
+        "redis_instance_info{",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l.starts_with(series)),
+            "{series} missing from the exporter's metrics"
+        );
+    }
+    let (status, _) =
+        operator::http_get_status(&metrics_addr, &format!("/scrape?target=redis://{ip}:6379"))
+            .await
+            .unwrap();
+    assert_eq!(status, 404, "/scrape is disabled");
+
+    let monitoring_password = derived_password(MONITORING_PASSWORD_PREFIX, operator_password);
+    let monitoring = Some((Some("monitoring"), monitoring_password.as_str()));
+    assert!(
+        valkey_cli_as(&ip, monitoring, &["INFO", "server"]).contains("valkey_version:"),
+        "the monitoring user reads INFO"
+    );
+    for command in [
+        &["SET", "k", "v"][..],
+        &["GET", "k"],
+        &["CONFIG", "GET", "masterauth"],
+        &["SLOWLOG", "GET"],
+        &["ACL", "LIST"],
+        &["CLIENT", "LIST"],
+    ] {
+        let reply = valkey_cli_as(&ip, monitoring, command);
+        assert!(
+            reply.contains("NOPERM"),
+            "{command:?} as monitoring: {reply}"
+        );
+    }
 }

@@ -11,16 +11,19 @@
 //! The values themselves are read and written as valkey.conf does, by [`args`].
 
 pub mod args;
+mod auth;
 pub mod replication;
+
+pub use auth::{
+    EXPORTER_AUTH_DIR, EXPORTER_PASSWORD_FILE, auth_file_script, exporter_logs_in_as_monitoring,
+    exporter_password_file_script,
+};
 
 use crd_types::conditions::reasons::ConfigValid;
 use crd_types::live_config;
 use crd_types::names::ports;
 use crd_types::node::{Mode, RolloutPolicy};
-use crd_types::template::{
-    ATOMIC_MIGRATION_RULES, Announce, OPERATOR_USER, REPLICATION_PASSWORD_PREFIX, REPLICATION_USER,
-    REPLICATION_USER_RULES,
-};
+use crd_types::template::{Announce, OPERATOR_USER};
 use crd_types::versions::{self, Version};
 
 use args::{quote, split_args};
@@ -388,71 +391,6 @@ fn auth_args(spec: &ValkeyNodeSpec) -> Vec<String> {
     args
 }
 
-/// The shell lines with which a data node's container writes its password directives to
-/// [`AUTH_FILE`] before the server starts, each value quoted for Valkey's config parser
-/// (`\` and `"` escaped). Not on the command line: Valkey 8.1 rebuilds its arguments into
-/// config lines without escaping them, so a password with `"` stops the start and one with
-/// `\` is silently changed (measured on 8.1.1; 8.0.1 and 9.1.2 keep them). With an operator
-/// user, replication logs in as the `replication` user (password derived from the
-/// operator's, see [`REPLICATION_PASSWORD_PREFIX`]): a change of the default user's password
-/// cannot break it mid-roll, and `CONFIG GET masterauth` shows no admin password. `None`
-/// for sentinels and for nodes without passwords.
-pub fn auth_file_script(spec: &ValkeyNodeSpec) -> Option<String> {
-    let auth = spec.auth.as_ref().filter(|_| spec.mode != Mode::Sentinel)?;
-    let (password, operator) = (
-        auth.password_secret_ref.is_some(),
-        auth.operator_secret_ref.is_some(),
-    );
-    if !password && !operator {
-        return None;
-    }
-    let quoted = |value: &str| format!("\"$(valkey_quote \"{value}\")\"");
-    let mut lines = vec![
-        r#"valkey_quote() { printf '"%s"' "$(printf '%s' "$1" | sed 's/[\\"]/\\&/g')"; }"#
-            .to_string(),
-        // Owner-only, without changing the umask the server inherits.
-        "(umask 077; {".to_string(),
-    ];
-    let pw = format!("${PASSWORD_ENV}");
-    let op = format!("${OPERATOR_PASSWORD_ENV}");
-    if password {
-        lines.push(format!("  printf 'requirepass %s\\n' {}", quoted(&pw)));
-    }
-    if operator {
-        lines.push(format!(
-            "  printf 'user {OPERATOR_USER} on %s ~* &* +@all\\n' {}",
-            quoted(&format!(">{op}"))
-        ));
-        lines.push(format!(
-            "  printf 'user {REPLICATION_USER} on %s %s\\n' {} \"$rr\"",
-            quoted(">$rp")
-        ));
-        lines.push(format!("  printf 'masteruser {REPLICATION_USER}\\n'"));
-        lines.push(format!("  printf 'masterauth %s\\n' {}", quoted("$rp")));
-    } else {
-        lines.push(format!("  printf 'masterauth %s\\n' {}", quoted(&pw)));
-    }
-    lines.push(format!("}} > {AUTH_FILE}) || exit 1"));
-    if operator {
-        // Derived before the file is written: an empty one would be a passwordless user.
-        let mut derive = format!(
-            "rp=$(printf '%s%s' '{REPLICATION_PASSWORD_PREFIX}' \"{op}\" | sha256sum | cut -c1-64)\n\
-             [ ${{#rp}} -eq 64 ] || {{ echo 'cannot derive the replication password (sha256sum)' >&2; exit 1; }}\n\
-             rr='{REPLICATION_USER_RULES}'"
-        );
-        if spec.mode == Mode::Cluster {
-            // Atomic slot migration (9.0+) replays writes on the target as this user; older
-            // servers refuse its command as unknown. `$0` is the server program.
-            derive.push_str(&format!(
-                "\ncase \"$(\"$0\" --version 2>/dev/null)\" in *' v=7.'*|*' v=8.'*|'') ;; \
-                 *) rr=\"$rr {ATOMIC_MIGRATION_RULES}\";; esac"
-            ));
-        }
-        lines.insert(1, derive);
-    }
-    Some(lines.join("\n"))
-}
-
 fn push(text: &mut String, name: &str, value: &str) {
     push_line(text, name, &[value.to_string()]);
 }
@@ -709,89 +647,6 @@ mod tests {
             Some("10.96.0.7"),
         ));
         assert!(!c.text.contains("include"), "no passwords, no include");
-    }
-
-    /// Runs the start-up lines with `env` and returns what they wrote to the auth file, with
-    /// a server program that says it is Valkey 8.0.1.
-    fn auth_file(spec: &ValkeyNodeSpec, env: &[(&str, &str)]) -> String {
-        auth_file_of(spec, env, "8.0.1")
-    }
-
-    /// [`auth_file`] with a server program that says it is Valkey `version`.
-    fn auth_file_of(spec: &ValkeyNodeSpec, env: &[(&str, &str)], version: &str) -> String {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("auth.conf");
-        let server = dir.path().join("valkey-server");
-        std::fs::write(
-            &server,
-            format!("#!/bin/sh\necho 'Valkey server v={version} sha=00000000:0 bits=64'\n"),
-        )
-        .unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&server, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let script = auth_file_script(spec)
-            .unwrap()
-            .replace(AUTH_FILE, path.to_str().unwrap());
-        let out = std::process::Command::new("sh")
-            .args(["-c", &script, server.to_str().unwrap()])
-            .env_clear()
-            .env("PATH", "/usr/bin:/bin")
-            .envs(env.iter().copied())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
-        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
-        assert_eq!(mode & 0o077, 0, "owner-only: {mode:o}");
-        std::fs::read_to_string(&path).unwrap()
-    }
-
-    #[test]
-    fn the_auth_file_quotes_every_password_for_the_config_parser() {
-        let tricky = r#"s3cret "with" \x41 'quotes' and spaces"#;
-        let op = r#"--op-pass'"\"#;
-        let text = auth_file(
-            &with_auth(Mode::Cluster, true, true),
-            &[("REDISCLI_AUTH", tricky), ("VALKEY_OPERATOR_PASSWORD", op)],
-        );
-        assert_eq!(
-            text,
-            concat!(
-                r#"requirepass "s3cret \"with\" \\x41 'quotes' and spaces""#,
-                "\n",
-                r#"user operator on ">--op-pass'\"\\" ~* &* +@all"#,
-                "\n",
-                // The replication user's password: the hex SHA-256 of the prefix and the
-                // operator password (the same value topology-controller derives).
-                "user replication on \">e090f2b28e1b43e4d33ea0938ac4eee7606a383382c2d418d0061db80c5eb981\" \
-                 resetchannels -@all +psync +sync +replconf +ping\n",
-                "masteruser replication\n",
-                "masterauth \"e090f2b28e1b43e4d33ea0938ac4eee7606a383382c2d418d0061db80c5eb981\"\n",
-            )
-        );
-        // A 9.x cluster member's replication user may also replay atomic slot migrations;
-        // a 9.x standalone server's may not.
-        let env = [("VALKEY_OPERATOR_PASSWORD", "s3cret")];
-        let user_line = |mode: Mode, version: &str| {
-            let text = auth_file_of(&with_auth(mode, false, true), &env, version);
-            text.lines()
-                .find(|l| l.starts_with("user replication"))
-                .unwrap()
-                .to_string()
-        };
-        let base = "user replication on \">531fc8f0713e57921711ee9ca8dcb9fb089f1efdd993e40079586904a2dd3fa1\" \
-                    resetchannels -@all +psync +sync +replconf +ping";
-        assert_eq!(user_line(Mode::Cluster, "8.1.1"), base);
-        assert_eq!(user_line(Mode::Standalone, "9.1.2"), base);
-        assert_eq!(
-            user_line(Mode::Cluster, "9.1.2"),
-            format!("{base} +cluster|syncslots +select ~* +@write -flushall -flushdb -swapdb")
-        );
-        // Without an operator user, replicas log in with the default password.
-        let text = auth_file(
-            &with_auth(Mode::Standalone, true, false),
-            &[("REDISCLI_AUTH", "a-b")],
-        );
-        assert_eq!(text, "requirepass \"a-b\"\nmasterauth \"a-b\"\n");
     }
 
     #[test]

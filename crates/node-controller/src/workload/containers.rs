@@ -10,15 +10,21 @@ use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, SecurityContext, VolumeMount,
 };
 
-use super::pod::{DATA_VOLUME, TMP_VOLUME};
+use super::pod::{DATA_VOLUME, EXPORTER_AUTH_VOLUME, TMP_VOLUME};
 use super::{env, lifecycle, probes, scripts};
-use crate::config::{CONFIG_DIR, DATA_DIR, OPERATOR_PASSWORD_ENV, PASSWORD_ENV, RenderedConfig};
+use crate::config::{
+    CONFIG_DIR, DATA_DIR, EXPORTER_AUTH_DIR, OPERATOR_PASSWORD_ENV, PASSWORD_ENV, RenderedConfig,
+    exporter_logs_in_as_monitoring, exporter_password_file_script,
+};
 use crate::configmap::CONFIG_VOLUME;
 
 pub use crd_types::names::VALKEY_CONTAINER;
 pub const EXPORTER_CONTAINER: &str = "exporter";
 /// Sentinel mode: copies sentinel.conf to /data before Sentinel starts.
 pub const SENTINEL_INIT_CONTAINER: &str = "sentinel-config";
+/// Next to an exporter on a data node with passwords: writes the monitoring user's
+/// password file before the exporter starts (it exits when the file is missing).
+pub const EXPORTER_AUTH_INIT_CONTAINER: &str = "exporter-auth";
 
 /// The main port's number and name for `mode`.
 pub(super) fn main_port(mode: Mode) -> (i32, &'static str) {
@@ -174,12 +180,34 @@ pub(super) fn sentinel_init_container(node: &ValkeyNode) -> Container {
     }
 }
 
+/// The `exporter-auth` init container (see [`EXPORTER_AUTH_INIT_CONTAINER`]): the Valkey
+/// image's shell derives the password from the node's, as the server's start script does.
+pub(super) fn exporter_auth_init_container(node: &ValkeyNode) -> Option<Container> {
+    let script = exporter_password_file_script(&node.spec)?;
+    let t = &node.spec.template;
+    Some(Container {
+        name: EXPORTER_AUTH_INIT_CONTAINER.into(),
+        image: Some(t.image.clone()),
+        image_pull_policy: t.image_pull_policy.clone(),
+        command: Some(vec!["sh".into(), "-c".into(), script]),
+        env: Some(env::valkey_env(node)),
+        volume_mounts: Some(vec![mount(EXPORTER_AUTH_VOLUME, EXPORTER_AUTH_DIR, false)]),
+        resources: t.resources.clone(),
+        security_context: Some(restricted()),
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        ..Default::default()
+    })
+}
+
 pub(super) fn exporter_container(node: &ValkeyNode, exporter: &Exporter) -> Container {
+    let mounts = exporter_logs_in_as_monitoring(&node.spec)
+        .then(|| vec![mount(EXPORTER_AUTH_VOLUME, EXPORTER_AUTH_DIR, true)]);
     Container {
         name: EXPORTER_CONTAINER.into(),
         image: Some(exporter.image.clone()),
         ports: Some(vec![container_port(ports::METRICS_NAME, exporter.port)]),
         env: Some(env::exporter_env(node, exporter)),
+        volume_mounts: mounts,
         resources: exporter.resources.clone(),
         security_context: Some(restricted()),
         termination_message_policy: Some("FallbackToLogsOnError".into()),
@@ -333,13 +361,13 @@ mod tests {
         assert_eq!(pod(&d).containers.len(), 1);
         let d = build(&node(Mode::Cluster, |s| {
             s.template.exporter = Some(Exporter {
-                image: "oliver006/redis_exporter:v1.67.0".into(),
+                image: "oliver006/redis_exporter:v1.86.0".into(),
                 port: 9200,
                 resources: None,
             })
         }));
         let e = container(&d, "exporter");
-        assert_eq!(e.image.as_deref(), Some("oliver006/redis_exporter:v1.67.0"));
+        assert_eq!(e.image.as_deref(), Some("oliver006/redis_exporter:v1.86.0"));
         assert_eq!(port_names(e), [("metrics".to_string(), 9200)]);
         let env: Vec<_> = e
             .env
@@ -352,10 +380,14 @@ mod tests {
             [
                 ("POD_IP", None),
                 ("REDIS_ADDR", Some("redis://$(POD_IP):6379")),
+                ("REDIS_EXPORTER_DISABLE_SCRAPE_ENDPOINT", Some("true")),
                 ("REDIS_EXPORTER_WEB_LISTEN_ADDRESS", Some(":9200")),
             ]
         );
         assert_eq!(e.security_context, Some(restricted()));
+        // Without passwords there is no monitoring user to log in as.
+        assert_eq!(pod(&d).init_containers, None);
+        assert_eq!(e.volume_mounts, None);
     }
 
     #[test]
@@ -369,9 +401,15 @@ mod tests {
         let command = container(&d, "valkey").command.clone().unwrap();
         assert_eq!(command[..2], ["sh", "-c"]);
         assert_eq!(command[3], "valkey-server", "$0 is the program");
+        // The auth file goes to a scratch directory, not the host's /tmp.
+        let dir = tempfile::tempdir().unwrap();
+        let script = command[2].replace(
+            crate::config::AUTH_FILE,
+            dir.path().join("auth.conf").to_str().unwrap(),
+        );
         let run = |env: &[(&str, &str)]| {
             let out = std::process::Command::new("sh")
-                .args(["-c", &command[2], "echo"])
+                .args(["-c", &script, "echo"])
                 .arg("started")
                 .env_clear()
                 .envs(env.iter().copied())

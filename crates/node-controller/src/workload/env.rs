@@ -3,11 +3,14 @@
 //! Secrets, node-controller never does.
 
 use crd_types::ValkeyNode;
-use crd_types::template::{Exporter, OPERATOR_USER, SecretKeyRef};
+use crd_types::template::{Exporter, MONITORING_USER, OPERATOR_USER, SecretKeyRef};
 use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ObjectFieldSelector, SecretKeySelector};
 
 use super::containers::main_port;
-use crate::config::{OPERATOR_PASSWORD_ENV, PASSWORD_ENV, POD_IP_ENV};
+use crate::config::{
+    EXPORTER_PASSWORD_FILE, OPERATOR_PASSWORD_ENV, PASSWORD_ENV, POD_IP_ENV,
+    exporter_logs_in_as_monitoring,
+};
 
 fn field_env(name: &str, path: &str) -> EnvVar {
     EnvVar {
@@ -59,39 +62,54 @@ pub(super) fn valkey_env(node: &ValkeyNode) -> Vec<EnvVar> {
     env
 }
 
-/// The exporter's environment: where Valkey is, where to listen, and how to log in (the
-/// default user when it has a password, else the operator user: either reads INFO).
+fn value_env(name: &str, value: impl Into<String>) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        value_from: None,
+    }
+}
+
+/// The exporter's environment: where Valkey is, where to listen, how to log in, and
+/// redis_exporter's `/scrape?target=` endpoint off (it would send those credentials to any
+/// address its caller names; the flag exists since v1.83.0, older images ignore it). A
+/// data node with passwords: the read-only `monitoring` user, its password from the file
+/// the `exporter-auth` init container writes, and no `CONFIG GET` (the user may not; it
+/// would show `masterauth`). A sentinel: the default user when it has a password, else the
+/// operator user (Sentinel has no monitoring user yet).
 pub(super) fn exporter_env(node: &ValkeyNode, exporter: &Exporter) -> Vec<EnvVar> {
     let (port, _) = main_port(node.spec.mode);
     let mut env = vec![field_env(POD_IP_ENV, "status.podIP")];
-    match node
-        .spec
-        .auth
-        .as_ref()
-        .map(|a| (&a.password_secret_ref, &a.operator_secret_ref))
-    {
-        Some((Some(password), _)) => env.push(secret_env("REDIS_PASSWORD", password)),
-        Some((None, Some(operator))) => {
-            env.push(EnvVar {
-                name: "REDIS_USER".into(),
-                value: Some(OPERATOR_USER.into()),
-                value_from: None,
-            });
-            env.push(secret_env("REDIS_PASSWORD", operator));
+    if exporter_logs_in_as_monitoring(&node.spec) {
+        env.push(value_env("REDIS_USER", MONITORING_USER));
+        env.push(value_env("REDIS_PASSWORD_FILE", EXPORTER_PASSWORD_FILE));
+        env.push(value_env("REDIS_EXPORTER_CONFIG_COMMAND", "-"));
+    } else {
+        match node
+            .spec
+            .auth
+            .as_ref()
+            .map(|a| (&a.password_secret_ref, &a.operator_secret_ref))
+        {
+            Some((Some(password), _)) => env.push(secret_env("REDIS_PASSWORD", password)),
+            Some((None, Some(operator))) => {
+                env.push(value_env("REDIS_USER", OPERATOR_USER));
+                env.push(secret_env("REDIS_PASSWORD", operator));
+            }
+            _ => {}
         }
-        _ => {}
     }
-    env.push(EnvVar {
-        name: "REDIS_ADDR".into(),
-        value: Some(format!("redis://$({POD_IP_ENV}):{port}")),
-        value_from: None,
-    });
+    // The password file's key is this address with the user: keep them in step.
+    env.push(value_env(
+        "REDIS_ADDR",
+        format!("redis://$({POD_IP_ENV}):{port}"),
+    ));
+    env.push(value_env("REDIS_EXPORTER_DISABLE_SCRAPE_ENDPOINT", "true"));
     // The exporter's own listen address, so `exporter.port` is where it really serves.
-    env.push(EnvVar {
-        name: "REDIS_EXPORTER_WEB_LISTEN_ADDRESS".into(),
-        value: Some(format!(":{}", exporter.port)),
-        value_from: None,
-    });
+    env.push(value_env(
+        "REDIS_EXPORTER_WEB_LISTEN_ADDRESS",
+        format!(":{}", exporter.port),
+    ));
     env
 }
 
@@ -100,7 +118,9 @@ mod tests {
     use crd_types::node::Mode;
     use crd_types::template::{Auth, Exporter};
 
-    use crate::workload::fixtures::{build, container, node, secret, secret_env_of};
+    use k8s_openapi::api::core::v1::Container;
+
+    use crate::workload::fixtures::{build, container, node, pod, secret, secret_env_of};
     use crate::workload::probes::readiness_command;
 
     #[test]
@@ -129,16 +149,41 @@ mod tests {
         assert!(command.contains("\"$REDISCLI_AUTH\""), "{command}");
         assert!(command.contains("/tmp/valkey-auth.conf"), "{command}");
         assert!(!v.args.as_ref().unwrap().iter().any(|a| a.contains("AUTH")));
+        // The exporter holds no Secret: it logs in as the monitoring user with the password
+        // the exporter-auth init container derives into a file only it mounts.
+        let e = container(&d, "exporter");
+        assert_eq!(secret_env_of(e), []);
+        let init = &pod(&d).init_containers.as_ref().unwrap()[0];
+        assert_eq!(init.name, "exporter-auth");
+        assert_eq!(secret_env_of(init), secret_env_of(v));
+        let mount = |c: &Container| {
+            c.volume_mounts
+                .iter()
+                .flatten()
+                .find(|m| m.name == "exporter-auth")
+                .map(|m| (m.mount_path.clone(), m.read_only))
+        };
+        assert_eq!(mount(init), Some(("/run/valkey-exporter".into(), None)));
+        assert_eq!(mount(e), Some(("/run/valkey-exporter".into(), Some(true))));
+        assert_eq!(mount(v), None);
         assert_eq!(
-            secret_env_of(container(&d, "exporter")),
-            [("REDIS_PASSWORD".to_string(), "app/password".to_string())]
+            values_of(e),
+            [
+                ("REDIS_USER", "monitoring"),
+                ("REDIS_PASSWORD_FILE", "/run/valkey-exporter/passwords.json"),
+                ("REDIS_EXPORTER_CONFIG_COMMAND", "-"),
+                ("REDIS_ADDR", "redis://$(POD_IP):6379"),
+                ("REDIS_EXPORTER_DISABLE_SCRAPE_ENDPOINT", "true"),
+                ("REDIS_EXPORTER_WEB_LISTEN_ADDRESS", ":9121"),
+            ]
         );
         // The probe's valkey-cli reads REDISCLI_AUTH itself.
         assert!(!readiness_command(Mode::Cluster).join(" ").contains("-a "));
 
-        let d = build(&node(Mode::Cluster, |s| {
+        // A sentinel has no monitoring user: its exporter keeps the default password.
+        let d = build(&node(Mode::Sentinel, |s| {
             s.auth = Some(Auth {
-                password_secret_ref: None,
+                password_secret_ref: Some(secret("app")),
                 operator_secret_ref: Some(secret("op")),
             });
             s.template.exporter = Some(Exporter {
@@ -150,13 +195,23 @@ mod tests {
         let e = container(&d, "exporter");
         assert_eq!(
             secret_env_of(e),
-            [("REDIS_PASSWORD".to_string(), "op/password".to_string())]
+            [("REDIS_PASSWORD".to_string(), "app/password".to_string())]
         );
-        assert!(
-            e.env
-                .iter()
-                .flatten()
-                .any(|v| v.name == "REDIS_USER" && v.value.as_deref() == Some("operator"))
+        assert_eq!(e.volume_mounts, None);
+        assert!(values_of(e).contains(&("REDIS_EXPORTER_DISABLE_SCRAPE_ENDPOINT", "true")));
+        assert_eq!(
+            pod(&d).init_containers.as_ref().unwrap().len(),
+            1,
+            "only sentinel-config"
         );
+    }
+
+    /// The exporter's plain (non-Secret, non-field) variables, in order.
+    fn values_of(c: &Container) -> Vec<(&str, &str)> {
+        c.env
+            .iter()
+            .flatten()
+            .filter_map(|v| Some((v.name.as_str(), v.value.as_deref()?)))
+            .collect()
     }
 }

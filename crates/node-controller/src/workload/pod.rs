@@ -9,17 +9,22 @@ use k8s_openapi::api::core::v1::{
     ConfigMapVolumeSource, EmptyDirVolumeSource, KeyToPath, PersistentVolumeClaimVolumeSource,
     PodSecurityContext, PodSpec, PodTemplateSpec, SeccompProfile, Volume,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 
-use super::containers::{exporter_container, sentinel_init_container, valkey_container};
+use super::containers::{
+    exporter_auth_init_container, exporter_container, sentinel_init_container, valkey_container,
+};
 use crate::config::replication::CONTEXT_KEY;
-use crate::config::{LIVE_FILE, RenderedConfig};
+use crate::config::{LIVE_FILE, RenderedConfig, exporter_logs_in_as_monitoring};
 use crate::configmap::{self, CONFIG_VOLUME};
 use crate::meta;
 
 pub const DATA_VOLUME: &str = "data";
 pub const TMP_VOLUME: &str = "tmp";
+/// The exporter's password file, in memory (see [`crate::config::EXPORTER_AUTH_DIR`]).
+pub const EXPORTER_AUTH_VOLUME: &str = "exporter-auth";
 /// The `valkey` user and group of the official image.
 pub const VALKEY_UID: i64 = 999;
 /// SIGTERM makes Valkey SHUTDOWN: save the RDB (when `save` is on) and fsync the AOF.
@@ -36,7 +41,10 @@ pub fn pod_template(node: &ValkeyNode, rendered: &RenderedConfig) -> PodTemplate
     if let Some(exporter) = &t.exporter {
         containers.push(exporter_container(node, exporter));
     }
-    let init_containers = (mode == Mode::Sentinel).then(|| vec![sentinel_init_container(node)]);
+    let init_containers = match mode {
+        Mode::Sentinel => Some(vec![sentinel_init_container(node)]),
+        Mode::Standalone | Mode::Cluster => exporter_auth_init_container(node).map(|c| vec![c]),
+    };
 
     PodTemplateSpec {
         metadata: Some(ObjectMeta {
@@ -135,7 +143,18 @@ pub(super) fn volumes(node: &ValkeyNode, rendered: &RenderedConfig) -> Vec<Volum
         empty_dir: Some(EmptyDirVolumeSource::default()),
         ..Default::default()
     };
-    vec![config, data, tmp]
+    let mut volumes = vec![config, data, tmp];
+    if exporter_logs_in_as_monitoring(&node.spec) {
+        volumes.push(Volume {
+            name: EXPORTER_AUTH_VOLUME.into(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                medium: Some("Memory".into()),
+                size_limit: Some(Quantity("1Mi".into())),
+            }),
+            ..Default::default()
+        });
+    }
+    volumes
 }
 
 #[cfg(test)]

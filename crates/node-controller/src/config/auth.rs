@@ -1,0 +1,367 @@
+//! The users and passwords a data node starts with, written by its container's start-up
+//! shell (never in the ConfigMap or the pod spec): the default user's password, the
+//! `operator` user, the `replication` user replicas log in as and, next to an exporter, the
+//! read-only `monitoring` user. The two derived passwords are computed in the pod from the
+//! operator's (see [`derived_password`]), so they need no Secret of their own.
+
+use crd_types::ValkeyNodeSpec;
+use crd_types::names::ports;
+use crd_types::node::Mode;
+#[cfg(doc)]
+use crd_types::template::derived_password;
+use crd_types::template::{
+    ATOMIC_MIGRATION_RULES, COMMANDLOG_RULES, MONITORING_PASSWORD_PREFIX, MONITORING_USER,
+    MONITORING_USER_RULES, OPERATOR_USER, REPLICATION_PASSWORD_PREFIX, REPLICATION_USER,
+    REPLICATION_USER_RULES,
+};
+
+use super::{AUTH_FILE, OPERATOR_PASSWORD_ENV, PASSWORD_ENV, POD_IP_ENV};
+
+/// Where the exporter finds its password file (an in-memory emptyDir the `exporter-auth`
+/// init container fills).
+pub const EXPORTER_AUTH_DIR: &str = "/run/valkey-exporter";
+/// The exporter's password file: redis_exporter's JSON map from address to password.
+pub const EXPORTER_PASSWORD_FILE: &str = "/run/valkey-exporter/passwords.json";
+
+/// Shell lines setting `var` to [`derived_password`]`(prefix, $base)`, or exiting when
+/// `sha256sum` fails (an empty password would let anyone in as that user).
+fn derive(var: &str, prefix: &str, base: &str) -> String {
+    format!(
+        "{var}=$(printf '%s%s' '{prefix}' \"{base}\" | sha256sum | cut -c1-64)\n\
+         [ ${{#{var}}} -eq 64 ] || {{ echo 'cannot derive a password ({var}): sha256sum failed' >&2; exit 1; }}"
+    )
+}
+
+/// The password the monitoring user's is derived from: the operator's when there is an
+/// operator user (it does not change with the default user's), else the default user's.
+/// `None` without passwords or exporter, and for sentinels.
+fn monitoring_base(spec: &ValkeyNodeSpec) -> Option<String> {
+    let auth = spec.auth.as_ref().filter(|_| spec.mode != Mode::Sentinel)?;
+    spec.template.exporter.as_ref()?;
+    if auth.operator_secret_ref.is_some() {
+        Some(format!("${OPERATOR_PASSWORD_ENV}"))
+    } else if auth.password_secret_ref.is_some() {
+        Some(format!("${PASSWORD_ENV}"))
+    } else {
+        None
+    }
+}
+
+/// The shell lines with which a data node's container writes its password directives to
+/// [`AUTH_FILE`] before the server starts, each value quoted for Valkey's config parser
+/// (`\` and `"` escaped). Not on the command line: Valkey 8.1 rebuilds its arguments into
+/// config lines without escaping them, so a password with `"` stops the start and one with
+/// `\` is silently changed (measured on 8.1.1; 8.0.1 and 9.1.2 keep them). With an operator
+/// user, replication logs in as the `replication` user (password derived from the
+/// operator's, see [`REPLICATION_PASSWORD_PREFIX`]): a change of the default user's password
+/// cannot break it mid-roll, and `CONFIG GET masterauth` shows no admin password. With an
+/// exporter, the `monitoring` user it logs in as. `None` for sentinels and for nodes without
+/// passwords.
+pub fn auth_file_script(spec: &ValkeyNodeSpec) -> Option<String> {
+    let auth = spec.auth.as_ref().filter(|_| spec.mode != Mode::Sentinel)?;
+    let (password, operator) = (
+        auth.password_secret_ref.is_some(),
+        auth.operator_secret_ref.is_some(),
+    );
+    if !password && !operator {
+        return None;
+    }
+    let monitoring = monitoring_base(spec);
+    let quoted = |value: &str| format!("\"$(valkey_quote \"{value}\")\"");
+    // Derived before the file is written: an empty one would be a passwordless user.
+    let mut derive_lines = Vec::new();
+    let mut lines = vec![
+        r#"valkey_quote() { printf '"%s"' "$(printf '%s' "$1" | sed 's/[\\"]/\\&/g')"; }"#
+            .to_string(),
+        // Owner-only, without changing the umask the server inherits.
+        "(umask 077; {".to_string(),
+    ];
+    let pw = format!("${PASSWORD_ENV}");
+    let op = format!("${OPERATOR_PASSWORD_ENV}");
+    if password {
+        lines.push(format!("  printf 'requirepass %s\\n' {}", quoted(&pw)));
+    }
+    if operator {
+        lines.push(format!(
+            "  printf 'user {OPERATOR_USER} on %s ~* &* +@all\\n' {}",
+            quoted(&format!(">{op}"))
+        ));
+        lines.push(format!(
+            "  printf 'user {REPLICATION_USER} on %s %s\\n' {} \"$rr\"",
+            quoted(">$rp")
+        ));
+        lines.push(format!("  printf 'masteruser {REPLICATION_USER}\\n'"));
+        lines.push(format!("  printf 'masterauth %s\\n' {}", quoted("$rp")));
+        derive_lines.push(derive("rp", REPLICATION_PASSWORD_PREFIX, &op));
+        derive_lines.push(format!("rr='{REPLICATION_USER_RULES}'"));
+        if spec.mode == Mode::Cluster {
+            // Atomic slot migration (9.0+) replays writes on the target as this user; older
+            // servers refuse its command as unknown.
+            derive_lines.push(format!(
+                "case \"$version\" in *' v=7.'*|*' v=8.'*|'') ;; *) rr=\"$rr {ATOMIC_MIGRATION_RULES}\";; esac"
+            ));
+        }
+    } else {
+        lines.push(format!("  printf 'masterauth %s\\n' {}", quoted(&pw)));
+    }
+    if let Some(base) = &monitoring {
+        lines.push(format!(
+            "  printf 'user {MONITORING_USER} on %s %s\\n' {} \"$mr\"",
+            quoted(">$mp")
+        ));
+        derive_lines.push(derive("mp", MONITORING_PASSWORD_PREFIX, base));
+        derive_lines.push(format!("mr='{MONITORING_USER_RULES}'"));
+        // COMMANDLOG is 8.1+; 8.0 refuses the rule as an unknown command.
+        derive_lines.push(format!(
+            "case \"$version\" in *' v=7.'*|*' v=8.0.'*|'') ;; *) mr=\"$mr {COMMANDLOG_RULES}\";; esac"
+        ));
+    }
+    lines.push(format!("}} > {AUTH_FILE}) || exit 1"));
+    // A quoted value that came out empty (no `sed`, say) would be no password at all.
+    lines.push(format!(
+        "if grep -Eq '(^| )\"\"( |$)' {AUTH_FILE}; then echo 'a password came out empty in {AUTH_FILE}: refusing to start' >&2; exit 1; fi"
+    ));
+    if !derive_lines.is_empty() {
+        // `$0` is the server program.
+        derive_lines.insert(0, "version=\"$(\"$0\" --version 2>/dev/null)\"".into());
+        lines.insert(1, derive_lines.join("\n"));
+    }
+    Some(lines.join("\n"))
+}
+
+/// The `exporter-auth` init container's script: writes the monitoring user's password to
+/// [`EXPORTER_PASSWORD_FILE`] as redis_exporter's password file, keyed by the address the
+/// exporter scrapes (`REDIS_ADDR` with `REDIS_USER`). `None` where the exporter logs in
+/// otherwise (see [`exporter_logs_in_as_monitoring`]).
+pub fn exporter_password_file_script(spec: &ValkeyNodeSpec) -> Option<String> {
+    let base = monitoring_base(spec)?;
+    Some(format!(
+        "{}\n(umask 077; printf '{{\"redis://{MONITORING_USER}@%s:{}\": \"%s\"}}\\n' \"${POD_IP_ENV}\" \"$mp\" > {EXPORTER_PASSWORD_FILE}) || exit 1",
+        derive("mp", MONITORING_PASSWORD_PREFIX, &base),
+        ports::VALKEY,
+    ))
+}
+
+/// Whether the exporter logs in as the monitoring user (a data node with passwords and an
+/// exporter); otherwise it keeps the default user's password (sentinels), or none.
+pub fn exporter_logs_in_as_monitoring(spec: &ValkeyNodeSpec) -> bool {
+    monitoring_base(spec).is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crd_types::template::{Auth, Exporter, SecretKeyRef, derived_password};
+
+    fn with_auth(mode: Mode, password: bool, operator: bool) -> ValkeyNodeSpec {
+        let secret = |name: &str| SecretKeyRef {
+            name: name.into(),
+            key: "password".into(),
+        };
+        let mut s = ValkeyNodeSpec {
+            mode,
+            ..Default::default()
+        };
+        s.auth = Some(Auth {
+            password_secret_ref: password.then(|| secret("app")),
+            operator_secret_ref: operator.then(|| secret("op")),
+        });
+        s
+    }
+
+    fn with_exporter(mut s: ValkeyNodeSpec) -> ValkeyNodeSpec {
+        s.template.exporter = Some(Exporter {
+            image: "oliver006/redis_exporter:v1.86.0".into(),
+            port: 9121,
+            resources: None,
+        });
+        s
+    }
+
+    /// Runs `script` with `env` in a temporary directory standing for `/tmp` and `/run`, with
+    /// a server program that says it is Valkey `version`; returns what it wrote to `file`,
+    /// or its stderr when it failed.
+    fn run(
+        script: &str,
+        env: &[(&str, &str)],
+        version: &str,
+        file: &str,
+    ) -> Result<String, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out");
+        let server = dir.path().join("valkey-server");
+        std::fs::write(
+            &server,
+            format!("#!/bin/sh\necho 'Valkey server v={version} sha=00000000:0 bits=64'\n"),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&server, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let script = script.replace(file, path.to_str().unwrap());
+        let out = std::process::Command::new("sh")
+            .args(["-c", &script, server.to_str().unwrap()])
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+        }
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "owner-only: {mode:o}");
+        Ok(std::fs::read_to_string(&path).unwrap())
+    }
+
+    /// What the start-up lines write to the auth file, with a server that is Valkey 8.0.1.
+    fn auth_file(spec: &ValkeyNodeSpec, env: &[(&str, &str)]) -> String {
+        auth_file_of(spec, env, "8.0.1")
+    }
+
+    fn auth_file_of(spec: &ValkeyNodeSpec, env: &[(&str, &str)], version: &str) -> String {
+        run(&auth_file_script(spec).unwrap(), env, version, AUTH_FILE).unwrap()
+    }
+
+    #[test]
+    fn the_auth_file_quotes_every_password_for_the_config_parser() {
+        let tricky = r#"s3cret "with" \x41 'quotes' and spaces"#;
+        let op = r#"--op-pass'"\"#;
+        let text = auth_file(
+            &with_auth(Mode::Cluster, true, true),
+            &[("REDISCLI_AUTH", tricky), ("VALKEY_OPERATOR_PASSWORD", op)],
+        );
+        assert_eq!(
+            text,
+            concat!(
+                r#"requirepass "s3cret \"with\" \\x41 'quotes' and spaces""#,
+                "\n",
+                r#"user operator on ">--op-pass'\"\\" ~* &* +@all"#,
+                "\n",
+                // The replication user's password: the hex SHA-256 of the prefix and the
+                // operator password (the same value topology-controller derives).
+                "user replication on \">e090f2b28e1b43e4d33ea0938ac4eee7606a383382c2d418d0061db80c5eb981\" \
+                 resetchannels -@all +psync +sync +replconf +ping\n",
+                "masteruser replication\n",
+                "masterauth \"e090f2b28e1b43e4d33ea0938ac4eee7606a383382c2d418d0061db80c5eb981\"\n",
+            )
+        );
+        assert_eq!(
+            derived_password(REPLICATION_PASSWORD_PREFIX, op),
+            "e090f2b28e1b43e4d33ea0938ac4eee7606a383382c2d418d0061db80c5eb981"
+        );
+        // A 9.x cluster member's replication user may also replay atomic slot migrations;
+        // a 9.x standalone server's may not.
+        let env = [("VALKEY_OPERATOR_PASSWORD", "s3cret")];
+        let user_line = |mode: Mode, version: &str| {
+            let text = auth_file_of(&with_auth(mode, false, true), &env, version);
+            text.lines()
+                .find(|l| l.starts_with("user replication"))
+                .unwrap()
+                .to_string()
+        };
+        let base = "user replication on \">531fc8f0713e57921711ee9ca8dcb9fb089f1efdd993e40079586904a2dd3fa1\" \
+                    resetchannels -@all +psync +sync +replconf +ping";
+        assert_eq!(user_line(Mode::Cluster, "8.1.1"), base);
+        assert_eq!(user_line(Mode::Standalone, "9.1.2"), base);
+        assert_eq!(
+            user_line(Mode::Cluster, "9.1.2"),
+            format!("{base} +cluster|syncslots +select ~* +@write -flushall -flushdb -swapdb")
+        );
+        // Without an operator user, replicas log in with the default password.
+        let text = auth_file(
+            &with_auth(Mode::Standalone, true, false),
+            &[("REDISCLI_AUTH", "a-b")],
+        );
+        assert_eq!(text, "requirepass \"a-b\"\nmasterauth \"a-b\"\n");
+    }
+
+    #[test]
+    fn a_password_that_comes_out_empty_stops_the_start() {
+        // What a missing `sed` would make of every quoted value.
+        let script = auth_file_script(&with_auth(Mode::Standalone, true, false))
+            .unwrap()
+            .replace("| sed ", "| false ");
+        let err = run(&script, &[("REDISCLI_AUTH", "a-b")], "8.1.1", AUTH_FILE).unwrap_err();
+        assert!(err.contains("came out empty"), "{err}");
+        // A password ending in a quote is not mistaken for an empty one.
+        let text = auth_file(
+            &with_auth(Mode::Standalone, true, false),
+            &[("REDISCLI_AUTH", "a\"")],
+        );
+        assert_eq!(text, "requirepass \"a\\\"\"\nmasterauth \"a\\\"\"\n");
+    }
+
+    #[test]
+    fn the_monitoring_user_exists_only_next_to_an_exporter() {
+        let env = [
+            ("REDISCLI_AUTH", "app-pw"),
+            ("VALKEY_OPERATOR_PASSWORD", "s3cret"),
+        ];
+        let monitoring_line = |spec: &ValkeyNodeSpec, version: &str| {
+            auth_file_of(spec, &env, version)
+                .lines()
+                .find(|l| l.starts_with("user monitoring"))
+                .map(String::from)
+        };
+        assert_eq!(
+            monitoring_line(&with_auth(Mode::Cluster, true, true), "8.1.1"),
+            None
+        );
+        // Derived from the operator password when there is an operator user.
+        let mp = derived_password(MONITORING_PASSWORD_PREFIX, "s3cret");
+        let base = format!(
+            "user monitoring on \">{mp}\" resetchannels -@all +ping +info +client|setname \
+             +command|info +latency|latest +latency|histogram +slowlog|len +cluster|info"
+        );
+        let spec = with_exporter(with_auth(Mode::Cluster, true, true));
+        assert_eq!(monitoring_line(&spec, "8.0.1"), Some(base.clone()));
+        for version in ["8.1.1", "9.1.2"] {
+            assert_eq!(
+                monitoring_line(&spec, version),
+                Some(format!("{base} +commandlog|len")),
+                "{version}"
+            );
+        }
+        // Else from the default user's.
+        let spec = with_exporter(with_auth(Mode::Standalone, true, false));
+        let mp = derived_password(MONITORING_PASSWORD_PREFIX, "app-pw");
+        assert!(
+            monitoring_line(&spec, "8.0.1")
+                .unwrap()
+                .starts_with(&format!("user monitoring on \">{mp}\" resetchannels -@all"))
+        );
+        // No passwords, no users; sentinels have no auth file.
+        let mut open = with_exporter(with_auth(Mode::Standalone, false, false));
+        assert_eq!(auth_file_script(&open), None);
+        open.auth = None;
+        assert_eq!(exporter_password_file_script(&open), None);
+        let sentinel = with_exporter(with_auth(Mode::Sentinel, true, true));
+        assert_eq!(auth_file_script(&sentinel), None);
+        assert_eq!(exporter_password_file_script(&sentinel), None);
+        assert!(!exporter_logs_in_as_monitoring(&sentinel));
+    }
+
+    #[test]
+    fn the_exporter_password_file_matches_the_monitoring_user() {
+        let spec = with_exporter(with_auth(Mode::Cluster, true, true));
+        let script = exporter_password_file_script(&spec).unwrap();
+        let env = [
+            ("POD_IP", "10.244.0.7"),
+            ("REDISCLI_AUTH", "app-pw"),
+            ("VALKEY_OPERATOR_PASSWORD", r#"--op-pass'"\"#),
+        ];
+        let text = run(&script, &env, "9.1.2", EXPORTER_PASSWORD_FILE).unwrap();
+        let map: std::collections::BTreeMap<String, String> = serde_json::from_str(&text).unwrap();
+        let mp = derived_password(MONITORING_PASSWORD_PREFIX, r#"--op-pass'"\"#);
+        assert_eq!(
+            map,
+            [("redis://monitoring@10.244.0.7:6379".to_string(), mp.clone())].into()
+        );
+        let users = auth_file_of(&spec, &env, "9.1.2");
+        assert!(
+            users.contains(&format!("user monitoring on \">{mp}\" ")),
+            "{users}"
+        );
+    }
+}
