@@ -561,13 +561,13 @@ async fn owned_directive_in_another_case(cluster: &LocalCluster, client: &Client
 /// logs in with its own, and neither appears in the ConfigMap or the pod spec. The node
 /// is created before its Secrets exist: it waits (reported on the node) and starts once
 /// they are there.
-async fn authenticated_node(cluster: &LocalCluster, client: &Client, apis: &Apis) {
-    let name = "locked";
-    // Quotes and backslashes: Valkey 8.1 mangles them on its command line (see
-    // node-controller's auth_file_script).
-    let (password, operator_password) = ("s3cret \\with spaces", "--op-pass'\"\\x41");
-    let mut node = valkey_node(name, WorkloadType::StatefulSet, false, None);
-    node.spec.auth = Some(Auth {
+/// The `locked` node's operator password: quotes and backslashes, which Valkey 8.1 mangles
+/// on its command line (see node-controller's auth_file_script).
+const LOCKED_OPERATOR_PASSWORD: &str = "--op-pass'\"\\x41";
+
+/// The `locked` node's Secrets (created by [`authenticated_node`]).
+fn locked_auth() -> Auth {
+    Auth {
         password_secret_ref: Some(SecretKeyRef {
             name: "locked-auth".into(),
             key: "password".into(),
@@ -576,7 +576,15 @@ async fn authenticated_node(cluster: &LocalCluster, client: &Client, apis: &Apis
             name: "locked-operator".into(),
             key: "pw".into(),
         }),
-    });
+    }
+}
+
+async fn authenticated_node(cluster: &LocalCluster, client: &Client, apis: &Apis) {
+    let name = "locked";
+    // A backslash and spaces, which Valkey 8.1 would mangle on its command line too.
+    let (password, operator_password) = ("s3cret \\with spaces", LOCKED_OPERATOR_PASSWORD);
+    let mut node = valkey_node(name, WorkloadType::StatefulSet, false, None);
+    node.spec.auth = Some(locked_auth());
     apis.nodes
         .create(&PostParams::default(), &node)
         .await
@@ -707,18 +715,9 @@ async fn authenticated_node(cluster: &LocalCluster, client: &Client, apis: &Apis
 /// INFO and nothing else; `/scrape?target=` is gone. Uses the `locked` node's Secrets.
 async fn exporter_node(cluster: &LocalCluster, apis: &Apis) {
     let name = "watched";
-    let operator_password = "--op-pass'\"\\x41";
+    let operator_password = LOCKED_OPERATOR_PASSWORD;
     let mut node = valkey_node(name, WorkloadType::StatefulSet, false, None);
-    node.spec.auth = Some(Auth {
-        password_secret_ref: Some(SecretKeyRef {
-            name: "locked-auth".into(),
-            key: "password".into(),
-        }),
-        operator_secret_ref: Some(SecretKeyRef {
-            name: "locked-operator".into(),
-            key: "pw".into(),
-        }),
-    });
+    node.spec.auth = Some(locked_auth());
     node.spec.template.exporter = Some(Exporter {
         image: local_cluster::images::exporter_image().unwrap(),
         port: 9121,
