@@ -176,6 +176,19 @@ fn operator(namespace: &str) -> NetworkPolicyPeer {
     }
 }
 
+/// How soon, at the latest, a topology whose NetworkPolicy was refused looks again: nothing
+/// watches a user's policy that blocks ours, so its removal is noticed by looking.
+pub const REFUSED_POLICY_LOOK: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The next look, at most [`REFUSED_POLICY_LOOK`] away while the policy is refused.
+pub fn idle_look(look: std::time::Duration, policy_refused: bool) -> std::time::Duration {
+    if policy_refused {
+        look.min(REFUSED_POLICY_LOOK)
+    } else {
+        look
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,6 +209,16 @@ mod tests {
                 "app.kubernetes.io/component": "topology-controller",
             }},
         })
+    }
+
+    #[test]
+    fn a_refused_policy_brings_the_next_look_closer() {
+        use std::time::Duration;
+        let idle = Duration::from_secs(300);
+        assert_eq!(idle_look(idle, false), idle);
+        assert_eq!(idle_look(idle, true), REFUSED_POLICY_LOOK);
+        let busy = Duration::from_millis(500);
+        assert_eq!(idle_look(busy, true), busy, "never later than planned");
     }
 
     #[test]

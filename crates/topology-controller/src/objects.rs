@@ -15,6 +15,7 @@ use topology_controller::disruption;
 use topology_controller::execute::MemberObjects;
 use topology_controller::members;
 use topology_controller::model::Member;
+use topology_controller::owned;
 
 /// A topology as it is now (the cache may lag behind the status written a moment ago) and
 /// the ValkeyNodes labelled `<label>=<name>`, split into those it owns and the others;
@@ -95,7 +96,8 @@ impl MemberObjects for ClusterMembers<'_> {
 /// Applies the objects a topology owns of one kind (its disruption budgets, its network
 /// policy) where the live ones (those listed by `selector`, see
 /// [`disruption::budgets_selector`]) do not hold them, and deletes the listed ones no longer
-/// wanted. One list per look when nothing changed.
+/// wanted. One list per look when nothing changed. An object of a wanted name that another
+/// owner (or nobody) controls is never taken over: the error says so (409).
 pub async fn apply_owned<K>(
     api: &Api<K>,
     namespace: &str,
@@ -111,13 +113,26 @@ where
         .await
         .on(Op::List, ObjectName::new::<K>(namespace, selector))?
         .items;
+    let mut conflict = None;
     for object in wanted {
         let name = object.name_any();
-        if live
-            .iter()
-            .any(|l| l.name_any() == name && apply::is_applied(object, l))
-        {
-            continue;
+        let current = match live.iter().find(|l| l.name_any() == name) {
+            Some(listed) => Some(listed.clone()),
+            // Not listed by our labels: look by name before creating.
+            None => api
+                .get_opt(&name)
+                .await
+                .on(Op::Read, ObjectName::new::<K>(namespace, &name))?,
+        };
+        if let Some(current) = current {
+            if !owned::same_owner(&current, object) {
+                // The others still get applied; the refusal is reported at the end.
+                conflict.get_or_insert_with(|| not_ours::<K>(namespace, &name, object));
+                continue;
+            }
+            if apply::is_applied(object, &current) {
+                continue;
+            }
         }
         apply::apply(api, &name, object, field_manager)
             .await
@@ -133,5 +148,25 @@ where
             })
             .on(Op::Delete, ObjectName::new::<K>(namespace, &stale))?;
     }
-    Ok(())
+    conflict.map_or(Ok(()), Err)
+}
+
+/// The refusal to apply over `name`, which exists with another controller (or none).
+fn not_ours<K>(namespace: &str, name: &str, wanted: &K) -> ApiError
+where
+    K: Resource<DynamicType = ()>,
+{
+    let owner = wanted
+        .owner_references()
+        .first()
+        .map(|o| format!("{} {}", o.kind, o.name))
+        .unwrap_or_default();
+    let message = format!(
+        "{} {namespace}/{name} exists and is not {owner}'s: left alone (rename or delete it)",
+        K::kind(&())
+    );
+    let status = kube::core::Status::failure(&message, "AlreadyExists").with_code(409);
+    Err::<(), _>(kube::Error::Api(Box::new(status)))
+        .on(Op::Apply, ObjectName::new::<K>(namespace, name))
+        .unwrap_err()
 }

@@ -115,10 +115,11 @@ pub async fn reconcile(
         apis.field_manager,
     )
     .await;
+    let policy_refused = policy.is_err();
     if let Err(e) = policy {
         // Reported, not fatal: failovers and rolls must not wait on a policy.
-        tracing::warn!(cluster = %name, error = %e, "network policy not applied");
-        let note = format!("{e}");
+        let note = operator_runtime::error_chain(&e);
+        tracing::warn!(cluster = %name, error = %note, "network policy not applied");
         let reason = ClusterEvent::NetworkPolicyRefused;
         ctx.runtime
             .events
@@ -145,7 +146,7 @@ pub async fn reconcile(
     }
     let outcome = act(
         &ctx.runtime,
-        ctx.data.idle_look,
+        network::idle_look(ctx.data.idle_look, policy_refused),
         &apis,
         &live,
         &passwords,

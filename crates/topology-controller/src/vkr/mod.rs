@@ -138,10 +138,11 @@ pub async fn reconcile(
         apis.field_manager,
     )
     .await;
+    let policy_refused = policy.is_err();
     if let Err(e) = policy {
         // Reported, not fatal: the role labels must follow a failover whatever happens here.
-        tracing::warn!(group = %name, error = %e, "network policy not applied");
-        let note = format!("{e}");
+        let note = operator_runtime::error_chain(&e);
+        tracing::warn!(group = %name, error = %note, "network policy not applied");
         let reason = ReplicationEvent::NetworkPolicyRefused;
         ctx.runtime
             .events
@@ -182,7 +183,7 @@ pub async fn reconcile(
     )
     .await;
     connections.close().await;
-    outcome
+    outcome.map(|look| Action::requeue(network::idle_look(look, policy_refused)))
 }
 
 fn apis(ctx: &Context, group: &ValkeyReplication) -> Result<Apis, Error> {
@@ -272,7 +273,7 @@ async fn apply_members(apis: &Apis, live: &Live) -> Result<Vec<ValkeyNode>, Erro
     Ok(owned)
 }
 
-/// Decides, reports, executes and publishes.
+/// Decides, reports, executes and publishes; returns when to look next.
 async fn act(
     ctx: &ReconcileContext<Shared>,
     apis: &Apis,
@@ -281,7 +282,7 @@ async fn act(
     login: Option<&Login>,
     observed: &Observed,
     connections: &Connections<Conn>,
-) -> Result<Action, Error> {
+) -> Result<Duration, Error> {
     let vkr = &live.group;
     let group = Group {
         replication_password: passwords
@@ -402,12 +403,12 @@ async fn act(
             .await?;
     }
     let ready = planned.phase == Some(Phase::Ready);
-    Ok(Action::requeue(next_look(
+    Ok(next_look(
         &step,
         step_error.is_some(),
         ready,
         ctx.data.idle_look,
-    )))
+    ))
 }
 
 /// The ValkeyNode `member`, as an Event's related object.

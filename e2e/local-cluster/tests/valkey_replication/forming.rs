@@ -1,9 +1,12 @@
 //! Scenario 1: a group forms.
 
 use crd_types::node::Role;
-use kube::api::{Patch, PatchParams};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
 use local_cluster::network_policy::{self, admits, applies_to, controller_pod, endpoint};
 use local_cluster::replication_testing::{GroupAccess, valkey_replication};
+use local_cluster::testing::events_about;
 use serde_json::json;
 
 use crate::env::{Env, NS, SETTLE};
@@ -181,6 +184,52 @@ async fn network_policy_follows_the_spec(env: &Env, name: &str) {
     env.wait("the policy to go", SETTLE, || async {
         let live = network_policy::live(&client, NS, &policy_name, &members).await?;
         Ok(live.map_or(Ok(()), |_| Err("still there".to_string())))
+    })
+    .await;
+
+    // A policy of the user's own under the group's name is not taken over: it stays as it
+    // is, and a Warning Event says why there is no policy of the group's.
+    let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), NS);
+    let users: NetworkPolicy = serde_json::from_value(json!({
+        "metadata": {"name": policy_name},
+        "spec": {"podSelector": {"matchLabels": {"app": "mine"}}, "policyTypes": ["Ingress"]},
+    }))
+    .unwrap();
+    policies
+        .create(&PostParams::default(), &users)
+        .await
+        .unwrap();
+    patch(json!({"spec": {"networkPolicy": {"enabled": true}}})).await;
+    let refused = env
+        .wait("the group to refuse the user's policy", SETTLE, || async {
+            let events = events_about(
+                &env.apis.events,
+                "ValkeyReplication",
+                name,
+                "NetworkPolicyRefused",
+            )
+            .await?;
+            Ok(events
+                .into_iter()
+                .find_map(|e| e.note.filter(|n| n.contains("is not")))
+                .ok_or_else(|| "no Event yet".to_string()))
+        })
+        .await;
+    assert!(refused.contains(&policy_name), "{refused}");
+    let kept = policies.get(&policy_name).await.unwrap();
+    assert_eq!(kept.metadata.owner_references, None, "{kept:?}");
+    assert_eq!(kept.spec, users.spec, "the user's rules are untouched");
+    // Once it is gone, the group's own takes its place.
+    policies
+        .delete(&policy_name, &Default::default())
+        .await
+        .unwrap();
+    env.wait("the group's policy to return", SETTLE, || async {
+        let live = network_policy::live(&client, NS, &policy_name, &members).await?;
+        Ok(live
+            .filter(|l| l.policy.metadata.owner_references.is_some())
+            .map(drop)
+            .ok_or_else(|| "not yet".to_string()))
     })
     .await;
 }
