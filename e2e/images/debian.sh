@@ -124,5 +124,5 @@ debian_download() {
     d="$(basename "$f")"
     [[ -n "${names[${d%%_*}]:-}" && -z "${wanted[$d]:-}" ]] && rm -f "$f"
   done
-  exec 8>&-
+  # The suite's lock stays held until the caller exits: it unpacks from the cache next.
 }

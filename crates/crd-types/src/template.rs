@@ -263,7 +263,8 @@ pub struct Scheduling {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Exporter {
-    /// Exporter image (for example oliver006/redis_exporter).
+    /// Exporter image: redis_exporter v1.83.0 or later (for example
+    /// oliver006/redis_exporter:v1.86.0), which can turn off its /scrape endpoint.
     #[x_kube(validation = Rule::new("self.size() > 0").message("exporter.image must name an exporter image"))]
     pub image: String,
     /// Port the exporter serves /metrics on.

@@ -61,6 +61,7 @@ mod tests {
         assert_eq!(e.kind(), "invalid_object");
         let e = Error::from(BlockedContainer {
             pod: "cache-0".into(),
+            container: "valkey".into(),
             reason: "CreateContainerConfigError".into(),
             message: "secret \"cache-auth\" not found".into(),
         });

@@ -40,6 +40,20 @@ fn valkey_status(pod: &Pod) -> Option<&ContainerStatus> {
         .find(|c| c.name == VALKEY_CONTAINER)
 }
 
+/// The container the node's start waits on: an init container that waits for its own reason
+/// (a missing Secret, a crash loop; the later ones wait `PodInitializing` behind it), else the
+/// valkey container. While an init container waits, valkey only says `PodInitializing`.
+fn waiting_container(pod: &Pod) -> Option<&ContainerStatus> {
+    let status = pod.status.as_ref()?;
+    let blocking_init = status.init_container_statuses.iter().flatten().find(|c| {
+        c.state
+            .as_ref()
+            .and_then(|s| s.waiting.as_ref())
+            .is_some_and(|w| w.reason.as_deref() != Some("PodInitializing"))
+    });
+    blocking_init.or_else(|| valkey_status(pod))
+}
+
 /// Whether the valkey container passes its readiness probe. The pod's Ready condition is not
 /// used: a sidecar (the exporter) must not make the node look down.
 pub fn is_ready(pod: &Pod) -> bool {
@@ -51,13 +65,16 @@ pub fn is_ready(pod: &Pod) -> bool {
 /// a missing Secret (or key) of `spec.auth`: nothing else the pod references can be missing.
 const USER_FIXABLE_WAITS: &[&str] = &["CreateContainerConfigError"];
 
-/// The current pod's valkey container cannot be created because of its configuration.
+/// The current pod's valkey container (or an init container before it) cannot be created
+/// because of its configuration.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "container {VALKEY_CONTAINER} of pod {pod} cannot start: {reason}: {message}; create what      it names (a Secret of spec.auth, or its key) and the pod starts by itself"
+    "container {container} of pod {pod} cannot start: {reason}: {message}; create what      it names (a Secret of spec.auth, or its key) and the pod starts by itself"
 )]
 pub struct BlockedContainer {
     pub pod: String,
+    /// `valkey`, or the init container that waits (`exporter-auth`, `sentinel-config`).
+    pub container: String,
     /// The waiting reason, e.g. `CreateContainerConfigError`.
     pub reason: String,
     /// The kubelet's message, e.g. `secret "cache-auth" not found`.
@@ -70,12 +87,14 @@ pub fn blocked_container(pod: &Pod) -> Option<BlockedContainer> {
     if pod.metadata.deletion_timestamp.is_some() {
         return None;
     }
-    let waiting = valkey_status(pod)?.state.as_ref()?.waiting.as_ref()?;
+    let container = waiting_container(pod)?;
+    let waiting = container.state.as_ref()?.waiting.as_ref()?;
     let reason = waiting.reason.as_deref()?;
     USER_FIXABLE_WAITS
         .contains(&reason)
         .then(|| BlockedContainer {
             pod: pod.name_any(),
+            container: container.name.clone(),
             reason: reason.to_string(),
             message: waiting.message.clone().unwrap_or_default(),
         })
@@ -235,14 +254,16 @@ fn workload_ready(o: &Observed<'_>) -> ConditionSpec {
     {
         return not_ready(WorkloadReady::ClaimNotBound, message);
     }
-    let waiting = valkey_status(pod)
+    let container = waiting_container(pod);
+    let waiting = container
         .and_then(|c| c.state.as_ref())
         .and_then(|s| s.waiting.as_ref());
-    if let Some(w) = waiting {
+    if let (Some(w), Some(c)) = (waiting, container) {
         // A crash loop's own message is only the back-off; why it exited is in the last
         // termination (its message, or its last log lines with FallbackToLogsOnError).
-        let last_exit = valkey_status(pod)
-            .and_then(|c| c.last_state.as_ref())
+        let last_exit = c
+            .last_state
+            .as_ref()
             .and_then(|s| s.terminated.as_ref())
             .and_then(|t| {
                 let message = t.message.as_deref()?.trim();
@@ -252,7 +273,8 @@ fn workload_ready(o: &Observed<'_>) -> ConditionSpec {
         return not_ready(
             WorkloadReady::ContainerWaiting,
             format!(
-                "container valkey of pod {} is waiting: {} {}",
+                "container {} of pod {} is waiting: {} {}",
+                c.name,
                 pod.name_any(),
                 w.reason.as_deref().unwrap_or("unknown"),
                 w.message.as_deref().unwrap_or("")
@@ -742,6 +764,7 @@ mod tests {
             blocked,
             BlockedContainer {
                 pod: "cache-0".into(),
+                container: "valkey".into(),
                 reason: "CreateContainerConfigError".into(),
                 message: "secret \"cache-auth\" not found".into(),
             }
@@ -760,6 +783,35 @@ mod tests {
         let mut leaving = missing;
         leaving.metadata.deletion_timestamp = Some(Time(at(5)));
         assert_eq!(blocked_container(&leaving), None);
+
+        // An init container that needs the Secret first (exporter-auth): valkey only waits
+        // behind it, so the init container is the one reported.
+        let mut behind = waiting("PodInitializing", "");
+        let mut init = behind
+            .status
+            .as_ref()
+            .unwrap()
+            .container_statuses
+            .as_ref()
+            .unwrap()[0]
+            .clone();
+        init.name = "exporter-auth".into();
+        init.state = Some(ContainerState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some("CreateContainerConfigError".into()),
+                message: Some("secret \"cache-operator\" not found".into()),
+            }),
+            ..Default::default()
+        });
+        behind.status.as_mut().unwrap().init_container_statuses = Some(vec![init]);
+        let blocked = blocked_container(&behind).unwrap();
+        assert_eq!(blocked.container, "exporter-auth");
+        assert!(
+            blocked
+                .to_string()
+                .starts_with("container exporter-auth of pod cache-0 cannot start"),
+            "{blocked}"
+        );
     }
 
     #[test]

@@ -131,14 +131,16 @@ pub fn auth_file_script(spec: &ValkeyNodeSpec) -> Option<String> {
 
 /// The `exporter-auth` init container's script: writes the monitoring user's password to
 /// [`EXPORTER_PASSWORD_FILE`] as redis_exporter's password file, keyed by the address the
-/// exporter scrapes (`REDIS_ADDR` with `REDIS_USER`). `None` where the exporter logs in
-/// otherwise (see [`exporter_logs_in_as_monitoring`]).
+/// exporter scrapes (`REDIS_ADDR`): with `REDIS_USER` in it, as v1.69.0+ looks it up, and
+/// without, as older releases do (both then log in as `REDIS_USER`). `None` where the
+/// exporter logs in otherwise (see [`exporter_logs_in_as_monitoring`]).
 pub fn exporter_password_file_script(spec: &ValkeyNodeSpec) -> Option<String> {
     let base = monitoring_base(spec)?;
+    let port = ports::VALKEY;
     Some(format!(
-        "{}\n(umask 077; printf '{{\"redis://{MONITORING_USER}@%s:{}\": \"%s\"}}\\n' \"${POD_IP_ENV}\" \"$mp\" > {EXPORTER_PASSWORD_FILE}) || exit 1",
+        "{}\n(umask 077; printf '{{\"redis://{MONITORING_USER}@%s:{port}\": \"%s\", \"redis://%s:{port}\": \"%s\"}}\\n' \
+         \"${POD_IP_ENV}\" \"$mp\" \"${POD_IP_ENV}\" \"$mp\" > {EXPORTER_PASSWORD_FILE}) || exit 1",
         derive("mp", MONITORING_PASSWORD_PREFIX, &base),
-        ports::VALKEY,
     ))
 }
 
@@ -331,6 +333,15 @@ mod tests {
                 .unwrap()
                 .starts_with(&format!("user monitoring on \">{mp}\" resetchannels -@all"))
         );
+        // An operator user alone is enough.
+        let spec = with_exporter(with_auth(Mode::Standalone, false, true));
+        assert!(exporter_logs_in_as_monitoring(&spec));
+        let mp = derived_password(MONITORING_PASSWORD_PREFIX, "s3cret");
+        assert!(
+            monitoring_line(&spec, "9.1.2")
+                .unwrap()
+                .starts_with(&format!("user monitoring on \">{mp}\" resetchannels -@all"))
+        );
         // No passwords, no users; sentinels have no auth file.
         let mut open = with_exporter(with_auth(Mode::Standalone, false, false));
         assert_eq!(auth_file_script(&open), None);
@@ -356,7 +367,11 @@ mod tests {
         let mp = derived_password(MONITORING_PASSWORD_PREFIX, r#"--op-pass'"\"#);
         assert_eq!(
             map,
-            [("redis://monitoring@10.244.0.7:6379".to_string(), mp.clone())].into()
+            [
+                ("redis://monitoring@10.244.0.7:6379".to_string(), mp.clone()),
+                ("redis://10.244.0.7:6379".to_string(), mp.clone()),
+            ]
+            .into()
         );
         let users = auth_file_of(&spec, &env, "9.1.2");
         assert!(

@@ -1,23 +1,32 @@
 //! Scenario 9: the same ValkeyCluster forms on every Valkey version the local registry has
-//! an image for, and each member runs the version its image carries.
+//! an image for, and each member runs the version its image carries, with an exporter that
+//! scrapes it as the monitoring user (whose rules differ by version).
 
+use crd_types::template::Exporter;
 use kube::api::DeleteParams;
 use local_cluster::cluster_testing::{DataSet, valkey_cluster};
-use local_cluster::images::VALKEY_VERSIONS;
+use local_cluster::images::{VALKEY_VERSIONS, exporter_image};
+use local_cluster::operator::http_get;
 use local_cluster::testing::{events_about, running_version};
 
 use crate::env::{Env, SETTLE};
 
 /// Scenario 9: a 3x1 cluster on `valkey/valkey:<version>` for each version in turn: Ready,
-/// healthy, every member reporting that version, no live directive needing a set, keys
-/// written and read back; then deleted.
+/// healthy, every member reporting that version and scraped by its exporter, no live
+/// directive needing a set, keys written and read back; then deleted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_same_cluster_forms_on_every_version() {
     let env = Env::start().await;
+    let exporter = exporter_image().unwrap();
     for version in VALKEY_VERSIONS {
         let name = format!("v{}", version.replace('.', "-"));
         let mut cluster = valkey_cluster(&name, 3, 1, false);
         cluster.spec.template.image = format!("valkey/valkey:{version}");
+        cluster.spec.template.exporter = Some(Exporter {
+            image: exporter.clone(),
+            port: 9121,
+            resources: None,
+        });
         let access = env.create_ready(cluster).await;
         let mut runs = Vec::new();
         for member in &access.members {
@@ -31,6 +40,23 @@ async fn the_same_cluster_forms_on_every_version() {
             );
         }
         runs.dedup();
+        // The monitoring user loaded with this version's rules and lets the exporter in.
+        for member in &access.members {
+            let addr = format!("{}:9121", member.ip);
+            env.wait(
+                &format!("{}'s exporter to scrape it", member.name),
+                SETTLE,
+                || async {
+                    let body = http_get(&addr, "/metrics").await.unwrap_or_default();
+                    Ok(if body.lines().any(|l| l == "redis_up 1") {
+                        Ok(())
+                    } else {
+                        Err(body.lines().filter(|l| l.starts_with("redis_up")).collect())
+                    })
+                },
+            )
+            .await;
+        }
         let status = env.apis.clusters.get(&name).await.unwrap().status.unwrap();
         assert_eq!(status.versions, runs, "status.versions");
         let data = DataSet::new(&format!("{name}-key"), 2_000);
