@@ -325,14 +325,21 @@ pub const ATOMIC_MIGRATION_RULES: &str =
 pub const REPLICATION_PASSWORD_PREFIX: &str = "valkey-operator replication user:";
 
 /// The ACL user the exporter sidecar logs in as: it may read INFO and the latency and
-/// slow-log counters, nothing else (no key, no CONFIG, no SLOWLOG GET: slow commands'
-/// arguments are data). Rendered on data nodes with an exporter and passwords.
+/// slow-log counters (a sentinel's: what it monitors), nothing else (no key, no CONFIG, no
+/// SLOWLOG GET: slow commands' arguments are data). Rendered next to an exporter on nodes
+/// with passwords.
 pub const MONITORING_USER: &str = "monitoring";
 
 /// What [`MONITORING_USER`] may do: the commands redis_exporter sends on a scrape of
 /// `/metrics` with `CONFIG` skipped (`REDIS_EXPORTER_CONFIG_COMMAND=-`).
 pub const MONITORING_USER_RULES: &str = "resetchannels -@all +ping +info +client|setname \
      +command|info +latency|latest +latency|histogram +slowlog|len +cluster|info";
+
+/// What [`MONITORING_USER`] may do on a sentinel: what redis_exporter asks Sentinel on a
+/// scrape (INFO, then each monitored primary's replicas, sentinels and quorum).
+pub const SENTINEL_MONITORING_USER_RULES: &str = "resetchannels -@all +ping +info \
+     +client|setname +sentinel|masters +sentinel|replicas +sentinel|slaves \
+     +sentinel|sentinels +sentinel|ckquorum";
 
 /// Added to [`MONITORING_USER_RULES`] on Valkey 8.1+, which has COMMANDLOG (8.0 refuses the
 /// rule as an unknown command, so it never gets it).

@@ -9,6 +9,7 @@
 use crd_types::ValkeyNode;
 use crd_types::conditions::{self, types};
 use crd_types::names::labels;
+use crd_types::node::Mode;
 use crd_types::template::WorkloadType;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use std::collections::BTreeMap;
@@ -790,6 +791,64 @@ async fn exporter_node(cluster: &LocalCluster, apis: &Apis) {
         &["CLIENT", "LIST"],
     ] {
         let reply = valkey_cli_as(&ip, monitoring, command);
+        assert!(
+            reply.contains("NOPERM"),
+            "{command:?} as monitoring: {reply}"
+        );
+    }
+
+    // A sentinel's exporter: the same user, given to Sentinel on its command line.
+    let sentinel = "watched-sentinel";
+    let mut node = valkey_node(sentinel, WorkloadType::StatefulSet, false, None);
+    node.spec.mode = Mode::Sentinel;
+    node.spec.template.config = Default::default();
+    node.spec.auth = Some(locked_auth());
+    node.spec.template.exporter = Some(Exporter {
+        image: local_cluster::images::exporter_image().unwrap(),
+        port: 9121,
+        resources: None,
+    });
+    apis.nodes
+        .create(&PostParams::default(), &node)
+        .await
+        .unwrap();
+    let (_, ip) = cluster
+        .wait_for_value("the sentinel with an exporter to be ready", || {
+            ready_node(&apis.nodes, &apis.pods, sentinel, None)
+        })
+        .await
+        .unwrap();
+    let metrics_addr = format!("{ip}:9121");
+    let metrics = cluster
+        .wait_for_value("the exporter to scrape the sentinel", || async {
+            let body = operator::http_get(&metrics_addr, "/metrics").await;
+            Ok(body.filter(|b| b.lines().any(|l| l == "redis_up 1")))
+        })
+        .await
+        .unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("redis_sentinel_masters ")),
+        "the exporter read the sentinel's INFO"
+    );
+    let sentinel_cli = |command: &[&str]| {
+        let output = std::process::Command::new("valkey-cli")
+            .args(["-h", &ip, "-p", "26379", "--user", "monitoring"])
+            .env("REDISCLI_AUTH", &monitoring_password)
+            .args(command)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&output.stdout).trim().to_string()
+    };
+    assert_eq!(sentinel_cli(&["SENTINEL", "MASTERS"]), "");
+    for command in [
+        &["SENTINEL", "SET", "g", "quorum", "1"][..],
+        &["SENTINEL", "CONFIG", "GET", "*"],
+        &["SENTINEL", "RESET", "*"],
+        &["ACL", "LIST"],
+    ] {
+        let reply = sentinel_cli(command);
         assert!(
             reply.contains("NOPERM"),
             "{command:?} as monitoring: {reply}"

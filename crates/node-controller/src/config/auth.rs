@@ -1,7 +1,7 @@
 //! The users and passwords a data node starts with, written by its container's start-up
 //! shell (never in the ConfigMap or the pod spec): the default user's password, the
 //! `operator` user, the `replication` user replicas log in as and, next to an exporter, the
-//! read-only `monitoring` user. The two derived passwords are computed in the pod from the
+//! read-only `monitoring` user (a sentinel's users come from its arguments instead). The two derived passwords are computed in the pod from the
 //! operator's (see [`derived_password`]), so they need no Secret of their own.
 
 use crd_types::ValkeyNodeSpec;
@@ -12,7 +12,7 @@ use crd_types::template::derived_password;
 use crd_types::template::{
     ATOMIC_MIGRATION_RULES, COMMANDLOG_RULES, MONITORING_PASSWORD_PREFIX, MONITORING_USER,
     MONITORING_USER_RULES, OPERATOR_USER, REPLICATION_PASSWORD_PREFIX, REPLICATION_USER,
-    REPLICATION_USER_RULES,
+    REPLICATION_USER_RULES, SENTINEL_MONITORING_USER_RULES,
 };
 
 use super::{AUTH_FILE, OPERATOR_PASSWORD_ENV, PASSWORD_ENV, POD_IP_ENV};
@@ -34,9 +34,9 @@ fn derive(var: &str, prefix: &str, base: &str) -> String {
 
 /// The password the monitoring user's is derived from: the operator's when there is an
 /// operator user (it does not change with the default user's), else the default user's.
-/// `None` without passwords or exporter, and for sentinels.
+/// `None` without passwords or exporter.
 fn monitoring_base(spec: &ValkeyNodeSpec) -> Option<String> {
-    let auth = spec.auth.as_ref().filter(|_| spec.mode != Mode::Sentinel)?;
+    let auth = spec.auth.as_ref()?;
     spec.template.exporter.as_ref()?;
     if auth.operator_secret_ref.is_some() {
         Some(format!("${OPERATOR_PASSWORD_ENV}"))
@@ -136,7 +136,10 @@ pub fn auth_file_script(spec: &ValkeyNodeSpec) -> Option<String> {
 /// exporter logs in otherwise (see [`exporter_logs_in_as_monitoring`]).
 pub fn exporter_password_file_script(spec: &ValkeyNodeSpec) -> Option<String> {
     let base = monitoring_base(spec)?;
-    let port = ports::VALKEY;
+    let port = match spec.mode {
+        Mode::Sentinel => ports::SENTINEL,
+        Mode::Standalone | Mode::Cluster => ports::VALKEY,
+    };
     Some(format!(
         "{}\n(umask 077; printf '{{\"redis://{MONITORING_USER}@%s:{port}\": \"%s\", \"redis://%s:{port}\": \"%s\"}}\\n' \
          \"${POD_IP_ENV}\" \"$mp\" \"${POD_IP_ENV}\" \"$mp\" > {EXPORTER_PASSWORD_FILE}) || exit 1",
@@ -144,10 +147,32 @@ pub fn exporter_password_file_script(spec: &ValkeyNodeSpec) -> Option<String> {
     ))
 }
 
-/// Whether the exporter logs in as the monitoring user (a data node with passwords and an
-/// exporter); otherwise it keeps the default user's password (sentinels), or none.
+/// Whether the exporter logs in as the monitoring user (a node with passwords and an
+/// exporter); otherwise there is no password to log in with.
 pub fn exporter_logs_in_as_monitoring(spec: &ValkeyNodeSpec) -> bool {
     monitoring_base(spec).is_some()
+}
+
+/// A sentinel's monitoring user, for its start-up shell: the password derived as the
+/// `exporter-auth` init container derives it, then the user appended to the arguments
+/// (Sentinel runs from a copy of its config that each start rebuilds, and its arguments
+/// are where its users already come from; Valkey overwrites its process title). `None`
+/// for data nodes (see [`auth_file_script`]) and sentinels without one.
+pub fn sentinel_monitoring_script(spec: &ValkeyNodeSpec) -> Option<String> {
+    if spec.mode != Mode::Sentinel {
+        return None;
+    }
+    let base = monitoring_base(spec)?;
+    // Each rule single-quoted: `|` is a pipe to the shell.
+    let rules: Vec<String> = SENTINEL_MONITORING_USER_RULES
+        .split_whitespace()
+        .map(|r| format!("'{r}'"))
+        .collect();
+    Some(format!(
+        "{}\nset -- \"$@\" --user {MONITORING_USER} on \">$mp\" {}",
+        derive("mp", MONITORING_PASSWORD_PREFIX, &base),
+        rules.join(" ")
+    ))
 }
 
 #[cfg(test)]
@@ -349,8 +374,66 @@ mod tests {
         assert_eq!(exporter_password_file_script(&open), None);
         let sentinel = with_exporter(with_auth(Mode::Sentinel, true, true));
         assert_eq!(auth_file_script(&sentinel), None);
-        assert_eq!(exporter_password_file_script(&sentinel), None);
-        assert!(!exporter_logs_in_as_monitoring(&sentinel));
+        assert!(exporter_logs_in_as_monitoring(&sentinel));
+        assert_eq!(
+            sentinel_monitoring_script(&spec),
+            None,
+            "data nodes use the file"
+        );
+    }
+
+    #[test]
+    fn a_sentinel_gets_its_monitoring_user_as_arguments() {
+        let spec = with_exporter(with_auth(Mode::Sentinel, true, true));
+        let script = format!(
+            "{}\nprintf '%s\\n' \"$@\"",
+            sentinel_monitoring_script(&spec).unwrap()
+        );
+        let out = std::process::Command::new("sh")
+            .args(["-c", &script, "valkey-sentinel", "/data/sentinel.conf"])
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("VALKEY_OPERATOR_PASSWORD", "s3cret")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let mp = derived_password(MONITORING_PASSWORD_PREFIX, "s3cret");
+        let args: Vec<String> = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(String::from)
+            .collect();
+        let mut expected = vec![
+            "/data/sentinel.conf".to_string(),
+            "--user".into(),
+            "monitoring".into(),
+            "on".into(),
+            format!(">{mp}"),
+        ];
+        expected.extend(
+            SENTINEL_MONITORING_USER_RULES
+                .split_whitespace()
+                .map(String::from),
+        );
+        assert_eq!(args, expected);
+        // Its exporter's password file names the sentinel port.
+        let env = [
+            ("POD_IP", "10.244.0.9"),
+            ("VALKEY_OPERATOR_PASSWORD", "s3cret"),
+        ];
+        let file = run(
+            &exporter_password_file_script(&spec).unwrap(),
+            &env,
+            "9.1.2",
+            EXPORTER_PASSWORD_FILE,
+        )
+        .unwrap();
+        assert!(
+            file.contains(&format!(
+                "\"redis://monitoring@10.244.0.9:26379\": \"{mp}\""
+            )),
+            "{file}"
+        );
     }
 
     #[test]

@@ -16,7 +16,7 @@ pub mod replication;
 
 pub use auth::{
     EXPORTER_AUTH_DIR, EXPORTER_PASSWORD_FILE, auth_file_script, exporter_logs_in_as_monitoring,
-    exporter_password_file_script,
+    exporter_password_file_script, sentinel_monitoring_script,
 };
 
 use crd_types::conditions::reasons::ConfigValid;

@@ -146,6 +146,9 @@ fn server_command(node: &ValkeyNode, program: &str) -> Vec<String> {
     if let Some(script) = crate::config::auth_file_script(&node.spec) {
         checks.push(script);
     }
+    if let Some(script) = crate::config::sentinel_monitoring_script(&node.spec) {
+        checks.push(script);
+    }
     if node.spec.replication.is_some() {
         checks.push(match node.spec.mode {
             Mode::Sentinel => scripts::SENTINEL_LOGIN.to_string(),

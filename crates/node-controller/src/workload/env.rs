@@ -3,7 +3,7 @@
 //! Secrets, node-controller never does.
 
 use crd_types::ValkeyNode;
-use crd_types::template::{Exporter, MONITORING_USER, OPERATOR_USER, SecretKeyRef};
+use crd_types::template::{Exporter, MONITORING_USER, SecretKeyRef};
 use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ObjectFieldSelector, SecretKeySelector};
 
 use super::containers::main_port;
@@ -72,11 +72,10 @@ fn value_env(name: &str, value: impl Into<String>) -> EnvVar {
 
 /// The exporter's environment: where Valkey is, where to listen, how to log in, and
 /// redis_exporter's `/scrape?target=` endpoint off (it would send those credentials to any
-/// address its caller names; the flag exists since v1.83.0, older images ignore it). A
-/// data node with passwords: the read-only `monitoring` user, its password from the file
-/// the `exporter-auth` init container writes, and no `CONFIG GET` (the user may not; it
-/// would show `masterauth`). A sentinel: the default user when it has a password, else the
-/// operator user (Sentinel has no monitoring user yet).
+/// address its caller names; the flag exists since v1.83.0, older images ignore it). With
+/// passwords: the read-only `monitoring` user, its password from the file the
+/// `exporter-auth` init container writes, and no `CONFIG GET` (the user may not; it would
+/// show `masterauth`). Without, there is nothing to log in with.
 pub(super) fn exporter_env(node: &ValkeyNode, exporter: &Exporter) -> Vec<EnvVar> {
     let (port, _) = main_port(node.spec.mode);
     let mut env = vec![field_env(POD_IP_ENV, "status.podIP")];
@@ -84,20 +83,6 @@ pub(super) fn exporter_env(node: &ValkeyNode, exporter: &Exporter) -> Vec<EnvVar
         env.push(value_env("REDIS_USER", MONITORING_USER));
         env.push(value_env("REDIS_PASSWORD_FILE", EXPORTER_PASSWORD_FILE));
         env.push(value_env("REDIS_EXPORTER_CONFIG_COMMAND", "-"));
-    } else {
-        match node
-            .spec
-            .auth
-            .as_ref()
-            .map(|a| (&a.password_secret_ref, &a.operator_secret_ref))
-        {
-            Some((Some(password), _)) => env.push(secret_env("REDIS_PASSWORD", password)),
-            Some((None, Some(operator))) => {
-                env.push(value_env("REDIS_USER", OPERATOR_USER));
-                env.push(secret_env("REDIS_PASSWORD", operator));
-            }
-            _ => {}
-        }
     }
     // The password file's key is this address with the user: keep them in step.
     env.push(value_env(
@@ -180,7 +165,7 @@ mod tests {
         // The probe's valkey-cli reads REDISCLI_AUTH itself.
         assert!(!readiness_command(Mode::Cluster).join(" ").contains("-a "));
 
-        // A sentinel has no monitoring user: its exporter keeps the default password.
+        // A sentinel's exporter logs in as its monitoring user too, after sentinel-config.
         let d = build(&node(Mode::Sentinel, |s| {
             s.auth = Some(Auth {
                 password_secret_ref: Some(secret("app")),
@@ -193,17 +178,18 @@ mod tests {
             });
         }));
         let e = container(&d, "exporter");
-        assert_eq!(
-            secret_env_of(e),
-            [("REDIS_PASSWORD".to_string(), "app/password".to_string())]
-        );
-        assert_eq!(e.volume_mounts, None);
-        assert!(values_of(e).contains(&("REDIS_EXPORTER_DISABLE_SCRAPE_ENDPOINT", "true")));
-        assert_eq!(
-            pod(&d).init_containers.as_ref().unwrap().len(),
-            1,
-            "only sentinel-config"
-        );
+        assert_eq!(secret_env_of(e), []);
+        assert_eq!(mount(e), Some(("/run/valkey-exporter".into(), Some(true))));
+        assert!(values_of(e).contains(&("REDIS_ADDR", "redis://$(POD_IP):26379")));
+        let inits: Vec<_> = pod(&d)
+            .init_containers
+            .iter()
+            .flatten()
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(inits, ["sentinel-config", "exporter-auth"]);
+        let command = container(&d, "valkey").command.as_ref().unwrap().join(" ");
+        assert!(command.contains("--user monitoring on"), "{command}");
     }
 
     /// The exporter's plain (non-Secret, non-field) variables, in order.

@@ -41,10 +41,12 @@ pub fn pod_template(node: &ValkeyNode, rendered: &RenderedConfig) -> PodTemplate
     if let Some(exporter) = &t.exporter {
         containers.push(exporter_container(node, exporter));
     }
-    let init_containers = match mode {
-        Mode::Sentinel => Some(vec![sentinel_init_container(node)]),
-        Mode::Standalone | Mode::Cluster => exporter_auth_init_container(node).map(|c| vec![c]),
-    };
+    let mut init_containers: Vec<_> = (mode == Mode::Sentinel)
+        .then(|| sentinel_init_container(node))
+        .into_iter()
+        .collect();
+    init_containers.extend(exporter_auth_init_container(node));
+    let init_containers = (!init_containers.is_empty()).then_some(init_containers);
 
     PodTemplateSpec {
         metadata: Some(ObjectMeta {
