@@ -66,7 +66,7 @@ async fn nodes_run_real_valkey_pods_that_survive_deletion() {
     unbound_claim(&cluster, &client, &apis).await;
     owned_directive_in_another_case(&cluster, &client, &apis).await;
     authenticated_node(&cluster, &client, &apis).await;
-    exporter_node(&cluster, &apis).await;
+    exporter_node(&cluster, &client, &apis).await;
 
     // --- The controller never failed a reconcile on the way, but for the node that waited
     // for its Secrets (f), which is reported as a failure on purpose.
@@ -714,7 +714,7 @@ async fn authenticated_node(cluster: &LocalCluster, client: &Client, apis: &Apis
 /// e2e/images): the exporter scrapes as the `monitoring` user with the password the
 /// `exporter-auth` init container derived (its own environment holds none); that user reads
 /// INFO and nothing else; `/scrape?target=` is gone. Uses the `locked` node's Secrets.
-async fn exporter_node(cluster: &LocalCluster, apis: &Apis) {
+async fn exporter_node(cluster: &LocalCluster, client: &Client, apis: &Apis) {
     let name = "watched";
     let operator_password = LOCKED_OPERATOR_PASSWORD;
     let mut node = valkey_node(name, WorkloadType::StatefulSet, false, None);
@@ -797,12 +797,34 @@ async fn exporter_node(cluster: &LocalCluster, apis: &Apis) {
         );
     }
 
-    // A sentinel's exporter: the same user, given to Sentinel on its command line.
+    // A sentinel's exporter: the same user, given to Sentinel on its command line. (Its own
+    // Secrets: the locked node's quotes would stop Valkey 8.1 re-reading its arguments.)
     let sentinel = "watched-sentinel";
+    let sentinel_password = "watched-sentinel-operator-pw";
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+    let s = Secret {
+        metadata: ObjectMeta {
+            name: Some("watched-sentinel-operator".into()),
+            ..Default::default()
+        },
+        string_data: Some(BTreeMap::from([(
+            "password".to_string(),
+            sentinel_password.to_string(),
+        )])),
+        ..Default::default()
+    };
+    secrets.create(&PostParams::default(), &s).await.unwrap();
     let mut node = valkey_node(sentinel, WorkloadType::StatefulSet, false, None);
     node.spec.mode = Mode::Sentinel;
     node.spec.template.config = Default::default();
-    node.spec.auth = Some(locked_auth());
+    node.spec.auth = Some(Auth {
+        password_secret_ref: None,
+        operator_secret_ref: Some(SecretKeyRef {
+            name: "watched-sentinel-operator".into(),
+            key: "password".into(),
+        }),
+    });
+    let monitoring_password = derived_password(MONITORING_PASSWORD_PREFIX, sentinel_password);
     node.spec.template.exporter = Some(Exporter {
         image: local_cluster::images::exporter_image().unwrap(),
         port: 9121,
@@ -812,12 +834,32 @@ async fn exporter_node(cluster: &LocalCluster, apis: &Apis) {
         .create(&PostParams::default(), &node)
         .await
         .unwrap();
-    let (_, ip) = cluster
+    let ready = cluster
         .wait_for_value("the sentinel with an exporter to be ready", || {
             ready_node(&apis.nodes, &apis.pods, sentinel, None)
         })
-        .await
-        .unwrap();
+        .await;
+    let (_, ip) = match ready {
+        Ok(ready) => ready,
+        Err(error) => {
+            let pod = format!("{sentinel}-0");
+            let status = apis.nodes.get_status(sentinel).await.map(|n| n.status);
+            let pod_status = apis.pods.get(&pod).await.map(|p| p.status);
+            let mut logs = String::new();
+            for container in ["valkey", "sentinel-config", "exporter-auth", "exporter"] {
+                for previous in [false, true] {
+                    let params = kube::api::LogParams {
+                        container: Some(container.into()),
+                        previous,
+                        ..Default::default()
+                    };
+                    let log = apis.pods.logs(&pod, &params).await;
+                    logs.push_str(&format!("\n{container} (previous: {previous}): {log:?}"));
+                }
+            }
+            panic!("{error}\nnode: {status:?}\npod: {pod_status:?}{logs}");
+        }
+    };
     let metrics_addr = format!("{ip}:9121");
     let metrics = cluster
         .wait_for_value("the exporter to scrape the sentinel", || async {
