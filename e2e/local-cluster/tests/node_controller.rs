@@ -719,47 +719,8 @@ async fn exporter_node(cluster: &LocalCluster, client: &Client, apis: &Apis) {
     let operator_password = LOCKED_OPERATOR_PASSWORD;
     let mut node = valkey_node(name, WorkloadType::StatefulSet, false, None);
     node.spec.auth = Some(locked_auth());
-    node.spec.template.exporter = Some(Exporter {
-        image: local_cluster::images::exporter_image().unwrap(),
-        port: 9121,
-        resources: None,
-    });
-    apis.nodes
-        .create(&PostParams::default(), &node)
-        .await
-        .unwrap();
-    let (_, ip) = cluster
-        .wait_for_value("the node with an exporter to be ready", || {
-            ready_node(&apis.nodes, &apis.pods, name, None)
-        })
-        .await
-        .unwrap();
+    let (ip, metrics) = start_with_exporter(cluster, apis, node).await;
     let metrics_addr = format!("{ip}:9121");
-    // The first scrape may come before the server accepts clients; a later one must succeed.
-    let scraped = cluster
-        .wait_for_value("the exporter to scrape the server", || async {
-            let body = operator::http_get(&metrics_addr, "/metrics").await;
-            Ok(body.filter(|b| b.lines().any(|l| l == "redis_up 1")))
-        })
-        .await;
-    let metrics = match scraped {
-        Ok(metrics) => metrics,
-        Err(error) => {
-            // The last run's, when it crashed (the current one may not have started).
-            let params = kube::api::LogParams {
-                container: Some("exporter".into()),
-                previous: true,
-                ..Default::default()
-            };
-            let log = apis.pods.logs(&format!("{name}-0"), &params).await;
-            let last = operator::http_get_status(&metrics_addr, "/metrics").await;
-            let pod = apis.pods.get(&format!("{name}-0")).await.map(|p| p.status);
-            let agent = cluster.log_tail("node-agent", 40);
-            panic!(
-                "{error}\nexporter log: {log:?}\nlast /metrics: {last:?}\npod status: {pod:?}\nagent: {agent}"
-            );
-        }
-    };
     for series in [
         "redis_connected_clients ",
         "redis_slowlog_length ",
@@ -825,49 +786,7 @@ async fn exporter_node(cluster: &LocalCluster, client: &Client, apis: &Apis) {
         }),
     });
     let monitoring_password = derived_password(MONITORING_PASSWORD_PREFIX, sentinel_password);
-    node.spec.template.exporter = Some(Exporter {
-        image: local_cluster::images::exporter_image().unwrap(),
-        port: 9121,
-        resources: None,
-    });
-    apis.nodes
-        .create(&PostParams::default(), &node)
-        .await
-        .unwrap();
-    let ready = cluster
-        .wait_for_value("the sentinel with an exporter to be ready", || {
-            ready_node(&apis.nodes, &apis.pods, sentinel, None)
-        })
-        .await;
-    let (_, ip) = match ready {
-        Ok(ready) => ready,
-        Err(error) => {
-            let pod = format!("{sentinel}-0");
-            let status = apis.nodes.get_status(sentinel).await.map(|n| n.status);
-            let pod_status = apis.pods.get(&pod).await.map(|p| p.status);
-            let mut logs = String::new();
-            for container in ["valkey", "sentinel-config", "exporter-auth", "exporter"] {
-                for previous in [false, true] {
-                    let params = kube::api::LogParams {
-                        container: Some(container.into()),
-                        previous,
-                        ..Default::default()
-                    };
-                    let log = apis.pods.logs(&pod, &params).await;
-                    logs.push_str(&format!("\n{container} (previous: {previous}): {log:?}"));
-                }
-            }
-            panic!("{error}\nnode: {status:?}\npod: {pod_status:?}{logs}");
-        }
-    };
-    let metrics_addr = format!("{ip}:9121");
-    let metrics = cluster
-        .wait_for_value("the exporter to scrape the sentinel", || async {
-            let body = operator::http_get(&metrics_addr, "/metrics").await;
-            Ok(body.filter(|b| b.lines().any(|l| l == "redis_up 1")))
-        })
-        .await
-        .unwrap();
+    let (ip, metrics) = start_with_exporter(cluster, apis, node).await;
     assert!(
         metrics
             .lines()
@@ -896,4 +815,67 @@ async fn exporter_node(cluster: &LocalCluster, client: &Client, apis: &Apis) {
             "{command:?} as monitoring: {reply}"
         );
     }
+}
+
+/// Creates `node` with the local exporter image as its sidecar and waits for it to be Ready
+/// and for the exporter to scrape it (`redis_up 1`; the first scrape may come before the
+/// server accepts clients, a later one must succeed). Returns the node's Service IP and the
+/// metrics; on a timeout, panics with the node's and pod's status and every container's log.
+async fn start_with_exporter(
+    cluster: &LocalCluster,
+    apis: &Apis,
+    mut node: ValkeyNode,
+) -> (String, String) {
+    let name = node.name_any();
+    node.spec.template.exporter = Some(Exporter {
+        image: local_cluster::images::exporter_image().unwrap(),
+        port: 9121,
+        resources: None,
+    });
+    apis.nodes
+        .create(&PostParams::default(), &node)
+        .await
+        .unwrap();
+    let ready = cluster
+        .wait_for_value(&format!("{name} with an exporter to be ready"), || {
+            ready_node(&apis.nodes, &apis.pods, &name, None)
+        })
+        .await;
+    let ip = match ready {
+        Ok((_, ip)) => ip,
+        Err(error) => explain(cluster, apis, &name, error).await,
+    };
+    let metrics_addr = format!("{ip}:9121");
+    let scraped = cluster
+        .wait_for_value(&format!("{name}'s exporter to scrape it"), || async {
+            let body = operator::http_get(&metrics_addr, "/metrics").await;
+            Ok(body.filter(|b| b.lines().any(|l| l == "redis_up 1")))
+        })
+        .await;
+    match scraped {
+        Ok(metrics) => (ip, metrics),
+        Err(error) => explain(cluster, apis, &name, error).await,
+    }
+}
+
+/// Panics with `error`, the node's and its pod's status, each container's log (the last
+/// run's too, when one crashed) and the node agent's log tail.
+async fn explain(cluster: &LocalCluster, apis: &Apis, name: &str, error: anyhow::Error) -> ! {
+    let pod = format!("{name}-0");
+    let status = apis.nodes.get_status(name).await.map(|n| n.status);
+    let pod_status = apis.pods.get(&pod).await.map(|p| p.status);
+    let mut logs = String::new();
+    for container in ["valkey", "sentinel-config", "exporter-auth", "exporter"] {
+        for previous in [false, true] {
+            let params = kube::api::LogParams {
+                container: Some(container.into()),
+                previous,
+                ..Default::default()
+            };
+            let log = apis.pods.logs(&pod, &params).await;
+            logs.push_str(&format!("\n{container} (previous: {previous}): {log:?}"));
+        }
+    }
+    let agent = cluster.log_tail("node-agent", 40);
+    panic!("{error}\nnode: {status:?}\npod: {pod_status:?}{logs}\nagent: {agent}");
 }
