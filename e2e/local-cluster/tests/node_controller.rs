@@ -66,7 +66,7 @@ async fn nodes_run_real_valkey_pods_that_survive_deletion() {
     unbound_claim(&cluster, &client, &apis).await;
     owned_directive_in_another_case(&cluster, &client, &apis).await;
     authenticated_node(&cluster, &client, &apis).await;
-    exporter_node(&cluster, &client, &apis).await;
+    exporter_node(&cluster, &apis).await;
 
     // --- The controller never failed a reconcile on the way, but for the node that waited
     // for its Secrets (f), which is reported as a failure on purpose.
@@ -562,9 +562,11 @@ async fn owned_directive_in_another_case(cluster: &LocalCluster, client: &Client
 /// logs in with its own, and neither appears in the ConfigMap or the pod spec. The node
 /// is created before its Secrets exist: it waits (reported on the node) and starts once
 /// they are there.
-/// The `locked` node's operator password: quotes and backslashes, which Valkey 8.1 mangles
-/// on its command line (see node-controller's auth_file_script).
+/// The `locked` node's passwords, operator's and default's: quotes, backslashes and spaces,
+/// which Valkey 8.1 mangles on its command line and Sentinel 8.0/8.1 in their config
+/// rewrites (see node-controller's auth_file_script and sentinel_auth_script).
 const LOCKED_OPERATOR_PASSWORD: &str = "--op-pass'\"\\x41";
+const LOCKED_PASSWORD: &str = "s3cret \\with spaces";
 
 /// The `locked` node's Secrets (created by [`authenticated_node`]).
 fn locked_auth() -> Auth {
@@ -583,7 +585,7 @@ fn locked_auth() -> Auth {
 async fn authenticated_node(cluster: &LocalCluster, client: &Client, apis: &Apis) {
     let name = "locked";
     // A backslash and spaces, which Valkey 8.1 would mangle on its command line too.
-    let (password, operator_password) = ("s3cret \\with spaces", LOCKED_OPERATOR_PASSWORD);
+    let (password, operator_password) = (LOCKED_PASSWORD, LOCKED_OPERATOR_PASSWORD);
     let mut node = valkey_node(name, WorkloadType::StatefulSet, false, None);
     node.spec.auth = Some(locked_auth());
     apis.nodes
@@ -714,7 +716,7 @@ async fn authenticated_node(cluster: &LocalCluster, client: &Client, apis: &Apis
 /// e2e/images): the exporter scrapes as the `monitoring` user with the password the
 /// `exporter-auth` init container derived (its own environment holds none); that user reads
 /// INFO and nothing else; `/scrape?target=` is gone. Uses the `locked` node's Secrets.
-async fn exporter_node(cluster: &LocalCluster, client: &Client, apis: &Apis) {
+async fn exporter_node(cluster: &LocalCluster, apis: &Apis) {
     let name = "watched";
     let operator_password = LOCKED_OPERATOR_PASSWORD;
     let mut node = valkey_node(name, WorkloadType::StatefulSet, false, None);
@@ -758,34 +760,14 @@ async fn exporter_node(cluster: &LocalCluster, client: &Client, apis: &Apis) {
         );
     }
 
-    // A sentinel's exporter: the same user, given to Sentinel on its command line. (Its own
-    // Secrets: the locked node's quotes would stop Valkey 8.1 re-reading its arguments.)
+    // A sentinel's exporter: the same user, written into Sentinel's config copy by its
+    // start-up shell, with the locked node's quoted passwords (on Valkey 8.1, the default
+    // image, which re-reads arguments as config lines unescaped).
     let sentinel = "watched-sentinel";
-    let sentinel_password = "watched-sentinel-operator-pw";
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
-    let s = Secret {
-        metadata: ObjectMeta {
-            name: Some("watched-sentinel-operator".into()),
-            ..Default::default()
-        },
-        string_data: Some(BTreeMap::from([(
-            "password".to_string(),
-            sentinel_password.to_string(),
-        )])),
-        ..Default::default()
-    };
-    secrets.create(&PostParams::default(), &s).await.unwrap();
     let mut node = valkey_node(sentinel, WorkloadType::StatefulSet, false, None);
     node.spec.mode = Mode::Sentinel;
     node.spec.template.config = Default::default();
-    node.spec.auth = Some(Auth {
-        password_secret_ref: None,
-        operator_secret_ref: Some(SecretKeyRef {
-            name: "watched-sentinel-operator".into(),
-            key: "password".into(),
-        }),
-    });
-    let monitoring_password = derived_password(MONITORING_PASSWORD_PREFIX, sentinel_password);
+    node.spec.auth = Some(locked_auth());
     let (ip, metrics) = start_with_exporter(cluster, apis, node).await;
     assert!(
         metrics
@@ -793,28 +775,63 @@ async fn exporter_node(cluster: &LocalCluster, client: &Client, apis: &Apis) {
             .any(|l| l.starts_with("redis_sentinel_masters ")),
         "the exporter read the sentinel's INFO"
     );
-    let sentinel_cli = |command: &[&str]| {
+    let sentinel_cli = |login: (&str, &str), command: &[&str]| {
         let output = std::process::Command::new("valkey-cli")
-            .args(["-h", &ip, "-p", "26379", "--user", "monitoring"])
-            .env("REDISCLI_AUTH", &monitoring_password)
+            .args(["-h", &ip, "-p", "26379", "--user", login.0])
+            .env("REDISCLI_AUTH", login.1)
             .args(command)
             .output()
             .unwrap();
         String::from_utf8_lossy(&output.stdout).trim().to_string()
     };
-    assert_eq!(sentinel_cli(&["SENTINEL", "MASTERS"]), "");
+    let monitoring = ("monitoring", monitoring_password.as_str());
+    let operator = ("operator", operator_password);
+    assert_eq!(sentinel_cli(monitoring, &["SENTINEL", "MASTERS"]), "");
     for command in [
         &["SENTINEL", "SET", "g", "quorum", "1"][..],
         &["SENTINEL", "CONFIG", "GET", "*"],
         &["SENTINEL", "RESET", "*"],
         &["ACL", "LIST"],
     ] {
-        let reply = sentinel_cli(command);
+        let reply = sentinel_cli(monitoring, command);
         assert!(
             reply.contains("NOPERM"),
             "{command:?} as monitoring: {reply}"
         );
     }
+
+    // Sentinel 8.1 writes its passwords back to its config unquoted (any state change does;
+    // FLUSHCONFIG here), which its next start could not parse; its start-up shell writes
+    // them again quoted, so the restarted container comes back with every login.
+    assert_eq!(sentinel_cli(operator, &["SENTINEL", "FLUSHCONFIG"]), "OK");
+    let pod = format!("{sentinel}-0");
+    let restarts = || async {
+        let pod = apis.pods.get(&pod).await?;
+        anyhow::Ok(
+            pod.status
+                .and_then(|s| s.container_statuses)
+                .into_iter()
+                .flatten()
+                .find(|c| c.name == "valkey")
+                .map(|c| (c.restart_count, c.ready)),
+        )
+    };
+    let before = restarts().await.unwrap().unwrap().0;
+    sentinel_cli(operator, &["SHUTDOWN"]);
+    let restarted = cluster
+        .wait_for_value("the sentinel to restart and be ready", || async {
+            Ok(restarts()
+                .await?
+                .filter(|&(count, ready)| count > before && ready))
+        })
+        .await;
+    if let Err(error) = restarted {
+        explain(cluster, apis, sentinel, error).await;
+    }
+    assert_eq!(sentinel_cli(operator, &["PING"]), "PONG");
+    assert_eq!(sentinel_cli(monitoring, &["PING"]), "PONG");
+    let default = valkey_cli_as(&ip, Some((None, LOCKED_PASSWORD)), &["-p", "26379", "PING"]);
+    assert_eq!(default, "PONG");
 }
 
 /// Creates `node` with the local exporter image as its sidecar and waits for it to be Ready

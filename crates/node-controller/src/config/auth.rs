@@ -1,7 +1,8 @@
 //! The users and passwords a data node starts with, written by its container's start-up
 //! shell (never in the ConfigMap or the pod spec): the default user's password, the
 //! `operator` user, the `replication` user replicas log in as and, next to an exporter, the
-//! read-only `monitoring` user (a sentinel's users come from its arguments instead). The two derived passwords are computed in the pod from the
+//! read-only `monitoring` user (a sentinel's go into its own config, see
+//! [`sentinel_auth_script`]). The two derived passwords are computed in the pod from the
 //! operator's (see [`derived_password`]), so they need no Secret of their own.
 
 use crd_types::ValkeyNodeSpec;
@@ -71,8 +72,7 @@ pub fn auth_file_script(spec: &ValkeyNodeSpec) -> Option<String> {
     // Derived before the file is written: an empty one would be a passwordless user.
     let mut derive_lines = Vec::new();
     let mut lines = vec![
-        r#"valkey_quote() { printf '"%s"' "$(printf '%s' "$1" | sed 's/[\\"]/\\&/g')"; }"#
-            .to_string(),
+        VALKEY_QUOTE.to_string(),
         // Owner-only, without changing the umask the server inherits.
         "(umask 077; {".to_string(),
     ];
@@ -119,7 +119,8 @@ pub fn auth_file_script(spec: &ValkeyNodeSpec) -> Option<String> {
     lines.push(format!("}} > {AUTH_FILE}) || exit 1"));
     // A quoted value that came out empty (no `sed`, say) would be no password at all.
     lines.push(format!(
-        "if grep -Eq '(^| )\"\"( |$)' {AUTH_FILE}; then echo 'a password came out empty in {AUTH_FILE}: refusing to start' >&2; exit 1; fi"
+        "if grep -Eq '(^| )\"\"( |$)' {AUTH_FILE}; {}",
+        refuse_empty_quoted(AUTH_FILE)
     ));
     if !derive_lines.is_empty() {
         // `$0` is the server program.
@@ -153,26 +154,100 @@ pub fn exporter_logs_in_as_monitoring(spec: &ValkeyNodeSpec) -> bool {
     monitoring_base(spec).is_some()
 }
 
-/// A sentinel's monitoring user, for its start-up shell: the password derived as the
-/// `exporter-auth` init container derives it, then the user appended to the arguments
-/// (Sentinel runs from a copy of its config that each start rebuilds, and its arguments
-/// are where its users already come from; Valkey overwrites its process title). `None`
-/// for data nodes (see [`auth_file_script`]) and sentinels without one.
-pub fn sentinel_monitoring_script(spec: &ValkeyNodeSpec) -> Option<String> {
+/// The shell function quoting `$1` for Valkey's config parser (`\` and `"` escaped).
+const VALKEY_QUOTE: &str =
+    r#"valkey_quote() { printf '"%s"' "$(printf '%s' "$1" | sed 's/[\\"]/\\&/g')"; }"#;
+
+/// Refuses to start when a quoted password came out empty (no `sed`, say): `requirepass ""`
+/// would mean no password at all.
+fn refuse_empty_quoted(what: &str) -> String {
+    format!("then echo 'a password came out empty in {what}: refusing to start' >&2; exit 1; fi")
+}
+
+/// The shell lines with which a sentinel's container puts its users and passwords into
+/// `conf`, the copy of its config it runs from, before Sentinel starts: each value quoted,
+/// replacing whatever lines of these the file holds. Not arguments: Valkey 8.1 re-reads its
+/// arguments as config lines without escaping them. And not left to the file: Sentinel
+/// 8.0 and 8.1 rewrite `sentinel-pass` and `auth-pass` unquoted (8.1 `requirepass` too), so
+/// a password with a `"`, `\` or space written back by Sentinel stops its next start (both
+/// measured; 9.1 quotes them). Lines replaced: `requirepass`, every `user`, `sentinel
+/// sentinel-user|sentinel-pass` and, for a replication member, `sentinel
+/// auth-user|auth-pass` (the login to the group's data nodes, as `operator`). Users: the
+/// default one's password, `operator` (sentinels log in to each other as it too) and next
+/// to an exporter the read-only `monitoring` user. `None` for data nodes (see
+/// [`auth_file_script`]) and sentinels without passwords.
+pub fn sentinel_auth_script(spec: &ValkeyNodeSpec, conf: &str) -> Option<String> {
     if spec.mode != Mode::Sentinel {
         return None;
     }
-    let base = monitoring_base(spec)?;
-    // Each rule single-quoted: `|` is a pipe to the shell.
-    let rules: Vec<String> = SENTINEL_MONITORING_USER_RULES
-        .split_whitespace()
-        .map(|r| format!("'{r}'"))
-        .collect();
-    Some(format!(
-        "{}\nset -- \"$@\" --user {MONITORING_USER} on \">$mp\" {}",
-        derive("mp", MONITORING_PASSWORD_PREFIX, &base),
-        rules.join(" ")
-    ))
+    let auth = spec.auth.as_ref()?;
+    let (password, operator) = (
+        auth.password_secret_ref.is_some(),
+        auth.operator_secret_ref.is_some(),
+    );
+    if !password && !operator {
+        return None;
+    }
+    let login = operator && spec.replication.is_some();
+    let quoted = |value: &str| format!("\"$(valkey_quote \"{value}\")\"");
+    let op = format!("${OPERATOR_PASSWORD_ENV}");
+    let mut lines = vec![VALKEY_QUOTE.to_string()];
+    let mut users = Vec::new();
+    if password {
+        users.push(format!(
+            "printf 'requirepass %s\\n' {}",
+            quoted(&format!("${PASSWORD_ENV}"))
+        ));
+    }
+    if operator {
+        users.push(format!(
+            "printf 'user {OPERATOR_USER} on %s ~* &* +@all\\n' {}",
+            quoted(&format!(">{op}"))
+        ));
+        users.push(format!(
+            "printf 'sentinel sentinel-user {OPERATOR_USER}\\n'"
+        ));
+        users.push(format!(
+            "printf 'sentinel sentinel-pass %s\\n' {}",
+            quoted(&op)
+        ));
+    }
+    if let Some(base) = monitoring_base(spec) {
+        lines.push(derive("mp", MONITORING_PASSWORD_PREFIX, &base));
+        users.push(format!(
+            "printf 'user {MONITORING_USER} on %s %s\\n' {} '{SENTINEL_MONITORING_USER_RULES}'",
+            quoted(">$mp")
+        ));
+    }
+    let mut replaced = "$1 == \"requirepass\" || $1 == \"user\" || \
+         $1 == \"sentinel\" && ($2 == \"sentinel-user\" || $2 == \"sentinel-pass\""
+        .to_string();
+    if login {
+        // `auth-pass` must follow the `monitor` line: appended at the end, it does.
+        lines.push(format!(
+            "group=$(sed -n 's/^sentinel monitor \\([^ ]*\\) .*/\\1/p' {conf} | head -n 1)"
+        ));
+        users.push(format!(
+            "[ -z \"$group\" ] || printf 'sentinel auth-user %s {OPERATOR_USER}\\nsentinel auth-pass %s %s\\n' \"$group\" \"$group\" {}",
+            quoted(&op)
+        ));
+        replaced.push_str(" || $2 == \"auth-user\" || $2 == \"auth-pass\"");
+    }
+    replaced.push(')');
+    lines.push(format!(
+        "users=$({{\n  {}\n}}) || exit 1",
+        users.join("\n  ")
+    ));
+    lines.push(format!(
+        "if printf '%s\\n' \"$users\" | grep -Eq '(^| )\"\"( |$)'; {}",
+        refuse_empty_quoted(conf)
+    ));
+    // Owner-only, as Sentinel keeps it (it writes passwords into it too).
+    lines.push(format!(
+        "(umask 077; awk '{replaced} {{ next }} {{ print }}' {conf} > {conf}.auth && \
+         printf '%s\\n' \"$users\" >> {conf}.auth && mv {conf}.auth {conf}) || exit 1"
+    ));
+    Some(lines.join("\n"))
 }
 
 #[cfg(test)]
@@ -376,46 +451,151 @@ mod tests {
         assert_eq!(auth_file_script(&sentinel), None);
         assert!(exporter_logs_in_as_monitoring(&sentinel));
         assert_eq!(
-            sentinel_monitoring_script(&spec),
+            sentinel_auth_script(&spec, "/data/sentinel.conf"),
             None,
-            "data nodes use the file"
+            "data nodes use the auth file"
         );
     }
 
-    #[test]
-    fn a_sentinel_gets_its_monitoring_user_as_arguments() {
-        let spec = with_exporter(with_auth(Mode::Sentinel, true, true));
-        let script = format!(
-            "{}\nprintf '%s\\n' \"$@\"",
-            sentinel_monitoring_script(&spec).unwrap()
-        );
+    /// /data/sentinel.conf as Sentinel 8.1.1 rewrote it (`SENTINEL FLUSHCONFIG`) after
+    /// starting with the default password `a"b c\d` and the operator's `o"p q\r`, both
+    /// quoted: its `requirepass`, `auth-pass` and `sentinel-pass` lines no longer parse
+    /// (8.0.1 writes the last two the same way; 9.1.2 quotes all three).
+    const REWRITTEN_BY_8_1: &str = r#"port 26379
+dir "/data"
+sentinel monitor grp 10.96.0.10 6379 2
+user default on sanitize-payload #fc1c1b336bd3e21eec7af5d8efd93d3d175199a32b0b2bb0d52654adf3400746 ~* &* +@all
+sentinel sentinel-user operator
+sentinel auth-user grp operator
+user operator on sanitize-payload #c45052c3f9684dc6993f8c65f419e803ab806fbfa907a2c800153fd76a79e195 ~* &* +@all
+sentinel myid f4d73e0d22c113a79679868b6865c67862b2c83c
+sentinel current-epoch 0
+requirepass "a"b c\d"
+sentinel auth-pass grp o"p q\r
+sentinel sentinel-pass o"p q\r
+"#;
+
+    /// Runs a sentinel's start-up lines on `conf` (a file holding `before`), as the start
+    /// does with /data/sentinel.conf; returns the file after, or stderr when they failed.
+    fn sentinel_start(
+        spec: &ValkeyNodeSpec,
+        env: &[(&str, &str)],
+        before: &str,
+    ) -> Result<String, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("sentinel.conf");
+        std::fs::write(&conf, before).unwrap();
+        let script = sentinel_auth_script(spec, conf.to_str().unwrap()).unwrap();
         let out = std::process::Command::new("sh")
-            .args(["-c", &script, "valkey-sentinel", "/data/sentinel.conf"])
+            .args(["-c", &script, "valkey-sentinel"])
             .env_clear()
             .env("PATH", "/usr/bin:/bin")
-            .env("VALKEY_OPERATOR_PASSWORD", "s3cret")
+            .envs(env.iter().copied())
             .output()
             .unwrap();
-        assert!(out.status.success(), "{out:?}");
-        let mp = derived_password(MONITORING_PASSWORD_PREFIX, "s3cret");
-        let args: Vec<String> = String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .map(String::from)
-            .collect();
-        let mut expected = vec![
-            "/data/sentinel.conf".to_string(),
-            "--user".into(),
-            "monitoring".into(),
-            "on".into(),
-            format!(">{mp}"),
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+        }
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&conf).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "owner-only: {mode:o}");
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(left.len(), 1, "no scratch file left: {left:?}");
+        Ok(std::fs::read_to_string(&conf).unwrap())
+    }
+
+    #[test]
+    fn a_sentinel_gets_its_users_quoted_in_its_config_in_place_of_what_it_wrote_back() {
+        let env = [
+            ("REDISCLI_AUTH", r#"a"b c\d"#),
+            ("VALKEY_OPERATOR_PASSWORD", r#"o"p q\r"#),
         ];
-        expected.extend(
-            SENTINEL_MONITORING_USER_RULES
-                .split_whitespace()
-                .map(String::from),
+        let kept = "port 26379\ndir \"/data\"\nsentinel monitor grp 10.96.0.10 6379 2\n\
+                    sentinel myid f4d73e0d22c113a79679868b6865c67862b2c83c\n\
+                    sentinel current-epoch 0\n";
+        let users = concat!(
+            r#"requirepass "a\"b c\\d""#,
+            "\n",
+            r#"user operator on ">o\"p q\\r" ~* &* +@all"#,
+            "\n",
+            "sentinel sentinel-user operator\n",
+            r#"sentinel sentinel-pass "o\"p q\\r""#,
+            "\n",
         );
-        assert_eq!(args, expected);
+        // A replication member's sentinel also logs in to the group's data nodes.
+        let mut member = with_auth(Mode::Sentinel, true, true);
+        member.replication = Some(Default::default());
+        let after = sentinel_start(&member, &env, REWRITTEN_BY_8_1).unwrap();
+        assert_eq!(
+            after,
+            format!(
+                "{kept}{users}sentinel auth-user grp operator\n{}\n",
+                r#"sentinel auth-pass grp "o\"p q\\r""#
+            )
+        );
+        // Idempotent: a container restart runs the lines again on their own output.
+        assert_eq!(sentinel_start(&member, &env, &after).unwrap(), after);
+        // Before it monitors anything there is no group to log in to.
+        let fresh = "port 26379\ndir \"/data\"\n";
+        assert_eq!(
+            sentinel_start(&member, &env, fresh).unwrap(),
+            format!("{fresh}{users}")
+        );
+
+        // A sentinel made by hand keeps the logins its user set.
+        let by_hand = with_auth(Mode::Sentinel, true, true);
+        let after = sentinel_start(&by_hand, &env, REWRITTEN_BY_8_1).unwrap();
+        assert_eq!(
+            after,
+            format!(
+                "port 26379\ndir \"/data\"\nsentinel monitor grp 10.96.0.10 6379 2\n\
+                 sentinel auth-user grp operator\n\
+                 sentinel myid f4d73e0d22c113a79679868b6865c67862b2c83c\n\
+                 sentinel current-epoch 0\nsentinel auth-pass grp o\"p q\\r\n{users}"
+            )
+        );
+
+        // With an exporter, the monitoring user, its password derived from the operator's.
+        let watched = with_exporter(with_auth(Mode::Sentinel, false, true));
+        let after = sentinel_start(&watched, &env, fresh).unwrap();
+        let mp = derived_password(MONITORING_PASSWORD_PREFIX, r#"o"p q\r"#);
+        assert!(
+            after.ends_with(&format!(
+                "user monitoring on \">{mp}\" {SENTINEL_MONITORING_USER_RULES}\n"
+            )),
+            "{after}"
+        );
+        assert!(!after.contains("requirepass"), "{after}");
+
+        // No passwords, nothing to write.
+        let open = with_auth(Mode::Sentinel, false, false);
+        assert_eq!(sentinel_start_script(&open), None);
+        // A quoted value that came out empty stops the start and leaves the file alone.
+        let spec = with_auth(Mode::Sentinel, true, false);
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("sentinel.conf");
+        std::fs::write(&conf, fresh).unwrap();
+        let script = sentinel_auth_script(&spec, conf.to_str().unwrap())
+            .unwrap()
+            .replace("| sed ", "| false ");
+        let out = std::process::Command::new("sh")
+            .args(["-c", &script, "valkey-sentinel"])
+            .env("REDISCLI_AUTH", "a-b")
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("came out empty"));
+        assert_eq!(std::fs::read_to_string(&conf).unwrap(), fresh);
+    }
+
+    fn sentinel_start_script(spec: &ValkeyNodeSpec) -> Option<String> {
+        sentinel_auth_script(spec, "/data/sentinel.conf")
+    }
+
+    #[test]
+    fn a_sentinel_exporters_password_file_names_the_sentinel_port() {
+        let spec = with_exporter(with_auth(Mode::Sentinel, true, true));
+        let mp = derived_password(MONITORING_PASSWORD_PREFIX, "s3cret");
         // Its exporter's password file names the sentinel port.
         let env = [
             ("POD_IP", "10.244.0.9"),

@@ -16,14 +16,14 @@ pub mod replication;
 
 pub use auth::{
     EXPORTER_AUTH_DIR, EXPORTER_PASSWORD_FILE, auth_file_script, exporter_logs_in_as_monitoring,
-    exporter_password_file_script, sentinel_monitoring_script,
+    exporter_password_file_script, sentinel_auth_script,
 };
 
 use crd_types::conditions::reasons::ConfigValid;
 use crd_types::live_config;
 use crd_types::names::ports;
 use crd_types::node::{Mode, RolloutPolicy};
-use crd_types::template::{Announce, OPERATOR_USER};
+use crd_types::template::Announce;
 use crd_types::versions::{self, Version};
 
 use args::{quote, split_args};
@@ -338,7 +338,6 @@ pub fn render(spec: &ValkeyNodeSpec, cluster_ip: Option<&str>) -> Result<Rendere
             );
         }
     }
-    args.extend(auth_args(spec));
     let replication = spec
         .replication
         .as_ref()
@@ -351,44 +350,6 @@ pub fn render(spec: &ValkeyNodeSpec, cluster_ip: Option<&str>) -> Result<Rendere
         replication,
         live: split_live.then_some(live),
     }))
-}
-
-/// A sentinel's passwords go on the command line as `$(VAR)`, expanded by Kubernetes from
-/// the Secret, so they are never in the ConfigMap or the pod spec; Valkey overwrites its
-/// process title, so they do not stay visible in `ps` either. (Data nodes read theirs from
-/// [`AUTH_FILE`] instead, see [`auth_file_script`].)
-fn auth_args(spec: &ValkeyNodeSpec) -> Vec<String> {
-    let Some(auth) = spec.auth.as_ref().filter(|_| spec.mode == Mode::Sentinel) else {
-        return Vec::new();
-    };
-    let mut args = Vec::new();
-    if auth.password_secret_ref.is_some() {
-        args.extend(["--requirepass".to_string(), format!("$({PASSWORD_ENV})")]);
-    }
-    if auth.operator_secret_ref.is_some() {
-        args.extend(
-            [
-                "--user",
-                OPERATOR_USER,
-                "on",
-                &format!(">$({OPERATOR_PASSWORD_ENV})"),
-                "~*",
-                "&*",
-                "+@all",
-            ]
-            .map(String::from),
-        );
-        // Sentinels log in to each other as `operator` too: each one requires a password.
-        args.extend([
-            "--sentinel".to_string(),
-            "sentinel-user".to_string(),
-            OPERATOR_USER.to_string(),
-            "--sentinel".to_string(),
-            "sentinel-pass".to_string(),
-            format!("$({OPERATOR_PASSWORD_ENV})"),
-        ]);
-    }
-    args
 }
 
 fn push(text: &mut String, name: &str, value: &str) {
@@ -650,25 +611,15 @@ mod tests {
     }
 
     #[test]
-    fn sentinels_get_passwords_but_no_replication_auth() {
+    fn sentinels_get_no_password_from_their_config_or_arguments() {
         let c = config(render(
             &with_auth(Mode::Sentinel, true, true),
             Some("10.96.0.7"),
         ));
-        assert!(
-            c.args
-                .starts_with(&["--requirepass".into(), "$(REDISCLI_AUTH)".into()])
-        );
-        assert!(!c.args.iter().any(|a| a.starts_with("--master")));
-        // Sentinels log in to each other as the operator user.
-        assert!(c.args.ends_with(&[
-            "--sentinel".into(),
-            "sentinel-user".into(),
-            "operator".into(),
-            "--sentinel".into(),
-            "sentinel-pass".into(),
-            "$(VALKEY_OPERATOR_PASSWORD)".into(),
-        ]));
+        // Their start-up shell writes them into the config copy (see sentinel_auth_script).
+        assert!(c.args.is_empty(), "{:?}", c.args);
+        assert!(!c.text.contains("pass"), "{}", c.text);
+        assert!(!c.text.contains("include"), "{}", c.text);
     }
 
     #[test]

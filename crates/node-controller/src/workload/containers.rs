@@ -14,7 +14,7 @@ use super::pod::{DATA_VOLUME, EXPORTER_AUTH_VOLUME, TMP_VOLUME};
 use super::{env, lifecycle, probes, scripts};
 use crate::config::{
     CONFIG_DIR, DATA_DIR, EXPORTER_AUTH_DIR, OPERATOR_PASSWORD_ENV, PASSWORD_ENV, RenderedConfig,
-    exporter_logs_in_as_monitoring, exporter_password_file_script,
+    SENTINEL_CONFIG_FILE, exporter_logs_in_as_monitoring, exporter_password_file_script,
 };
 use crate::configmap::CONFIG_VOLUME;
 
@@ -118,9 +118,10 @@ pub(super) fn valkey_container(node: &ValkeyNode, rendered: &RenderedConfig) -> 
 /// The server's command. With passwords, a shell first refuses an empty one (or `-`, which
 /// valkey-server would read as "config from stdin"): Valkey takes an empty `requirepass` as
 /// no password at all, so a blank Secret must stop the start, loudly, rather than serve
-/// everyone. A replication member's shell then decides its role (a data node) or adds its
-/// login to the data nodes (a sentinel), see [`scripts`]. `exec` keeps the server the
-/// container's process; `$0` is the program.
+/// everyone. It then writes the users: a data node's to its auth file, a sentinel's into its
+/// config copy (see [`crate::config::sentinel_auth_script`]); a replication data node's
+/// shell decides its role, see [`scripts`]. `exec` keeps the server the container's
+/// process; `$0` is the program.
 fn server_command(node: &ValkeyNode, program: &str) -> Vec<String> {
     let mut checks = Vec::new();
     if let Some(auth) = &node.spec.auth {
@@ -146,14 +147,12 @@ fn server_command(node: &ValkeyNode, program: &str) -> Vec<String> {
     if let Some(script) = crate::config::auth_file_script(&node.spec) {
         checks.push(script);
     }
-    if let Some(script) = crate::config::sentinel_monitoring_script(&node.spec) {
+    let sentinel_config = format!("{DATA_DIR}/{SENTINEL_CONFIG_FILE}");
+    if let Some(script) = crate::config::sentinel_auth_script(&node.spec, &sentinel_config) {
         checks.push(script);
     }
-    if node.spec.replication.is_some() {
-        checks.push(match node.spec.mode {
-            Mode::Sentinel => scripts::SENTINEL_LOGIN.to_string(),
-            Mode::Standalone | Mode::Cluster => scripts::data_role(),
-        });
+    if node.spec.replication.is_some() && node.spec.mode != Mode::Sentinel {
+        checks.push(scripts::data_role());
     }
     if checks.is_empty() {
         return vec![program.into()];

@@ -189,7 +189,7 @@ mod tests {
             .collect();
         assert_eq!(inits, ["sentinel-config", "exporter-auth"]);
         let command = container(&d, "valkey").command.as_ref().unwrap().join(" ");
-        assert!(command.contains("--user monitoring on"), "{command}");
+        assert!(command.contains("printf 'user monitoring on "), "{command}");
     }
 
     /// The exporter's plain (non-Secret, non-field) variables, in order.

@@ -17,8 +17,8 @@
 //!   /data/sentinel.conf; a sentinel without state (a new pod) in a monitored group monitors
 //!   the primary its peers name (or the last one seen) with the spec's options and every
 //!   other data node as a known replica, so it can fail over even if the primary never
-//!   comes back. Its main container adds the login to the data nodes
-//!   ([`SENTINEL_LOGIN`]), kept out of files.
+//!   comes back. Its main container adds its users and the login to the data nodes
+//!   (see [`crate::config::sentinel_auth_script`]).
 
 /// Where the replication context is mounted.
 pub const CONTEXT_PATH: &str = "/etc/valkey/replication";
@@ -209,14 +209,6 @@ if [ -n "$name" ] && [ "$monitored" = yes ] && ! grep -q "^sentinel monitor $nam
   fi
 fi
 mv "$new" /data/sentinel.conf
-"#;
-
-/// The sentinel's login to the data nodes, from the environment: added to its arguments
-/// when it monitors a group (`auth-pass` must follow the `monitor` line).
-pub const SENTINEL_LOGIN: &str = r#"group=$(sed -n 's/^sentinel monitor \([^ ]*\) .*/\1/p' /data/sentinel.conf | head -n 1)
-if [ -n "$group" ] && [ -n "${VALKEY_OPERATOR_PASSWORD-}" ]; then
-  set -- "$@" --sentinel auth-user "$group" operator --sentinel auth-pass "$group" "$VALKEY_OPERATOR_PASSWORD"
-fi
 "#;
 
 #[cfg(test)]
