@@ -54,7 +54,8 @@ pub struct ValkeyReplicationSpec {
     #[serde(default)]
     pub sentinel: SentinelSpec,
 
-    /// The pod every data node runs; changes roll one node at a time, replicas first.
+    /// The pod every data node runs; changes roll one node at a time, replicas first. Its
+    /// image, workload type, announce, placement and exporter apply to the sentinels too.
     #[serde(default)]
     pub template: ValkeyNodeTemplate,
 

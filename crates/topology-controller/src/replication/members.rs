@@ -163,9 +163,10 @@ fn data_template(replication: &ValkeyReplication) -> ValkeyNodeTemplate {
     template
 }
 
-/// A sentinel's pod: the template's image (or `sentinel.image`), announce, workload type and
-/// placement, the sentinel's resources, no volume (its state is small and found again from
-/// its peers), no user config and no exporter.
+/// A sentinel's pod: the template's image (or `sentinel.image`), announce, workload type,
+/// placement and exporter (which then reports what the sentinel monitors, logged in as its
+/// read-only monitoring user), the sentinel's resources, no volume (its state is small and
+/// found again from its peers) and no user config.
 fn sentinel_template(replication: &ValkeyReplication) -> ValkeyNodeTemplate {
     let spec = &replication.spec;
     let t = &spec.template;
@@ -180,6 +181,7 @@ fn sentinel_template(replication: &ValkeyReplication) -> ValkeyNodeTemplate {
         announce: t.announce,
         resources: spec.sentinel.resources.clone(),
         scheduling: t.scheduling.clone(),
+        exporter: t.exporter.clone(),
         ..Default::default()
     };
     spread(&mut template, replication, components::SENTINEL);
@@ -290,6 +292,20 @@ mod tests {
             .auth
             .unwrap();
         assert_eq!(auth.password_secret_ref.unwrap().name, "mine");
+    }
+
+    #[test]
+    fn sentinels_run_the_templates_exporter() {
+        let mut r = replication(3);
+        let n = member(&r, At::Sentinel(0), None, &Default::default());
+        assert!(n.spec.template.exporter.is_none());
+        r.spec.template.exporter = Some(crd_types::template::Exporter {
+            image: "oliver006/redis_exporter:v1.86.0".into(),
+            port: 9121,
+            resources: None,
+        });
+        let n = member(&r, At::Sentinel(0), None, &Default::default());
+        assert_eq!(n.spec.template.exporter, r.spec.template.exporter);
     }
 
     #[test]

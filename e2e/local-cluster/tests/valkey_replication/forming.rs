@@ -1,15 +1,19 @@
 //! Scenario 1: a group forms.
 
 use crd_types::node::Role;
+use crd_types::template::Exporter;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
+use local_cluster::images::exporter_image;
 use local_cluster::network_policy::{self, admits, applies_to, controller_pod, endpoint};
 use local_cluster::replication_testing::{GroupAccess, valkey_replication};
 use local_cluster::testing::events_about;
 use serde_json::json;
 
 use crate::env::{Env, NS, SETTLE};
+
+const EXPORTER_PORT: i32 = 9121;
 
 /// 3 data nodes and 3 sentinels form: one primary, two linked replicas, every sentinel
 /// knows exactly 2 replicas and 2 other sentinels, all by Service IP; status says so, each
@@ -18,9 +22,13 @@ use crate::env::{Env, NS, SETTLE};
 async fn three_data_nodes_and_three_sentinels_form() {
     let env = Env::start().await;
     let name = "form";
-    let access = env
-        .create_ready(valkey_replication(name, 3, 3, false))
-        .await;
+    let mut group = valkey_replication(name, 3, 3, false);
+    group.spec.template.exporter = Some(Exporter {
+        image: exporter_image().unwrap(),
+        port: EXPORTER_PORT,
+        resources: None,
+    });
+    let access = env.create_ready(group).await;
     let status = env.ready(name, SETTLE).await;
     let primary = status.current_primary.clone().unwrap();
     assert_eq!(primary, "form-0", "data node 0 is the first primary");
@@ -64,6 +72,7 @@ async fn three_data_nodes_and_three_sentinels_form() {
     assert!(!wrong.contains("PONG"), "{wrong}");
 
     replication_user(&env, name, &access, &primary).await;
+    sentinels_are_scraped(&env, &access).await;
 
     for reason in ["ReplicaAttached", "SentinelMonitoring"] {
         let events = env.apis.group_events(name, Some(reason)).await.unwrap();
@@ -71,6 +80,36 @@ async fn three_data_nodes_and_three_sentinels_form() {
     }
     network_policy_follows_the_spec(&env, name).await;
     env.finish();
+}
+
+/// The template's exporter runs next to each sentinel too (as its read-only monitoring
+/// user), and reports the group it monitors.
+async fn sentinels_are_scraped(env: &Env, access: &GroupAccess) {
+    for sentinel in &access.sentinels {
+        let addr = format!("{}:{EXPORTER_PORT}", sentinel.ip);
+        let metrics = env
+            .wait(
+                &format!("{}'s exporter to scrape it", sentinel.name),
+                SETTLE,
+                || async {
+                    let body = local_cluster::operator::http_get(&addr, "/metrics").await;
+                    Ok(body
+                        .filter(|b| b.lines().any(|l| l == "redis_up 1"))
+                        .ok_or_else(|| "no successful scrape yet".to_string()))
+                },
+            )
+            .await;
+        assert!(
+            metrics.lines().any(|l| l == "redis_sentinel_masters 1"),
+            "{}: {}",
+            sentinel.name,
+            metrics
+                .lines()
+                .filter(|l| l.starts_with("redis_sentinel"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
 }
 
 /// Replicas log in as `replication`, which may do nothing but replicate: the `masterauth`
@@ -149,6 +188,7 @@ async fn network_policy_follows_the_spec(env: &Env, name: &str) {
         .unwrap();
     let other_controller = controller_pod(&client, "node-controller").await.unwrap();
     assert!(admits(&live.policy, &neighbour, 6379));
+    assert!(admits(&live.policy, &neighbour, EXPORTER_PORT));
     assert!(admits(&live.policy, &operator, 26379));
     assert!(!admits(&live.policy, &stranger, 6379));
     assert!(!admits(&live.policy, &other_controller, 6379));
