@@ -171,11 +171,13 @@ fn refuse_empty_quoted(what: &str) -> String {
 /// 8.0 and 8.1 rewrite `sentinel-pass` and `auth-pass` unquoted (8.1 `requirepass` too), so
 /// a password with a `"`, `\` or space written back by Sentinel stops its next start (both
 /// measured; 9.1 quotes them). Lines replaced: `requirepass`, every `user`, `sentinel
-/// sentinel-user|sentinel-pass` and, for a replication member, `sentinel
-/// auth-user|auth-pass` (the login to the group's data nodes, as `operator`). Users: the
-/// default one's password, `operator` (sentinels log in to each other as it too) and next
-/// to an exporter the read-only `monitoring` user. `None` for data nodes (see
-/// [`auth_file_script`]) and sentinels without passwords.
+/// sentinel-user|sentinel-pass`, for a replication member its group's `sentinel
+/// auth-user|auth-pass` (the login to the data nodes, as `operator`), and the `# ???`
+/// comments 8.0 and 8.1 turn their own unparsable lines into (old passwords, in clear).
+/// Users: the default one's password, `operator` (sentinels log in to each other as it
+/// too) and next to an exporter the read-only `monitoring` user. The umask is set for
+/// Sentinel too, which writes the file (passwords included) with it. `None` for data nodes
+/// (see [`auth_file_script`]) and sentinels without passwords.
 pub fn sentinel_auth_script(spec: &ValkeyNodeSpec, conf: &str) -> Option<String> {
     if spec.mode != Mode::Sentinel {
         return None;
@@ -188,10 +190,15 @@ pub fn sentinel_auth_script(spec: &ValkeyNodeSpec, conf: &str) -> Option<String>
     if !password && !operator {
         return None;
     }
-    let login = operator && spec.replication.is_some();
+    // A replication member's group (its name is a Kubernetes name: safe in shell and awk).
+    let group = spec
+        .replication
+        .as_ref()
+        .filter(|_| operator)
+        .map(|r| r.primary_name.as_str());
     let quoted = |value: &str| format!("\"$(valkey_quote \"{value}\")\"");
     let op = format!("${OPERATOR_PASSWORD_ENV}");
-    let mut lines = vec![VALKEY_QUOTE.to_string()];
+    let mut lines = vec!["umask 077".to_string(), VALKEY_QUOTE.to_string()];
     let mut users = Vec::new();
     if password {
         users.push(format!(
@@ -219,19 +226,21 @@ pub fn sentinel_auth_script(spec: &ValkeyNodeSpec, conf: &str) -> Option<String>
             quoted(">$mp")
         ));
     }
-    let mut replaced = "$1 == \"requirepass\" || $1 == \"user\" || \
-         $1 == \"sentinel\" && ($2 == \"sentinel-user\" || $2 == \"sentinel-pass\""
+    // Valkey reads directive names in any case.
+    let mut replaced = "$1 == \"#\" && $2 == \"???\" || \
+         tolower($1) == \"requirepass\" || tolower($1) == \"user\" || \
+         tolower($1) == \"sentinel\" && (tolower($2) == \"sentinel-user\" || tolower($2) == \"sentinel-pass\""
         .to_string();
-    if login {
-        // `auth-pass` must follow the `monitor` line: appended at the end, it does.
-        lines.push(format!(
-            "group=$(sed -n 's/^sentinel monitor \\([^ ]*\\) .*/\\1/p' {conf} | head -n 1)"
-        ));
+    if let Some(group) = group {
+        // Only once it monitors the group (the init container's or Sentinel's own line,
+        // both lower case); appended after it, as `auth-pass` must be.
         users.push(format!(
-            "[ -z \"$group\" ] || printf 'sentinel auth-user %s {OPERATOR_USER}\\nsentinel auth-pass %s %s\\n' \"$group\" \"$group\" {}",
+            "if grep -q '^sentinel monitor {group} ' {conf}; then printf 'sentinel auth-user {group} {OPERATOR_USER}\\nsentinel auth-pass {group} %s\\n' {}; fi",
             quoted(&op)
         ));
-        replaced.push_str(" || $2 == \"auth-user\" || $2 == \"auth-pass\"");
+        replaced.push_str(&format!(
+            " || (tolower($2) == \"auth-user\" || tolower($2) == \"auth-pass\") && $3 == \"{group}\""
+        ));
     }
     replaced.push(')');
     lines.push(format!(
@@ -242,10 +251,9 @@ pub fn sentinel_auth_script(spec: &ValkeyNodeSpec, conf: &str) -> Option<String>
         "if printf '%s\\n' \"$users\" | grep -Eq '(^| )\"\"( |$)'; {}",
         refuse_empty_quoted(conf)
     ));
-    // Owner-only, as Sentinel keeps it (it writes passwords into it too).
     lines.push(format!(
-        "(umask 077; awk '{replaced} {{ next }} {{ print }}' {conf} > {conf}.auth && \
-         printf '%s\\n' \"$users\" >> {conf}.auth && mv {conf}.auth {conf}) || exit 1"
+        "(awk '{replaced} {{ next }} {{ print }}' {conf} > {conf}.auth && \
+         printf '%s\\n' \"$users\" >> {conf}.auth && mv {conf}.auth {conf}) || {{ rm -f {conf}.auth; exit 1; }}"
     ));
     Some(lines.join("\n"))
 }
@@ -460,19 +468,24 @@ mod tests {
     /// /data/sentinel.conf as Sentinel 8.1.1 rewrote it (`SENTINEL FLUSHCONFIG`) after
     /// starting with the default password `a"b c\d` and the operator's `o"p q\r`, both
     /// quoted: its `requirepass`, `auth-pass` and `sentinel-pass` lines no longer parse
-    /// (8.0.1 writes the last two the same way; 9.1.2 quotes all three).
+    /// (8.0.1 writes the last two the same way; 9.1.2 quotes all three), and a later rewrite
+    /// comments out such lines as `# ???`. Plus a group `other` someone monitors by hand.
     const REWRITTEN_BY_8_1: &str = r#"port 26379
 dir "/data"
+sentinel monitor other 10.96.0.20 6379 2
 sentinel monitor grp 10.96.0.10 6379 2
 user default on sanitize-payload #fc1c1b336bd3e21eec7af5d8efd93d3d175199a32b0b2bb0d52654adf3400746 ~* &* +@all
 sentinel sentinel-user operator
 sentinel auth-user grp operator
+sentinel auth-user other admin
 user operator on sanitize-payload #c45052c3f9684dc6993f8c65f419e803ab806fbfa907a2c800153fd76a79e195 ~* &* +@all
 sentinel myid f4d73e0d22c113a79679868b6865c67862b2c83c
 sentinel current-epoch 0
+# ??? sentinel sentinel-pass old"pw
 requirepass "a"b c\d"
 sentinel auth-pass grp o"p q\r
-sentinel sentinel-pass o"p q\r
+sentinel auth-pass other theirs
+Sentinel Sentinel-Pass o"p q\r
 "#;
 
     /// Runs a sentinel's start-up lines on `conf` (a file holding `before`), as the start
@@ -486,6 +499,8 @@ sentinel sentinel-pass o"p q\r
         let conf = dir.path().join("sentinel.conf");
         std::fs::write(&conf, before).unwrap();
         let script = sentinel_auth_script(spec, conf.to_str().unwrap()).unwrap();
+        // What Sentinel would create next, with the umask the lines leave it.
+        let script = format!("{script}\n: > {}.next", conf.to_str().unwrap());
         let out = std::process::Command::new("sh")
             .args(["-c", &script, "valkey-sentinel"])
             .env_clear()
@@ -497,10 +512,12 @@ sentinel sentinel-pass o"p q\r
             return Err(String::from_utf8_lossy(&out.stderr).into_owned());
         }
         use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(&conf).unwrap().permissions().mode();
-        assert_eq!(mode & 0o077, 0, "owner-only: {mode:o}");
-        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
-        assert_eq!(left.len(), 1, "no scratch file left: {left:?}");
+        for file in [conf.clone(), conf.with_extension("conf.next")] {
+            let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+            assert_eq!(mode & 0o077, 0, "{file:?} owner-only: {mode:o}");
+        }
+        let left = std::fs::read_dir(dir.path()).unwrap().count();
+        assert_eq!(left, 2, "no scratch file left");
         Ok(std::fs::read_to_string(&conf).unwrap())
     }
 
@@ -510,9 +527,11 @@ sentinel sentinel-pass o"p q\r
             ("REDISCLI_AUTH", r#"a"b c\d"#),
             ("VALKEY_OPERATOR_PASSWORD", r#"o"p q\r"#),
         ];
-        let kept = "port 26379\ndir \"/data\"\nsentinel monitor grp 10.96.0.10 6379 2\n\
+        let kept = "port 26379\ndir \"/data\"\nsentinel monitor other 10.96.0.20 6379 2\n\
+                    sentinel monitor grp 10.96.0.10 6379 2\n\
+                    sentinel auth-user other admin\n\
                     sentinel myid f4d73e0d22c113a79679868b6865c67862b2c83c\n\
-                    sentinel current-epoch 0\n";
+                    sentinel current-epoch 0\nsentinel auth-pass other theirs\n";
         let users = concat!(
             r#"requirepass "a\"b c\\d""#,
             "\n",
@@ -522,9 +541,13 @@ sentinel sentinel-pass o"p q\r
             r#"sentinel sentinel-pass "o\"p q\\r""#,
             "\n",
         );
-        // A replication member's sentinel also logs in to the group's data nodes.
+        // A replication member's sentinel also logs in to its group's data nodes; a group
+        // monitored by hand keeps its own login.
         let mut member = with_auth(Mode::Sentinel, true, true);
-        member.replication = Some(Default::default());
+        member.replication = Some(crd_types::node::NodeReplication {
+            primary_name: "grp".into(),
+            ..Default::default()
+        });
         let after = sentinel_start(&member, &env, REWRITTEN_BY_8_1).unwrap();
         assert_eq!(
             after,
@@ -535,23 +558,25 @@ sentinel sentinel-pass o"p q\r
         );
         // Idempotent: a container restart runs the lines again on their own output.
         assert_eq!(sentinel_start(&member, &env, &after).unwrap(), after);
-        // Before it monitors anything there is no group to log in to.
+        // Before it monitors its group there is nothing to log in to.
         let fresh = "port 26379\ndir \"/data\"\n";
         assert_eq!(
             sentinel_start(&member, &env, fresh).unwrap(),
             format!("{fresh}{users}")
         );
 
-        // A sentinel made by hand keeps the logins its user set.
+        // A sentinel made by hand keeps every login its user set.
         let by_hand = with_auth(Mode::Sentinel, true, true);
         let after = sentinel_start(&by_hand, &env, REWRITTEN_BY_8_1).unwrap();
         assert_eq!(
             after,
             format!(
-                "port 26379\ndir \"/data\"\nsentinel monitor grp 10.96.0.10 6379 2\n\
-                 sentinel auth-user grp operator\n\
+                "port 26379\ndir \"/data\"\nsentinel monitor other 10.96.0.20 6379 2\n\
+                 sentinel monitor grp 10.96.0.10 6379 2\n\
+                 sentinel auth-user grp operator\nsentinel auth-user other admin\n\
                  sentinel myid f4d73e0d22c113a79679868b6865c67862b2c83c\n\
-                 sentinel current-epoch 0\nsentinel auth-pass grp o\"p q\\r\n{users}"
+                 sentinel current-epoch 0\nsentinel auth-pass grp o\"p q\\r\n\
+                 sentinel auth-pass other theirs\n{users}"
             )
         );
 
@@ -570,6 +595,18 @@ sentinel sentinel-pass o"p q\r
         // No passwords, nothing to write.
         let open = with_auth(Mode::Sentinel, false, false);
         assert_eq!(sentinel_start_script(&open), None);
+        // A config that cannot be read stops the start, leaving nothing behind.
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("sentinel.conf");
+        let script = sentinel_auth_script(&member, conf.to_str().unwrap()).unwrap();
+        let out = std::process::Command::new("sh")
+            .args(["-c", &script, "valkey-sentinel"])
+            .envs(env)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("sentinel.conf"));
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
         // A quoted value that came out empty stops the start and leaves the file alone.
         let spec = with_auth(Mode::Sentinel, true, false);
         let dir = tempfile::tempdir().unwrap();
