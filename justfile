@@ -43,8 +43,9 @@ image:
     bash hack/operator-image.sh
 
 # End-to-end tests on the local cluster: real API server, real Valkey images, our RBAC.
+# Two lanes of test binaries at once, each on its own local cluster (hack/e2e-lanes.sh).
 e2e: e2e-deps build image
-    cargo test -p local-cluster -- --test-threads=1
+    bash hack/e2e-lanes.sh
 
 # Start the local cluster with the operator and a sample (stays up; `just down` stops it).
 up: e2e-deps build image

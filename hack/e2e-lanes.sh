@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Runs the e2e test binaries (e2e/local-cluster/tests) in two lanes at once, each binary's
+# tests one at a time. Each test's local cluster takes a slot of its own (ports, pod and
+# Service addresses, network namespace), so two run side by side; the lanes hold about
+# the same time of tests. A lane stops at its first failing binary; the other finishes.
+# Every binary runs: lane "replication" takes the ones named below, lane "cluster" the
+# rest, found from the tests directory, so a new suite cannot be left out.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+replication_lane=(valkey_replication operator_as_pods node_controller)
+
+cluster_lane=()
+for path in e2e/local-cluster/tests/*.rs e2e/local-cluster/tests/*/main.rs; do
+    name="${path#e2e/local-cluster/tests/}"
+    name="${name%/main.rs}"
+    name="${name%.rs}"
+    case " ${replication_lane[*]} " in
+        *" $name "*) ;;
+        *) cluster_lane+=("$name") ;;
+    esac
+done
+for name in "${replication_lane[@]}"; do
+    [ -e "e2e/local-cluster/tests/$name.rs" ] || [ -e "e2e/local-cluster/tests/$name/main.rs" ] || {
+        echo "e2e-lanes: no test binary $name" >&2
+        exit 1
+    }
+done
+
+# Build once, so the lanes do not wait on each other for cargo's lock.
+cargo test -p local-cluster --no-run
+# The crate's own unit tests first (no cluster).
+cargo test -p local-cluster --lib --bins
+
+run_lane() {
+    for name in "$@"; do
+        cargo test -p local-cluster --test "$name" -- --test-threads=1 || {
+            echo "e2e-lanes: $name failed" >&2
+            return 1
+        }
+    done
+}
+
+started=$(date +%s)
+(run_lane "${cluster_lane[@]}" 2>&1 | sed -u 's/^/[cluster] /'; exit "${PIPESTATUS[0]}") &
+cluster_pid=$!
+(run_lane "${replication_lane[@]}" 2>&1 | sed -u 's/^/[replication] /'; exit "${PIPESTATUS[0]}") &
+replication_pid=$!
+
+status=0
+wait "$cluster_pid" || { echo "e2e-lanes: lane cluster failed" >&2; status=1; }
+wait "$replication_pid" || { echo "e2e-lanes: lane replication failed" >&2; status=1; }
+echo "e2e-lanes: ${cluster_lane[*]} | ${replication_lane[*]}: $(( $(date +%s) - started ))s, status $status"
+exit "$status"
