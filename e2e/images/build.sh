@@ -25,6 +25,9 @@ self="$here/build.sh"
 cache="${VALKEY_OPERATOR_CACHE:-$HOME/.cache/valkey-operator}"
 say() { printf 'images: %s\n' "$*" >&2; }
 die() { say "$*"; exit 1; }
+# A command that fails outside a test ends the script (set -e): say which, never silently.
+set -E
+trap 'say "failed (exit $?) at line $LINENO: $BASH_COMMAND"' ERR
 
 if (($#)); then versions=("$@"); else versions=(8.0 8.1 9.1 exporter); fi
 for v in "${versions[@]}"; do

@@ -122,7 +122,9 @@ debian_download() {
   for f in "$archives"/*.deb; do
     [[ -e "$f" ]] || continue
     d="$(basename "$f")"
-    [[ -n "${names[${d%%_*}]:-}" && -z "${wanted[$d]:-}" ]] && rm -f "$f"
+    # An `if`, not `[[ ]] && rm`: a false test as the loop's last command would be the
+    # function's status, and `set -e` would end the caller silently (the first cold run).
+    if [[ -n "${names[${d%%_*}]:-}" && -z "${wanted[$d]:-}" ]]; then rm -f "$f"; fi
   done
   # The suite's lock stays held until the caller exits: it unpacks from the cache next.
 }

@@ -15,6 +15,9 @@ set -euo pipefail
 
 say() { printf 'exporter-rootfs: %s\n' "$*" >&2; }
 die() { say "$*"; exit 1; }
+# A command that fails outside a test ends the script (set -e): say which, never silently.
+set -E
+trap 'say "failed (exit $?) at line $LINENO: $BASH_COMMAND"' ERR
 
 [[ "$(id -u)" -eq 0 ]] || die "needs root (files owned by root)"
 self="$(readlink -f "${BASH_SOURCE[0]}")"

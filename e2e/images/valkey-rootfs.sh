@@ -28,6 +28,9 @@ set -euo pipefail
 
 say() { printf 'valkey-rootfs: %s\n' "$*" >&2; }
 die() { say "$*"; exit 1; }
+# A command that fails outside a test ends the script (set -e): say which, never silently.
+set -E
+trap 'say "failed (exit $?) at line $LINENO: $BASH_COMMAND"' ERR
 
 (($# == 1)) || die "usage: $0 VERSION   (8.0, 8.1 or 9.1)"
 version="$1"
