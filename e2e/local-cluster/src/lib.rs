@@ -9,6 +9,7 @@
 
 pub mod cluster_testing;
 pub mod control_plane;
+pub mod controller_pods;
 pub mod images;
 pub mod kubeconfig;
 pub mod netns;
@@ -27,8 +28,9 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use k8s_openapi::api::core::v1::{Node, ServiceAccount};
+use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
 use kube::Api;
+use kube::api::{ListParams, LogParams};
 
 use control_plane::Layout;
 use kubeconfig::Credentials;
@@ -78,7 +80,20 @@ pub struct LocalCluster {
     _claim: ranges::Claim,
     /// The port the last controller started as a local process listens on.
     last_controller_port: Option<u16>,
+    /// Pods whose containers must not restart (see [`LocalCluster::fail_on_restarts`]).
+    watched_pods: Vec<(String, String)>,
+    restart_check: std::sync::Mutex<RestartCheck>,
 }
+
+/// When the watched pods were last looked at, and the pods a test crashed on purpose.
+#[derive(Debug, Default)]
+struct RestartCheck {
+    last: Option<Instant>,
+    spared: std::collections::BTreeSet<String>,
+}
+
+/// How often a wait looks for restarted containers of the watched pods.
+const RESTART_CHECK_EVERY: Duration = Duration::from_secs(2);
 
 /// How long a component may take to come up before the start fails.
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
@@ -159,6 +174,8 @@ impl LocalCluster {
             detached: false,
             _claim: claim,
             last_controller_port: None,
+            watched_pods: Vec::new(),
+            restart_check: Default::default(),
         };
         cluster.spawn("etcd", &mut layout.etcd())?;
         wait_for_tcp(layout.etcd_client_port, "etcd", &cluster).await?;
@@ -312,13 +329,7 @@ impl LocalCluster {
     {
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
-            if let Some(dead) = self.children.iter().find(|(r, _)| !r.is_alive()) {
-                bail!(
-                    "{} exited while waiting for {what}; its log ends:\n{}",
-                    dead.0.name,
-                    self.log_tail(&dead.0.name, 30)
-                );
-            }
+            self.check_running(what).await?;
             if let Ok(Some(value)) = check().await {
                 return Ok(value);
             }
@@ -327,6 +338,90 @@ impl LocalCluster {
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
+    }
+
+    /// From now on every wait fails when a container of the pods `selector` selects in
+    /// `namespace` has restarted, with that container's previous log: the operator's
+    /// controllers run as pods, and one that crashes must fail the test as a crashed
+    /// local process does, not be restarted unseen.
+    pub fn fail_on_restarts(&mut self, namespace: &str, selector: &str) {
+        self.watched_pods.push((namespace.into(), selector.into()));
+    }
+
+    /// The pod with `uid` was crashed on purpose: its restart is no failure.
+    pub fn spare_restarts_of(&self, uid: &str) {
+        let mut check = self.restart_check.lock().unwrap();
+        check.spared.insert(uid.into());
+    }
+
+    /// Fails when a process of the run exited, or (every [`RESTART_CHECK_EVERY`] at most) a
+    /// container of a watched pod restarted. Waits call it on every poll.
+    pub async fn check_running(&self, what: &str) -> Result<()> {
+        if let Some(dead) = self.children.iter().find(|(r, _)| !r.is_alive()) {
+            bail!(
+                "{} exited while waiting for {what}; its log ends:\n{}",
+                dead.0.name,
+                self.log_tail(&dead.0.name, 30)
+            );
+        }
+        if self.watched_pods.is_empty() {
+            return Ok(());
+        }
+        {
+            let mut check = self.restart_check.lock().unwrap();
+            if check
+                .last
+                .is_some_and(|t| t.elapsed() < RESTART_CHECK_EVERY)
+            {
+                return Ok(());
+            }
+            check.last = Some(Instant::now());
+        }
+        self.check_restarts(what).await
+    }
+
+    /// Fails when a container of a pod [`LocalCluster::fail_on_restarts`] watches has
+    /// restarted, with its previous log; `what` says what the test was doing.
+    pub async fn check_restarts(&self, what: &str) -> Result<()> {
+        let spared = self.restart_check.lock().unwrap().spared.clone();
+        // Best effort: an API error here is the wait's own check's to report.
+        let Ok(client) = self.client().await else {
+            return Ok(());
+        };
+        for (namespace, selector) in &self.watched_pods {
+            let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+            let Ok(list) = pods.list(&ListParams::default().labels(selector)).await else {
+                continue;
+            };
+            for pod in &list.items {
+                if pod.metadata.deletion_timestamp.is_some()
+                    || pod
+                        .metadata
+                        .uid
+                        .as_ref()
+                        .is_some_and(|u| spared.contains(u))
+                {
+                    continue;
+                }
+                if let Some((container, why)) = restarted(pod) {
+                    let name = pod.metadata.name.clone().unwrap_or_default();
+                    let params = LogParams {
+                        container: Some(container.clone()),
+                        previous: true,
+                        tail_lines: Some(30),
+                        ..Default::default()
+                    };
+                    let log = pods
+                        .logs(&name, &params)
+                        .await
+                        .unwrap_or_else(|e| format!("(no log: {e})"));
+                    bail!(
+                        "container {container} of pod {namespace}/{name} restarted ({why}) while waiting for {what}; its previous log ends:\n{log}"
+                    );
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The PID of the running process `name` this run started.
@@ -405,6 +500,31 @@ pub fn unmount_under(dir: &Path) {
             .stderr(std::process::Stdio::null())
             .status();
     }
+}
+
+/// The first container of `pod` that has restarted, and how its last run ended.
+fn restarted(pod: &Pod) -> Option<(String, String)> {
+    let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
+    let status = statuses.iter().find(|s| s.restart_count > 0)?;
+    let ended = status
+        .last_state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .map(|t| {
+            format!(
+                "exit code {}{}",
+                t.exit_code,
+                t.reason
+                    .as_deref()
+                    .map(|r| format!(", {r}"))
+                    .unwrap_or_default()
+            )
+        })
+        .unwrap_or_else(|| "no exit recorded".into());
+    Some((
+        status.name.clone(),
+        format!("{} restarts, last {ended}", status.restart_count),
+    ))
 }
 
 /// A kube client from a kubeconfig file.
@@ -523,4 +643,51 @@ pub fn workspace_binary(name: &str) -> Result<PathBuf> {
         "cannot find the {name} binary near {}: run `cargo build --workspace --bins` or set VALKEY_OPERATOR_BIN_DIR",
         exe.display()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_restarted_container_is_named_with_how_it_ended() {
+        let pod = |statuses: serde_json::Value| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p"},
+                "status": {"containerStatuses": statuses}
+            }))
+            .unwrap()
+        };
+        let status = |name: &str, restarts: i32, last: serde_json::Value| {
+            serde_json::json!({
+                "name": name, "restartCount": restarts, "ready": true, "image": "i",
+                "imageID": "", "lastState": last
+            })
+        };
+        assert_eq!(
+            restarted(&pod(serde_json::json!([status(
+                "a",
+                0,
+                serde_json::json!({})
+            )]))),
+            None
+        );
+        let crashed = pod(serde_json::json!([
+            status("a", 0, serde_json::json!({})),
+            status(
+                "b",
+                2,
+                serde_json::json!({"terminated": {"exitCode": 101, "reason": "Error"}})
+            ),
+        ]));
+        assert_eq!(
+            restarted(&crashed),
+            Some(("b".into(), "2 restarts, last exit code 101, Error".into()))
+        );
+        let unknown = pod(serde_json::json!([status("c", 1, serde_json::json!({}))]));
+        assert_eq!(
+            restarted(&unknown),
+            Some(("c".into(), "1 restarts, last no exit recorded".into()))
+        );
+    }
 }

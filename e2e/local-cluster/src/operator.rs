@@ -282,25 +282,42 @@ pub async fn service_account_token(
         .context("TokenRequest returned no token")
 }
 
+/// Writes `<run dir>/<file_stem>.kubeconfig` with a day-long token of `service_account`.
+pub async fn service_account_kubeconfig(
+    cluster: &LocalCluster,
+    client: &kube::Client,
+    namespace: &str,
+    service_account: &str,
+    file_stem: &str,
+) -> Result<std::path::PathBuf> {
+    let token = service_account_token(client, namespace, service_account).await?;
+    let run_dir = &cluster.layout.run_dir;
+    let path = run_dir.join(format!("{file_stem}.kubeconfig"));
+    std::fs::write(
+        &path,
+        kubeconfig::render(
+            &cluster.layout.api_server_url(),
+            &run_dir.join("pki/ca.crt"),
+            service_account,
+            Credentials::Token(&token),
+        ),
+    )?;
+    Ok(path)
+}
+
 async fn start_controller(
     cluster: &mut LocalCluster,
     client: &kube::Client,
     controller: ControllerProcess,
 ) -> Result<RunningController> {
-    let token =
-        service_account_token(client, &controller.namespace, &controller.service_account).await?;
-    let run_dir = cluster.layout.run_dir.clone();
-    let kubeconfig_path = run_dir.join(format!("{}.kubeconfig", controller.binary));
-    let ca = run_dir.join("pki/ca.crt");
-    std::fs::write(
-        &kubeconfig_path,
-        kubeconfig::render(
-            &cluster.layout.api_server_url(),
-            &ca,
-            &controller.service_account,
-            Credentials::Token(&token),
-        ),
-    )?;
+    let kubeconfig_path = service_account_kubeconfig(
+        cluster,
+        client,
+        &controller.namespace,
+        &controller.service_account,
+        &controller.binary,
+    )
+    .await?;
     let binary = crate::workspace_binary(&controller.binary)?;
     let http_port = cluster.controller_port()?;
     let mut command = Command::new(binary);

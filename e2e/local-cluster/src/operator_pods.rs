@@ -4,17 +4,21 @@
 //! image the node agent pulls, with their probes, security context and projected tokens.
 
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use anyhow::{Context, Result};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::DynamicObject;
 use kube::{Api, ResourceExt};
 
-use crate::operator::{apply_crds_first, documents, kustomize_build};
+use crate::controller_pods::PodController;
+use crate::operator::{apply_crds_first, documents, kustomize_build, service_account_kubeconfig};
 use crate::{LocalCluster, run_script, workspace_binary};
 
 /// The image name the Deployments in deploy/ use.
 pub const IMAGE_NAME: &str = "ghcr.io/valkey-operator/valkey-operator";
+/// Its repository in the local registry (the name without its registry host).
+const REPOSITORY: &str = "valkey-operator/valkey-operator";
 
 /// The operator image `hack/operator-image.sh` built.
 #[derive(Debug, Clone)]
@@ -27,10 +31,19 @@ pub struct OperatorImage {
 /// Assembles the operator image from the binaries `just image` built and pushes it to
 /// `registry`. Never builds: a cargo started from here would inherit a test's environment.
 pub fn build_and_push(registry: &str) -> Result<OperatorImage> {
+    assemble(Some(registry))
+}
+
+/// `hack/operator-image.sh --no-build`, pushing to `registry` if given.
+fn assemble(registry: Option<&str>) -> Result<OperatorImage> {
     let oci_image = workspace_binary("oci-image")?;
+    let mut args = vec!["--no-build"];
+    if let Some(registry) = registry {
+        args.extend(["--push", registry]);
+    }
     let stdout = run_script(
         "hack/operator-image.sh",
-        &["--no-build", "--push", registry],
+        &args,
         &[("OCI_IMAGE", &oci_image)],
     )?;
     let (reference, layout) = stdout
@@ -41,6 +54,130 @@ pub fn build_and_push(registry: &str) -> Result<OperatorImage> {
         reference: reference.into(),
         layout: layout.into(),
     })
+}
+
+impl OperatorImage {
+    /// The tag of [`OperatorImage::reference`].
+    pub fn tag(&self) -> Result<&str> {
+        let no_digest = self.reference.split('@').next().unwrap_or_default();
+        no_digest
+            .strip_prefix(IMAGE_NAME)
+            .and_then(|t| t.strip_prefix(':'))
+            .with_context(|| format!("image reference without a tag: {}", self.reference))
+    }
+}
+
+/// [`build_and_push`] for a test process: the layout is assembled once (it depends only
+/// on the binaries `just image` built), then pushed to `cluster`'s registry.
+pub async fn push_image(cluster: &LocalCluster) -> Result<OperatorImage> {
+    static ASSEMBLED: Mutex<Option<OperatorImage>> = Mutex::new(None);
+    let image = {
+        let mut assembled = ASSEMBLED.lock().unwrap();
+        if assembled.is_none() {
+            *assembled = Some(assemble(None)?);
+        }
+        assembled.clone().unwrap()
+    };
+    let registry = cluster
+        .registry_url
+        .as_deref()
+        .context("the cluster has no registry: it runs without the node agent")?;
+    oci_image::RegistryClient::new(registry)
+        .push_layout(&image.layout, REPOSITORY, image.tag()?)
+        .await
+        .with_context(|| format!("pushing {} to {registry}", image.reference))?;
+    Ok(image)
+}
+
+/// Installs `overlay` with its controllers as pods of the operator image (pushed to the
+/// cluster's registry), each container's environment amended by `extra_env` entries
+/// `(binary, name, value)`; `CONTROLLER_LOG`, when set, becomes every controller's
+/// RUST_LOG. Waits until each Deployment has rolled out and one of its pods leads. From
+/// then on a restarted controller container fails the cluster's waits.
+pub async fn install_controllers(
+    cluster: &mut LocalCluster,
+    overlay: &Path,
+    extra_env: &[(&str, &str, &str)],
+) -> Result<Vec<PodController>> {
+    let image = push_image(cluster).await?;
+    let client = cluster.client().await?;
+    let mut objects = documents(&kustomize_build(overlay)?)?;
+    set_image(&mut objects, &image.reference);
+    let mut env: Vec<(String, String, String)> = extra_env
+        .iter()
+        .map(|(b, n, v)| (b.to_string(), n.to_string(), v.to_string()))
+        .collect();
+    if let Ok(log) = std::env::var("CONTROLLER_LOG") {
+        env.push(("*".into(), "RUST_LOG".into(), log));
+    }
+    set_env(&mut objects, &env)?;
+    apply_crds_first(cluster, &client, &objects).await?;
+    let mut controllers = Vec::new();
+    for object in objects.iter().filter(|o| kind(o) == "Deployment") {
+        let deployment: Deployment = object.clone().try_parse()?;
+        let namespace = deployment.namespace().unwrap_or_default();
+        let account = deployment
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .and_then(|p| p.service_account_name.clone())
+            .unwrap_or_else(|| "default".into());
+        let kubeconfig =
+            service_account_kubeconfig(cluster, &client, &namespace, &account, &account).await?;
+        controllers.push(PodController::from_deployment(&deployment, kubeconfig)?);
+    }
+    for controller in &controllers {
+        wait_rolled_out(cluster, &controller.namespace, &controller.deployment).await?;
+        controller.wait_led(cluster).await?;
+    }
+    let namespaces: std::collections::BTreeSet<&str> =
+        controllers.iter().map(|c| c.namespace.as_str()).collect();
+    for namespace in namespaces {
+        cluster.fail_on_restarts(namespace, "app.kubernetes.io/name=valkey-operator");
+    }
+    Ok(controllers)
+}
+
+fn kind(object: &DynamicObject) -> &str {
+    object
+        .types
+        .as_ref()
+        .map(|t| t.kind.as_str())
+        .unwrap_or_default()
+}
+
+/// Sets `(binary, name, value)` in the environment of every Deployment container whose
+/// command runs `binary` (`*`: every one), replacing an entry of that name.
+pub fn set_env(objects: &mut [DynamicObject], env: &[(String, String, String)]) -> Result<()> {
+    for object in objects.iter_mut().filter(|o| kind(o) == "Deployment") {
+        let Some(containers) = object.data["spec"]["template"]["spec"]
+            .get_mut("containers")
+            .and_then(|c| c.as_array_mut())
+        else {
+            continue;
+        };
+        for container in containers {
+            let binary = container["command"][0]
+                .as_str()
+                .and_then(|c| c.rsplit('/').next())
+                .unwrap_or_default()
+                .to_string();
+            for (for_binary, name, value) in env {
+                if for_binary != "*" && *for_binary != binary {
+                    continue;
+                }
+                let list = container
+                    .as_object_mut()
+                    .context("a container that is not an object")?
+                    .entry("env")
+                    .or_insert_with(|| serde_json::json!([]));
+                let entries = list.as_array_mut().context("env is not a list")?;
+                entries.retain(|e| e["name"] != name.as_str());
+                entries.push(serde_json::json!({"name": name, "value": value}));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Points every container that runs [`IMAGE_NAME`] (any tag or digest) at `image`.
@@ -168,6 +305,70 @@ spec: {ports: [{port: 80}]}
             "ghcr.io/valkey-operator/valkey-operator-extra:1"
         );
         assert!(objects[1].data["spec"].get("template").is_none());
+    }
+
+    #[test]
+    fn set_env_reaches_the_named_controller_or_every_one() {
+        let mut objects = documents(
+            r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: a}
+spec:
+  template:
+    spec:
+      containers:
+        - {name: a, command: [/usr/local/bin/pvc-resizer], env: [{name: RUST_LOG, value: info}, {name: K, value: "1"}]}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: b}
+spec:
+  template:
+    spec:
+      containers:
+        - {name: b, command: [/usr/local/bin/node-controller]}
+"#,
+        )
+        .unwrap();
+        let env = |b: &str, n: &str, v: &str| (b.to_string(), n.to_string(), v.to_string());
+        set_env(
+            &mut objects,
+            &[
+                env("pvc-resizer", "STATS_INTERVAL", "2"),
+                env("*", "RUST_LOG", "debug"),
+            ],
+        )
+        .unwrap();
+        let env_of =
+            |i: usize| objects[i].data["spec"]["template"]["spec"]["containers"][0]["env"].clone();
+        assert_eq!(
+            env_of(0),
+            serde_json::json!([
+                {"name": "K", "value": "1"},
+                {"name": "STATS_INTERVAL", "value": "2"},
+                {"name": "RUST_LOG", "value": "debug"}
+            ])
+        );
+        assert_eq!(
+            env_of(1),
+            serde_json::json!([{"name": "RUST_LOG", "value": "debug"}])
+        );
+    }
+
+    #[test]
+    fn the_tag_of_a_pinned_reference() {
+        let image = |reference: &str| OperatorImage {
+            reference: reference.into(),
+            layout: PathBuf::new(),
+        };
+        let pinned = image("ghcr.io/valkey-operator/valkey-operator:0.1.0-abc-dirty@sha256:00ff");
+        assert_eq!(pinned.tag().unwrap(), "0.1.0-abc-dirty");
+        assert!(
+            image("ghcr.io/valkey-operator/valkey-operator@sha256:00")
+                .tag()
+                .is_err()
+        );
     }
 
     #[test]

@@ -16,26 +16,56 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use kube::{Api, ResourceExt};
 
+use crate::controller_pods::PodController;
 use crate::operator::{self, RunningController};
-use crate::{LocalCluster, Options};
+use crate::{LocalCluster, Options, operator_pods};
 
-/// A local cluster (with or without the node agent) with the operator installed from
-/// deploy/overlays/all: controllers as local processes with their own ServiceAccounts.
-pub async fn cluster_with_operator(
+/// A local cluster with the node agent and the operator installed from
+/// deploy/overlays/all as a user installs it: every controller a pod of its Deployment,
+/// running the operator image (see [`operator_pods::install_controllers`]).
+pub async fn cluster_with_operator(run_dir: &Path) -> Result<(LocalCluster, Vec<PodController>)> {
+    cluster_with_operator_using(Options::new(run_dir), &[]).await
+}
+
+/// [`cluster_with_operator`] from `options`, with `(binary, name, value)` environment
+/// entries for the controllers' containers (a test's shorter intervals, say).
+pub async fn cluster_with_operator_using(
+    options: Options,
+    extra_env: &[(&str, &str, &str)],
+) -> Result<(LocalCluster, Vec<PodController>)> {
+    let mut cluster = LocalCluster::start(options).await?;
+    let overlay = crate::repo_root().join("deploy/overlays/all");
+    let controllers = operator_pods::install_controllers(&mut cluster, &overlay, extra_env).await?;
+    Ok((cluster, controllers))
+}
+
+/// The controller running `binary` among `controllers`.
+pub fn controller<'a>(controllers: &'a [PodController], binary: &str) -> &'a PodController {
+    controllers
+        .iter()
+        .find(|c| c.binary == binary)
+        .unwrap_or_else(|| panic!("the overlay runs no {binary}"))
+}
+
+/// A control plane without the node agent (nothing runs pods), with the operator from
+/// deploy/overlays/all: its controllers as local processes, each with a token of its own
+/// ServiceAccount, so RBAC is exercised exactly as deployed.
+pub async fn api_server_with_operator(
     run_dir: &Path,
-    agent: bool,
 ) -> Result<(LocalCluster, Vec<RunningController>)> {
     let mut options = Options::new(run_dir);
-    options.agent = agent;
+    options.agent = false;
     let mut cluster = LocalCluster::start(options).await?;
     let overlay = crate::repo_root().join("deploy/overlays/all");
     let controllers = operator::install(&mut cluster, &overlay).await?;
     Ok((cluster, controllers))
 }
 
-/// [`cluster_with_operator`] from `options`, with `(binary, name, value)` environment
-/// entries for the controllers (see [`operator::install_with_env`]).
-pub async fn cluster_with_operator_using(
+/// A local cluster from `options` with the controllers as local processes (see
+/// [`operator::install_with_env`]): for the benchmarks, which sample a controller's CPU
+/// and memory by PID and compare figures taken that way. Tests use
+/// [`cluster_with_operator`].
+pub async fn cluster_with_local_controllers(
     options: Options,
     extra_env: &[(&str, &str, &str)],
 ) -> Result<(LocalCluster, Vec<RunningController>)> {
@@ -93,7 +123,7 @@ pub async fn events_about(
 
 /// Stops the recorded process `name` of the run by PID (SIGTERM, then SIGKILL after
 /// `grace`) and forgets it, so [`LocalCluster::wait_for`] does not take its exit for a
-/// crash. For an outage of a controller started by [`cluster_with_operator`].
+/// crash. For an outage of a controller started by [`cluster_with_local_controllers`].
 pub fn stop_process(cluster: &mut LocalCluster, name: &str, grace: Duration) -> Result<()> {
     let index = cluster
         .children

@@ -1,7 +1,7 @@
-//! deploy/overlays/namespaced on a real API server and node agent: the controllers watch
-//! one namespace, granted their roles there only by RoleBindings. A cluster in that
-//! namespace forms; a ValkeyNode in another is never served, and no controller may read a
-//! Secret (or create a workload) outside it.
+//! deploy/overlays/namespaced on a real API server and node agent: the controllers, pods of
+//! their Deployments, watch one namespace, granted their roles there only by RoleBindings.
+//! A cluster in that namespace forms; a ValkeyNode in another is never served, and no
+//! controller may read a Secret (or create a workload) outside it.
 
 use std::path::Path;
 use std::time::Duration;
@@ -13,7 +13,7 @@ use kube::Api;
 use kube::api::PostParams;
 use local_cluster::cluster_testing::{ClusterApis, valkey_cluster, wait_ready};
 use local_cluster::testing::allowed;
-use local_cluster::{LocalCluster, Options, kube_client, operator};
+use local_cluster::{LocalCluster, Options, kube_client, operator_pods};
 use serde_json::json;
 
 /// The overlay's watched namespace.
@@ -32,11 +32,10 @@ async fn the_namespaced_overlay_serves_one_namespace_and_reads_nothing_elsewhere
         .await
         .unwrap();
     let overlay = local_cluster::repo_root().join("deploy/overlays/namespaced");
-    let controllers = operator::install(&mut cluster, &overlay).await.unwrap();
-    let mut binaries: Vec<&str> = controllers
-        .iter()
-        .map(|c| c.process.binary.as_str())
-        .collect();
+    let controllers = operator_pods::install_controllers(&mut cluster, &overlay, &[])
+        .await
+        .unwrap();
+    let mut binaries: Vec<&str> = controllers.iter().map(|c| c.binary.as_str()).collect();
     binaries.sort();
     assert_eq!(
         binaries,
@@ -83,7 +82,7 @@ async fn the_namespaced_overlay_serves_one_namespace_and_reads_nothing_elsewhere
         let own = kube_client(Path::new(&controller.kubeconfig))
             .await
             .unwrap();
-        let binary = controller.process.binary.as_str();
+        let binary = controller.binary.as_str();
         let (verb, group, resource) = match binary {
             "node-controller" => ("create", "apps", "statefulsets"),
             "service-controller" => ("create", "", "services"),
@@ -104,5 +103,6 @@ async fn the_namespaced_overlay_serves_one_namespace_and_reads_nothing_elsewhere
             );
         }
     }
+    cluster.check_restarts("the end of the test").await.unwrap();
     cluster.stop().unwrap();
 }

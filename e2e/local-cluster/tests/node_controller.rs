@@ -24,9 +24,10 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
-use local_cluster::operator::RunningController;
+use local_cluster::controller_pods::PodController;
 use local_cluster::testing::{
-    cluster_with_operator, events_about, ready_node, valkey_cli, valkey_cli_as, valkey_node,
+    cluster_with_operator, controller, events_about, ready_node, valkey_cli, valkey_cli_as,
+    valkey_node,
 };
 use local_cluster::{LocalCluster, operator};
 
@@ -57,7 +58,7 @@ impl Apis {
 #[tokio::test]
 async fn nodes_run_real_valkey_pods_that_survive_deletion() {
     let run = tempfile::tempdir().unwrap();
-    let (mut cluster, controllers) = cluster_with_operator(run.path(), true).await.unwrap();
+    let (mut cluster, controllers) = cluster_with_operator(run.path()).await.unwrap();
     let client = cluster.client().await.unwrap();
     let apis = Apis::new(&client);
 
@@ -70,7 +71,7 @@ async fn nodes_run_real_valkey_pods_that_survive_deletion() {
 
     // --- The controller never failed a reconcile on the way, but for the node that waited
     // for its Secrets (f), which is reported as a failure on purpose.
-    let metrics = metrics(node_controller(&controllers)).await;
+    let metrics = metrics(node_controller(&controllers), &client).await;
     let failures: Vec<&str> = metrics
         .lines()
         .filter(|l| {
@@ -81,20 +82,17 @@ async fn nodes_run_real_valkey_pods_that_survive_deletion() {
         .filter(|l| !l.contains(&format!(r#"error="{CONTAINER_CONFIG}""#)))
         .collect();
     assert!(failures.is_empty(), "{failures:?}");
+    cluster.check_restarts("the end of the test").await.unwrap();
     cluster.stop().unwrap();
 }
 
-fn node_controller(controllers: &[RunningController]) -> &RunningController {
-    controllers
-        .iter()
-        .find(|c| c.process.binary == "node-controller")
-        .unwrap()
+fn node_controller(controllers: &[PodController]) -> &PodController {
+    controller(controllers, "node-controller")
 }
 
-async fn metrics(controller: &RunningController) -> String {
-    operator::http_get(&controller.http_addr, "/metrics")
-        .await
-        .unwrap()
+/// The leading node-controller's metrics.
+async fn metrics(controller: &PodController, client: &Client) -> String {
+    controller.metrics(client).await.unwrap()
 }
 
 /// The value of the metric line that starts with `series` (name and labels), 0 when absent.
@@ -113,7 +111,7 @@ fn sample(metrics: &str, series: &str) -> u64 {
 #[tokio::test]
 async fn a_missing_secret_warns_and_backs_off() {
     let run = tempfile::tempdir().unwrap();
-    let (mut cluster, controllers) = cluster_with_operator(run.path(), true).await.unwrap();
+    let (mut cluster, controllers) = cluster_with_operator(run.path()).await.unwrap();
     let client = cluster.client().await.unwrap();
     let apis = Apis::new(&client);
     let controller = node_controller(&controllers);
@@ -172,10 +170,10 @@ async fn a_missing_secret_warns_and_backs_off() {
     let runs = r#"valkey_operator_reconcile_runs_total{controller="node-controller"}"#;
     let pod = format!("{name}-0");
     let pod_version = apis.pods.get(&pod).await.unwrap().resource_version();
-    let before = metrics(controller).await;
+    let before = metrics(controller, &client).await;
     let window = Instant::now();
     tokio::time::sleep(Duration::from_secs(60)).await;
-    let after = metrics(controller).await;
+    let after = metrics(controller, &client).await;
     let elapsed = window.elapsed();
     let failures = sample(&after, &failed) - sample(&before, &failed);
     let reconciles = sample(&after, runs) - sample(&before, runs);
@@ -217,6 +215,7 @@ async fn a_missing_secret_warns_and_backs_off() {
         .await
         .unwrap();
     println!("ready {:?} after the Secret was created", created.elapsed());
+    cluster.check_restarts("the end of the test").await.unwrap();
     cluster.stop().unwrap();
 }
 

@@ -12,12 +12,11 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
-use local_cluster::operator::{self, RunningController};
+use local_cluster::LocalCluster;
+use local_cluster::controller_pods::{Outage, PodController};
 use local_cluster::testing::{
-    cluster_with_operator, events_about, pod_ready, ready_node, restart_controller, stop_process,
-    valkey_cli, valkey_node,
+    cluster_with_operator, controller, events_about, pod_ready, ready_node, valkey_cli, valkey_node,
 };
-use local_cluster::{LocalCluster, process};
 
 const NS: &str = "default";
 const NAME: &str = "cache";
@@ -58,6 +57,7 @@ fn bytes(q: Option<&Quantity>) -> Option<u64> {
 const TWO_GI: u64 = 2 << 30;
 
 struct Apis {
+    client: Client,
     nodes: Api<ValkeyNode>,
     pods: Api<Pod>,
     statefulsets: Api<StatefulSet>,
@@ -68,6 +68,7 @@ struct Apis {
 impl Apis {
     fn new(client: &Client) -> Self {
         Self {
+            client: client.clone(),
             nodes: Api::namespaced(client.clone(), NS),
             pods: Api::namespaced(client.clone(), NS),
             statefulsets: Api::namespaced(client.clone(), NS),
@@ -93,22 +94,24 @@ impl Apis {
 #[tokio::test]
 async fn a_node_lives_through_outages_rolls_grows_and_replicates() {
     let run = tempfile::tempdir().unwrap();
-    let (mut cluster, mut controllers) = cluster_with_operator(run.path(), true).await.unwrap();
+    let (mut cluster, controllers) = cluster_with_operator(run.path()).await.unwrap();
     let client = cluster.client().await.unwrap();
     let apis = Apis::new(&client);
 
-    let cluster_ip = operator_outage(&mut cluster, &mut controllers, &apis).await;
+    let cluster_ip = operator_outage(&cluster, &controllers, &apis).await;
     config_change_rolls_once(&cluster, &apis, &cluster_ip).await;
     persistence_grows(&cluster, &apis).await;
     replication_through_services(&cluster, &apis).await;
+    cluster.check_restarts("the end of the test").await.unwrap();
     cluster.stop().unwrap();
 }
 
-/// Scenario 1: with node-controller and service-controller down, a deleted pod is recreated
-/// by the StatefulSet with its data; restarted, the controllers catch up without rolling it.
+/// Scenario 1: with node-controller and service-controller scaled to zero, a deleted pod is
+/// recreated by the StatefulSet with its data; scaled back up, the controllers catch up
+/// without rolling it.
 async fn operator_outage(
-    cluster: &mut LocalCluster,
-    controllers: &mut [RunningController],
+    cluster: &LocalCluster,
+    controllers: &[PodController],
     apis: &Apis,
 ) -> String {
     apis.nodes
@@ -130,12 +133,12 @@ async fn operator_outage(
 
     // --- The outage.
     for name in STOPPED {
-        stop_process(cluster, name, std::time::Duration::from_secs(10)).unwrap();
-    }
-    let records = process::recorded(&cluster.layout.run_dir).unwrap();
-    for name in STOPPED {
-        let record = records.iter().find(|r| r.name == name).unwrap();
-        assert!(!record.is_alive(), "{name} still runs");
+        let c = controller(controllers, name);
+        c.stop(cluster, Outage::ScaledDown).await.unwrap();
+        assert!(
+            c.pods(&apis.client).await.unwrap().is_empty(),
+            "{name} still runs"
+        );
     }
     apis.pods
         .delete("cache-0", &DeleteParams::default())
@@ -179,24 +182,17 @@ async fn operator_outage(
 
     // --- The controllers come back.
     for name in STOPPED {
-        let slot = controllers
-            .iter_mut()
-            .find(|c| c.process.binary == name)
-            .unwrap();
-        *slot = restart_controller(cluster, slot).await.unwrap();
+        controller(controllers, name).start(cluster).await.unwrap();
     }
     for name in STOPPED {
-        let controller = controllers
-            .iter()
-            .find(|c| c.process.binary == name)
-            .unwrap();
+        let controller = controller(controllers, name);
         let series =
             format!(r#"valkey_operator_reconcile_duration_seconds_count{{controller="{name}"}}"#);
         cluster
             .wait_for(
                 &format!("a finished reconcile of the restarted {name}"),
                 || async {
-                    let text = operator::http_get(&controller.http_addr, "/metrics").await;
+                    let text = controller.metrics(&apis.client).await.ok();
                     Ok(text.and_then(|t| metric(&t, &series)).unwrap_or(0.0) >= 1.0)
                 },
             )

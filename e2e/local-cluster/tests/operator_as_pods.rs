@@ -14,6 +14,7 @@ use local_cluster::cluster_testing::{
     Access, ClusterApis, DataSet, Progress, access, open_slots, shape, slots_by_primary,
     valkey_cluster, wait_until,
 };
+use local_cluster::controller_pods::container_pid;
 use local_cluster::operator::{apply_all, documents};
 use local_cluster::operator_pods::{self, OperatorImage};
 use local_cluster::testing::pod_ready;
@@ -43,8 +44,7 @@ async fn install(overlay: &str) -> Installed {
     let run = tempfile::tempdir().unwrap();
     let cluster = LocalCluster::start(Options::new(run.path())).await.unwrap();
     let client = cluster.client().await.unwrap();
-    let registry = cluster.registry_url.clone().expect("the agent's registry");
-    let image = operator_pods::build_and_push(&registry).unwrap();
+    let image = operator_pods::push_image(&cluster).await.unwrap();
     let overlay_dir = repo_root().join("deploy/overlays").join(overlay);
     let deployments = operator_pods::install(&cluster, &overlay_dir, &image.reference)
         .await
@@ -289,7 +289,7 @@ async fn standby_takes_over_mid_scale_out() {
 
     // A controller process that exits is restarted in place (restartPolicy Always).
     let uid = pods.get(&standby).await.unwrap().uid().unwrap();
-    let pid = controller_pid(&env.cluster, component, &uid);
+    let pid = container_pid(&env.cluster, component, &uid).unwrap();
     // SAFETY: kill(2) with a PID found above; no memory is involved.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
     eprintln!("killed {standby}'s process {pid}");
@@ -314,34 +314,4 @@ async fn standby_takes_over_mid_scale_out() {
     .await;
     let mut env = env;
     env.cluster.stop().unwrap();
-}
-
-/// The PID of a controller's process in the pod with `pod_uid`: its argv[0] is the binary
-/// and its root is that pod's container root (`<agent state>/pods/<uid>/<container>/root`).
-fn controller_pid(cluster: &LocalCluster, binary: &str, pod_uid: &str) -> i32 {
-    let run_dir = cluster.layout.run_dir.display().to_string();
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        let argv0 = cmdline.split(|b| *b == 0).next().unwrap_or_default();
-        let root = std::fs::read_link(entry.path().join("root"))
-            .unwrap_or_default()
-            .display()
-            .to_string();
-        if argv0.ends_with(format!("/{binary}").as_bytes())
-            && root.starts_with(&run_dir)
-            && root.contains(pod_uid)
-        {
-            found.push(pid);
-        }
-    }
-    assert_eq!(
-        found.len(),
-        1,
-        "{binary} processes of pod {pod_uid}: {found:?}"
-    );
-    found[0]
 }

@@ -17,7 +17,7 @@ use k8s_openapi::api::rbac::v1::RoleBinding;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use local_cluster::testing::{allowed, cluster_with_operator, events_about};
+use local_cluster::testing::{allowed, api_server_with_operator, events_about};
 use local_cluster::{kube_client, operator};
 use serde_json::{Value, json};
 
@@ -91,7 +91,7 @@ async fn may(client: &Client, user: &str, verb: &str, resource: &str) -> bool {
 #[tokio::test]
 async fn operator_installs_and_the_api_judges_input_as_documented() {
     let run = tempfile::tempdir().unwrap();
-    let (mut cluster, controllers) = cluster_with_operator(run.path(), false).await.unwrap();
+    let (mut cluster, controllers) = api_server_with_operator(run.path()).await.unwrap();
     assert_eq!(controllers.len(), 4, "{controllers:?}");
     let client = cluster.client().await.unwrap();
 
@@ -351,7 +351,7 @@ async fn operator_installs_and_the_api_judges_input_as_documented() {
 #[tokio::test]
 async fn an_unreadable_object_fails_alone() {
     let run = tempfile::tempdir().unwrap();
-    let (mut cluster, _controllers) = cluster_with_operator(run.path(), false).await.unwrap();
+    let (mut cluster, _controllers) = api_server_with_operator(run.path()).await.unwrap();
     let client = cluster.client().await.unwrap();
 
     // Loosen status.workload.restarts (an integer to every controller) to int-or-string.

@@ -33,11 +33,11 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
-use local_cluster::operator::{self, RunningController};
+use local_cluster::controller_pods::PodController;
 use local_cluster::testing::{
-    cluster_with_operator_using, events_about, ready_node, valkey_cli, valkey_node,
+    cluster_with_operator_using, controller, events_about, ready_node, valkey_cli, valkey_node,
 };
-use local_cluster::{LocalCluster, Options, kubeconfig};
+use local_cluster::{LocalCluster, Options, kubeconfig, operator};
 use serde_json::json;
 
 const NS: &str = "default";
@@ -66,7 +66,7 @@ async fn volumes_grow_before_they_fill_with_least_privilege() {
     a_full_volume_serves_reads_and_writes_again_once_grown(&cluster, &client).await;
     a_cluster_template_growth_reaches_every_member(&cluster, &client).await;
 
-    let metrics = metrics(resizer(&controllers)).await;
+    let metrics = metrics(resizer(&controllers), &client).await;
     let failures: Vec<&str> = metrics
         .lines()
         .filter(|l| {
@@ -74,20 +74,17 @@ async fn volumes_grow_before_they_fill_with_least_privilege() {
         })
         .collect();
     assert!(failures.is_empty(), "{failures:?}");
+    cluster.check_restarts("the end of the test").await.unwrap();
     cluster.stop().unwrap();
 }
 
-fn resizer(controllers: &[RunningController]) -> &RunningController {
-    controllers
-        .iter()
-        .find(|c| c.process.binary == "pvc-resizer")
-        .unwrap()
+fn resizer(controllers: &[PodController]) -> &PodController {
+    controller(controllers, "pvc-resizer")
 }
 
-async fn metrics(controller: &RunningController) -> String {
-    operator::http_get(&controller.http_addr, "/metrics")
-        .await
-        .unwrap()
+/// The leading pvc-resizer's metrics.
+async fn metrics(controller: &PodController, client: &Client) -> String {
+    controller.metrics(client).await.unwrap()
 }
 
 /// The value of the metric line that starts with `series`, 0 when absent.
@@ -203,7 +200,7 @@ async fn claim_request(claims: &Api<PersistentVolumeClaim>, name: &str) -> Strin
 async fn a_filling_volume_grows_until_its_limit(
     cluster: &LocalCluster,
     client: &Client,
-    resizer: &RunningController,
+    resizer: &PodController,
 ) {
     let nodes: Api<ValkeyNode> = Api::namespaced(client.clone(), NS);
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
@@ -296,10 +293,10 @@ async fn a_filling_volume_grows_until_its_limit(
         .unwrap();
     // Several more stats rounds later: no further growth, no crash loop.
     let calls = |m: &str| sample(m, "valkey_operator_kubelet_stats_calls_total");
-    let before = calls(&metrics(resizer).await);
+    let before = calls(&metrics(resizer, client).await);
     cluster
         .wait_for("three more stats rounds", || async {
-            Ok(calls(&metrics(resizer).await) >= before + 3)
+            Ok(calls(&metrics(resizer, client).await) >= before + 3)
         })
         .await
         .unwrap();
@@ -307,7 +304,7 @@ async fn a_filling_volume_grows_until_its_limit(
     let patches = claim_patches(cluster, "fill-data", RESIZER_USER);
     println!("fill-data: {patches} PATCH requests by pvc-resizer");
     assert_eq!(patches, 2);
-    let m = metrics(resizer).await;
+    let m = metrics(resizer, client).await;
     assert_eq!(
         sample(
             &m,
@@ -344,7 +341,7 @@ async fn a_filling_volume_grows_until_its_limit(
 async fn an_unexpandable_class_is_reported_without_retries(
     cluster: &LocalCluster,
     client: &Client,
-    resizer: &RunningController,
+    resizer: &PodController,
 ) {
     let classes: Api<StorageClass> = Api::all(client.clone());
     let fixed: StorageClass = serde_json::from_value(json!({
@@ -398,7 +395,7 @@ async fn an_unexpandable_class_is_reported_without_retries(
             r#"valkey_operator_reconcile_runs_total{controller="pvc-resizer"}"#,
         )
     };
-    let before = runs(&metrics(resizer).await);
+    let before = runs(&metrics(resizer, client).await);
     nodes
         .patch(
             "fixed",
@@ -409,7 +406,7 @@ async fn an_unexpandable_class_is_reported_without_retries(
         .unwrap();
     cluster
         .wait_for("pvc-resizer looks at fixed again", || async {
-            Ok(runs(&metrics(resizer).await) > before)
+            Ok(runs(&metrics(resizer, client).await) > before)
         })
         .await
         .unwrap();

@@ -14,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use local_cluster::operator;
-use local_cluster::testing::{cluster_with_operator, events_about};
+use local_cluster::testing::{api_server_with_operator, events_about};
 use serde_json::json;
 
 const NODE: &str = "shard-0-0";
@@ -45,7 +45,7 @@ async fn recorded_endpoint(
 #[tokio::test]
 async fn each_node_gets_a_service_that_comes_back_and_goes_with_the_node() {
     let run = tempfile::tempdir().unwrap();
-    let (mut cluster, controllers) = cluster_with_operator(run.path(), false).await.unwrap();
+    let (mut cluster, controllers) = api_server_with_operator(run.path()).await.unwrap();
     let client = cluster.client().await.unwrap();
     let nodes: Api<ValkeyNode> = Api::namespaced(client.clone(), "default");
     let services: Api<Service> = Api::namespaced(client.clone(), "default");

@@ -52,9 +52,10 @@ use local_cluster::cluster_testing::{
 use local_cluster::images::VALKEY_VERSIONS;
 use local_cluster::operator::RunningController;
 use local_cluster::testing::{
-    cluster_with_operator, restart_controller, signal, stop_process, valkey_node, valkey_server_pid,
+    cluster_with_local_controllers, restart_controller, signal, stop_process, valkey_node,
+    valkey_server_pid,
 };
-use local_cluster::{LocalCluster, run_script};
+use local_cluster::{LocalCluster, Options, run_script};
 use serde_json::json;
 
 const NS: &str = "default";
@@ -95,7 +96,8 @@ async fn main() -> Result<()> {
         .and_then(|v| v.parse().ok())
         .unwrap_or(100_000);
     let run = std::env::temp_dir().join(format!("bench-cluster-{}", std::process::id()));
-    let (mut cluster, controllers) = cluster_with_operator(&run, true).await?;
+    let (mut cluster, controllers) =
+        cluster_with_local_controllers(Options::new(&run), &[]).await?;
     let topology = controllers
         .into_iter()
         .find(|c| c.process.binary == TOPOLOGY_CONTROLLER)

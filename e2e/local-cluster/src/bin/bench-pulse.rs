@@ -28,7 +28,7 @@ use local_cluster::cluster_testing::{
 };
 use local_cluster::operator::{self, RunningController};
 use local_cluster::testing::{
-    cluster_with_operator_using, restart_controller, signal, stop_process, valkey_server_pid,
+    cluster_with_local_controllers, restart_controller, signal, stop_process, valkey_server_pid,
 };
 
 const NS: &str = "default";
@@ -56,7 +56,7 @@ async fn main() -> Result<()> {
     let run = std::env::temp_dir().join(format!("bench-pulse-{}", std::process::id()));
     let mut options = local_cluster::Options::new(&run);
     options.audit = true;
-    let (mut cluster, controllers) = cluster_with_operator_using(options, &[]).await?;
+    let (mut cluster, controllers) = cluster_with_local_controllers(options, &[]).await?;
     let client = cluster.client().await?;
     let apis = ClusterApis::new(&client, NS);
     let mut controller = controllers

@@ -32,12 +32,14 @@ use crd_types::node::Mode;
 use crd_types::replication::SentinelSpec;
 use crd_types::template::WorkloadType;
 use kube::api::PostParams;
-use local_cluster::LocalCluster;
 use local_cluster::cluster_testing::{Progress, poll_until};
 use local_cluster::replication_testing::{
     GroupAccess, MemberAddr, ReplicationApis, WriteProbes, access, ready_status, valkey_replication,
 };
-use local_cluster::testing::{cluster_with_operator, signal, valkey_node, valkey_server_pid};
+use local_cluster::testing::{
+    cluster_with_local_controllers, signal, valkey_node, valkey_server_pid,
+};
+use local_cluster::{LocalCluster, Options};
 use serde_json::json;
 
 const NS: &str = "default";
@@ -54,7 +56,7 @@ const SWITCHOVER_ID: &str = "bench";
 #[tokio::main]
 async fn main() -> Result<()> {
     let run = std::env::temp_dir().join(format!("bench-replication-{}", std::process::id()));
-    let (cluster, _controllers) = cluster_with_operator(&run, true).await?;
+    let (cluster, _controllers) = cluster_with_local_controllers(Options::new(&run), &[]).await?;
     let client = cluster.client().await?;
     let apis = ReplicationApis::new(&client, NS);
     let group = valkey_replication(GROUP, 3, 3, false);

@@ -234,13 +234,7 @@ where
     let started = Instant::now();
     let mut last;
     loop {
-        if let Some((dead, _)) = cluster.children.iter().find(|(r, _)| !r.is_alive()) {
-            bail!(
-                "{} exited while waiting for {what}; its log ends:\n{}",
-                dead.name,
-                cluster.log_tail(&dead.name, 30)
-            );
-        }
+        cluster.check_running(what).await?;
         match check().await {
             Ok(Ok(value)) => return Ok(value),
             Ok(Err(why)) => last = why,

@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use local_cluster::cluster_testing::{Access, DataSet, open_slots, valkey_cluster};
+use local_cluster::controller_pods::Outage;
 use serde_json::json;
 
 use crate::env::{Env, RESHAPE};
@@ -54,7 +55,7 @@ fn no_open_slot(access: &Access, seen: &RefCell<BTreeSet<String>>) {
 /// and `--cluster check` passes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn atomic_slot_migration_survives_a_killed_controller() {
-    let mut env = Env::start().await;
+    let env = Env::start().await;
     let name = "atomic";
     let mut cluster = valkey_cluster(name, 3, 1, false);
     cluster.spec.template.image = "valkey/valkey:9.1".into();
@@ -101,7 +102,7 @@ async fn atomic_slot_migration_survives_a_killed_controller() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    env.stop_topology_controller(Duration::ZERO);
+    env.stop_topology_controller(Outage::Crash).await;
     eprintln!("{name}: killed topology-controller on seeing {seen:?}");
 
     // Valkey finishes the jobs on its own.
@@ -180,5 +181,5 @@ async fn atomic_slot_migration_survives_a_killed_controller() {
         "slots seen importing or migrating: {:?}",
         markers.borrow()
     );
-    env.finish();
+    env.finish().await;
 }

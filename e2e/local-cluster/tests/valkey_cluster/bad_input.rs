@@ -292,5 +292,5 @@ async fn bad_input() {
     let access = env.access(name).await;
     assert_eq!(access.password.as_deref(), Some("chosen by a person"));
     assert_eq!(access.cli_cluster(&["SET", "k", "v"]), "OK");
-    env.finish();
+    env.finish().await;
 }

@@ -183,5 +183,5 @@ async fn draining_a_node_with_two_primaries_hands_each_over_first() {
     writer.progressed(200, SETTLE).await.unwrap();
     env.nothing_lost(name, "through the drain", writer, &access)
         .await;
-    env.finish();
+    env.finish().await;
 }

@@ -13,10 +13,8 @@ use local_cluster::cluster_testing::{
     Access, AckedWriter, ClusterApis, DataSet, Progress, WriterReport, access, ready_status, shape,
     status_matches_valkey, wait_until,
 };
-use local_cluster::operator::{self, RunningController};
-use local_cluster::testing::{
-    cluster_with_operator, events_about, pod_starts, restart_controller, stop_process,
-};
+use local_cluster::controller_pods::{Outage, PodController};
+use local_cluster::testing::{cluster_with_operator, controller, events_about, pod_starts};
 use serde_json::json;
 
 pub(crate) const NS: &str = "default";
@@ -46,7 +44,7 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// run directory goes, and the next test starts only after both.
 pub(crate) struct Env {
     pub(crate) cluster: LocalCluster,
-    pub(crate) controllers: Vec<RunningController>,
+    pub(crate) controllers: Vec<PodController>,
     pub(crate) apis: ClusterApis,
     pub(crate) client: kube::Client,
     _run: tempfile::TempDir,
@@ -57,7 +55,7 @@ impl Env {
     pub(crate) async fn start() -> Self {
         let serial = SERIAL.lock().await;
         let run = tempfile::tempdir().unwrap();
-        let (cluster, controllers) = cluster_with_operator(run.path(), true).await.unwrap();
+        let (cluster, controllers) = cluster_with_operator(run.path()).await.unwrap();
         let client = cluster.client().await.unwrap();
         Self {
             apis: ClusterApis::new(&client, NS),
@@ -277,37 +275,30 @@ impl Env {
         .await;
     }
 
-    pub(crate) fn topology_controller(&self) -> &RunningController {
-        self.controllers
-            .iter()
-            .find(|c| c.process.binary == "topology-controller")
-            .expect("the overlay runs topology-controller")
+    pub(crate) fn topology_controller(&self) -> &PodController {
+        controller(&self.controllers, "topology-controller")
     }
 
-    /// Stops topology-controller (SIGTERM, SIGKILL after `grace`): nothing acts on the
-    /// clusters' topology until [`Env::restart_topology_controller`].
-    pub(crate) fn stop_topology_controller(&mut self, grace: Duration) {
-        stop_process(&mut self.cluster, "topology-controller", grace).unwrap();
-    }
-
-    /// Starts topology-controller again after [`Env::stop_topology_controller`]; how long
-    /// after its start it ran its first reconcile. The stopped process still holds the Lease
-    /// under the same pod name, so the new one leads at once instead of waiting for it to
-    /// expire.
-    pub(crate) async fn restart_topology_controller(&mut self) -> Duration {
-        let index = self
-            .controllers
-            .iter()
-            .position(|c| c.process.binary == "topology-controller")
-            .expect("the overlay runs topology-controller");
-        let restarting = Instant::now();
-        let restarted = restart_controller(&mut self.cluster, &self.controllers[index])
+    /// Takes topology-controller down (see [`Outage`]): nothing acts on the clusters'
+    /// topology until [`Env::restart_topology_controller`].
+    pub(crate) async fn stop_topology_controller(&self, outage: Outage) {
+        self.topology_controller()
+            .stop(&self.cluster, outage)
             .await
             .unwrap();
+    }
+
+    /// Scales topology-controller back up after [`Env::stop_topology_controller`]; how
+    /// long after that its leader ran its first reconcile. After a crash the new pods wait
+    /// for the crashed leader's Lease to expire, as they would in production.
+    pub(crate) async fn restart_topology_controller(&self) -> Duration {
+        let restarting = Instant::now();
+        let controller = self.topology_controller();
+        controller.start(&self.cluster).await.unwrap();
         let runs = r#"valkey_operator_reconcile_runs_total{controller="topology-controller"}"#;
         loop {
-            let text = operator::http_get(&restarted.http_addr, "/metrics").await;
-            if text.is_some_and(|t| t.lines().any(|l| l.starts_with(runs))) {
+            let text = controller.metrics(&self.client).await;
+            if text.is_ok_and(|t| t.lines().any(|l| l.starts_with(runs))) {
                 break;
             }
             assert!(
@@ -316,7 +307,6 @@ impl Env {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        self.controllers[index] = restarted;
         restarting.elapsed()
     }
 
@@ -476,7 +466,12 @@ impl Env {
         report
     }
 
-    pub(crate) fn finish(mut self) {
+    /// Ends the test: no controller restarted on the way, then the cluster stops.
+    pub(crate) async fn finish(mut self) {
+        self.cluster
+            .check_restarts("the end of the test")
+            .await
+            .unwrap();
         self.cluster.stop().unwrap();
     }
 }

@@ -116,5 +116,5 @@ async fn a_killed_primary_is_replaced_and_rejoins_as_replica() {
     writer.progressed(200, SETTLE).await.unwrap();
     env.nothing_lost(name, "through the kill and the switchover", writer, &access)
         .await;
-    env.finish();
+    env.finish().await;
 }

@@ -136,5 +136,5 @@ async fn a_crash_looping_primary_is_replaced_by_force_before_node_timeout() {
     writer.progressed(200, SETTLE).await.unwrap();
     env.nothing_lost(name, "through the crash loop", writer, &access)
         .await;
-    env.finish();
+    env.finish().await;
 }

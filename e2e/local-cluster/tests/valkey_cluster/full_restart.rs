@@ -87,5 +87,5 @@ async fn a_full_restart_reforms_with_data() {
         "every member kept its node id"
     );
     data.verify(&access).await.unwrap();
-    env.finish();
+    env.finish().await;
 }

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use local_cluster::cluster_testing::{
     Access, DataSet, open_slots, slots_by_primary, valkey_cluster,
 };
-use local_cluster::operator;
+use local_cluster::controller_pods::Outage;
 use serde_json::json;
 
 use crate::env::{Env, RESHAPE};
@@ -39,7 +39,7 @@ fn scale_out_state(access: &Access) -> anyhow::Result<(bool, String)> {
 /// every key meanwhile, and on restart the controller finishes the move.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn operator_restart_mid_migration_completes() {
-    let mut env = Env::start().await;
+    let env = Env::start().await;
     let name = "move";
     let access = env.create_ready(valkey_cluster(name, 3, 0, false)).await;
     let data = DataSet::new("key", 50_000);
@@ -73,7 +73,7 @@ async fn operator_restart_mid_migration_completes() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    env.stop_topology_controller(Duration::ZERO);
+    env.stop_topology_controller(Outage::Crash).await;
     eprintln!("{name}: killed topology-controller on seeing {seen}");
 
     // Nothing moves without the controller, and every key is still served (following ASK
@@ -103,12 +103,14 @@ async fn operator_restart_mid_migration_completes() {
 
     let series =
         r#"valkey_operator_reconcile_duration_seconds_count{controller="topology-controller"}"#;
-    let text = operator::http_get(&env.topology_controller().http_addr, "/metrics")
+    let text = env
+        .topology_controller()
+        .metrics(&env.client)
         .await
         .unwrap();
     assert!(
         metric(&text, series).unwrap_or(0.0) >= 1.0,
         "the restarted controller finished no reconcile: {text}"
     );
-    env.finish();
+    env.finish().await;
 }

@@ -155,5 +155,5 @@ async fn a_primary_cut_off_but_alive_is_failed_over_by_valkey_not_the_operator()
     writer.progressed(200, SETTLE).await.unwrap();
     env.nothing_lost(name, "through the partition", writer, &access)
         .await;
-    env.finish();
+    env.finish().await;
 }

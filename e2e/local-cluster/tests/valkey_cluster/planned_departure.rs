@@ -147,5 +147,5 @@ async fn a_deleted_primary_hands_over_before_it_stops() {
 
     env.nothing_lost(name, "through the evictions", writer, &access)
         .await;
-    env.finish();
+    env.finish().await;
 }

@@ -58,6 +58,7 @@ async fn ready_goes_false_while_a_primary_is_frozen_and_true_after() {
             },
         )
         .await;
+    let controller_log = env.topology_controller().leader_log(&env.client, 300).await;
     for viewer in access.members.iter().filter(|m| m.ip != ip) {
         let view = access.nodes_seen_by(&viewer.ip).unwrap();
         let line = view.iter().find(|n| n.id == id).unwrap();
@@ -68,7 +69,7 @@ async fn ready_goes_false_while_a_primary_is_frozen_and_true_after() {
             viewer.name,
             frozen.elapsed().as_secs_f64(),
             degraded.message,
-            env.cluster.log_tail("topology-controller", 300)
+            controller_log
         );
     }
     eprintln!(
@@ -101,5 +102,5 @@ async fn ready_goes_false_while_a_primary_is_frozen_and_true_after() {
     writer.progressed(200, SETTLE).await.unwrap();
     env.nothing_lost(name, "through the freeze", writer, &access)
         .await;
-    env.finish();
+    env.finish().await;
 }

@@ -219,5 +219,5 @@ async fn rolling_update_keeps_acknowledged_writes() {
     writer.progressed(200, SETTLE).await.unwrap();
     env.nothing_lost(name, "during the roll", writer, &access)
         .await;
-    env.finish();
+    env.finish().await;
 }

@@ -98,7 +98,7 @@ async fn a_cluster_forms_scales_and_keeps_every_key() {
     for (key, value) in pairs {
         assert_eq!(access.cli_cluster(&["GET", key]), value);
     }
-    env.finish();
+    env.finish().await;
 }
 
 /// The cluster's NetworkPolicy judged against the live pods (the local cluster enforces

@@ -3,7 +3,7 @@
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use agent_services::ControlClient;
 use anyhow::Context;
@@ -14,6 +14,7 @@ use kube::ResourceExt;
 use local_cluster::cluster_testing::{
     Access, ClusterNode, DataSet, PORT, describe_status, valkey_cluster,
 };
+use local_cluster::controller_pods::Outage;
 use local_cluster::testing::{events_about, ready_node};
 
 use crate::env::{Env, FORM, NS, SETTLE};
@@ -112,7 +113,7 @@ async fn wait_in_sync(
 /// the marker stays gone when B' restarts from its nodes.conf.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_replica_that_missed_the_end_of_a_move_is_healed() {
-    let mut env = Env::start().await;
+    let env = Env::start().await;
     let name = "stale";
     let access = env.create_ready(valkey_cluster(name, 2, 1, true)).await;
     let data = DataSet::new("key", 20_000);
@@ -137,7 +138,7 @@ async fn a_replica_that_missed_the_end_of_a_move_is_healed() {
     let password = access.password.clone().expect("a generated password");
 
     // From here on the test, not the operator, changes the topology.
-    env.stop_topology_controller(Duration::from_secs(10));
+    env.stop_topology_controller(Outage::ScaledDown).await;
 
     // The slot of A holding the most keys of the data set.
     let a_line = myself(&access, &a_ip).unwrap();
@@ -384,5 +385,5 @@ async fn a_replica_that_missed_the_end_of_a_move_is_healed() {
         again, repaired,
         "the marker was cleared again after the restart"
     );
-    env.finish();
+    env.finish().await;
 }

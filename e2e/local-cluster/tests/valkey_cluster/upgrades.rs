@@ -248,5 +248,5 @@ async fn upgrades_roll_member_by_member_and_refusals_restart_nothing() {
         &lost[..lost.len().min(10)]
     );
     data.verify(&access).await.unwrap();
-    env.finish();
+    env.finish().await;
 }

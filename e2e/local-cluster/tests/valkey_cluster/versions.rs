@@ -85,5 +85,5 @@ async fn the_same_cluster_forms_on_every_version() {
         })
         .await;
     }
-    env.finish();
+    env.finish().await;
 }

@@ -48,5 +48,5 @@ async fn bad_replication_input_is_refused() {
         format!("{error:#}").contains("switchover.member must name an existing data node"),
         "{error:#}"
     );
-    env.finish();
+    env.finish().await;
 }

@@ -6,11 +6,11 @@ use crd_types::ValkeyReplication;
 use kube::ResourceExt;
 use local_cluster::LocalCluster;
 use local_cluster::cluster_testing::{Progress, wait_until};
-use local_cluster::operator::RunningController;
+use local_cluster::controller_pods::PodController;
 use local_cluster::replication_testing::{
     GroupAccess, GroupWriter, GroupWriterReport, ReplicationApis, access, ready_status,
 };
-use local_cluster::testing::cluster_with_operator;
+use local_cluster::testing::{cluster_with_operator, controller};
 
 pub(crate) const NS: &str = "default";
 /// A new group: members created, pods started, replicas attached, sentinels monitoring.
@@ -30,7 +30,7 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 pub(crate) struct Env {
     pub(crate) cluster: LocalCluster,
     #[allow(dead_code)]
-    pub(crate) controllers: Vec<RunningController>,
+    pub(crate) controllers: Vec<PodController>,
     pub(crate) apis: ReplicationApis,
     _run: tempfile::TempDir,
     _serial: tokio::sync::MutexGuard<'static, ()>,
@@ -44,7 +44,7 @@ impl Env {
             // For a post-mortem of a failed test: the logs stay in the run dir.
             eprintln!("run dir {}", run.path().display());
         }
-        let (cluster, controllers) = cluster_with_operator(run.path(), true).await.unwrap();
+        let (cluster, controllers) = cluster_with_operator(run.path()).await.unwrap();
         let client = cluster.client().await.unwrap();
         Self {
             apis: ReplicationApis::new(&client, NS),
@@ -73,7 +73,8 @@ impl Env {
         let Ok(client) = self.cluster.client().await else {
             return "(no client for the pod logs)".into();
         };
-        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(client, NS);
+        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+            kube::Api::namespaced(client.clone(), NS);
         let Ok(list) = pods.list(&Default::default()).await else {
             return "(the pods could not be listed)".into();
         };
@@ -90,7 +91,17 @@ impl Env {
                 .unwrap_or_else(|e| format!("(no log: {e})"));
             out.push_str(&format!("pod {name}'s log ends:\n{log}\n"));
         }
+        out.push_str(
+            &controller(&self.controllers, "topology-controller")
+                .leader_log(&client, lines)
+                .await,
+        );
         out
+    }
+
+    /// The topology-controller of the operator.
+    pub(crate) fn topology_controller(&self) -> &PodController {
+        controller(&self.controllers, "topology-controller")
     }
 
     pub(crate) async fn ready(
@@ -217,7 +228,12 @@ impl Env {
         .await
     }
 
-    pub(crate) fn finish(mut self) {
+    /// Ends the test: no controller restarted on the way, then the cluster stops.
+    pub(crate) async fn finish(mut self) {
+        self.cluster
+            .check_restarts("the end of the test")
+            .await
+            .unwrap();
         self.cluster.stop().unwrap();
     }
 }

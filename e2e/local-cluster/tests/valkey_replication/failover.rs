@@ -131,7 +131,7 @@ async fn a_frozen_primary_is_replaced_and_rejoins_as_replica() {
         .and_then(|e| e.note.clone())
         .unwrap_or_default();
     assert_eq!(note, format!("primary moved from {old} to {new}"));
-    env.finish();
+    env.finish().await;
 }
 
 /// With two writers as above and persistence, the primary's pod is deleted (killed, grace
@@ -167,7 +167,7 @@ async fn a_deleted_primary_waits_for_the_failover_and_rejoins_as_replica() {
         "{log}"
     );
     nothing_lost(name, writers, &access).await;
-    env.finish();
+    env.finish().await;
 }
 
 /// With two writers as above and persistence, the primary's pod is deleted gracefully (as a
@@ -203,5 +203,5 @@ async fn a_deleted_primary_hands_over_through_sentinel_before_it_stops() {
         "the sentinels named another primary before {old} stopped: {log}"
     );
     nothing_lost(name, writers, &access).await;
-    env.finish();
+    env.finish().await;
 }

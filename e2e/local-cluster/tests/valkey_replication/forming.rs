@@ -79,7 +79,7 @@ async fn three_data_nodes_and_three_sentinels_form() {
         assert!(!events.is_empty(), "no {reason} Event");
     }
     network_policy_follows_the_spec(&env, name).await;
-    env.finish();
+    env.finish().await;
 }
 
 /// The template's exporter runs next to each sentinel too (as its read-only monitoring

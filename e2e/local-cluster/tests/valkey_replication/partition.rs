@@ -103,5 +103,5 @@ async fn a_primary_cut_off_stops_taking_writes_and_rejoins_as_replica() {
         writer.progressed(100, SETTLE).await.unwrap();
     }
     nothing_lost(name, writers, &access).await;
-    env.finish();
+    env.finish().await;
 }

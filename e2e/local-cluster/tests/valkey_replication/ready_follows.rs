@@ -73,6 +73,10 @@ async fn ready_goes_false_while_the_primary_is_frozen_and_true_after() {
             },
         )
         .await;
+    let controller_log = env
+        .topology_controller()
+        .leader_log(&env.cluster.client().await.unwrap(), 300)
+        .await;
     for sentinel in &access.sentinels {
         let master = access.sentinel_cli(&sentinel.ip, &["SENTINEL", "MASTER", name]);
         let flags = master
@@ -88,7 +92,7 @@ async fn ready_goes_false_while_the_primary_is_frozen_and_true_after() {
             sentinel.name,
             frozen.elapsed(),
             degraded.message,
-            env.cluster.log_tail("topology-controller", 300)
+            controller_log
         );
     }
     eprintln!(
@@ -122,5 +126,5 @@ async fn ready_goes_false_while_the_primary_is_frozen_and_true_after() {
     writer.progressed(200, SETTLE).await.unwrap();
     let access = replication_testing::access(&env.apis, name).await.unwrap();
     nothing_lost(name, [writer], &access).await;
-    env.finish();
+    env.finish().await;
 }

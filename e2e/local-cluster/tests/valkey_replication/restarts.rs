@@ -6,10 +6,10 @@ use std::time::{Duration, Instant};
 
 use crd_types::names::statefulset_pod_name;
 use kube::ResourceExt;
+use local_cluster::controller_pods::Outage;
 use local_cluster::replication_testing::{
     self, GroupAccess, GroupWriter, Route, valkey_replication,
 };
-use local_cluster::testing::{restart_controller, stop_process};
 
 use crate::env::{Env, FAILOVER, FORM, SETTLE};
 
@@ -77,7 +77,7 @@ fn sentinels_name(access: &GroupAccess) -> Result<String, String> {
 /// up and no member rolls.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn without_controllers_members_restart_in_their_roles_and_nothing_rolls_after() {
-    let mut env = Env::start().await;
+    let env = Env::start().await;
     let name = "alone";
     let access = env.create_ready(valkey_replication(name, 3, 3, true)).await;
     let old = env.ready(name, SETTLE).await.current_primary.unwrap();
@@ -90,9 +90,8 @@ async fn without_controllers_members_restart_in_their_roles_and_nothing_rolls_af
     writer.progressed(200, SETTLE).await.unwrap();
     let before = revisions(&env, name).await;
 
-    let stopped: Vec<_> = std::mem::take(&mut env.controllers);
-    for c in &stopped {
-        stop_process(&mut env.cluster, &c.process.binary, Duration::from_secs(10)).unwrap();
+    for c in &env.controllers {
+        c.stop(&env.cluster, Outage::ScaledDown).await.unwrap();
     }
     env.apis
         .kill_pod(&statefulset_pod_name(&old))
@@ -159,9 +158,8 @@ async fn without_controllers_members_restart_in_their_roles_and_nothing_rolls_af
     writer.progressed(200, SETTLE).await.unwrap();
     let uids = pod_uids(&env, name).await;
 
-    for c in &stopped {
-        let restarted = restart_controller(&mut env.cluster, c).await.unwrap();
-        env.controllers.push(restarted);
+    for c in &env.controllers {
+        c.start(&env.cluster).await.unwrap();
     }
     let back = Instant::now();
     env.ready_agreeing(name, Some(&new), FORM).await;
@@ -196,7 +194,7 @@ async fn without_controllers_members_restart_in_their_roles_and_nothing_rolls_af
         lost.len(),
         report.acked.len()
     );
-    env.finish();
+    env.finish().await;
 }
 
 /// Every pod of the group is deleted at once: the group comes back with its data and one
@@ -275,5 +273,5 @@ async fn every_pod_deleted_at_once_comes_back_with_its_data_and_one_primary() {
         );
     }
     access.verify(&keys).await.unwrap();
-    env.finish();
+    env.finish().await;
 }

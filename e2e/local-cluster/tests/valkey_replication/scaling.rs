@@ -207,5 +207,5 @@ async fn data_nodes_and_sentinels_scale_out_and_in() {
         lost.len(),
         report.acked.len()
     );
-    env.finish();
+    env.finish().await;
 }

@@ -142,7 +142,7 @@ async fn a_switchover_to_a_named_member_loses_nothing() {
     }
     // Done once: a later reconcile does not switch again.
     env.ready_agreeing(name, Some(&target), SETTLE).await;
-    env.finish();
+    env.finish().await;
 }
 
 /// A new image rolls every member one at a time, replicas and sentinels first, the primary
@@ -210,5 +210,5 @@ async fn a_new_image_rolls_every_member_and_loses_nothing() {
     progressed(&writers).await;
     let access = replication_testing::access(&env.apis, name).await.unwrap();
     nothing_lost(name, writers, &access).await;
-    env.finish();
+    env.finish().await;
 }

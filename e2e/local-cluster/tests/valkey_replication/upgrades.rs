@@ -183,5 +183,5 @@ async fn upgrades_hand_over_before_the_primary_restarts_and_downgrades_are_refus
         &lost[..lost.len().min(10)]
     );
     access.verify(&keys).await.unwrap();
-    env.finish();
+    env.finish().await;
 }
