@@ -95,14 +95,24 @@ for b in "${bins[@]}"; do
   [[ "$got" == "$b $version" ]] || { say "$b --version printed '$got', want '$b $version'"; exit 1; }
 done
 
-layout="$cache/images/layouts/operator-$tag"
 args=(build --rootfs "$rootfs" --out "$work/layout" --tag "$tag" --user "$user")
 for p in "${exposed[@]}"; do args+=(--expose "$p/tcp"); done
 for l in "${labels[@]}"; do args+=(--label "$l"); done
 digest="$("$oci_image" "${args[@]}")"
-rm -rf "$layout"
-mkdir -p "$(dirname "$layout")"
-mv "$work/layout" "$layout"
+# Keyed by digest and never replaced in place: the e2e lanes assemble the image at the same
+# time and push from this directory, so it is renamed into place whole, once.
+layouts="$cache/images/layouts"
+layout="$layouts/operator-$tag-${digest:7:12}"
+mkdir -p "$layouts"
+if [[ ! -d "$layout" ]]; then
+  partial="$layout.partial.$$"
+  mv "$work/layout" "$partial"
+  mv -T "$partial" "$layout" 2>/dev/null || rm -rf "$partial"
+  # Older builds of this tag (a dirty tree rebuilt) are stale.
+  for old in "$layouts/operator-$tag-"????????????; do
+    [[ "$old" == "$layout" || "$old" == *.partial.* ]] || rm -rf "$old"
+  done
+fi
 
 name=ghcr.io/valkey-operator/valkey-operator
 if [[ -n "$push" ]]; then

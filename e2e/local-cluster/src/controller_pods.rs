@@ -8,6 +8,7 @@ use anyhow::{Context, Result, bail};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, LogParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -124,8 +125,9 @@ impl PodController {
             .find(|p| p.name_any() == holder && p.metadata.deletion_timestamp.is_none()))
     }
 
-    /// The leader's /metrics.
-    pub async fn metrics(&self, client: &kube::Client) -> Result<String> {
+    /// The leading pod and its HTTP address, to read its metrics over a window without
+    /// mixing two pods' counters.
+    pub async fn leader_endpoint(&self, client: &kube::Client) -> Result<LeaderEndpoint> {
         let leader = self
             .leader(client)
             .await?
@@ -135,33 +137,29 @@ impl PodController {
             .as_ref()
             .and_then(|s| s.pod_ip.clone())
             .with_context(|| format!("{} has no IP", leader.name_any()))?;
-        let addr = std::net::SocketAddr::new(ip.parse()?, self.http_port);
-        http_get(&addr.to_string(), "/metrics")
-            .await
-            .with_context(|| format!("{}'s /metrics did not answer 200", leader.name_any()))
+        Ok(LeaderEndpoint {
+            pod: leader.name_any(),
+            addr: std::net::SocketAddr::new(ip.parse()?, self.http_port).to_string(),
+        })
     }
 
-    /// The last `lines` of the leader's log (as `kubectl logs`), or why there is none: for
-    /// a failed assertion's message.
+    /// The leader's /metrics.
+    pub async fn metrics(&self, client: &kube::Client) -> Result<String> {
+        self.leader_endpoint(client).await?.metrics().await
+    }
+
+    /// The last `lines` of the leader's log, or why there is none: for a failure message.
     pub async fn leader_log(&self, client: &kube::Client, lines: i64) -> String {
-        let leader = match self.leader(client).await {
-            Ok(Some(leader)) => leader.name_any(),
-            Ok(None) => return format!("(no pod of {} leads)", self.deployment),
-            Err(e) => return format!("(no leader of {}: {e:#})", self.deployment),
-        };
-        let pods: Api<Pod> = Api::namespaced(client.clone(), &self.namespace);
-        let params = LogParams {
-            tail_lines: Some(lines),
-            ..Default::default()
-        };
-        match pods.logs(&leader, &params).await {
-            Ok(log) => format!("{leader}'s log ends:\n{log}"),
-            Err(e) => format!("(no log of {leader}: {e})"),
-        }
+        leader_log(client, &self.namespace, &self.binary, lines).await
     }
 
     /// Takes the controller down (see [`Outage`]) and waits until none of its pods is left.
+    /// A scaled-down controller hands its Lease back; a crashed one leaves it as it was.
     pub async fn stop(&self, cluster: &LocalCluster, outage: Outage) -> Result<()> {
+        // A restart before the outage is the test's failure, not the outage's.
+        cluster
+            .check_restarts(&format!("the outage of {}", self.deployment))
+            .await?;
         let client = cluster.client().await?;
         let crashed = match outage {
             Outage::ScaledDown => None,
@@ -174,21 +172,40 @@ impl PodController {
                 async move { Ok(self.pods(&client).await?.is_empty()) }
             })
             .await?;
-        if let Some(crashed) = crashed {
-            // Nobody took over between the crash and the scale-down.
-            let holder = self.lease_holder(&client).await?;
-            if holder.as_deref() != Some(crashed.as_str()) {
+        let leases: Api<Lease> = Api::namespaced(client.clone(), &self.namespace);
+        let lease = leases.get(&self.binary).await?.spec.unwrap_or_default();
+        let holder = lease.holder_identity.clone();
+        match crashed {
+            // Released on SIGTERM, as a standby then takes over at once.
+            None if holder.is_some() => {
                 bail!(
-                    "{}'s Lease moved from the crashed {crashed} to {holder:?} before the scale-down",
-                    self.binary
-                );
+                    "{} scaled down, but its Lease is still held by {holder:?}",
+                    self.deployment
+                )
+            }
+            None => {}
+            // Nobody renewed it after the kill: the crashed container did not come back
+            // before the scale-down, and no other pod took over.
+            Some((pod, killed_at)) => {
+                let renewed = lease.renew_time.map(|t| t.0);
+                if holder.as_deref() != Some(pod.as_str()) || renewed.is_none_or(|t| t > killed_at)
+                {
+                    bail!(
+                        "{}'s Lease moved on after {pod} crashed: held by {holder:?}, renewed {renewed:?}, killed at {killed_at:?}",
+                        self.binary
+                    );
+                }
             }
         }
         Ok(())
     }
 
-    /// Kills the leader's controller process; returns the leader's name.
-    async fn crash_leader(&self, cluster: &LocalCluster, client: &kube::Client) -> Result<String> {
+    /// Kills the leader's controller process; returns the leader's name and when.
+    async fn crash_leader(
+        &self,
+        cluster: &LocalCluster,
+        client: &kube::Client,
+    ) -> Result<(String, Timestamp)> {
         let leader = self
             .leader(client)
             .await?
@@ -200,16 +217,16 @@ impl PodController {
         if unsafe { libc::kill(pid, libc::SIGKILL) } != 0 {
             bail!("kill {pid}: {}", std::io::Error::last_os_error());
         }
-        Ok(leader.name_any())
+        Ok((leader.name_any(), Timestamp::now()))
     }
 
-    /// Scales its Deployment back up, waits until it has rolled out and one of its pods
-    /// holds the Lease (after a crash, once the crashed pod's Lease has expired).
+    /// Scales its Deployment back up and waits until one of its pods holds the Lease (after
+    /// a crash, once the crashed pod's Lease has expired) and it has rolled out.
     pub async fn start(&self, cluster: &LocalCluster) -> Result<()> {
         let client = cluster.client().await?;
         self.scale(&client, self.replicas).await?;
-        crate::operator_pods::wait_rolled_out(cluster, &self.namespace, &self.deployment).await?;
-        self.wait_led(cluster).await
+        self.wait_led(cluster).await?;
+        crate::operator_pods::wait_rolled_out(cluster, &self.namespace, &self.deployment).await
     }
 
     /// Waits until a live pod of its own holds the Lease.
@@ -235,6 +252,44 @@ impl PodController {
             .await
             .with_context(|| format!("scaling {} to {replicas}", self.deployment))?;
         Ok(())
+    }
+}
+
+/// A leading pod's HTTP server.
+#[derive(Debug, Clone)]
+pub struct LeaderEndpoint {
+    pub pod: String,
+    /// `ip:port` of its /healthz, /readyz and /metrics.
+    pub addr: String,
+}
+
+impl LeaderEndpoint {
+    pub async fn metrics(&self) -> Result<String> {
+        http_get(&self.addr, "/metrics")
+            .await
+            .with_context(|| format!("{}'s /metrics did not answer 200", self.pod))
+    }
+}
+
+/// The last `lines` of the log (as `kubectl logs`) of the pod holding Lease `lease` in
+/// `namespace`, or why there is none.
+pub async fn leader_log(client: &kube::Client, namespace: &str, lease: &str, lines: i64) -> String {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
+    let holder = match leases.get_opt(lease).await {
+        Ok(lease) => lease.and_then(|l| l.spec).and_then(|s| s.holder_identity),
+        Err(e) => return format!("(no Lease {namespace}/{lease}: {e})"),
+    };
+    let Some(holder) = holder else {
+        return format!("(nobody holds Lease {namespace}/{lease})");
+    };
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let params = LogParams {
+        tail_lines: Some(lines),
+        ..Default::default()
+    };
+    match pods.logs(&holder, &params).await {
+        Ok(log) => format!("{holder}'s log ends:\n{log}"),
+        Err(e) => format!("(no log of {holder}: {e})"),
     }
 }
 
@@ -285,15 +340,7 @@ mod tests {
             .collect();
         found.sort_by(|a, b| a.binary.cmp(&b.binary));
         let binaries: Vec<&str> = found.iter().map(|c| c.binary.as_str()).collect();
-        assert_eq!(
-            binaries,
-            [
-                "node-controller",
-                "pvc-resizer",
-                "service-controller",
-                "topology-controller"
-            ]
-        );
+        assert_eq!(binaries, crate::operator::CONTROLLER_BINARIES);
         for c in &found {
             assert_eq!(c.namespace, "valkey-operator-system");
             assert_eq!(c.deployment, format!("valkey-operator-{}", c.binary));

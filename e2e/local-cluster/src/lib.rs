@@ -377,51 +377,76 @@ impl LocalCluster {
             }
             check.last = Some(Instant::now());
         }
-        self.check_restarts(what).await
+        // Best effort between polls: an API error is the wait's own check's to report.
+        match self.restart_report(what).await {
+            Ok(Some(report)) => bail!("{report}"),
+            _ => Ok(()),
+        }
     }
 
     /// Fails when a container of a pod [`LocalCluster::fail_on_restarts`] watches has
-    /// restarted, with its previous log; `what` says what the test was doing.
+    /// restarted, with its previous log, or when that cannot be told; `what` says what the
+    /// test was doing.
     pub async fn check_restarts(&self, what: &str) -> Result<()> {
+        match self.restart_report(what).await? {
+            Some(report) => bail!("{report}"),
+            None => Ok(()),
+        }
+    }
+
+    /// What [`LocalCluster::check_restarts`] fails with, if anything.
+    async fn restart_report(&self, what: &str) -> Result<Option<String>> {
         let spared = self.restart_check.lock().unwrap().spared.clone();
-        // Best effort: an API error here is the wait's own check's to report.
-        let Ok(client) = self.client().await else {
-            return Ok(());
-        };
+        let client = self.client().await?;
         for (namespace, selector) in &self.watched_pods {
             let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-            let Ok(list) = pods.list(&ListParams::default().labels(selector)).await else {
-                continue;
-            };
+            let list = pods.list(&ListParams::default().labels(selector)).await?;
             for pod in &list.items {
-                if pod.metadata.deletion_timestamp.is_some()
-                    || pod
-                        .metadata
-                        .uid
-                        .as_ref()
-                        .is_some_and(|u| spared.contains(u))
+                if pod
+                    .metadata
+                    .uid
+                    .as_ref()
+                    .is_some_and(|u| spared.contains(u))
                 {
                     continue;
                 }
-                if let Some((container, why)) = restarted(pod) {
-                    let name = pod.metadata.name.clone().unwrap_or_default();
-                    let params = LogParams {
-                        container: Some(container.clone()),
-                        previous: true,
-                        tail_lines: Some(30),
-                        ..Default::default()
-                    };
-                    let log = pods
-                        .logs(&name, &params)
-                        .await
-                        .unwrap_or_else(|e| format!("(no log: {e})"));
-                    bail!(
-                        "container {container} of pod {namespace}/{name} restarted ({why}) while waiting for {what}; its previous log ends:\n{log}"
-                    );
-                }
+                let Some((container, why)) = restarted(pod) else {
+                    continue;
+                };
+                let name = pod.metadata.name.clone().unwrap_or_default();
+                let params = LogParams {
+                    container: Some(container.clone()),
+                    previous: true,
+                    tail_lines: Some(30),
+                    ..Default::default()
+                };
+                let log = pods
+                    .logs(&name, &params)
+                    .await
+                    .unwrap_or_else(|e| format!("(no log: {e})"));
+                return Ok(Some(format!(
+                    "container {container} of pod {namespace}/{name} restarted ({why}) while waiting for {what}; its previous log ends:\n{log}"
+                )));
             }
         }
-        Ok(())
+        Ok(None)
+    }
+
+    /// The last `lines` of the log of the controller `binary`: of its leading pod when the
+    /// operator runs as pods, else of its local process.
+    pub async fn controller_log(&self, binary: &str, lines: usize) -> String {
+        if self.watched_pods.is_empty() {
+            return format!("{binary}'s log ends:\n{}", self.log_tail(binary, lines));
+        }
+        let client = match self.client().await {
+            Ok(client) => client,
+            Err(e) => return format!("(no client for {binary}'s log: {e:#})"),
+        };
+        let mut out = Vec::new();
+        for (namespace, _) in &self.watched_pods {
+            out.push(controller_pods::leader_log(&client, namespace, binary, lines as i64).await);
+        }
+        out.join("\n")
     }
 
     /// The PID of the running process `name` this run started.
@@ -523,7 +548,7 @@ fn restarted(pod: &Pod) -> Option<(String, String)> {
         .unwrap_or_else(|| "no exit recorded".into());
     Some((
         status.name.clone(),
-        format!("{} restarts, last {ended}", status.restart_count),
+        format!("restart count {}, last {ended}", status.restart_count),
     ))
 }
 
@@ -682,12 +707,15 @@ mod tests {
         ]));
         assert_eq!(
             restarted(&crashed),
-            Some(("b".into(), "2 restarts, last exit code 101, Error".into()))
+            Some((
+                "b".into(),
+                "restart count 2, last exit code 101, Error".into()
+            ))
         );
         let unknown = pod(serde_json::json!([status("c", 1, serde_json::json!({}))]));
         assert_eq!(
             restarted(&unknown),
-            Some(("c".into(), "1 restarts, last no exit recorded".into()))
+            Some(("c".into(), "restart count 1, last no exit recorded".into()))
         );
     }
 }

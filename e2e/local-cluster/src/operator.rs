@@ -55,7 +55,8 @@ pub fn documents(yaml: &str) -> Result<Vec<DynamicObject>> {
     Ok(objects)
 }
 
-fn kind(object: &DynamicObject) -> &str {
+/// An object's kind, empty when it has none.
+pub(crate) fn kind(object: &DynamicObject) -> &str {
     object
         .types
         .as_ref()
@@ -92,6 +93,14 @@ pub async fn apply_all(client: &kube::Client, objects: &[DynamicObject]) -> Resu
     }
     Ok(())
 }
+
+/// The binaries deploy/overlays/all runs, sorted.
+pub const CONTROLLER_BINARIES: [&str; 4] = [
+    "node-controller",
+    "pvc-resizer",
+    "service-controller",
+    "topology-controller",
+];
 
 /// A controller as its Deployment describes it.
 #[derive(Debug, Clone, PartialEq)]
@@ -424,14 +433,6 @@ spec:
             .map(|c| c.binary)
             .collect();
         binaries.sort();
-        assert_eq!(
-            binaries,
-            [
-                "node-controller",
-                "pvc-resizer",
-                "service-controller",
-                "topology-controller"
-            ]
-        );
+        assert_eq!(binaries, CONTROLLER_BINARIES);
     }
 }

@@ -6,13 +6,15 @@
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::DynamicObject;
 use kube::{Api, ResourceExt};
 
 use crate::controller_pods::PodController;
-use crate::operator::{apply_crds_first, documents, kustomize_build, service_account_kubeconfig};
+use crate::operator::{
+    apply_crds_first, documents, kind, kustomize_build, service_account_kubeconfig,
+};
 use crate::{LocalCluster, run_script, workspace_binary};
 
 /// The image name the Deployments in deploy/ use.
@@ -28,22 +30,14 @@ pub struct OperatorImage {
     pub layout: PathBuf,
 }
 
-/// Assembles the operator image from the binaries `just image` built and pushes it to
-/// `registry`. Never builds: a cargo started from here would inherit a test's environment.
-pub fn build_and_push(registry: &str) -> Result<OperatorImage> {
-    assemble(Some(registry))
-}
-
-/// `hack/operator-image.sh --no-build`, pushing to `registry` if given.
-fn assemble(registry: Option<&str>) -> Result<OperatorImage> {
+/// Assembles the operator image from the binaries `just image` built
+/// (`hack/operator-image.sh --no-build`). Never builds: a cargo started from here would
+/// inherit a test's environment.
+fn assemble() -> Result<OperatorImage> {
     let oci_image = workspace_binary("oci-image")?;
-    let mut args = vec!["--no-build"];
-    if let Some(registry) = registry {
-        args.extend(["--push", registry]);
-    }
     let stdout = run_script(
         "hack/operator-image.sh",
-        &args,
+        &["--no-build"],
         &[("OCI_IMAGE", &oci_image)],
     )?;
     let (reference, layout) = stdout
@@ -67,14 +61,14 @@ impl OperatorImage {
     }
 }
 
-/// [`build_and_push`] for a test process: the layout is assembled once (it depends only
-/// on the binaries `just image` built), then pushed to `cluster`'s registry.
+/// The operator image, pushed to `cluster`'s registry. Assembled once per process: the
+/// layout depends only on the binaries `just image` built.
 pub async fn push_image(cluster: &LocalCluster) -> Result<OperatorImage> {
     static ASSEMBLED: Mutex<Option<OperatorImage>> = Mutex::new(None);
     let image = {
         let mut assembled = ASSEMBLED.lock().unwrap();
         if assembled.is_none() {
-            *assembled = Some(assemble(None)?);
+            *assembled = Some(assemble()?);
         }
         assembled.clone().unwrap()
     };
@@ -82,10 +76,17 @@ pub async fn push_image(cluster: &LocalCluster) -> Result<OperatorImage> {
         .registry_url
         .as_deref()
         .context("the cluster has no registry: it runs without the node agent")?;
-    oci_image::RegistryClient::new(registry)
+    let pushed = oci_image::RegistryClient::new(registry)
         .push_layout(&image.layout, REPOSITORY, image.tag()?)
         .await
         .with_context(|| format!("pushing {} to {registry}", image.reference))?;
+    if !image.reference.ends_with(&format!("@{pushed}")) {
+        bail!(
+            "pushed {pushed} from {}, not {}",
+            image.layout.display(),
+            image.reference
+        );
+    }
     Ok(image)
 }
 
@@ -100,9 +101,6 @@ pub async fn install_controllers(
     extra_env: &[(&str, &str, &str)],
 ) -> Result<Vec<PodController>> {
     let image = push_image(cluster).await?;
-    let client = cluster.client().await?;
-    let mut objects = documents(&kustomize_build(overlay)?)?;
-    set_image(&mut objects, &image.reference);
     let mut env: Vec<(String, String, String)> = extra_env
         .iter()
         .map(|(b, n, v)| (b.to_string(), n.to_string(), v.to_string()))
@@ -110,8 +108,8 @@ pub async fn install_controllers(
     if let Ok(log) = std::env::var("CONTROLLER_LOG") {
         env.push(("*".into(), "RUST_LOG".into(), log));
     }
-    set_env(&mut objects, &env)?;
-    apply_crds_first(cluster, &client, &objects).await?;
+    let objects = apply_overlay(cluster, overlay, &image.reference, &env).await?;
+    let client = cluster.client().await?;
     let mut controllers = Vec::new();
     for object in objects.iter().filter(|o| kind(o) == "Deployment") {
         let deployment: Deployment = object.clone().try_parse()?;
@@ -136,14 +134,6 @@ pub async fn install_controllers(
         cluster.fail_on_restarts(namespace, "app.kubernetes.io/name=valkey-operator");
     }
     Ok(controllers)
-}
-
-fn kind(object: &DynamicObject) -> &str {
-    object
-        .types
-        .as_ref()
-        .map(|t| t.kind.as_str())
-        .unwrap_or_default()
 }
 
 /// Sets `(binary, name, value)` in the environment of every Deployment container whose
@@ -222,19 +212,32 @@ pub async fn install(
     overlay: &Path,
     image: &str,
 ) -> Result<Vec<(String, String)>> {
-    let client = cluster.client().await?;
-    let mut objects = documents(&kustomize_build(overlay)?)?;
-    set_image(&mut objects, image);
-    apply_crds_first(cluster, &client, &objects).await?;
+    let objects = apply_overlay(cluster, overlay, image, &[]).await?;
     let deployments: Vec<(String, String)> = objects
         .iter()
-        .filter(|o| o.types.as_ref().is_some_and(|t| t.kind == "Deployment"))
+        .filter(|o| kind(o) == "Deployment")
         .map(|o| (o.namespace().unwrap_or_default(), o.name_any()))
         .collect();
     for (namespace, name) in &deployments {
         wait_rolled_out(cluster, namespace, name).await?;
     }
     Ok(deployments)
+}
+
+/// Server-side applies `overlay` (CRDs first) with the operator image set to `image` and
+/// `env` set in the controllers' containers (see [`set_env`]); returns its objects.
+async fn apply_overlay(
+    cluster: &LocalCluster,
+    overlay: &Path,
+    image: &str,
+    env: &[(String, String, String)],
+) -> Result<Vec<DynamicObject>> {
+    let client = cluster.client().await?;
+    let mut objects = documents(&kustomize_build(overlay)?)?;
+    set_image(&mut objects, image);
+    set_env(&mut objects, env)?;
+    apply_crds_first(cluster, &client, &objects).await?;
+    Ok(objects)
 }
 
 /// Waits until the Deployment's pods all run the current template and are available.

@@ -71,7 +71,10 @@ async fn nodes_run_real_valkey_pods_that_survive_deletion() {
 
     // --- The controller never failed a reconcile on the way, but for the node that waited
     // for its Secrets (f), which is reported as a failure on purpose.
-    let metrics = metrics(node_controller(&controllers), &client).await;
+    let metrics = node_controller(&controllers)
+        .metrics(&client)
+        .await
+        .unwrap();
     let failures: Vec<&str> = metrics
         .lines()
         .filter(|l| {
@@ -88,11 +91,6 @@ async fn nodes_run_real_valkey_pods_that_survive_deletion() {
 
 fn node_controller(controllers: &[PodController]) -> &PodController {
     controller(controllers, "node-controller")
-}
-
-/// The leading node-controller's metrics.
-async fn metrics(controller: &PodController, client: &Client) -> String {
-    controller.metrics(client).await.unwrap()
 }
 
 /// The value of the metric line that starts with `series` (name and labels), 0 when absent.
@@ -114,7 +112,12 @@ async fn a_missing_secret_warns_and_backs_off() {
     let (mut cluster, controllers) = cluster_with_operator(run.path()).await.unwrap();
     let client = cluster.client().await.unwrap();
     let apis = Apis::new(&client);
-    let controller = node_controller(&controllers);
+    // One pod's counters across the window: a change of leader would fail the test anyway
+    // (a controller container restarted), but not with a counter going backwards.
+    let leader = node_controller(&controllers)
+        .leader_endpoint(&client)
+        .await
+        .unwrap();
     let (name, secret) = ("orphan", "orphan-auth");
     let mut node = valkey_node(name, WorkloadType::StatefulSet, false, None);
     node.spec.auth = Some(Auth {
@@ -170,10 +173,10 @@ async fn a_missing_secret_warns_and_backs_off() {
     let runs = r#"valkey_operator_reconcile_runs_total{controller="node-controller"}"#;
     let pod = format!("{name}-0");
     let pod_version = apis.pods.get(&pod).await.unwrap().resource_version();
-    let before = metrics(controller, &client).await;
+    let before = leader.metrics().await.unwrap();
     let window = Instant::now();
     tokio::time::sleep(Duration::from_secs(60)).await;
-    let after = metrics(controller, &client).await;
+    let after = leader.metrics().await.unwrap();
     let elapsed = window.elapsed();
     let failures = sample(&after, &failed) - sample(&before, &failed);
     let reconciles = sample(&after, runs) - sample(&before, runs);

@@ -33,7 +33,7 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
-use local_cluster::controller_pods::PodController;
+use local_cluster::controller_pods::{LeaderEndpoint, PodController};
 use local_cluster::testing::{
     cluster_with_operator_using, controller, events_about, ready_node, valkey_cli, valkey_node,
 };
@@ -66,7 +66,7 @@ async fn volumes_grow_before_they_fill_with_least_privilege() {
     a_full_volume_serves_reads_and_writes_again_once_grown(&cluster, &client).await;
     a_cluster_template_growth_reaches_every_member(&cluster, &client).await;
 
-    let metrics = metrics(resizer(&controllers), &client).await;
+    let metrics = resizer(&controllers).metrics(&client).await.unwrap();
     let failures: Vec<&str> = metrics
         .lines()
         .filter(|l| {
@@ -82,9 +82,10 @@ fn resizer(controllers: &[PodController]) -> &PodController {
     controller(controllers, "pvc-resizer")
 }
 
-/// The leading pvc-resizer's metrics.
-async fn metrics(controller: &PodController, client: &Client) -> String {
-    controller.metrics(client).await.unwrap()
+/// The metrics of the pod that led when `leader` was taken: counters compared across a
+/// window come from one pod.
+async fn metrics(leader: &LeaderEndpoint) -> String {
+    leader.metrics().await.unwrap()
 }
 
 /// The value of the metric line that starts with `series`, 0 when absent.
@@ -202,6 +203,7 @@ async fn a_filling_volume_grows_until_its_limit(
     client: &Client,
     resizer: &PodController,
 ) {
+    let leader = resizer.leader_endpoint(client).await.unwrap();
     let nodes: Api<ValkeyNode> = Api::namespaced(client.clone(), NS);
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
     let events: Api<Event> = Api::namespaced(client.clone(), NS);
@@ -293,10 +295,10 @@ async fn a_filling_volume_grows_until_its_limit(
         .unwrap();
     // Several more stats rounds later: no further growth, no crash loop.
     let calls = |m: &str| sample(m, "valkey_operator_kubelet_stats_calls_total");
-    let before = calls(&metrics(resizer, client).await);
+    let before = calls(&metrics(&leader).await);
     cluster
         .wait_for("three more stats rounds", || async {
-            Ok(calls(&metrics(resizer, client).await) >= before + 3)
+            Ok(calls(&metrics(&leader).await) >= before + 3)
         })
         .await
         .unwrap();
@@ -304,7 +306,7 @@ async fn a_filling_volume_grows_until_its_limit(
     let patches = claim_patches(cluster, "fill-data", RESIZER_USER);
     println!("fill-data: {patches} PATCH requests by pvc-resizer");
     assert_eq!(patches, 2);
-    let m = metrics(resizer, client).await;
+    let m = metrics(&leader).await;
     assert_eq!(
         sample(
             &m,
@@ -343,6 +345,7 @@ async fn an_unexpandable_class_is_reported_without_retries(
     client: &Client,
     resizer: &PodController,
 ) {
+    let leader = resizer.leader_endpoint(client).await.unwrap();
     let classes: Api<StorageClass> = Api::all(client.clone());
     let fixed: StorageClass = serde_json::from_value(json!({
         "apiVersion": "storage.k8s.io/v1",
@@ -395,7 +398,7 @@ async fn an_unexpandable_class_is_reported_without_retries(
             r#"valkey_operator_reconcile_runs_total{controller="pvc-resizer"}"#,
         )
     };
-    let before = runs(&metrics(resizer, client).await);
+    let before = runs(&metrics(&leader).await);
     nodes
         .patch(
             "fixed",
@@ -406,7 +409,7 @@ async fn an_unexpandable_class_is_reported_without_retries(
         .unwrap();
     cluster
         .wait_for("pvc-resizer looks at fixed again", || async {
-            Ok(runs(&metrics(resizer, client).await) > before)
+            Ok(runs(&metrics(&leader).await) > before)
         })
         .await
         .unwrap();

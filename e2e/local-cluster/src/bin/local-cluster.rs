@@ -87,12 +87,10 @@ async fn run(cli: Cli) -> Result<()> {
             );
             let cluster = LocalCluster::start(options).await?;
             if !no_agent {
-                let registry = cluster
-                    .registry_url
-                    .clone()
-                    .context("the node agent runs without a registry")?;
-                eprintln!("local-cluster: building the operator image (hack/operator-image.sh)");
-                let image = operator_pods::build_and_push(&registry)?;
+                eprintln!(
+                    "local-cluster: assembling and pushing the operator image (hack/operator-image.sh)"
+                );
+                let image = operator_pods::push_image(&cluster).await?;
                 eprintln!(
                     "local-cluster: installing {} with image {}",
                     overlay.display(),

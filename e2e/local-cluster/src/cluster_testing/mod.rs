@@ -243,8 +243,8 @@ where
         if started.elapsed() > timeout {
             // The controller that acts on topologies is what a timeout here usually waits on.
             bail!(
-                "timed out after {timeout:?} waiting for {what}; last: {last}\n{TOPOLOGY_CONTROLLER}'s log ends:\n{}",
-                cluster.log_tail(TOPOLOGY_CONTROLLER, 20)
+                "timed out after {timeout:?} waiting for {what}; last: {last}\n{}",
+                cluster.controller_log(TOPOLOGY_CONTROLLER, 20).await
             );
         }
         tokio::time::sleep(every).await;

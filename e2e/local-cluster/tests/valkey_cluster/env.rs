@@ -289,15 +289,17 @@ impl Env {
     }
 
     /// Scales topology-controller back up after [`Env::stop_topology_controller`]; how
-    /// long after that its leader ran its first reconcile. After a crash the new pods wait
-    /// for the crashed leader's Lease to expire, as they would in production.
+    /// long after the scale-up its leader ran its first reconcile (it includes the rollout).
+    /// After a crash the new pods wait for the crashed leader's Lease to expire, as they
+    /// would in production.
     pub(crate) async fn restart_topology_controller(&self) -> Duration {
         let restarting = Instant::now();
         let controller = self.topology_controller();
         controller.start(&self.cluster).await.unwrap();
+        let leader = controller.leader_endpoint(&self.client).await.unwrap();
         let runs = r#"valkey_operator_reconcile_runs_total{controller="topology-controller"}"#;
         loop {
-            let text = controller.metrics(&self.client).await;
+            let text = leader.metrics().await;
             if text.is_ok_and(|t| t.lines().any(|l| l.starts_with(runs))) {
                 break;
             }

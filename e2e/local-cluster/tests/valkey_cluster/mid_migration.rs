@@ -35,8 +35,9 @@ fn scale_out_state(access: &Access) -> anyhow::Result<(bool, String)> {
 }
 
 /// Scenario 5: 3 shards, 50k keys, scale to 4; as soon as slots are seen moving,
-/// topology-controller is killed (SIGKILL) for a few seconds: the cluster keeps serving
-/// every key meanwhile, and on restart the controller finishes the move.
+/// the leading topology-controller's process is killed (SIGKILL) and its Deployment scaled
+/// to zero: the cluster keeps serving every key meanwhile, and once scaled back up (its
+/// new leader waits out the dead one's Lease) the controller finishes the move.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn operator_restart_mid_migration_completes() {
     let env = Env::start().await;

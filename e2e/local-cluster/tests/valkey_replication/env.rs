@@ -29,7 +29,6 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// run directory goes, and the next test starts only after both.
 pub(crate) struct Env {
     pub(crate) cluster: LocalCluster,
-    #[allow(dead_code)]
     pub(crate) controllers: Vec<PodController>,
     pub(crate) apis: ReplicationApis,
     _run: tempfile::TempDir,
@@ -91,11 +90,7 @@ impl Env {
                 .unwrap_or_else(|e| format!("(no log: {e})"));
             out.push_str(&format!("pod {name}'s log ends:\n{log}\n"));
         }
-        out.push_str(
-            &controller(&self.controllers, "topology-controller")
-                .leader_log(&client, lines)
-                .await,
-        );
+        out.push_str(&self.topology_controller().leader_log(&client, lines).await);
         out
     }
 

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use crd_types::names::statefulset_pod_name;
+use futures::future::try_join_all;
 use kube::ResourceExt;
 use local_cluster::controller_pods::Outage;
 use local_cluster::replication_testing::{
@@ -90,9 +91,13 @@ async fn without_controllers_members_restart_in_their_roles_and_nothing_rolls_af
     writer.progressed(200, SETTLE).await.unwrap();
     let before = revisions(&env, name).await;
 
-    for c in &env.controllers {
-        c.stop(&env.cluster, Outage::ScaledDown).await.unwrap();
-    }
+    try_join_all(
+        env.controllers
+            .iter()
+            .map(|c| c.stop(&env.cluster, Outage::ScaledDown)),
+    )
+    .await
+    .unwrap();
     env.apis
         .kill_pod(&statefulset_pod_name(&old))
         .await
@@ -158,9 +163,9 @@ async fn without_controllers_members_restart_in_their_roles_and_nothing_rolls_af
     writer.progressed(200, SETTLE).await.unwrap();
     let uids = pod_uids(&env, name).await;
 
-    for c in &env.controllers {
-        c.start(&env.cluster).await.unwrap();
-    }
+    try_join_all(env.controllers.iter().map(|c| c.start(&env.cluster)))
+        .await
+        .unwrap();
     let back = Instant::now();
     env.ready_agreeing(name, Some(&new), FORM).await;
     eprintln!(
