@@ -483,6 +483,12 @@ impl LocalCluster {
         if let Err(error) = process::stop_all(&self.layout.run_dir, STOP_GRACE) {
             failures.push(error.to_string());
         }
+        let left = process::kill_container_leftovers(&self.layout.run_dir.join("agent"));
+        if left > 0 {
+            eprintln!(
+                "local-cluster: killed {left} container processes the node agent left running"
+            );
+        }
         if let Some(network) = self.kubelet_network.take() {
             network.delete();
         }

@@ -160,9 +160,68 @@ pub fn stop_all(run_dir: &Path, grace: Duration) -> Result<Vec<String>> {
     Ok(stopped)
 }
 
+/// Kills, with their process groups, the container processes the node agent recorded under
+/// `agent_state_dir` (`pods/<uid>/<container>/pid`: PID and start time) that still run. The
+/// agent gives each pod its grace period when it stops, and an agent stopped before that
+/// ends leaves them behind, still serving on their pod IPs: a later run given the same
+/// address slot would reach them instead of its own pods. Returns how many it killed.
+pub fn kill_container_leftovers(agent_state_dir: &Path) -> usize {
+    let mut killed = 0;
+    let Ok(pods) = std::fs::read_dir(agent_state_dir.join("pods")) else {
+        return 0;
+    };
+    for container in pods
+        .flatten()
+        .filter_map(|p| std::fs::read_dir(p.path()).ok())
+    {
+        for dir in container.flatten() {
+            let Ok(text) = std::fs::read_to_string(dir.path().join("pid")) else {
+                continue;
+            };
+            let Some(record) = parse_record("container", &text) else {
+                continue;
+            };
+            if record.is_alive() {
+                // SAFETY: killpg(2) on a group whose leader's PID and start time were just
+                // checked; no memory is involved.
+                unsafe { libc::killpg(record.pid, libc::SIGKILL) };
+                killed += 1;
+            }
+        }
+    }
+    killed
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn container_leftovers_are_killed_by_their_recorded_pid_and_start_time() {
+        use std::os::unix::process::{CommandExt, ExitStatusExt};
+        let state = tempfile::tempdir().unwrap();
+        let mut sleeper = std::process::Command::new("sleep")
+            .arg("600")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pid = sleeper.id() as i32;
+        let live = state.path().join("pods/uid-1/valkey");
+        std::fs::create_dir_all(&live).unwrap();
+        std::fs::write(
+            live.join("pid"),
+            format!("{pid} {}\n", start_ticks(pid).unwrap()),
+        )
+        .unwrap();
+        // A recycled PID (wrong start time) and an exited container are left alone.
+        let stale = state.path().join("pods/uid-2/valkey");
+        std::fs::create_dir_all(&stale).unwrap();
+        std::fs::write(stale.join("pid"), format!("{} 1\n", std::process::id())).unwrap();
+        assert_eq!(kill_container_leftovers(state.path()), 1);
+        let status = sleeper.wait().unwrap();
+        assert_eq!(status.signal(), Some(libc::SIGKILL));
+        assert_eq!(kill_container_leftovers(state.path()), 0);
+    }
 
     #[test]
     fn parses_start_time_even_with_odd_command_names() {

@@ -140,6 +140,12 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Down => {
             let stopped = process::stop_all(&cli.run_dir, Duration::from_secs(10))?;
+            let left = process::kill_container_leftovers(&cli.run_dir.join("agent"));
+            if left > 0 {
+                eprintln!(
+                    "local-cluster: killed {left} container processes the node agent left running"
+                );
+            }
             local_cluster::netns::delete_for_run(&cli.run_dir);
             local_cluster::unmount_under(&cli.run_dir);
             if stopped.is_empty() {
