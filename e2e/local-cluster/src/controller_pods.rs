@@ -14,7 +14,7 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use crate::LocalCluster;
-use crate::operator::http_get;
+use crate::operator::{command_binary, http_get};
 
 /// How a controller goes down in [`PodController::stop`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,7 +63,7 @@ impl PodController {
             .command
             .as_ref()
             .and_then(|c| c.first())
-            .and_then(|c| c.rsplit('/').next())
+            .map(|c| command_binary(c))
             .with_context(|| format!("Deployment {name}'s container has no command"))?;
         let http_port = container
             .ports

@@ -83,6 +83,8 @@ pub struct LocalCluster {
     /// Pods whose containers must not restart (see [`LocalCluster::fail_on_restarts`]).
     watched_pods: Vec<(String, String)>,
     restart_check: std::sync::Mutex<RestartCheck>,
+    /// The admin client the restart check polls with: built once, not on every poll.
+    watch_client: tokio::sync::OnceCell<kube::Client>,
 }
 
 /// When the watched pods were last looked at, and the pods a test crashed on purpose.
@@ -176,6 +178,7 @@ impl LocalCluster {
             last_controller_port: None,
             watched_pods: Vec::new(),
             restart_check: Default::default(),
+            watch_client: Default::default(),
         };
         cluster.spawn("etcd", &mut layout.etcd())?;
         wait_for_tcp(layout.etcd_client_port, "etcd", &cluster).await?;
@@ -394,10 +397,15 @@ impl LocalCluster {
         }
     }
 
+    /// The admin client of [`LocalCluster::check_restarts`] and the controller logs.
+    async fn watch_client(&self) -> Result<&kube::Client> {
+        self.watch_client.get_or_try_init(|| self.client()).await
+    }
+
     /// What [`LocalCluster::check_restarts`] fails with, if anything.
     async fn restart_report(&self, what: &str) -> Result<Option<String>> {
         let spared = self.restart_check.lock().unwrap().spared.clone();
-        let client = self.client().await?;
+        let client = self.watch_client().await?;
         for (namespace, selector) in &self.watched_pods {
             let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
             let list = pods.list(&ListParams::default().labels(selector)).await?;
@@ -438,13 +446,13 @@ impl LocalCluster {
         if self.watched_pods.is_empty() {
             return format!("{binary}'s log ends:\n{}", self.log_tail(binary, lines));
         }
-        let client = match self.client().await {
+        let client = match self.watch_client().await {
             Ok(client) => client,
             Err(e) => return format!("(no client for {binary}'s log: {e:#})"),
         };
         let mut out = Vec::new();
         for (namespace, _) in &self.watched_pods {
-            out.push(controller_pods::leader_log(&client, namespace, binary, lines as i64).await);
+            out.push(controller_pods::leader_log(client, namespace, binary, lines as i64).await);
         }
         out.join("\n")
     }

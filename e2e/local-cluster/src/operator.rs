@@ -102,6 +102,11 @@ pub const CONTROLLER_BINARIES: [&str; 4] = [
     "topology-controller",
 ];
 
+/// The binary a container command runs: its last path component.
+pub(crate) fn command_binary(command: &str) -> &str {
+    command.rsplit('/').next().unwrap_or(command)
+}
+
 /// A controller as its Deployment describes it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ControllerProcess {
@@ -127,11 +132,11 @@ pub fn controllers(objects: &[DynamicObject]) -> Result<Vec<ControllerProcess>> 
             .containers
             .first()
             .context("Deployment without containers")?;
-        let command = container.command.clone().unwrap_or_default();
-        let binary = command
-            .first()
-            .and_then(|c| Path::new(c).file_name())
-            .and_then(|n| n.to_str())
+        let binary = container
+            .command
+            .as_ref()
+            .and_then(|c| c.first())
+            .map(|c| command_binary(c))
             .context("controller container without a command")?
             .to_string();
         let env = container

@@ -13,7 +13,7 @@ use kube::{Api, ResourceExt};
 
 use crate::controller_pods::PodController;
 use crate::operator::{
-    apply_crds_first, documents, kind, kustomize_build, service_account_kubeconfig,
+    apply_crds_first, command_binary, documents, kind, kustomize_build, service_account_kubeconfig,
 };
 use crate::{LocalCluster, run_script, workspace_binary};
 
@@ -101,12 +101,10 @@ pub async fn install_controllers(
     extra_env: &[(&str, &str, &str)],
 ) -> Result<Vec<PodController>> {
     let image = push_image(cluster).await?;
-    let mut env: Vec<(String, String, String)> = extra_env
-        .iter()
-        .map(|(b, n, v)| (b.to_string(), n.to_string(), v.to_string()))
-        .collect();
-    if let Ok(log) = std::env::var("CONTROLLER_LOG") {
-        env.push(("*".into(), "RUST_LOG".into(), log));
+    let log = std::env::var("CONTROLLER_LOG").ok();
+    let mut env = extra_env.to_vec();
+    if let Some(log) = &log {
+        env.push(("*", "RUST_LOG", log));
     }
     let objects = apply_overlay(cluster, overlay, &image.reference, &env).await?;
     let client = cluster.client().await?;
@@ -138,7 +136,7 @@ pub async fn install_controllers(
 
 /// Sets `(binary, name, value)` in the environment of every Deployment container whose
 /// command runs `binary` (`*`: every one), replacing an entry of that name.
-pub fn set_env(objects: &mut [DynamicObject], env: &[(String, String, String)]) -> Result<()> {
+pub fn set_env(objects: &mut [DynamicObject], env: &[(&str, &str, &str)]) -> Result<()> {
     for object in objects.iter_mut().filter(|o| kind(o) == "Deployment") {
         let Some(containers) = object.data["spec"]["template"]["spec"]
             .get_mut("containers")
@@ -149,11 +147,11 @@ pub fn set_env(objects: &mut [DynamicObject], env: &[(String, String, String)]) 
         for container in containers {
             let binary = container["command"][0]
                 .as_str()
-                .and_then(|c| c.rsplit('/').next())
+                .map(command_binary)
                 .unwrap_or_default()
                 .to_string();
-            for (for_binary, name, value) in env {
-                if for_binary != "*" && *for_binary != binary {
+            for &(for_binary, name, value) in env {
+                if for_binary != "*" && for_binary != binary {
                     continue;
                 }
                 let list = container
@@ -162,7 +160,7 @@ pub fn set_env(objects: &mut [DynamicObject], env: &[(String, String, String)]) 
                     .entry("env")
                     .or_insert_with(|| serde_json::json!([]));
                 let entries = list.as_array_mut().context("env is not a list")?;
-                entries.retain(|e| e["name"] != name.as_str());
+                entries.retain(|e| e["name"] != name);
                 entries.push(serde_json::json!({"name": name, "value": value}));
             }
         }
@@ -230,7 +228,7 @@ async fn apply_overlay(
     cluster: &LocalCluster,
     overlay: &Path,
     image: &str,
-    env: &[(String, String, String)],
+    env: &[(&str, &str, &str)],
 ) -> Result<Vec<DynamicObject>> {
     let client = cluster.client().await?;
     let mut objects = documents(&kustomize_build(overlay)?)?;
@@ -334,12 +332,11 @@ spec:
 "#,
         )
         .unwrap();
-        let env = |b: &str, n: &str, v: &str| (b.to_string(), n.to_string(), v.to_string());
         set_env(
             &mut objects,
             &[
-                env("pvc-resizer", "STATS_INTERVAL", "2"),
-                env("*", "RUST_LOG", "debug"),
+                ("pvc-resizer", "STATS_INTERVAL", "2"),
+                ("*", "RUST_LOG", "debug"),
             ],
         )
         .unwrap();

@@ -34,9 +34,14 @@ pub async fn cluster_with_operator_using(
     extra_env: &[(&str, &str, &str)],
 ) -> Result<(LocalCluster, Vec<PodController>)> {
     let mut cluster = LocalCluster::start(options).await?;
-    let overlay = crate::repo_root().join("deploy/overlays/all");
-    let controllers = operator_pods::install_controllers(&mut cluster, &overlay, extra_env).await?;
+    let controllers =
+        operator_pods::install_controllers(&mut cluster, &all_overlay(), extra_env).await?;
     Ok((cluster, controllers))
+}
+
+/// deploy/overlays/all: every controller, cluster-wide.
+fn all_overlay() -> std::path::PathBuf {
+    crate::repo_root().join("deploy/overlays/all")
 }
 
 /// The controller running `binary` among `controllers`.
@@ -56,8 +61,7 @@ pub async fn api_server_with_operator(
     let mut options = Options::new(run_dir);
     options.agent = false;
     let mut cluster = LocalCluster::start(options).await?;
-    let overlay = crate::repo_root().join("deploy/overlays/all");
-    let controllers = operator::install(&mut cluster, &overlay).await?;
+    let controllers = operator::install(&mut cluster, &all_overlay()).await?;
     Ok((cluster, controllers))
 }
 
@@ -70,8 +74,7 @@ pub async fn cluster_with_local_controllers(
     extra_env: &[(&str, &str, &str)],
 ) -> Result<(LocalCluster, Vec<RunningController>)> {
     let mut cluster = LocalCluster::start(options).await?;
-    let overlay = crate::repo_root().join("deploy/overlays/all");
-    let controllers = operator::install_with_env(&mut cluster, &overlay, extra_env).await?;
+    let controllers = operator::install_with_env(&mut cluster, &all_overlay(), extra_env).await?;
     Ok((cluster, controllers))
 }
 
