@@ -74,12 +74,53 @@ async fn three_data_nodes_and_three_sentinels_form() {
     replication_user(&env, name, &access, &primary).await;
     sentinels_are_scraped(&env, &access).await;
 
-    for reason in ["ReplicaAttached", "SentinelMonitoring"] {
-        let events = env.apis.group_events(name, Some(reason)).await.unwrap();
-        assert!(!events.is_empty(), "no {reason} Event");
-    }
+    replicas_were_attached_once(&env, name, &access, &primary).await;
+    let monitoring = env.apis.group_events(name, Some("SentinelMonitoring"));
+    assert!(
+        !monitoring.await.unwrap().is_empty(),
+        "no SentinelMonitoring Event"
+    );
     network_policy_follows_the_spec(&env, name).await;
     env.finish().await;
+}
+
+/// Each replica was made one exactly once, by one of the two ways a new group attaches
+/// them. Its start script starts it as a replica when the primary is known before its pod
+/// starts (the context names data node 0 once its Service has an address, and the
+/// sentinels name it once they monitor); otherwise it starts as an empty primary and the
+/// operator sends `REPLICAOF`, with a ReplicaAttached Event naming it. Which one happens
+/// depends on how fast its pod starts.
+async fn replicas_were_attached_once(env: &Env, name: &str, access: &GroupAccess, primary: &str) {
+    let primary_ip = access.ip(primary).unwrap();
+    let by_script = [
+        format!("starting as a replica of {primary_ip}, the last seen"),
+        format!("the sentinels name {primary_ip} primary: starting as its replica"),
+    ];
+    let attached = env.apis.group_events(name, Some("ReplicaAttached"));
+    let attached = attached.await.unwrap();
+    let params = kube::api::LogParams {
+        container: Some(crd_types::names::VALKEY_CONTAINER.to_string()),
+        ..Default::default()
+    };
+    for m in access.data.iter().filter(|m| m.name != primary) {
+        let pod = crd_types::names::statefulset_pod_name(&m.name);
+        let log = env.apis.pods.logs(&pod, &params).await.unwrap();
+        let started_as_replica = log.lines().any(|l| by_script.iter().any(|b| l.contains(b)));
+        let events: Vec<_> = attached
+            .iter()
+            .filter(|e| e.related.as_ref().and_then(|r| r.name.as_deref()) == Some(&m.name))
+            .collect();
+        let how = match (started_as_replica, events.len()) {
+            (true, 0) => "by its start script",
+            (false, 1) => "by the operator",
+            _ => panic!(
+                "{} should be attached once: started as replica {started_as_replica}, {} ReplicaAttached Events {events:?}; its log:\n{log}",
+                m.name,
+                events.len()
+            ),
+        };
+        println!("form: {} was attached {how}", m.name);
+    }
 }
 
 /// The template's exporter runs next to each sentinel too (as its read-only monitoring
