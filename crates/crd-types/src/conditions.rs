@@ -34,6 +34,8 @@ pub mod types {
     pub const PROGRESSING: &str = "Progressing";
     pub const DEGRADED: &str = "Degraded";
     pub const SLOTS_ASSIGNED: &str = "SlotsAssigned";
+    /// With `spec.users`: every data node has exactly the users the spec asks for.
+    pub const USERS_READY: &str = "UsersReady";
 }
 
 pub const TRUE: &str = "True";

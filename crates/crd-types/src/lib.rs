@@ -18,6 +18,7 @@ pub mod node;
 pub mod quantity;
 pub mod replication;
 pub mod template;
+pub mod users;
 pub mod versions;
 
 pub use cluster::{ValkeyCluster, ValkeyClusterSpec, ValkeyClusterStatus};

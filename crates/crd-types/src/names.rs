@@ -157,6 +157,16 @@ pub fn generated_operator_secret_name(topology: &str) -> String {
     format!("{topology}-operator")
 }
 
+/// The Secret holding the password generated for user `user` of `topology`.
+pub fn generated_user_secret_name(topology: &str, user: &str) -> String {
+    format!("{topology}-user-{user}")
+}
+
+/// The Secret topology-controller keeps a topology's ACL `user` lines in (hashes only).
+pub fn users_secret_name(topology: &str) -> String {
+    format!("{topology}-users")
+}
+
 /// Values of the [`labels::COMPONENT`] label on the objects of a ValkeyNode: what runs in
 /// its pod.
 pub mod components {

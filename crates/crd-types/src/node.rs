@@ -86,6 +86,18 @@ pub struct ValkeyNodeSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allowed_revision: Option<String>,
 
+    /// A Secret whose `users.acl` key holds ACL `user` lines, added to a data node's users
+    /// at start. Only `user <name> ...` lines are taken, each name once, not the operator's
+    /// own users, none with quotes; others are skipped with a log line. Mounted optional:
+    /// the pod starts without those users while it is missing. topology-controller names
+    /// its `<topology>-users` Secret here on the members of a topology with `users`. A rule
+    /// Valkey refuses still stops the server at start, so a hand-written Secret must hold
+    /// valid rules.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')").message("usersSecretName is a Secret name: lower-case letters, digits, '-' and '.'"))]
+    pub users_secret_name: Option<String>,
+
     /// The replication group this node is part of (set by topology-controller on a
     /// ValkeyReplication's members): read by the node at start, so it comes back in the
     /// right role without the operator. Not part of the pod's revision: it changes with

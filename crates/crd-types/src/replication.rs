@@ -63,6 +63,15 @@ pub struct ValkeyReplicationSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<Auth>,
 
+    /// ACL users for applications, on every data node (see [`crate::users`]). A user
+    /// removed from the list is deleted; users made by hand are left alone (they do not
+    /// survive a restart). Adding or removing the whole field rolls the data nodes once:
+    /// their pods gain or lose the users Secret, and without it they start with no users.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    #[x_kube(validation = Rule::new(crate::users::UNIQUE_NAMES).message(crate::users::UNIQUE_NAMES_MESSAGE))]
+    pub users: Option<Vec<crate::users::User>>,
+
     /// Who may reach the members: a NetworkPolicy topology-controller renders and owns.
     #[serde(default)]
     pub network_policy: NetworkPolicySpec,

@@ -704,3 +704,91 @@ fn network_policy_peers_are_shaped_as_the_api_server_wants() {
         "networkPolicy.metrics: each peer is an ipBlock alone",
     );
 }
+
+#[test]
+fn users_are_checked_at_admission() {
+    let with = |users: Value| cluster(json!({"shards": 3, "users": users}));
+    accepted::<ValkeyCluster>(
+        &with(json!([
+            {"name": "app", "rules": ["~app:*", "&news.*", "+@read", "-flushall", "%R~cache:*"]},
+            {"name": "reporting-2", "passwordSecretRef": {"name": "reporting-pw"}, "passwordOverlapSeconds": 0},
+            {"name": "empty"},
+        ])),
+        None,
+    );
+    accepted::<ValkeyCluster>(&with(json!([])), None);
+    for reserved in ["default", "operator", "replication", "monitoring"] {
+        rejected::<ValkeyCluster>(
+            &with(json!([{"name": reserved}])),
+            None,
+            "the operator keeps those users for itself",
+        );
+    }
+    for bad in ["App", "a b", "_x", "x-", "x_y"] {
+        rejected::<ValkeyCluster>(
+            &with(json!([{"name": bad}])),
+            None,
+            "users[].name is lower-case letters",
+        );
+    }
+    rejected::<ValkeyCluster>(
+        &with(json!([{"name": "app"}, {"name": "app", "rules": ["+get"]}])),
+        None,
+        "users: each name may appear only once",
+    );
+    for owned in [
+        "on",
+        "OFF",
+        "reset",
+        "nopass",
+        "resetpass",
+        ">secret",
+        "<old",
+        "#abc",
+        "!abc",
+    ] {
+        rejected::<ValkeyCluster>(
+            &with(json!([{"name": "app", "rules": [owned]}])),
+            None,
+            "users[].rules cannot hold on, off, reset, nopass, resetpass or a password",
+        );
+    }
+    for shaped in [
+        "",
+        "+get ~x",
+        "(~x +get)",
+        "+get\n",
+        "~\"x",
+        "~x'",
+        "~\u{7f}x",
+        "~é",
+    ] {
+        rejected::<ValkeyCluster>(
+            &with(json!([{"name": "app", "rules": [shaped]}])),
+            None,
+            "users[].rules: each rule is one token",
+        );
+    }
+    rejected::<ValkeyCluster>(
+        &with(json!([{"name": "app", "passwordOverlapSeconds": -1}])),
+        None,
+        "passwordOverlapSeconds is 0 to 604800",
+    );
+    let group = json!({
+        "apiVersion": "valkey.rs/v1alpha1",
+        "kind": "ValkeyReplication",
+        "metadata": {"name": "sessions", "namespace": "default"},
+        "spec": {"users": [{"name": "operator"}]},
+    });
+    rejected::<ValkeyReplication>(&group, None, "the operator keeps those users for itself");
+}
+
+#[test]
+fn a_nodes_users_secret_is_a_secret_name() {
+    accepted::<ValkeyNode>(&node(json!({"usersSecretName": "orders-users"})), None);
+    rejected::<ValkeyNode>(
+        &node(json!({"usersSecretName": "Orders users"})),
+        None,
+        "usersSecretName is a Secret name",
+    );
+}

@@ -154,6 +154,11 @@ pub fn member(
             rollout_policy: RolloutPolicy::Gated,
             allowed_revision,
             replication: None,
+            users_secret_name: cluster
+                .spec
+                .users
+                .as_ref()
+                .map(|_| names::users_secret_name(&cluster_name)),
         },
         status: None,
     }

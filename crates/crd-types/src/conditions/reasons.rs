@@ -372,6 +372,26 @@ reasons! {
 }
 
 reasons! {
+    /// `UsersReady` (topology-controller, with `spec.users`): every data node has the
+    /// spec's users with their current passwords, and no other user of its own.
+    UsersReady for types::USERS_READY {
+        /// Every data node has exactly the spec's users.
+        UsersApplied,
+        /// Some data node does not answer or has not taken the users yet.
+        UsersApplying,
+        /// A Valkey version the topology runs refuses a user's rules; that user keeps its
+        /// previous rules (or does not exist yet). The message has the server's answer.
+        RulesRefused,
+        /// A user's password Secret or key is missing; that user keeps its previous
+        /// password (or does not exist yet).
+        PasswordMissing,
+        /// The `<topology>-users` Secret exists and belongs to something else: the operator
+        /// leaves it alone, and applies no user until it is deleted or renamed.
+        UsersSecretTaken,
+    }
+}
+
+reasons! {
     /// `SlotsAssigned` (topology-controller): all 16384 slots have an owner and none is open.
     SlotsAssigned for types::SLOTS_ASSIGNED {
         /// Every slot has an owner and no slot is importing or migrating.
@@ -415,6 +435,7 @@ pub fn table() -> Vec<Row> {
         rows(&Progressing::all(), Progressing::meaning),
         rows(Degraded::ALL, Degraded::meaning),
         rows(SlotsAssigned::ALL, SlotsAssigned::meaning),
+        rows(UsersReady::ALL, UsersReady::meaning),
     ]
     .concat()
 }

@@ -147,6 +147,12 @@ pub fn member(
             rollout_policy: RolloutPolicy::Gated,
             allowed_revision,
             replication: Some(context.clone()),
+            // Sentinels have no users of the spec's.
+            users_secret_name: spec
+                .users
+                .as_ref()
+                .filter(|_| matches!(at, At::Data(_)))
+                .map(|_| names::users_secret_name(&name)),
         },
         status: None,
     }
