@@ -8,16 +8,20 @@
 //! share the host network there) appends `--bind <podIP>` itself. Pinning an address in the
 //! file would break one of the two.
 //!
-//! The values themselves are read and written as valkey.conf does, by [`args`].
+//! The values themselves are read and written as valkey.conf does, by [`args`]. Passwords and
+//! users are written by the container's start-up shell into files the config includes
+//! ([`auth_file_script`], [`users_file_script`]).
 
 pub mod args;
 mod auth;
 pub mod replication;
+mod users;
 
 pub use auth::{
     EXPORTER_AUTH_DIR, EXPORTER_PASSWORD_FILE, auth_file_script, exporter_logs_in_as_monitoring,
     exporter_password_file_script, sentinel_auth_script,
 };
+pub use users::{users_file_script, users_secret};
 
 use crd_types::conditions::reasons::ConfigValid;
 use crd_types::live_config;
@@ -52,6 +56,14 @@ pub const LIVE_FILE: &str = "live.conf";
 /// Where a data node's start-up shell writes its password directives (in the /tmp emptyDir,
 /// owner-only), included by the rendered config.
 pub const AUTH_FILE: &str = "/tmp/valkey-auth.conf";
+/// Where a data node's users Secret (`spec.usersSecretName`) is mounted, read-only: the
+/// whole directory, as a subPath mount never sees the Secret change. Beside [`CONFIG_DIR`],
+/// not in it: the e2e node agent makes a mount point in a read-only volume by shadowing it
+/// with a copy, which would stop following the ConfigMap (the preStop hook reads it).
+pub const USERS_DIR: &str = "/etc/valkey-users";
+/// Where a data node's start-up shell writes the users it takes from that Secret (in the
+/// /tmp emptyDir, owner-only), included by the rendered config.
+pub const USERS_FILE: &str = "/tmp/valkey-users.conf";
 
 const HEADER: &str = "# Rendered by valkey-operator (node-controller); edits are overwritten.\n";
 const LIVE_HEADER: &str =
@@ -317,6 +329,9 @@ pub fn render(spec: &ValkeyNodeSpec, cluster_ip: Option<&str>) -> Result<Rendere
             }
             if auth_file_script(spec).is_some() {
                 push(&mut text, "include", AUTH_FILE);
+            }
+            if users_secret(spec).is_some() {
+                push(&mut text, "include", USERS_FILE);
             }
         }
         Mode::Sentinel => {
@@ -608,6 +623,37 @@ mod tests {
             Some("10.96.0.7"),
         ));
         assert!(!c.text.contains("include"), "no passwords, no include");
+    }
+
+    #[test]
+    fn the_users_file_is_included_only_by_data_nodes_naming_a_users_secret() {
+        let includes = |s: &ValkeyNodeSpec| {
+            let c = config(render(s, Some("10.96.0.7")));
+            lines(&c.text)
+                .into_iter()
+                .filter(|l| l.starts_with("include "))
+                .map(String::from)
+                .collect::<Vec<_>>()
+        };
+        for mode in [Mode::Standalone, Mode::Cluster] {
+            let mut s = spec(mode, Announce::Service, &[]);
+            assert_eq!(includes(&s), Vec::<String>::new());
+            s.users_secret_name = Some("orders-users".into());
+            // Without passwords too: there is no auth file, but there are users.
+            assert_eq!(includes(&s), ["include /tmp/valkey-users.conf"]);
+            let mut s = with_auth(mode, true, true);
+            s.users_secret_name = Some("orders-users".into());
+            assert_eq!(
+                includes(&s),
+                [
+                    "include /tmp/valkey-auth.conf",
+                    "include /tmp/valkey-users.conf"
+                ]
+            );
+        }
+        let mut sentinel = with_auth(Mode::Sentinel, true, true);
+        sentinel.users_secret_name = Some("orders-users".into());
+        assert_eq!(includes(&sentinel), Vec::<String>::new());
     }
 
     #[test]

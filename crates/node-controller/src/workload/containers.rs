@@ -1,6 +1,6 @@
-//! The pod's containers: valkey (the server or Sentinel, started through a password check
-//! when it has passwords), the Sentinel init container that prepares its writable config,
-//! and the exporter sidecar.
+//! The pod's containers: valkey (the server or Sentinel, started through a shell that checks
+//! its passwords and writes its users when it has any), the Sentinel init container that
+//! prepares its writable config, and the exporter sidecar.
 
 use crd_types::ValkeyNode;
 use crd_types::names::ports;
@@ -10,11 +10,12 @@ use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, SecurityContext, VolumeMount,
 };
 
-use super::pod::{DATA_VOLUME, EXPORTER_AUTH_VOLUME, TMP_VOLUME};
+use super::pod::{DATA_VOLUME, EXPORTER_AUTH_VOLUME, TMP_VOLUME, USERS_VOLUME};
 use super::{env, lifecycle, probes, scripts};
 use crate::config::{
     CONFIG_DIR, DATA_DIR, EXPORTER_AUTH_DIR, OPERATOR_PASSWORD_ENV, PASSWORD_ENV, RenderedConfig,
-    SENTINEL_CONFIG_FILE, exporter_logs_in_as_monitoring, exporter_password_file_script,
+    SENTINEL_CONFIG_FILE, USERS_DIR, exporter_logs_in_as_monitoring, exporter_password_file_script,
+    users_secret,
 };
 use crate::configmap::CONFIG_VOLUME;
 
@@ -93,6 +94,9 @@ pub(super) fn valkey_container(node: &ValkeyNode, rendered: &RenderedConfig) -> 
     }
     mounts.push(mount(DATA_VOLUME, DATA_DIR, false));
     mounts.push(mount(TMP_VOLUME, "/tmp", false));
+    if users_secret(&node.spec).is_some() {
+        mounts.push(mount(USERS_VOLUME, USERS_DIR, true));
+    }
 
     Container {
         name: VALKEY_CONTAINER.into(),
@@ -119,8 +123,9 @@ pub(super) fn valkey_container(node: &ValkeyNode, rendered: &RenderedConfig) -> 
 /// valkey-server would read as "config from stdin"): Valkey takes an empty `requirepass` as
 /// no password at all, so a blank Secret must stop the start, loudly, rather than serve
 /// everyone. It then writes the users: a data node's to its auth file, a sentinel's into its
-/// config copy (see [`crate::config::sentinel_auth_script`]); a replication data node's
-/// shell decides its role, see [`scripts`]. `exec` keeps the server the container's
+/// config copy (see [`crate::config::sentinel_auth_script`]); those of a data node's users
+/// Secret to its users file (see [`crate::config::users_file_script`]); a replication data
+/// node's shell decides its role, see [`scripts`]. `exec` keeps the server the container's
 /// process; `$0` is the program.
 fn server_command(node: &ValkeyNode, program: &str) -> Vec<String> {
     let mut checks = Vec::new();
@@ -145,6 +150,9 @@ fn server_command(node: &ValkeyNode, program: &str) -> Vec<String> {
         }
     }
     if let Some(script) = crate::config::auth_file_script(&node.spec) {
+        checks.push(script);
+    }
+    if let Some(script) = crate::config::users_file_script(&node.spec) {
         checks.push(script);
     }
     let sentinel_config = format!("{DATA_DIR}/{SENTINEL_CONFIG_FILE}");
@@ -390,6 +398,34 @@ mod tests {
         // Without passwords there is no monitoring user to log in as.
         assert_eq!(pod(&d).init_containers, None);
         assert_eq!(e.volume_mounts, None);
+    }
+
+    #[test]
+    fn a_node_with_users_but_no_passwords_writes_its_users_file_before_the_server() {
+        let d = build(&node(Mode::Standalone, |s| {
+            s.users_secret_name = Some("orders-users".into())
+        }));
+        let command = container(&d, "valkey").command.clone().unwrap();
+        assert_eq!(command[..2], ["sh", "-c"]);
+        assert_eq!(command[3], "valkey-server", "$0 is the program");
+        let dir = tempfile::tempdir().unwrap();
+        let (source, file) = (dir.path().join("users.acl"), dir.path().join("users.conf"));
+        std::fs::write(&source, "user app on #00 +get\nuser default on nopass\n").unwrap();
+        let script = command[2]
+            .replace("/etc/valkey-users/users.acl", source.to_str().unwrap())
+            .replace(crate::config::USERS_FILE, file.to_str().unwrap());
+        let out = std::process::Command::new("sh")
+            .args(["-c", &script, "echo", "started"])
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "started\n");
+        assert_eq!(
+            std::fs::read_to_string(&file).unwrap(),
+            "user app on #00 +get\n"
+        );
     }
 
     #[test]

@@ -336,6 +336,10 @@ mod tests {
             build(&node(Mode::Standalone, |s| {
                 s.template.announce = Announce::PodIP
             })),
+            // A new volume: it rolls under the topology's roll gate.
+            build(&node(Mode::Standalone, |s| {
+                s.users_secret_name = Some("cache-users".into())
+            })),
             build(&node(Mode::Standalone, |s| {
                 s.template.scheduling = Some(Scheduling {
                     priority_class_name: Some("x".into()),

@@ -1,13 +1,14 @@
 //! The pod template: the pod spec around the containers, its volumes (the ConfigMap, /data
-//! from the claim or an emptyDir, a scratch /tmp) and its security context (the restricted
-//! Pod Security Standard).
+//! from the claim or an emptyDir, a scratch /tmp, a data node's users Secret) and its
+//! security context (the restricted Pod Security Standard).
 
 use crd_types::ValkeyNode;
 use crd_types::names;
 use crd_types::node::Mode;
+use crd_types::users::USERS_KEY;
 use k8s_openapi::api::core::v1::{
     ConfigMapVolumeSource, EmptyDirVolumeSource, KeyToPath, PersistentVolumeClaimVolumeSource,
-    PodSecurityContext, PodSpec, PodTemplateSpec, SeccompProfile, Volume,
+    PodSecurityContext, PodSpec, PodTemplateSpec, SeccompProfile, SecretVolumeSource, Volume,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -17,7 +18,7 @@ use super::containers::{
     exporter_auth_init_container, exporter_container, sentinel_init_container, valkey_container,
 };
 use crate::config::replication::CONTEXT_KEY;
-use crate::config::{LIVE_FILE, RenderedConfig, exporter_logs_in_as_monitoring};
+use crate::config::{LIVE_FILE, RenderedConfig, exporter_logs_in_as_monitoring, users_secret};
 use crate::configmap::{self, CONFIG_VOLUME};
 use crate::meta;
 
@@ -25,6 +26,8 @@ pub const DATA_VOLUME: &str = "data";
 pub const TMP_VOLUME: &str = "tmp";
 /// The exporter's password file, in memory (see [`crate::config::EXPORTER_AUTH_DIR`]).
 pub const EXPORTER_AUTH_VOLUME: &str = "exporter-auth";
+/// A data node's users Secret (see [`crate::config::USERS_DIR`]).
+pub const USERS_VOLUME: &str = "users";
 /// The `valkey` user and group of the official image.
 pub const VALKEY_UID: i64 = 999;
 /// SIGTERM makes Valkey SHUTDOWN: save the RDB (when `save` is on) and fsync the AOF.
@@ -156,7 +159,30 @@ pub(super) fn volumes(node: &ValkeyNode, rendered: &RenderedConfig) -> Vec<Volum
             ..Default::default()
         });
     }
+    if let Some(secret) = users_secret(&node.spec) {
+        volumes.push(users_volume(secret));
+    }
     volumes
+}
+
+/// Optional, so the pod starts (without those users) before the Secret exists, and the first
+/// user needs no new template. Only its `user` lines; readable by the valkey group alone (the
+/// kubelet gives a Secret's files the pod's fsGroup).
+fn users_volume(secret: &str) -> Volume {
+    Volume {
+        name: USERS_VOLUME.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret.into()),
+            items: Some(vec![KeyToPath {
+                key: USERS_KEY.into(),
+                path: USERS_KEY.into(),
+                mode: None,
+            }]),
+            default_mode: Some(0o440),
+            optional: Some(true),
+        }),
+        ..Default::default()
+    }
 }
 
 #[cfg(test)]
@@ -201,6 +227,64 @@ mod tests {
         assert_eq!(
             data(&d).persistent_volume_claim.unwrap().claim_name,
             "cache-data"
+        );
+    }
+
+    #[test]
+    fn the_users_secret_is_mounted_only_on_data_nodes_naming_one() {
+        let users = |d: &DesiredWorkload| {
+            let volume = pod(d)
+                .volumes
+                .as_ref()
+                .unwrap()
+                .iter()
+                .find(|v| v.name == USERS_VOLUME)
+                .cloned();
+            let mount = container(d, "valkey")
+                .volume_mounts
+                .iter()
+                .flatten()
+                .find(|m| m.name == USERS_VOLUME)
+                .cloned();
+            assert_eq!(volume.is_some(), mount.is_some());
+            volume.zip(mount)
+        };
+        for mode in [Mode::Standalone, Mode::Cluster] {
+            assert_eq!(users(&build(&node(mode, |_| {}))), None);
+            let d = build(&node(mode, |s| {
+                s.users_secret_name = Some("orders-users".into())
+            }));
+            let (volume, mount) = users(&d).unwrap();
+            let secret = volume.secret.unwrap();
+            assert_eq!(secret.secret_name.as_deref(), Some("orders-users"));
+            assert_eq!(secret.optional, Some(true));
+            assert_eq!(
+                secret.items.unwrap(),
+                [KeyToPath {
+                    key: "users.acl".into(),
+                    path: "users.acl".into(),
+                    mode: None,
+                }]
+            );
+            assert_eq!(secret.default_mode, Some(0o440));
+            // The group that reads it is the server's.
+            assert_eq!(
+                pod(&d).security_context.as_ref().unwrap().fs_group,
+                Some(999)
+            );
+            assert_eq!(mount.mount_path, "/etc/valkey-users");
+            assert_eq!(mount.read_only, Some(true));
+            // The whole directory: a subPath mount never sees the Secret change.
+            assert_eq!(mount.sub_path, None);
+        }
+        let sentinel = build(&node(Mode::Sentinel, |s| {
+            s.users_secret_name = Some("orders-users".into())
+        }));
+        assert_eq!(users(&sentinel), None);
+        assert_eq!(
+            sentinel,
+            build(&node(Mode::Sentinel, |_| {})),
+            "a sentinel ignores the field"
         );
     }
 
