@@ -116,7 +116,7 @@ pub(crate) fn set_user(user: Option<AclUser>, rules: &[String]) -> AclUser {
     user
 }
 
-fn sha256_hex(text: impl AsRef<[u8]>) -> String {
+pub fn sha256_hex(text: impl AsRef<[u8]>) -> String {
     Sha256::digest(text.as_ref())
         .iter()
         .map(|b| format!("{b:02x}"))

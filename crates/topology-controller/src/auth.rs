@@ -107,6 +107,18 @@ pub fn generated_secret<K: Resource<DynamicType = ()>>(
     secret: &str,
     password: &str,
 ) -> Secret {
+    owned_secret(topology, label_key, secret, GENERATED_KEY, password)
+}
+
+/// A Secret holding `value` under `key`, owned by `topology` (labelled `label_key=<name>`)
+/// so it goes when the topology does.
+pub fn owned_secret<K: Resource<DynamicType = ()>>(
+    topology: &K,
+    label_key: &str,
+    secret: &str,
+    key: &str,
+    value: &str,
+) -> Secret {
     let topology_name = topology.meta().name.clone().unwrap_or_default();
     Secret {
         metadata: ObjectMeta {
@@ -125,8 +137,8 @@ pub fn generated_secret<K: Resource<DynamicType = ()>>(
         },
         type_: Some("Opaque".into()),
         data: Some(BTreeMap::from([(
-            GENERATED_KEY.to_string(),
-            ByteString(password.as_bytes().to_vec()),
+            key.to_string(),
+            ByteString(value.as_bytes().to_vec()),
         )])),
         ..Default::default()
     }

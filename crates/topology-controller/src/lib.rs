@@ -46,4 +46,5 @@ pub mod slots;
 pub mod status;
 pub mod storage;
 pub mod survey;
+pub mod users;
 pub mod vitals;

@@ -2,6 +2,7 @@
 //! talks to Valkey (MEET, slots, replication, failover, Sentinel); writes `status.valkey` on
 //! each member and the topology's status.
 
+mod acl_users;
 mod connect;
 mod error;
 mod objects;
@@ -117,6 +118,7 @@ async fn run(ctx: Context, settings: Settings) -> Result<(), std::convert::Infal
                 idle_look,
                 forced_failover,
                 operator_namespace: operator_namespace.clone(),
+                user_checks: Default::default(),
             }),
             reconcile::reconcile
         ),
@@ -128,6 +130,7 @@ async fn run(ctx: Context, settings: Settings) -> Result<(), std::convert::Infal
                 pulse: group_pulse,
                 idle_look,
                 operator_namespace,
+                user_checks: Default::default(),
             }),
             vkr::reconcile
         ),

@@ -17,7 +17,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crd_types::cluster::{Phase, ValkeyClusterStatus};
-use crd_types::conditions::{self, reasons::Waiting};
+use crd_types::conditions::reasons::Waiting;
+use crd_types::conditions::{self, ConditionSpec};
 use crd_types::names::{self, labels};
 use crd_types::template::OPERATOR_USER;
 use crd_types::{ValkeyCluster, ValkeyNode, ValkeyNodeStatus};
@@ -41,7 +42,9 @@ use topology_controller::observe::Connections;
 use topology_controller::plan::{self, Circumstances, Step};
 use topology_controller::status::{self, Inputs};
 use topology_controller::survey::{self, switchover_outcome};
+use topology_controller::users::{self, Checks, Member};
 
+use crate::acl_users;
 use crate::connect::{self, Observed};
 use crate::error::Error;
 use crate::objects::{self, ClusterMembers, fetch_with_members};
@@ -71,6 +74,8 @@ pub struct Shared {
     pub forced_failover: bool,
     /// The namespace topology-controller runs in (its pods may reach the members).
     pub operator_namespace: String,
+    /// `spec.users` rule checks made so far (see [`topology_controller::users::Checks`]).
+    pub user_checks: Checks,
 }
 
 /// The API handles of one namespace, and the field manager every write uses.
@@ -144,14 +149,19 @@ pub async fn reconcile(
     if ctx.data.forced_failover {
         mark_gone_servers(&apis, &mut observed).await;
     }
+    let users = users(&ctx, &apis, &live.cluster, &observed, &connections).await;
     let outcome = act(
         &ctx.runtime,
-        network::idle_look(ctx.data.idle_look, policy_refused),
+        topology_controller::users::idle_look(
+            network::idle_look(ctx.data.idle_look, policy_refused),
+            live.cluster.spec.users.is_some(),
+        ),
         &apis,
         &live,
         &passwords,
         &observed,
         &connections,
+        users.as_ref(),
     )
     .await;
     connections.close().await;
@@ -276,7 +286,48 @@ async fn apply_budgets(
     Ok(())
 }
 
+/// With `spec.users`, the `UsersReady` condition after a pass over the users.
+async fn users(
+    ctx: &ReconcileContext<Shared>,
+    apis: &Apis,
+    cluster: &ValkeyCluster,
+    observed: &Observed,
+    connections: &Connections<Conn>,
+) -> Option<ConditionSpec> {
+    let users = cluster.spec.users.as_deref()?;
+    let builds: Vec<Option<String>> = observed
+        .nodes
+        .iter()
+        .zip(&observed.versions)
+        .map(|(node, version)| Some(users::build(version.as_deref()?, node)))
+        .collect();
+    let members: Vec<Member<'_, Conn>> = observed
+        .members
+        .iter()
+        .zip(&builds)
+        .map(|(m, build)| Member {
+            name: &m.name,
+            version: build.as_deref(),
+            conn: connections.find(&m.name),
+        })
+        .collect();
+    let current = cluster.status.as_ref().map(|s| s.conditions.as_slice());
+    let pass = acl_users::Pass {
+        secrets: &apis.secrets,
+        label_key: labels::CLUSTER,
+        checks: &ctx.data.user_checks,
+        current: current.unwrap_or_default(),
+        field_manager: apis.field_manager,
+    };
+    let reasons = (ClusterEvent::UsersApplied, ClusterEvent::UsersRefused);
+    Some(
+        pass.run(&ctx.runtime, cluster, users, &members, reasons)
+            .await,
+    )
+}
+
 /// Decides, reports, executes and publishes.
+#[allow(clippy::too_many_arguments)]
 async fn act(
     ctx: &Context,
     idle: Duration,
@@ -285,6 +336,7 @@ async fn act(
     passwords: &Passwords,
     observed: &Observed,
     connections: &Connections<Conn>,
+    users: Option<&ConditionSpec>,
 ) -> Result<Action, Error> {
     let cluster = &live.cluster;
     let shape = Shape {
@@ -314,20 +366,27 @@ async fn act(
         },
     );
     let survey = survey::survey(&shape, &observed.members);
-    let report = |step_error: Option<&str>| ValkeyClusterStatus {
-        storage: topology_controller::storage::headroom(&live.owned),
-        versions: versions_in_play(observed.versions.iter().map(Option::as_deref)),
-        ..status::cluster_status(Inputs {
-            shape: &shape,
-            members: &observed.members,
-            survey: &survey,
-            step: &step,
-            step_error,
-            switchover: switchover_outcome(&shape, &observed.members),
-            current: cluster.status.as_ref(),
-            generation: cluster.metadata.generation,
-            now: Timestamp::now(),
-        })
+    let report = |step_error: Option<&str>| {
+        let now = Timestamp::now();
+        let mut status = ValkeyClusterStatus {
+            storage: topology_controller::storage::headroom(&live.owned),
+            versions: versions_in_play(observed.versions.iter().map(Option::as_deref)),
+            ..status::cluster_status(Inputs {
+                shape: &shape,
+                members: &observed.members,
+                survey: &survey,
+                step: &step,
+                step_error,
+                switchover: switchover_outcome(&shape, &observed.members),
+                current: cluster.status.as_ref(),
+                generation: cluster.metadata.generation,
+                now,
+            })
+        };
+        let current = cluster.status.as_ref().map(|s| s.conditions.as_slice());
+        let generation = cluster.metadata.generation;
+        acl_users::report(&mut status.conditions, current, users, generation, now);
+        status
     };
 
     match &step {

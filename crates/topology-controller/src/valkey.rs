@@ -11,6 +11,7 @@ use fred::prelude::{
 use fred::types::{ClusterHash, CustomCommand};
 use topology_controller::acl::AclUser;
 use topology_controller::commands::{ErrorKind, Fields, Key, SlotState, Valkey, ValkeyError};
+use topology_controller::users::AclMember;
 
 /// Bound on connecting and on each command.
 const TIMEOUT: Duration = Duration::from_secs(5);
@@ -166,6 +167,24 @@ fn fields(entry: Value) -> Fields {
             })
             .collect(),
         _ => Fields::new(),
+    }
+}
+
+impl AclMember for Conn {
+    async fn acl_lines(&self) -> Result<Vec<String>, ValkeyError> {
+        self.raw("ACL", vec!["LIST".into()]).await
+    }
+
+    async fn acl_set(&self, user: &str, args: &[String]) -> Result<(), ValkeyError> {
+        let mut all: Vec<Value> = vec!["SETUSER".into(), user.into()];
+        all.extend(args.iter().map(|a| Value::from(a.as_str())));
+        self.raw::<Value>("ACL", all).await.map(drop)
+    }
+
+    async fn acl_del(&self, users: &[String]) -> Result<(), ValkeyError> {
+        let mut all: Vec<Value> = vec!["DELUSER".into()];
+        all.extend(users.iter().map(|u| Value::from(u.as_str())));
+        self.raw::<Value>("ACL", all).await.map(drop)
     }
 }
 

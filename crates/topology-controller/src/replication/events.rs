@@ -42,6 +42,12 @@ operator_runtime::event_reasons! {
         /// The topology's NetworkPolicy could not be applied (a peer the API server refuses,
         /// or a missing RBAC rule); the note says why. The members are looked after anyway.
         NetworkPolicyRefused: Warning,
+        /// `spec.users` were set (`ACL SETUSER`) or users it does not list deleted on data
+        /// nodes; the note says which, where.
+        UsersApplied: Normal,
+        /// A user of `spec.users` could not be applied as asked (rules a Valkey version
+        /// refuses, a missing password Secret); the note says why. Told once per change.
+        UsersRefused: Warning,
     }
 }
 

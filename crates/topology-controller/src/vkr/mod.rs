@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crd_types::cluster::Phase;
+use crd_types::conditions::ConditionSpec;
 use crd_types::names::labels;
 use crd_types::template::OPERATOR_USER;
 use crd_types::{ValkeyNode, ValkeyNodeStatus, ValkeyReplication, ValkeyReplicationStatus};
@@ -46,7 +47,9 @@ use topology_controller::replication::status::{
 };
 use topology_controller::replication::survey::{self, Health};
 use topology_controller::replication::{PORT, members};
+use topology_controller::users::{self, Checks, Member};
 
+use crate::acl_users;
 use crate::error::Error;
 use crate::objects::fetch_with_members;
 use crate::pulse::Pulse;
@@ -70,6 +73,8 @@ pub struct Shared {
     pub idle_look: Duration,
     /// The namespace topology-controller runs in (its pods may reach the members).
     pub operator_namespace: String,
+    /// `spec.users` rule checks made so far (see [`topology_controller::users::Checks`]).
+    pub user_checks: Checks,
 }
 
 /// The API handles of one namespace, and the field manager every write uses.
@@ -172,6 +177,7 @@ pub async fn reconcile(
             .collect();
         ctx.data.pulse.follow(&apis.namespace, &name, data, login);
     }
+    let users = users(&ctx, &apis, &live.group, &observed, &connections).await;
     let outcome = act(
         &ctx,
         &apis,
@@ -180,10 +186,15 @@ pub async fn reconcile(
         login.as_ref(),
         &observed,
         &connections,
+        users.as_ref(),
     )
     .await;
     connections.close().await;
-    outcome.map(|look| Action::requeue(network::idle_look(look, policy_refused)))
+    let has_users = live.group.spec.users.is_some();
+    outcome.map(|look| {
+        let look = network::idle_look(look, policy_refused);
+        Action::requeue(topology_controller::users::idle_look(look, has_users))
+    })
 }
 
 fn apis(ctx: &Context, group: &ValkeyReplication) -> Result<Apis, Error> {
@@ -273,7 +284,54 @@ async fn apply_members(apis: &Apis, live: &Live) -> Result<Vec<ValkeyNode>, Erro
     Ok(owned)
 }
 
+/// With `spec.users`, the `UsersReady` condition after a pass over the users (data nodes
+/// only: sentinels have none of them).
+async fn users(
+    ctx: &ReconcileContext<Shared>,
+    apis: &Apis,
+    group: &ValkeyReplication,
+    observed: &Observed,
+    connections: &Connections<Conn>,
+) -> Option<ConditionSpec> {
+    let users = group.spec.users.as_deref()?;
+    let data = &observed.members.data;
+    let builds: Vec<Option<String>> = data
+        .iter()
+        .map(|d| {
+            let version = d.answer.as_ref()?.version.as_deref()?;
+            let node = observed.nodes.iter().find(|n| n.name_any() == d.name())?;
+            Some(users::build(version, node))
+        })
+        .collect();
+    let members: Vec<Member<'_, Conn>> = data
+        .iter()
+        .zip(&builds)
+        .map(|(d, build)| Member {
+            name: d.name(),
+            version: build.as_deref(),
+            conn: connections.find(d.name()),
+        })
+        .collect();
+    let current = group.status.as_ref().map(|s| s.conditions.as_slice());
+    let pass = acl_users::Pass {
+        secrets: &apis.secrets,
+        label_key: labels::REPLICATION,
+        checks: &ctx.data.user_checks,
+        current: current.unwrap_or_default(),
+        field_manager: apis.field_manager,
+    };
+    let reasons = (
+        ReplicationEvent::UsersApplied,
+        ReplicationEvent::UsersRefused,
+    );
+    Some(
+        pass.run(&ctx.runtime, group, users, &members, reasons)
+            .await,
+    )
+}
+
 /// Decides, reports, executes and publishes; returns when to look next.
+#[allow(clippy::too_many_arguments)]
 async fn act(
     ctx: &ReconcileContext<Shared>,
     apis: &Apis,
@@ -282,6 +340,7 @@ async fn act(
     login: Option<&Login>,
     observed: &Observed,
     connections: &Connections<Conn>,
+    users: Option<&ConditionSpec>,
 ) -> Result<Duration, Error> {
     let vkr = &live.group;
     let group = Group {
@@ -318,30 +377,37 @@ async fn act(
         },
     );
     let health = Health::of(&group, members, recorded);
-    let report = |step_error: Option<&str>| ValkeyReplicationStatus {
-        storage: topology_controller::storage::headroom(&live.owned),
-        versions: versions_in_play(
-            members
-                .data
-                .iter()
-                .filter_map(|d| d.answer.as_ref().map(|a| a.version.as_deref()))
-                .chain(
-                    members
-                        .sentinels
-                        .iter()
-                        .filter_map(|s| s.answer.as_ref().map(|a| a.version.as_deref())),
-                ),
-        ),
-        ..status::replication_status(Inputs {
-            group: &group,
-            members,
-            health: &health,
-            step: &step,
-            step_error,
-            current: vkr.status.as_ref(),
-            generation: vkr.metadata.generation,
-            now: Timestamp::now(),
-        })
+    let report = |step_error: Option<&str>| {
+        let now = Timestamp::now();
+        let mut status = ValkeyReplicationStatus {
+            storage: topology_controller::storage::headroom(&live.owned),
+            versions: versions_in_play(
+                members
+                    .data
+                    .iter()
+                    .filter_map(|d| d.answer.as_ref().map(|a| a.version.as_deref()))
+                    .chain(
+                        members
+                            .sentinels
+                            .iter()
+                            .filter_map(|s| s.answer.as_ref().map(|a| a.version.as_deref())),
+                    ),
+            ),
+            ..status::replication_status(Inputs {
+                group: &group,
+                members,
+                health: &health,
+                step: &step,
+                step_error,
+                current: vkr.status.as_ref(),
+                generation: vkr.metadata.generation,
+                now,
+            })
+        };
+        let current = vkr.status.as_ref().map(|s| s.conditions.as_slice());
+        let generation = vkr.metadata.generation;
+        acl_users::report(&mut status.conditions, current, users, generation, now);
+        status
     };
 
     // The read-write and read-only Services follow the roles before anything else.
