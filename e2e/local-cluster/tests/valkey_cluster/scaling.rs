@@ -1,8 +1,11 @@
 //! Scenario 1: a cluster forms, scales out and in, and keeps every key.
 
-use crd_types::names::cluster_member_name;
+use crd_types::names::{cluster_member_name, generated_user_secret_name};
+use crd_types::users::User;
+use local_cluster::cluster_testing::Access;
 use local_cluster::cluster_testing::{DataSet, SLOTS, slots_by_primary, valkey_cluster};
 use local_cluster::network_policy::{self, admits, applies_to, controller_pod, endpoint};
+use local_cluster::testing::valkey_cli_as;
 use serde_json::json;
 
 use crate::env::{Env, NS, SETTLE};
@@ -11,12 +14,23 @@ use crate::env::{Env, NS, SETTLE};
 const KEYS: usize = 100_000;
 
 /// Scenario 1: 3x1 forms; 100k keys; shards 3 -> 4, replicas 1 -> 2 -> 1, shards 4 -> 3,
-/// each step Ready and checked, every key read back, removed members deleted and forgotten.
+/// each step Ready and checked, every key read back, removed members deleted and forgotten;
+/// a `spec.users` user works as its rules say on every member, the added ones included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cluster_forms_scales_and_keeps_every_key() {
     let env = Env::start().await;
     let name = "grow";
-    let access = env.create_ready(valkey_cluster(name, 3, 1, false)).await;
+    let mut cluster = valkey_cluster(name, 3, 1, false);
+    cluster.spec.users = Some(vec![User {
+        name: "app".into(),
+        rules: ["~app:*", "+@read", "+@write", "+ping"]
+            .map(String::from)
+            .to_vec(),
+        password_secret_ref: None,
+        password_overlap_seconds: 300,
+    }]);
+    let access = env.create_ready(cluster).await;
+    app_user_on_every_member(&env, name, &access).await;
     env.passwords_guard(name, &access).await;
     network_policy_keeps_the_bus_to_members(&env, name).await;
     // The planner places replicas; Valkey's own replica migration is off.
@@ -76,6 +90,7 @@ async fn a_cluster_forms_scales_and_keeps_every_key() {
     let access = env
         .reshape(name, json!({"replicasPerShard": 2}), 4, 2, &data)
         .await;
+    app_user_on_every_member(&env, name, &access).await;
     let third: Vec<String> = (0..4).map(|s| cluster_member_name(name, s, 2)).collect();
     let removed = Env::ids(&access, &third);
     env.reshape(name, json!({"replicasPerShard": 1}), 4, 1, &data)
@@ -136,4 +151,34 @@ async fn network_policy_keeps_the_bus_to_members(env: &Env, name: &str) {
         );
     }
     assert!(!admits(&live.policy, &stranger, 6379));
+}
+
+/// The `app` user of `spec.users` on every member: its key pattern and commands allowed,
+/// others refused (the ACL check comes before any redirection).
+async fn app_user_on_every_member(env: &Env, name: &str, access: &Access) {
+    let secret_name = generated_user_secret_name(name, "app");
+    let secret = env.apis.secrets.get(&secret_name).await.unwrap();
+    let password = String::from_utf8(secret.data.unwrap()["password"].0.clone()).unwrap();
+    let as_app = |ip: &str, args: &[&str]| valkey_cli_as(ip, Some((Some("app"), &password)), args);
+    env.wait("app on every member", SETTLE, || async {
+        Ok(access.members.iter().try_for_each(|m| {
+            let pong = as_app(&m.ip, &["PING"]);
+            (pong == "PONG")
+                .then_some(())
+                .ok_or(format!("{}: {pong}", m.name))
+        }))
+    })
+    .await;
+    for m in &access.members {
+        for refused in [
+            &["GET", "other"][..],
+            &["CONFIG", "GET", "maxmemory"],
+            &["CLUSTER", "NODES"],
+        ] {
+            let got = as_app(&m.ip, refused);
+            assert!(got.starts_with("NOPERM"), "{}: {refused:?}: {got}", m.name);
+        }
+        let got = as_app(&m.ip, &["GET", "app:1"]);
+        assert!(!got.starts_with("NOPERM"), "{}: {got}", m.name);
+    }
 }

@@ -29,3 +29,4 @@ mod restarts;
 mod scaling;
 mod switchover;
 mod upgrades;
+mod users;

@@ -15,7 +15,7 @@ use local_cluster::replication_testing::{
 use crate::env::{Env, FAILOVER, FORM, SETTLE};
 
 /// The pod's uid, by pod name, of every member.
-async fn pod_uids(env: &Env, name: &str) -> BTreeMap<String, String> {
+pub(crate) async fn pod_uids(env: &Env, name: &str) -> BTreeMap<String, String> {
     let mut uids = BTreeMap::new();
     for node in env.apis.members(name).await.unwrap() {
         let pod = statefulset_pod_name(&node.name_any());

@@ -1,11 +1,9 @@
 //! Scenario 4: planned primary changes (a switchover to a named member, the hand-over in a
 //! roll) pause writes until every replica holds them: nothing acknowledged is lost.
 
-use std::collections::BTreeMap;
 use std::time::Instant;
 
 use crd_types::cluster::SwitchoverOutcome;
-use crd_types::names::statefulset_pod_name;
 use kube::ResourceExt;
 use local_cluster::replication_testing::{
     self, GroupAccess, GroupWriter, Route, valkey_replication,
@@ -13,17 +11,7 @@ use local_cluster::replication_testing::{
 use serde_json::json;
 
 use crate::env::{Env, FAILOVER, SETTLE, nothing_lost};
-
-/// Every member's pod uid, by pod name.
-async fn pod_uids(env: &Env, name: &str) -> BTreeMap<String, String> {
-    let mut uids = BTreeMap::new();
-    for n in env.apis.members(name).await.unwrap() {
-        let pod = statefulset_pod_name(&n.name_any());
-        let uid = env.apis.pods.get(&pod).await.unwrap().uid().unwrap();
-        uids.insert(pod, uid);
-    }
-    uids
-}
+use crate::restarts::pod_uids;
 
 /// A writer through the read-write Service and a Sentinel-aware one.
 fn writers(access: &GroupAccess) -> [GroupWriter; 2] {
