@@ -4,7 +4,6 @@
 //! written before any member changes, so a member restarting meanwhile starts with the
 //! users it is about to be given.
 
-use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::time::Duration;
 
@@ -19,9 +18,8 @@ use kube::{Api, Resource, ResourceExt};
 use operator_runtime::{ApiResultExt, Context, EventReason, ObjectName, Op, apply};
 use topology_controller::acl::sha256_hex;
 use topology_controller::auth::{self, TopologySecret};
-use topology_controller::users::{
-    self, Applied, Checks, Member, Prepared, Problem, Wanted, parse_file, render_file,
-};
+use topology_controller::users::report::{applied_note, condition, is_news};
+use topology_controller::users::{self, Checks, Member, Wanted, parse_file, render_file};
 
 use crate::error::Error;
 use crate::secrets;
@@ -204,88 +202,4 @@ fn user_secret(name: &str, user: &User) -> TopologySecret {
             generated: true,
         },
     }
-}
-
-/// `UsersReady`: problems first (they need a person), then what is still under way.
-fn condition(prepared: &Prepared, applied: &Applied, members: usize) -> ConditionSpec {
-    let problems = &prepared.problems;
-    if !problems.is_empty() {
-        let refused = problems
-            .iter()
-            .any(|p| matches!(p, Problem::RulesRefused { .. }));
-        let reason = match refused {
-            true => UsersReady::RulesRefused,
-            false => UsersReady::PasswordMissing,
-        };
-        let message: Vec<String> = problems.iter().map(ToString::to_string).collect();
-        return ConditionSpec::new(reason, false, message.join("; "));
-    }
-    let mut waiting: Vec<String> = prepared
-        .unchecked
-        .iter()
-        .map(|u| format!("user {u}: its change waits for a data node of each version to check it"))
-        .collect();
-    waiting.extend(
-        applied
-            .pending
-            .iter()
-            .map(|(member, why)| format!("{member}: {why}")),
-    );
-    let rotating: Vec<String> = prepared
-        .file
-        .entries
-        .iter()
-        .filter_map(|e| {
-            let since = e.rotating_since?;
-            Some(format!(
-                "user {}'s previous password works too (since {since}) until its overlap has passed and every data node has the new one",
-                e.name
-            ))
-        })
-        .collect();
-    if !waiting.is_empty() {
-        waiting.extend(rotating);
-        return ConditionSpec::new(UsersReady::UsersApplying, false, waiting.join("; "));
-    }
-    let names: Vec<&str> = prepared
-        .file
-        .entries
-        .iter()
-        .map(|e| e.name.as_str())
-        .collect();
-    let mut message = match names.as_slice() {
-        [] => format!("no users on all {members} data nodes"),
-        _ => format!("{} on all {members} data nodes", names.join(", ")),
-    };
-    for r in rotating {
-        message.push_str("; ");
-        message.push_str(&r);
-    }
-    ConditionSpec::new(UsersReady::UsersApplied, true, message)
-}
-
-/// Whether `condition` differs from the one written (reason or message).
-fn is_news(current: &[Condition], condition: &ConditionSpec) -> bool {
-    conditions::find(current, condition.type_())
-        .is_none_or(|c| c.reason != condition.reason() || c.message != condition.message())
-}
-
-/// "set app on g-0, g-1; deleted old on g-0", or `None` when nothing changed.
-fn applied_note(applied: &Applied) -> Option<String> {
-    let group = |pairs: &[(String, String)], verb: &str| {
-        let mut by_user: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-        for (member, user) in pairs {
-            by_user.entry(user).or_default().push(member);
-        }
-        by_user
-            .into_iter()
-            .map(|(user, members)| format!("{verb} {user} on {}", members.join(", ")))
-            .collect::<Vec<_>>()
-    };
-    let parts = [
-        group(&applied.set, "set"),
-        group(&applied.deleted, "deleted"),
-    ]
-    .concat();
-    (!parts.is_empty()).then(|| parts.join("; "))
 }

@@ -353,9 +353,9 @@ pub struct Prepared {
     /// version answers): they stay as they were.
     pub unchecked: Vec<String>,
     /// Per version key, user name to its expected `ACL LIST` line.
-    expected: BTreeMap<String, BTreeMap<String, String>>,
+    pub(crate) expected: BTreeMap<String, BTreeMap<String, String>>,
     /// Each answering member's `ACL LIST`, by user.
-    live: BTreeMap<String, BTreeMap<String, String>>,
+    pub(crate) live: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 /// What the checks on every version said of an entry.
@@ -629,6 +629,8 @@ pub async fn apply_live<V: AclMember>(prepared: &Prepared, members: &[Member<'_,
     }
     applied
 }
+
+pub mod report;
 
 #[cfg(test)]
 mod tests;
