@@ -114,7 +114,7 @@ impl Pass<'_> {
             .on(Op::Read, ObjectName::new::<Secret>(&ns, &secret_name))?;
         if let Some(why) = live
             .as_ref()
-            .and_then(|s| auth::not_this_topologys(s, topology))
+            .and_then(|s| auth::not_written_for(s, topology))
         {
             // Never taken over: applying would make the topology its owner, and its deletion
             // would delete someone else's Secret.

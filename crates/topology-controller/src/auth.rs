@@ -168,6 +168,31 @@ pub fn not_this_topologys<K: Resource<DynamicType = ()>>(
     ))
 }
 
+/// Why the operator may not write `secret` for `topology`: it is not controlled by the
+/// topology (made by hand, or another object's), or it is being deleted. Stricter than
+/// [`not_this_topologys`]: a Secret the operator rewrites is never taken over, or applying
+/// would make the topology its owner and the topology's deletion would delete it.
+pub fn not_written_for<K: Resource<DynamicType = ()>>(
+    secret: &Secret,
+    topology: &K,
+) -> Option<String> {
+    if let Some(why) = not_this_topologys(secret, topology) {
+        return Some(why);
+    }
+    let uid = topology.meta().uid.as_ref();
+    let ours = secret
+        .owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true) && Some(&o.uid) == uid);
+    (!ours).then(|| {
+        format!(
+            "Secret {} exists and is not this {}'s; the operator does not take it over: delete or rename it",
+            secret.name_any(),
+            K::kind(&())
+        )
+    })
+}
+
 /// A password from random bytes: lower-case hex, safe in any config line or shell.
 pub fn password_from_random(random: &[u8]) -> String {
     random.iter().map(|b| format!("{b:02x}")).collect()
@@ -291,10 +316,14 @@ mod tests {
                 .unwrap()
                 .contains("belongs to ValkeyCluster orders (uid-old)")
         );
-        // A Secret someone made by hand (no owner) is used as it is.
+        // A Secret someone made by hand (no owner) is used as it is, never rewritten.
         let mut hand_made = mine.clone();
         hand_made.metadata.owner_references = None;
         assert_eq!(not_this_topologys(&hand_made, &c), None);
+        assert_eq!(not_written_for(&mine, &c), None);
+        let taken = not_written_for(&hand_made, &c).unwrap();
+        assert!(taken.contains("is not this ValkeyCluster's"), "{taken}");
+        assert!(not_written_for(&theirs, &c).unwrap().contains("uid-old"));
         let mut dying = mine;
         dying.metadata.deletion_timestamp =
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(

@@ -385,8 +385,9 @@ reasons! {
         /// A user's password Secret or key is missing; that user keeps its previous
         /// password (or does not exist yet).
         PasswordMissing,
-        /// The `<topology>-users` Secret exists and belongs to something else: the operator
-        /// leaves it alone, and applies no user until it is deleted or renamed.
+        /// The `<topology>-users` Secret exists and is not the topology's (made by hand, or
+        /// another object's): the operator leaves it alone, and applies no user until it is
+        /// deleted or renamed.
         UsersSecretTaken,
     }
 }
