@@ -17,7 +17,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::{Api, Resource, ResourceExt};
 use operator_runtime::{ApiResultExt, Context, EventReason, ObjectName, Op, apply};
 use topology_controller::acl::sha256_hex;
-use topology_controller::auth::{self, TopologySecret};
+use topology_controller::auth;
 use topology_controller::users::report::{applied_note, condition, is_news};
 use topology_controller::users::{self, Checks, Member, Wanted, parse_file, render_file};
 
@@ -128,7 +128,7 @@ impl Pass<'_> {
         }
         let mut hashes = Vec::with_capacity(users.len());
         for user in users {
-            let wanted = user_secret(&name, user);
+            let wanted = auth::user_secret(&name, user);
             // Generated ones are created whenever absent: deleting one gives the user a new
             // password, which rotates like any other change.
             let password =
@@ -184,22 +184,5 @@ pub fn report(
         let current = current.unwrap_or_default();
         let condition = conditions::transition(current, users.clone(), generation, now);
         conditions::upsert(conditions, condition);
-    }
-}
-
-/// The password Secret of `user` of topology `name`: the one it names, or the generated one.
-fn user_secret(name: &str, user: &User) -> TopologySecret {
-    match &user.password_secret_ref {
-        Some(reference) => TopologySecret {
-            reference: reference.clone(),
-            generated: false,
-        },
-        None => TopologySecret {
-            reference: crd_types::template::SecretKeyRef {
-                name: names::generated_user_secret_name(name, &user.name),
-                key: auth::GENERATED_KEY.into(),
-            },
-            generated: true,
-        },
     }
 }

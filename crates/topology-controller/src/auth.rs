@@ -2,7 +2,8 @@
 //! Two Secrets for every topology: the default user's (`spec.auth.passwordSecretRef`, or
 //! `<name>-auth`) and the `operator` ACL user's (`spec.auth.operatorSecretRef`, or
 //! `<name>-operator`); a ValkeyReplication's sentinels have a third, their own password
-//! (`spec.sentinel.passwordSecretRef`, or `<name>-sentinel-auth`). The controller logs in as
+//! (`spec.sentinel.passwordSecretRef`, or `<name>-sentinel-auth`); each user of `spec.users`
+//! has one too (see [`user_secret`]). The controller logs in as
 //! `operator` and replication does too, so the default user's password can change without
 //! breaking either. A generated Secret is created once and never rewritten: its value lives
 //! in running servers.
@@ -11,6 +12,7 @@ use std::collections::BTreeMap;
 
 use crd_types::names::{self, labels};
 use crd_types::template::{Auth, SecretKeyRef};
+use crd_types::users::User;
 use crd_types::{ValkeyCluster, ValkeyReplication};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -65,6 +67,16 @@ pub fn topology_secrets(name: &str, auth: Option<&Auth>) -> (TopologySecret, Top
 /// A cluster's default user's Secret and operator user's.
 pub fn cluster_secrets(cluster: &ValkeyCluster) -> (TopologySecret, TopologySecret) {
     topology_secrets(&cluster.name_any(), cluster.spec.auth.as_ref())
+}
+
+/// The password Secret of `user` of `spec.users` of the topology `name`: the one it names,
+/// or `<name>-user-<user>`. Unlike the others, a generated one may be created at any time:
+/// a new one is a new password, which rotates like any other change.
+pub fn user_secret(name: &str, user: &User) -> TopologySecret {
+    pick(
+        user.password_secret_ref.clone(),
+        names::generated_user_secret_name(name, &user.name),
+    )
 }
 
 /// The Secret of a ValkeyReplication's sentinels' own password.
