@@ -53,6 +53,7 @@ pub enum RolloutPolicy {
     validation = Rule::new("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')").message("ValkeyNode names must start with a letter and hold only lower-case letters, digits and '-': the node's Service is named after it")
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = crate::template::tls_is_set_at_creation())]
 #[x_kube(validation = Rule::new("has(self.persistence) == has(oldSelf.persistence)").message("persistence cannot be added or removed after creation: the data would be lost or left behind; create a new ValkeyNode instead"))]
 pub struct ValkeyNodeSpec {
     /// Standalone (plain server), Cluster (cluster-enabled server) or Sentinel. Immutable.

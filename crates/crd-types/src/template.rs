@@ -360,6 +360,14 @@ pub fn derived_password(prefix: &str, base: &str) -> String {
         .collect()
 }
 
+/// The spec-level half of [`Tls`]'s rule: `tls` can be neither added nor removed.
+pub fn tls_is_set_at_creation() -> Rule {
+    Rule::new("has(self.tls) == has(oldSelf.tls)").message(
+        "tls cannot be added or removed after creation: TLS and plain-text members cannot talk \
+         to each other; create a new object with tls instead",
+    )
+}
+
 /// The topology rule keeping `auth.operatorSecretRef` as created (set or not, and which):
 /// running servers keep the operator password they started with, so a new one would lock
 /// the controller out until password rotation exists.
@@ -392,12 +400,52 @@ pub struct Auth {
     pub operator_secret_ref: Option<SecretKeyRef>,
 }
 
-/// TLS for client, replication and cluster-bus traffic. Not implemented yet: admission
-/// refuses it, so no one believes traffic is encrypted when it is not.
+/// TLS for clients, replication, the cluster bus and Sentinel, from a Secret the user names.
+/// Set at creation only: TLS and plain-text members cannot talk to each other, so turning it
+/// on or off would split a running topology. Certificates are renewed by updating the
+/// Secret's content: members load it without a restart.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("false").message("tls is not supported yet: this version of the operator serves plain TCP only (with passwords); remove spec.tls"))]
+#[x_kube(validation = Rule::new("self == oldSelf").message("tls cannot be changed after creation: TLS and plain-text members cannot talk to each other; renew certificates by updating the Secret's content, which members load without a restart"))]
 pub struct Tls {
-    /// A kubernetes.io/tls Secret with tls.crt, tls.key and ca.crt.
+    /// A Secret in the cert-manager layout (type kubernetes.io/tls): `tls.crt`, `tls.key`
+    /// and `ca.crt`. Every member serves `tls.crt` and also presents it as its client
+    /// certificate (to its primary, on the cluster bus, to sentinels), so the certificate
+    /// must allow both server and client authentication. Valkey checks the chain to
+    /// `ca.crt`, not the names in the certificate.
+    #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')").message("tls.secretName is a Secret name: lower-case letters, digits, '-' and '.'"))]
     pub secret_name: String,
+    /// Whether clients must present a certificate signed by `ca.crt`: `No` (the default:
+    /// passwords still apply), `Optional` or `Yes`. The cluster bus always requires one.
+    #[serde(default)]
+    #[x_kube(validation = Rule::new("self in ['No', 'Optional', 'Yes']").message("tls.authClients must be No, Optional or Yes"))]
+    pub auth_clients: TlsAuthClients,
 }
+
+/// Valkey's `tls-auth-clients`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum TlsAuthClients {
+    #[default]
+    No,
+    Optional,
+    Yes,
+}
+
+impl TlsAuthClients {
+    /// The directive's value.
+    pub fn directive(self) -> &'static str {
+        match self {
+            Self::No => "no",
+            Self::Optional => "optional",
+            Self::Yes => "yes",
+        }
+    }
+}
+
+/// Where members mount the TLS Secret (the whole Secret, so updates reach the files).
+pub const TLS_DIR: &str = "/etc/valkey-tls";
+/// The Secret's keys, cert-manager's layout.
+pub const TLS_CERT_KEY: &str = "tls.crt";
+pub const TLS_KEY_KEY: &str = "tls.key";
+pub const TLS_CA_KEY: &str = "ca.crt";

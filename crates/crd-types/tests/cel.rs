@@ -403,16 +403,35 @@ fn the_operator_secret_of_a_cluster_cannot_change() {
 }
 
 #[test]
-fn tls_is_refused_until_it_is_implemented() {
+fn tls_is_set_at_creation_and_checked() {
+    let tls = |t: Value| node(json!({"tls": t}));
+    let a = tls(json!({"secretName": "cache-tls"}));
+    accepted::<ValkeyNode>(&a, None);
+    accepted::<ValkeyNode>(&tls(json!({"secretName": "c", "authClients": "Yes"})), None);
     rejected::<ValkeyNode>(
-        &node(json!({"tls": {"secretName": "cache-tls"}})),
+        &tls(json!({"secretName": "c", "authClients": "required"})),
         None,
-        "tls is not supported yet",
+        "tls.authClients must be No, Optional or Yes",
     );
-    rejected::<ValkeyCluster>(
-        &cluster(json!({"shards": 3, "template": {}, "tls": {"secretName": "t"}})),
+    rejected::<ValkeyNode>(
+        &tls(json!({"secretName": "Cache_TLS"})),
         None,
-        "tls is not supported yet",
+        "tls.secretName is a Secret name",
+    );
+    accepted::<ValkeyNode>(&a, Some(&a));
+    let renamed = tls(json!({"secretName": "other-tls"}));
+    rejected::<ValkeyNode>(&renamed, Some(&a), "tls cannot be changed after creation");
+    let plain = node(json!({}));
+    rejected::<ValkeyNode>(&plain, Some(&a), "tls cannot be added or removed");
+    rejected::<ValkeyNode>(&a, Some(&plain), "tls cannot be added or removed");
+    let c = cluster(json!({"shards": 3, "template": {}, "tls": {"secretName": "t"}}));
+    accepted::<ValkeyCluster>(&c, None);
+    let plain_cluster = cluster(json!({"shards": 3, "template": {}}));
+    rejected::<ValkeyCluster>(&plain_cluster, Some(&c), "tls cannot be added or removed");
+    rejected::<ValkeyNode>(
+        &node(json!({"config": {"tls-replication": "no"}})),
+        None,
+        "config sets a directive the operator manages",
     );
 }
 

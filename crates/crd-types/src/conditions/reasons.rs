@@ -246,6 +246,9 @@ reasons! {
         ForeignMember,
         /// The operator user's password cannot be read, so no member is asked.
         NoOperatorPassword,
+        /// The TLS Secret cannot be used (missing, a key missing, or not a certificate and
+        /// its key), so no member is asked.
+        TlsSecretUnusable,
         /// The default user's password cannot be read, so no member restarts.
         DefaultPasswordUnreadable,
         /// A member refuses the operator user's login.
