@@ -10,11 +10,13 @@
 //!
 //! The values themselves are read and written as valkey.conf does, by [`args`]. Passwords and
 //! users are written by the container's start-up shell into files the config includes
-//! ([`auth_file_script`], [`users_file_script`]).
+//! ([`auth_file_script`], [`users_file_script`]). With `spec.tls`, the node serves TLS only,
+//! on the same ports ([`tls`]).
 
 pub mod args;
 mod auth;
 pub mod replication;
+pub mod tls;
 mod users;
 
 pub use auth::{
@@ -27,7 +29,7 @@ use crd_types::conditions::reasons::ConfigValid;
 use crd_types::live_config;
 use crd_types::names::ports;
 use crd_types::node::{Mode, RolloutPolicy};
-use crd_types::template::Announce;
+use crd_types::template::{Announce, Tls};
 use crd_types::versions::{self, Version};
 
 use args::{quote, split_args};
@@ -304,9 +306,12 @@ pub fn render(spec: &ValkeyNodeSpec, cluster_ip: Option<&str>) -> Result<Rendere
 
     let pod_ip = format!("$({POD_IP_ENV})");
     let mut args = Vec::new();
+    let tls = spec.tls.as_ref();
     match spec.mode {
         Mode::Standalone | Mode::Cluster => {
-            push(&mut text, "port", &ports::VALKEY.to_string());
+            for (name, value) in tls::listen(tls, ports::VALKEY) {
+                push(&mut text, name, &value);
+            }
             push(&mut text, "dir", DATA_DIR);
             push(&mut text, "protected-mode", "no");
             let (ip_directive, port_directive) = if spec.mode == Mode::Cluster {
@@ -318,7 +323,10 @@ pub fn render(spec: &ValkeyNodeSpec, cluster_ip: Option<&str>) -> Result<Rendere
                     "cluster-announce-bus-port",
                     &ports::CLUSTER_BUS.to_string(),
                 );
-                ("cluster-announce-ip", "cluster-announce-port")
+                (
+                    "cluster-announce-ip",
+                    tls::cluster_announce_port_directive(tls),
+                )
             } else {
                 ("replica-announce-ip", "replica-announce-port")
             };
@@ -327,6 +335,7 @@ pub fn render(spec: &ValkeyNodeSpec, cluster_ip: Option<&str>) -> Result<Rendere
                 Some(ip) => push(&mut text, ip_directive, ip),
                 None => args.extend([format!("--{ip_directive}"), pod_ip]),
             }
+            push_tls(&mut text, tls, spec.mode);
             if auth_file_script(spec).is_some() {
                 push(&mut text, "include", AUTH_FILE);
             }
@@ -335,7 +344,9 @@ pub fn render(spec: &ValkeyNodeSpec, cluster_ip: Option<&str>) -> Result<Rendere
             }
         }
         Mode::Sentinel => {
-            push(&mut text, "port", &ports::SENTINEL.to_string());
+            for (name, value) in tls::listen(tls, ports::SENTINEL) {
+                push(&mut text, name, &value);
+            }
             push(&mut text, "dir", DATA_DIR);
             push(&mut text, "protected-mode", "no");
             push(
@@ -347,6 +358,7 @@ pub fn render(spec: &ValkeyNodeSpec, cluster_ip: Option<&str>) -> Result<Rendere
                 Some(ip) => push(&mut text, "sentinel announce-ip", ip),
                 None => args.extend(["--sentinel".to_string(), "announce-ip".to_string(), pod_ip]),
             }
+            push_tls(&mut text, tls, spec.mode);
             text.push_str(
                 "# 'sentinel monitor' and the rest of the monitoring state are written at runtime by\n\
                  # topology-controller (SENTINEL MONITOR / SET) and persisted by Sentinel itself.\n",
@@ -365,6 +377,13 @@ pub fn render(spec: &ValkeyNodeSpec, cluster_ip: Option<&str>) -> Result<Rendere
         replication,
         live: split_live.then_some(live),
     }))
+}
+
+/// The TLS directives, when the node has `spec.tls` (see [`tls::directives`]).
+fn push_tls(text: &mut String, tls: Option<&Tls>, mode: Mode) {
+    for (name, value) in tls.map(|t| tls::directives(t, mode)).unwrap_or_default() {
+        push(text, name, &value);
+    }
 }
 
 fn push(text: &mut String, name: &str, value: &str) {
@@ -396,7 +415,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use crd_types::config::ValkeyConfig;
-    use crd_types::template::{Auth, SecretKeyRef};
+    use crd_types::template::{Auth, SecretKeyRef, TlsAuthClients};
 
     fn spec(mode: Mode, announce: Announce, config: &[(&str, &str)]) -> ValkeyNodeSpec {
         let mut spec = ValkeyNodeSpec {
@@ -939,5 +958,155 @@ mod tests {
             render(&s, Some("10.0.0.1")),
             render(&s.clone(), Some("10.0.0.1"))
         );
+    }
+
+    fn with_tls(mut s: ValkeyNodeSpec, auth_clients: TlsAuthClients) -> ValkeyNodeSpec {
+        s.tls = Some(Tls {
+            secret_name: "orders-tls".into(),
+            auth_clients,
+        });
+        s
+    }
+
+    const TLS_FILES: [&str; 3] = [
+        "tls-cert-file /etc/valkey-tls/tls.crt",
+        "tls-key-file /etc/valkey-tls/tls.key",
+        "tls-ca-cert-file /etc/valkey-tls/ca.crt",
+    ];
+
+    #[test]
+    fn standalone_with_tls_serves_tls_only_on_the_same_port() {
+        let s = with_tls(
+            spec(Mode::Standalone, Announce::Service, &[]),
+            TlsAuthClients::No,
+        );
+        let c = config(render(&s, Some("10.96.0.7")));
+        assert!(c.args.is_empty());
+        let mut expected = vec![
+            "appendonly yes",
+            "appendfsync everysec",
+            "repl-diskless-sync-delay 0",
+            "port 0",
+            "tls-port 6379",
+            "dir /data",
+            "protected-mode no",
+            // The TLS port is 6379, so the announced port stays right.
+            "replica-announce-port 6379",
+            "replica-announce-ip 10.96.0.7",
+        ];
+        expected.extend(TLS_FILES);
+        expected.extend(["tls-auth-clients no", "tls-replication yes"]);
+        assert_eq!(lines(&c.text), expected);
+    }
+
+    #[test]
+    fn a_cluster_member_with_tls_announces_its_tls_port() {
+        let s = with_tls(
+            spec(Mode::Cluster, Announce::Service, &[]),
+            TlsAuthClients::Optional,
+        );
+        let c = config(render(&s, Some("10.96.0.8")));
+        let mut expected = vec![
+            "appendonly yes",
+            "appendfsync everysec",
+            "repl-diskless-sync-delay 0",
+            "port 0",
+            "tls-port 6379",
+            "dir /data",
+            "protected-mode no",
+            "cluster-enabled yes",
+            "cluster-config-file /data/nodes.conf",
+            "cluster-port 16379",
+            "cluster-announce-bus-port 16379",
+            // CLUSTER NODES shows this one with tls-cluster; cluster-announce-port would
+            // announce a plain-text port nobody listens on.
+            "cluster-announce-tls-port 6379",
+            "cluster-announce-ip 10.96.0.8",
+        ];
+        expected.extend(TLS_FILES);
+        expected.extend([
+            "tls-auth-clients optional",
+            "tls-replication yes",
+            "tls-cluster yes",
+        ]);
+        assert_eq!(lines(&c.text), expected);
+        assert!(!c.text.contains("cluster-announce-port"), "{}", c.text);
+    }
+
+    #[test]
+    fn a_sentinel_with_tls_uses_it_to_data_nodes_and_sentinels() {
+        let s = with_tls(
+            spec(Mode::Sentinel, Announce::Service, &[]),
+            TlsAuthClients::Yes,
+        );
+        let c = config(render(&s, Some("10.96.0.10")));
+        let mut expected = vec![
+            "port 0",
+            "tls-port 26379",
+            "dir /data",
+            "protected-mode no",
+            "sentinel announce-port 26379",
+            "sentinel announce-ip 10.96.0.10",
+        ];
+        expected.extend(TLS_FILES);
+        expected.extend(["tls-auth-clients yes", "tls-replication yes"]);
+        assert_eq!(lines(&c.text), expected);
+        assert!(c.text.contains("sentinel monitor"), "still leaves its note");
+    }
+
+    #[test]
+    fn tls_auth_clients_is_always_rendered() {
+        // Valkey's own default is yes: leaving the line out would not mean No.
+        for (auth_clients, line) in [
+            (TlsAuthClients::No, "tls-auth-clients no"),
+            (TlsAuthClients::Optional, "tls-auth-clients optional"),
+            (TlsAuthClients::Yes, "tls-auth-clients yes"),
+        ] {
+            for mode in [Mode::Standalone, Mode::Cluster, Mode::Sentinel] {
+                let s = with_tls(spec(mode, Announce::PodIP, &[]), auth_clients);
+                let text = config(render(&s, None)).text;
+                assert!(lines(&text).contains(&line), "{mode:?}: {text}");
+            }
+        }
+    }
+
+    #[test]
+    fn tls_keeps_the_arguments_and_includes() {
+        for (mode, args) in [
+            (Mode::Standalone, vec!["--replica-announce-ip", "$(POD_IP)"]),
+            (Mode::Cluster, vec!["--cluster-announce-ip", "$(POD_IP)"]),
+            (
+                Mode::Sentinel,
+                vec!["--sentinel", "announce-ip", "$(POD_IP)"],
+            ),
+        ] {
+            let s = with_tls(spec(mode, Announce::PodIP, &[]), TlsAuthClients::No);
+            assert_eq!(config(render(&s, None)).args, args);
+        }
+        let mut s = with_tls(with_auth(Mode::Cluster, true, true), TlsAuthClients::No);
+        s.users_secret_name = Some("orders-users".into());
+        let text = config(render(&s, Some("10.96.0.7"))).text;
+        let l = lines(&text);
+        assert_eq!(
+            l[l.len() - 2..],
+            [
+                "include /tmp/valkey-auth.conf",
+                "include /tmp/valkey-users.conf"
+            ]
+        );
+        assert!(l.contains(&"tls-cluster yes"));
+    }
+
+    #[test]
+    fn without_tls_no_tls_line_is_rendered() {
+        for mode in [Mode::Standalone, Mode::Cluster, Mode::Sentinel] {
+            let text = config(render(
+                &spec(mode, Announce::Service, &[]),
+                Some("10.96.0.7"),
+            ))
+            .text;
+            assert!(!text.contains("tls"), "{text}");
+            assert!(!text.contains("port 0"), "{text}");
+        }
     }
 }

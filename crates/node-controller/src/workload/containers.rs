@@ -5,12 +5,12 @@
 use crd_types::ValkeyNode;
 use crd_types::names::ports;
 use crd_types::node::Mode;
-use crd_types::template::Exporter;
+use crd_types::template::{Exporter, TLS_DIR};
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, SecurityContext, VolumeMount,
 };
 
-use super::pod::{DATA_VOLUME, EXPORTER_AUTH_VOLUME, TMP_VOLUME, USERS_VOLUME};
+use super::pod::{DATA_VOLUME, EXPORTER_AUTH_VOLUME, TLS_VOLUME, TMP_VOLUME, USERS_VOLUME};
 use super::{env, lifecycle, probes, scripts};
 use crate::config::{
     CONFIG_DIR, DATA_DIR, EXPORTER_AUTH_DIR, OPERATOR_PASSWORD_ENV, PASSWORD_ENV, RenderedConfig,
@@ -67,6 +67,15 @@ fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
     }
 }
 
+/// The TLS Secret, read-only, for a container that serves or dials the node (see
+/// [`super::pod`]'s `tls` volume); `None` without `spec.tls`.
+fn tls_mount(node: &ValkeyNode) -> Option<VolumeMount> {
+    node.spec
+        .tls
+        .as_ref()
+        .map(|_| mount(TLS_VOLUME, TLS_DIR, true))
+}
+
 pub(super) fn valkey_container(node: &ValkeyNode, rendered: &RenderedConfig) -> Container {
     let t = &node.spec.template;
     let mode = node.spec.mode;
@@ -97,6 +106,7 @@ pub(super) fn valkey_container(node: &ValkeyNode, rendered: &RenderedConfig) -> 
     if users_secret(&node.spec).is_some() {
         mounts.push(mount(USERS_VOLUME, USERS_DIR, true));
     }
+    mounts.extend(tls_mount(node));
 
     Container {
         name: VALKEY_CONTAINER.into(),
@@ -179,10 +189,16 @@ pub(super) fn sentinel_init_container(node: &ValkeyNode) -> Container {
         // The operator's password (asking the other sentinels) and the pod IP (its own
         // address with `announce: PodIP`).
         env: Some(env::valkey_env(node)),
-        volume_mounts: Some(vec![
-            mount(CONFIG_VOLUME, CONFIG_DIR, true),
-            mount(DATA_VOLUME, DATA_DIR, false),
-        ]),
+        // With TLS, the certificate it asks the other sentinels with.
+        volume_mounts: Some(
+            [
+                mount(CONFIG_VOLUME, CONFIG_DIR, true),
+                mount(DATA_VOLUME, DATA_DIR, false),
+            ]
+            .into_iter()
+            .chain(tls_mount(node))
+            .collect(),
+        ),
         resources: t.resources.clone(),
         security_context: Some(restricted()),
         termination_message_policy: Some("FallbackToLogsOnError".into()),
@@ -210,8 +226,12 @@ pub(super) fn exporter_auth_init_container(node: &ValkeyNode) -> Option<Containe
 }
 
 pub(super) fn exporter_container(node: &ValkeyNode, exporter: &Exporter) -> Container {
-    let mounts = exporter_logs_in_as_monitoring(&node.spec)
-        .then(|| vec![mount(EXPORTER_AUTH_VOLUME, EXPORTER_AUTH_DIR, true)]);
+    let mounts: Vec<_> = exporter_logs_in_as_monitoring(&node.spec)
+        .then(|| mount(EXPORTER_AUTH_VOLUME, EXPORTER_AUTH_DIR, true))
+        .into_iter()
+        .chain(tls_mount(node))
+        .collect();
+    let mounts = (!mounts.is_empty()).then_some(mounts);
     Container {
         name: EXPORTER_CONTAINER.into(),
         image: Some(exporter.image.clone()),

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ObjectFieldSelector, Secr
 use super::containers::main_port;
 use crate::config::{
     EXPORTER_PASSWORD_FILE, OPERATOR_PASSWORD_ENV, PASSWORD_ENV, POD_IP_ENV,
-    exporter_logs_in_as_monitoring,
+    exporter_logs_in_as_monitoring, tls,
 };
 
 fn field_env(name: &str, path: &str) -> EnvVar {
@@ -75,7 +75,8 @@ fn value_env(name: &str, value: impl Into<String>) -> EnvVar {
 /// address its caller names; the flag exists since v1.83.0, older images ignore it). With
 /// passwords: the read-only `monitoring` user, its password from the file the
 /// `exporter-auth` init container writes, and no `CONFIG GET` (the user may not; it would
-/// show `masterauth`). Without, there is nothing to log in with.
+/// show `masterauth`). Without, there is nothing to log in with. With `spec.tls`, TLS with
+/// the node's own certificate (see [`crate::config::tls`]).
 pub(super) fn exporter_env(node: &ValkeyNode, exporter: &Exporter) -> Vec<EnvVar> {
     let (port, _) = main_port(node.spec.mode);
     let mut env = vec![field_env(POD_IP_ENV, "status.podIP")];
@@ -85,10 +86,29 @@ pub(super) fn exporter_env(node: &ValkeyNode, exporter: &Exporter) -> Vec<EnvVar
         env.push(value_env("REDIS_EXPORTER_CONFIG_COMMAND", "-"));
     }
     // The password file's key is this address with the user: keep them in step.
+    let tls = node.spec.tls.as_ref();
     env.push(value_env(
         "REDIS_ADDR",
-        format!("redis://$({POD_IP_ENV}):{port}"),
+        format!("{}://$({POD_IP_ENV}):{port}", tls::exporter_scheme(tls)),
     ));
+    if tls.is_some() {
+        env.push(value_env("REDIS_EXPORTER_TLS_CA_CERT_FILE", tls::ca_file()));
+        // A client certificate, so it works with `tls-auth-clients yes`.
+        env.push(value_env(
+            "REDIS_EXPORTER_TLS_CLIENT_CERT_FILE",
+            tls::cert_file(),
+        ));
+        env.push(value_env(
+            "REDIS_EXPORTER_TLS_CLIENT_KEY_FILE",
+            tls::key_file(),
+        ));
+        // redis_exporter (Go) checks the server's names strictly, an IP address against an
+        // IP SAN, and it dials its own pod's IP, which a certificate issued into the Secret
+        // before the pod existed cannot name. Valkey itself checks only the chain. The
+        // connection never leaves the pod's network namespace, so nothing on the way can
+        // be impersonated; the client certificate is still presented.
+        env.push(value_env("REDIS_EXPORTER_SKIP_TLS_VERIFICATION", "true"));
+    }
     env.push(value_env("REDIS_EXPORTER_DISABLE_SCRAPE_ENDPOINT", "true"));
     // The exporter's own listen address, so `exporter.port` is where it really serves.
     env.push(value_env(
@@ -190,6 +210,71 @@ mod tests {
         assert_eq!(inits, ["sentinel-config", "exporter-auth"]);
         let command = container(&d, "valkey").command.as_ref().unwrap().join(" ");
         assert!(command.contains("printf 'user monitoring on "), "{command}");
+    }
+
+    #[test]
+    fn with_tls_the_exporter_dials_rediss_with_the_node_certificate() {
+        use crd_types::template::Tls;
+        let tls = |s: &mut crd_types::ValkeyNodeSpec| {
+            s.tls = Some(Tls {
+                secret_name: "orders-tls".into(),
+                auth_clients: Default::default(),
+            });
+            s.template.exporter = Some(Exporter {
+                image: "e".into(),
+                port: 9121,
+                resources: None,
+            });
+        };
+        for (mode, port) in [(Mode::Cluster, 6379), (Mode::Sentinel, 26379)] {
+            let d = build(&node(mode, tls));
+            let e = container(&d, "exporter");
+            let addr = format!("rediss://$(POD_IP):{port}");
+            assert_eq!(
+                values_of(e),
+                [
+                    ("REDIS_ADDR", addr.as_str()),
+                    ("REDIS_EXPORTER_TLS_CA_CERT_FILE", "/etc/valkey-tls/ca.crt"),
+                    (
+                        "REDIS_EXPORTER_TLS_CLIENT_CERT_FILE",
+                        "/etc/valkey-tls/tls.crt"
+                    ),
+                    (
+                        "REDIS_EXPORTER_TLS_CLIENT_KEY_FILE",
+                        "/etc/valkey-tls/tls.key"
+                    ),
+                    ("REDIS_EXPORTER_SKIP_TLS_VERIFICATION", "true"),
+                    ("REDIS_EXPORTER_DISABLE_SCRAPE_ENDPOINT", "true"),
+                    ("REDIS_EXPORTER_WEB_LISTEN_ADDRESS", ":9121"),
+                ]
+            );
+            let mounts: Vec<_> = e
+                .volume_mounts
+                .iter()
+                .flatten()
+                .map(|m| (m.name.as_str(), m.mount_path.as_str(), m.read_only))
+                .collect();
+            assert_eq!(mounts, [("tls", "/etc/valkey-tls", Some(true))]);
+        }
+        // With passwords, the password file's keys follow the scheme (see config::auth).
+        let d = build(&node(Mode::Cluster, |s| {
+            tls(s);
+            s.auth = Some(Auth {
+                password_secret_ref: Some(secret("app")),
+                operator_secret_ref: None,
+            });
+        }));
+        let e = container(&d, "exporter");
+        assert!(values_of(e).contains(&("REDIS_ADDR", "rediss://$(POD_IP):6379")));
+        let init = &pod(&d).init_containers.as_ref().unwrap()[0];
+        assert!(init.command.as_ref().unwrap()[2].contains("\"rediss://monitoring@%s:6379\""));
+        let mounts: Vec<_> = e
+            .volume_mounts
+            .iter()
+            .flatten()
+            .map(|m| m.name.as_str())
+            .collect();
+        assert_eq!(mounts, ["exporter-auth", "tls"]);
     }
 
     /// The exporter's plain (non-Secret, non-field) variables, in order.

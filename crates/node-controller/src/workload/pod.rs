@@ -1,14 +1,16 @@
 //! The pod template: the pod spec around the containers, its volumes (the ConfigMap, /data
-//! from the claim or an emptyDir, a scratch /tmp, a data node's users Secret) and its
-//! security context (the restricted Pod Security Standard).
+//! from the claim or an emptyDir, a scratch /tmp, a data node's users Secret, the TLS
+//! Secret) and its security context (the restricted Pod Security Standard).
 
 use crd_types::ValkeyNode;
 use crd_types::names;
 use crd_types::node::Mode;
+use crd_types::template::{TLS_CA_KEY, TLS_CERT_KEY, TLS_KEY_KEY, Tls};
 use crd_types::users::USERS_KEY;
 use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, EmptyDirVolumeSource, KeyToPath, PersistentVolumeClaimVolumeSource,
-    PodSecurityContext, PodSpec, PodTemplateSpec, SeccompProfile, SecretVolumeSource, Volume,
+    ConfigMapVolumeSource, Container, EmptyDirVolumeSource, KeyToPath,
+    PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec, PodTemplateSpec,
+    SeccompProfile, SecretVolumeSource, Volume,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -18,7 +20,7 @@ use super::containers::{
     exporter_auth_init_container, exporter_container, sentinel_init_container, valkey_container,
 };
 use crate::config::replication::CONTEXT_KEY;
-use crate::config::{LIVE_FILE, RenderedConfig, exporter_logs_in_as_monitoring, users_secret};
+use crate::config::{LIVE_FILE, RenderedConfig, exporter_logs_in_as_monitoring, tls, users_secret};
 use crate::configmap::{self, CONFIG_VOLUME};
 use crate::meta;
 
@@ -28,6 +30,8 @@ pub const TMP_VOLUME: &str = "tmp";
 pub const EXPORTER_AUTH_VOLUME: &str = "exporter-auth";
 /// A data node's users Secret (see [`crate::config::USERS_DIR`]).
 pub const USERS_VOLUME: &str = "users";
+/// The TLS Secret `spec.tls` names, at [`crd_types::template::TLS_DIR`].
+pub const TLS_VOLUME: &str = "tls";
 /// The `valkey` user and group of the official image.
 pub const VALKEY_UID: i64 = 999;
 /// SIGTERM makes Valkey SHUTDOWN: save the RDB (when `save` is on) and fsync the AOF.
@@ -49,6 +53,11 @@ pub fn pod_template(node: &ValkeyNode, rendered: &RenderedConfig) -> PodTemplate
         .into_iter()
         .collect();
     init_containers.extend(exporter_auth_init_container(node));
+    if let Some(tls) = &node.spec.tls {
+        for c in containers.iter_mut().chain(init_containers.iter_mut()) {
+            valkey_cli_over_tls(c, tls);
+        }
+    }
     let init_containers = (!init_containers.is_empty()).then_some(init_containers);
 
     PodTemplateSpec {
@@ -162,7 +171,72 @@ pub(super) fn volumes(node: &ValkeyNode, rendered: &RenderedConfig) -> Vec<Volum
     if let Some(secret) = users_secret(&node.spec) {
         volumes.push(users_volume(secret));
     }
+    if let Some(tls) = &node.spec.tls {
+        volumes.push(tls_volume(tls));
+    }
     volumes
+}
+
+/// The TLS Secret: its three cert-manager keys, the whole directory (a subPath mount never
+/// sees the Secret change, and certificates are renewed by changing it), readable by the
+/// valkey group alone as the users Secret is (the key is private; every container runs in
+/// that group). Not optional: a node without its certificate cannot serve, so the pod
+/// waits for the Secret (and for all three keys) rather than start.
+fn tls_volume(tls: &Tls) -> Volume {
+    let item = |key: &str| KeyToPath {
+        key: key.into(),
+        path: key.into(),
+        mode: None,
+    };
+    Volume {
+        name: TLS_VOLUME.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(tls.secret_name.clone()),
+            items: Some(vec![
+                item(TLS_CERT_KEY),
+                item(TLS_KEY_KEY),
+                item(TLS_CA_KEY),
+            ]),
+            default_mode: Some(0o440),
+            optional: Some(false),
+        }),
+        ..Default::default()
+    }
+}
+
+/// Puts [`tls::cli_flags`] into every `valkey-cli` a container's shell runs: its command and
+/// arguments, its exec probes and its lifecycle hooks. Applied to every container of a TLS
+/// node's pod, so a new script cannot forget them.
+fn valkey_cli_over_tls(c: &mut Container, t: &Tls) {
+    let rewrite = |lines: &mut Option<Vec<String>>| {
+        for line in lines.iter_mut().flatten() {
+            *line = tls::cli_over_tls(line, Some(t));
+        }
+    };
+    rewrite(&mut c.command);
+    rewrite(&mut c.args);
+    for probe in [
+        &mut c.startup_probe,
+        &mut c.liveness_probe,
+        &mut c.readiness_probe,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        if let Some(exec) = &mut probe.exec {
+            rewrite(&mut exec.command);
+        }
+    }
+    if let Some(lifecycle) = &mut c.lifecycle {
+        for hook in [&mut lifecycle.post_start, &mut lifecycle.pre_stop]
+            .into_iter()
+            .flatten()
+        {
+            if let Some(exec) = &mut hook.exec {
+                rewrite(&mut exec.command);
+            }
+        }
+    }
 }
 
 /// Optional, so the pod starts (without those users) before the Secret exists, and the first
@@ -343,5 +417,258 @@ mod tests {
         assert_eq!(p.priority_class_name.as_deref(), Some("high"));
         assert_eq!(p.affinity, None);
         assert_eq!(p.topology_spread_constraints, None);
+    }
+
+    fn with_tls(mode: Mode, f: impl FnOnce(&mut crd_types::ValkeyNodeSpec)) -> DesiredWorkload {
+        build(&node(mode, |s| {
+            s.tls = Some(Tls {
+                secret_name: "orders-tls".into(),
+                auth_clients: Default::default(),
+            });
+            f(s);
+        }))
+    }
+
+    fn exporter() -> Option<crd_types::template::Exporter> {
+        Some(crd_types::template::Exporter {
+            image: "oliver006/redis_exporter:v1.86.0".into(),
+            port: 9121,
+            resources: None,
+        })
+    }
+
+    fn tls_mount_of(c: &Container) -> Option<k8s_openapi::api::core::v1::VolumeMount> {
+        c.volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| m.name == TLS_VOLUME)
+            .cloned()
+    }
+
+    #[test]
+    fn the_tls_secret_is_mounted_whole_and_only_with_tls() {
+        let auth = || crd_types::template::Auth {
+            password_secret_ref: Some(crate::workload::fixtures::secret("app")),
+            operator_secret_ref: Some(crate::workload::fixtures::secret("op")),
+        };
+        for mode in [Mode::Standalone, Mode::Cluster, Mode::Sentinel] {
+            let plain = build(&node(mode, |s| {
+                s.template.exporter = exporter();
+                s.auth = Some(auth());
+            }));
+            assert!(
+                pod(&plain)
+                    .volumes
+                    .iter()
+                    .flatten()
+                    .all(|v| v.name != "tls")
+            );
+            let p = pod(&plain);
+            for c in p
+                .containers
+                .iter()
+                .chain(p.init_containers.iter().flatten())
+            {
+                assert_eq!(tls_mount_of(c), None, "{}", c.name);
+            }
+
+            let d = with_tls(mode, |s| {
+                s.template.exporter = exporter();
+                s.auth = Some(auth());
+            });
+            let volume = pod(&d)
+                .volumes
+                .iter()
+                .flatten()
+                .find(|v| v.name == "tls")
+                .cloned()
+                .unwrap();
+            let secret = volume.secret.unwrap();
+            assert_eq!(secret.secret_name.as_deref(), Some("orders-tls"));
+            // A node without its certificate cannot serve: the pod waits for the Secret.
+            assert_eq!(secret.optional, Some(false));
+            // Readable by the valkey group (the pod's fsGroup), as the users Secret.
+            assert_eq!(secret.default_mode, Some(0o440));
+            let keys: Vec<_> = secret
+                .items
+                .unwrap()
+                .into_iter()
+                .map(|i| (i.key, i.path))
+                .collect();
+            let item = |k: &str| (k.to_string(), k.to_string());
+            assert_eq!(keys, [item("tls.crt"), item("tls.key"), item("ca.crt")]);
+            // Every container that serves or dials the node; the exporter-auth init
+            // container only writes a file.
+            let p = pod(&d);
+            let mut mounted = Vec::new();
+            for c in p
+                .init_containers
+                .iter()
+                .flatten()
+                .chain(p.containers.iter())
+            {
+                if let Some(m) = tls_mount_of(c) {
+                    assert_eq!(m.mount_path, "/etc/valkey-tls");
+                    assert_eq!(m.read_only, Some(true));
+                    // The whole directory: a subPath mount never sees the Secret change.
+                    assert_eq!(m.sub_path, None);
+                    mounted.push(c.name.as_str());
+                }
+            }
+            let expected: &[&str] = match mode {
+                Mode::Sentinel => &["sentinel-config", "valkey", "exporter"],
+                _ => &["valkey", "exporter"],
+            };
+            assert_eq!(mounted, expected, "{mode:?}");
+        }
+    }
+
+    /// Every string in the pod spec, with where it is.
+    fn strings(v: &serde_json::Value, at: String, out: &mut Vec<(String, String)>) {
+        match v {
+            serde_json::Value::String(s) => out.push((at, s.clone())),
+            serde_json::Value::Array(a) => {
+                for (i, x) in a.iter().enumerate() {
+                    strings(x, format!("{at}/{i}"), out);
+                }
+            }
+            serde_json::Value::Object(o) => {
+                for (k, x) in o {
+                    strings(x, format!("{at}/{k}"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn every_valkey_cli_in_a_tls_pod_uses_tls_with_a_client_certificate() {
+        let flags = "valkey-cli --tls --cacert /etc/valkey-tls/ca.crt \
+                     --cert /etc/valkey-tls/tls.crt --key /etc/valkey-tls/tls.key ";
+        use crd_types::node::NodeReplication;
+        let replication = || NodeReplication {
+            primary_name: "g".into(),
+            primary: Some("10.96.0.1".into()),
+            monitored: true,
+            ..Default::default()
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        for mode in [Mode::Standalone, Mode::Cluster, Mode::Sentinel] {
+            for in_group in [false, true] {
+                let f = |s: &mut crd_types::ValkeyNodeSpec| {
+                    s.template.exporter = exporter();
+                    if in_group && mode != Mode::Cluster {
+                        s.replication = Some(replication());
+                    }
+                };
+                let json = serde_json::to_value(pod(&with_tls(mode, f))).unwrap();
+                let mut all = Vec::new();
+                strings(&json, String::new(), &mut all);
+                for (at, s) in all {
+                    let calls = s.matches("valkey-cli").count();
+                    if calls == 0 {
+                        continue;
+                    }
+                    assert_eq!(s.matches(flags).count(), calls, "{mode:?} {at}: {s}");
+                    seen.insert(at.replace(|c: char| c.is_ascii_digit(), "N"));
+                }
+                // And without TLS, not one flag.
+                let plain = serde_json::to_string(pod(&build(&node(mode, f)))).unwrap();
+                assert!(!plain.contains("--tls"), "{mode:?}");
+            }
+        }
+        // The readiness probes, the start scripts, the init container and both hooks.
+        assert_eq!(
+            seen.into_iter().collect::<Vec<_>>(),
+            [
+                "/containers/N/command/N",
+                "/containers/N/lifecycle/preStop/exec/command/N",
+                "/containers/N/readinessProbe/exec/command/N",
+                "/initContainers/N/command/N",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_readiness_probe_pings_over_tls() {
+        for (mode, port) in [
+            (Mode::Standalone, 6379),
+            (Mode::Cluster, 6379),
+            (Mode::Sentinel, 26379),
+        ] {
+            let d = with_tls(mode, |_| {});
+            let probe = container(&d, "valkey").readiness_probe.clone().unwrap();
+            assert_eq!(
+                probe.exec.unwrap().command.unwrap(),
+                [
+                    "sh".to_string(),
+                    "-c".into(),
+                    format!(
+                        "valkey-cli --tls --cacert /etc/valkey-tls/ca.crt \
+                         --cert /etc/valkey-tls/tls.crt --key /etc/valkey-tls/tls.key \
+                         -h \"$POD_IP\" -p {port} ping | grep -q PONG"
+                    )
+                ]
+            );
+            // The TCP probes and the ports do not change.
+            let plain = build(&node(mode, |_| {}));
+            let c = container(&d, "valkey");
+            let p = container(&plain, "valkey");
+            assert_eq!(c.startup_probe, p.startup_probe);
+            assert_eq!(c.liveness_probe, p.liveness_probe);
+            assert_eq!(c.ports, p.ports);
+        }
+    }
+
+    #[test]
+    fn the_start_scripts_and_hooks_run_valkey_cli_over_tls() {
+        use crate::config::tls::{cli_flags, cli_over_tls};
+        use crate::workload::scripts;
+        use crd_types::node::NodeReplication;
+        let flags = cli_flags();
+        let tls = Tls {
+            secret_name: "orders-tls".into(),
+            auth_clients: Default::default(),
+        };
+        let group = |s: &mut crd_types::ValkeyNodeSpec| {
+            s.replication = Some(NodeReplication {
+                primary_name: "g".into(),
+                ..Default::default()
+            })
+        };
+        let pre_stop = |c: &Container| {
+            c.lifecycle
+                .clone()
+                .unwrap()
+                .pre_stop
+                .unwrap()
+                .exec
+                .unwrap()
+                .command
+                .unwrap()[2]
+                .clone()
+        };
+        let d = with_tls(Mode::Standalone, group);
+        let c = container(&d, "valkey");
+        let start = &c.command.as_ref().unwrap()[2];
+        assert!(
+            start.contains(&format!("timeout 2 valkey-cli {flags} --no-auth-warning")),
+            "{start}"
+        );
+        assert_eq!(
+            pre_stop(c),
+            cli_over_tls(&scripts::data_pre_stop(), Some(&tls))
+        );
+        let d = with_tls(Mode::Cluster, |_| {});
+        let hook = pre_stop(container(&d, "valkey"));
+        assert!(hook.contains(&format!(
+            "timeout 3 valkey-cli {flags} --no-auth-warning $login"
+        )));
+        let d = with_tls(Mode::Sentinel, group);
+        let init = &pod(&d).init_containers.as_ref().unwrap()[0];
+        assert_eq!(
+            init.command.as_ref().unwrap()[2],
+            cli_over_tls(&scripts::sentinel_init(), Some(&tls))
+        );
     }
 }
