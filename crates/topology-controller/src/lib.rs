@@ -46,5 +46,6 @@ pub mod slots;
 pub mod status;
 pub mod storage;
 pub mod survey;
+pub mod tls;
 pub mod users;
 pub mod vitals;

@@ -20,7 +20,6 @@ use crd_types::cluster::{Phase, ValkeyClusterStatus};
 use crd_types::conditions::reasons::Waiting;
 use crd_types::conditions::{self, ConditionSpec};
 use crd_types::names::{self, labels};
-use crd_types::template::OPERATOR_USER;
 use crd_types::{ValkeyCluster, ValkeyNode, ValkeyNodeStatus};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -44,13 +43,13 @@ use topology_controller::status::{self, Inputs};
 use topology_controller::survey::{self, switchover_outcome};
 use topology_controller::users::{self, Checks, Member};
 
-use crate::acl_users;
 use crate::connect::{self, Observed};
 use crate::error::Error;
 use crate::objects::{self, ClusterMembers, fetch_with_members};
 use crate::pulse::Pulse;
 use crate::secrets::{self, Passwords};
-use crate::valkey::{Conn, Login};
+use crate::valkey::Conn;
+use crate::{acl_users, member_tls};
 
 /// How soon to look again after a step was carried out, and while waiting (2 s: formation
 /// waits on replication and gossip, and each wait shows in time to Ready).
@@ -109,7 +108,15 @@ pub async fn reconcile(
         return Ok(Action::await_change());
     };
     // Passwords before members, so a member's pod finds its Secrets when it starts.
-    let passwords = secrets::prepare(&apis.secrets, &live.cluster, !live.owned.is_empty()).await?;
+    let mut passwords =
+        secrets::prepare(&apis.secrets, &live.cluster, !live.owned.is_empty()).await?;
+    let tls = member_tls::read(
+        &apis.secrets,
+        &apis.namespace,
+        live.cluster.spec.tls.as_ref(),
+    )
+    .await?;
+    passwords.tls_problem = tls.as_ref().and_then(|t| t.as_ref().err().cloned());
     let nodes = apply_members(&apis, &live).await?;
     apply_budgets(&apis, &live.cluster, &nodes).await?;
     let policy = objects::apply_owned(
@@ -131,10 +138,7 @@ pub async fn reconcile(
             .publish(&live.cluster, reason, note, None)
             .await?;
     }
-    let login = passwords.operator.as_ref().ok().map(|password| Login {
-        user: OPERATOR_USER.to_string(),
-        password: password.clone(),
-    });
+    let login = member_tls::login(&passwords.operator, tls);
     let (mut observed, connections) = connect::observe(nodes, login.as_ref()).await;
     if let Some(login) = &login {
         let addresses = observed
@@ -150,11 +154,38 @@ pub async fn reconcile(
         mark_gone_servers(&apis, &mut observed).await;
     }
     let users = users(&ctx, &apis, &live.cluster, &observed, &connections).await;
+    if let Some(login) = &login {
+        let members: Vec<member_tls::Member<'_>> = observed
+            .members
+            .iter()
+            .filter_map(|m| {
+                let address = m.address.as_ref()?;
+                Some(member_tls::Member {
+                    name: &m.name,
+                    ip: &address.ip,
+                    port: address.port,
+                })
+            })
+            .collect();
+        let reasons = (
+            ClusterEvent::CertificateReloaded,
+            ClusterEvent::CertificateRefused,
+        );
+        member_tls::reload(
+            &ctx.runtime,
+            &live.cluster,
+            login,
+            &members,
+            &connections,
+            reasons,
+        )
+        .await;
+    }
     let outcome = act(
         &ctx.runtime,
         topology_controller::users::idle_look(
             network::idle_look(ctx.data.idle_look, policy_refused),
-            live.cluster.spec.users.is_some(),
+            live.cluster.spec.users.is_some() || live.cluster.spec.tls.is_some(),
         ),
         &apis,
         &live,
@@ -361,6 +392,7 @@ async fn act(
                 .map(|s| s.id.as_str()),
             foreign_member: foreign.as_deref(),
             operator_password_problem: passwords.operator.as_ref().err().map(String::as_str),
+            tls_problem: passwords.tls_problem.as_deref(),
             default_password_problem: passwords.default_problem.as_deref(),
             login_refused: &refused,
         },

@@ -20,6 +20,8 @@ pub struct Passwords {
     pub operator: Result<String, String>,
     /// Why the default user's password cannot be read, if it cannot: members would not start.
     pub default_problem: Option<String>,
+    /// Why the TLS Secret cannot be used, if it cannot (see [`crate::member_tls::read`]).
+    pub tls_problem: Option<String>,
 }
 
 /// A cluster's passwords; see [`read`].
@@ -33,6 +35,7 @@ pub async fn prepare(
     Ok(Passwords {
         operator: read(&operator).await?,
         default_problem: read(&password).await?.err(),
+        tls_problem: None,
     })
 }
 

@@ -33,9 +33,10 @@ pub const CHECK_USER: &str = "__valkey-operator-check";
 /// password is noticed by looking.
 pub const USERS_LOOK: Duration = Duration::from_secs(10);
 
-/// The next look, at most [`USERS_LOOK`] away for a topology with users.
-pub fn idle_look(look: Duration, has_users: bool) -> Duration {
-    if has_users {
+/// The next look, at most [`USERS_LOOK`] away for a topology with users or TLS (whose
+/// Secret is not watched either: a renewed certificate is noticed by looking).
+pub fn idle_look(look: Duration, looks_at_secrets: bool) -> Duration {
+    if looks_at_secrets {
         look.min(USERS_LOOK)
     } else {
         look

@@ -8,9 +8,12 @@ use fred::bytes::Bytes;
 use fred::prelude::{
     Client, ClientLike, Config, ConnectionConfig, FromValue, PerformanceConfig, ServerConfig, Value,
 };
+use fred::types::config::TlsConnector;
 use fred::types::{ClusterHash, CustomCommand};
+use rustls::ClientConfig;
 use topology_controller::acl::AclUser;
 use topology_controller::commands::{ErrorKind, Fields, Key, SlotState, Valkey, ValkeyError};
+use topology_controller::tls;
 use topology_controller::users::AclMember;
 
 /// Bound on connecting and on each command.
@@ -18,11 +21,12 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 /// MIGRATE's own timeout (milliseconds): the source waits this long on the target per call.
 const MIGRATE_TIMEOUT_MS: u64 = 10_000;
 
-/// An ACL user and its password.
+/// An ACL user and its password, and TLS toward members of a topology with `spec.tls`.
 #[derive(Clone)]
 pub struct Login {
     pub user: String,
     pub password: String,
+    pub tls: Option<tls::Client>,
 }
 
 impl std::fmt::Debug for Login {
@@ -89,6 +93,11 @@ impl Conn {
             username: Some(login.user.clone()),
             password: Some(login.password.clone()),
             server: ServerConfig::new_centralized(ip, port),
+            // Dialled at the IP, so that is the name the handshake records (see tls::Served).
+            tls: login
+                .tls
+                .as_ref()
+                .map(|t| TlsConnector::from(ClientConfig::clone(&t.config)).into()),
             ..Default::default()
         };
         let connection = ConnectionConfig {

@@ -42,7 +42,8 @@ impl GuardedStep for Step {
 }
 
 /// The planner's step, held back by what is known of the passwords:
-/// - without the operator's password nothing was asked, so nothing may be done;
+/// - without the operator's password, or with a TLS Secret that cannot be used, nothing was
+///   asked, so nothing may be done;
 /// - while the default user's password cannot be read (missing, empty), no member may
 ///   restart (a roll, or the hand-over before one) and the topology is not Ready: a member
 ///   that restarts would not start again;
@@ -53,6 +54,7 @@ impl GuardedStep for Step {
 pub fn guard_step<S: GuardedStep>(
     step: S,
     operator_problem: Option<&str>,
+    tls_problem: Option<&str>,
     default_problem: Option<&str>,
     refused_by: &[&str],
 ) -> S {
@@ -60,6 +62,12 @@ pub fn guard_step<S: GuardedStep>(
         return S::waiting(
             Waiting::NoOperatorPassword,
             format!("cannot log in to the members: {why} (spec.auth.operatorSecretRef)"),
+        );
+    }
+    if let Some(why) = tls_problem {
+        return S::waiting(
+            Waiting::TlsSecretUnusable,
+            format!("cannot connect to the members: {why} (spec.tls.secretName)"),
         );
     }
     let mut problems = Vec::new();
@@ -110,10 +118,11 @@ mod tests {
             Step::Wait { reason, message } => (*reason, message.clone()),
             other => panic!("not a wait: {other:?}"),
         };
-        assert_eq!(guard_step(roll(), None, None, &[]), roll());
-        assert_eq!(guard_step(Step::Idle, None, None, &[]), Step::Idle);
+        assert_eq!(guard_step(roll(), None, None, None, &[]), roll());
+        assert_eq!(guard_step(Step::Idle, None, None, None, &[]), Step::Idle);
         let (reason, why) = wait(&guard_step(
             Step::Idle,
+            None,
             None,
             Some("Secret a key p is empty"),
             &[],
@@ -124,12 +133,26 @@ mod tests {
             roll(),
             Some("Secret o does not exist"),
             None,
+            None,
             &[],
         ));
         assert_eq!(reason, Waiting::NoOperatorPassword);
         assert!(why.starts_with("cannot log in to the members: Secret o does not exist"));
         let (reason, why) = wait(&guard_step(
             roll(),
+            None,
+            Some("TLS Secret c-tls has no ca.crt"),
+            Some("Secret a does not exist"),
+            &[],
+        ));
+        assert_eq!(reason, Waiting::TlsSecretUnusable);
+        assert_eq!(
+            why,
+            "cannot connect to the members: TLS Secret c-tls has no ca.crt (spec.tls.secretName)"
+        );
+        let (reason, why) = wait(&guard_step(
+            roll(),
+            None,
             None,
             Some("Secret a does not exist"),
             &[],
@@ -141,7 +164,7 @@ mod tests {
             reason: FailoverReason::Roll,
         };
         assert!(matches!(
-            guard_step(hand_over, None, Some("x"), &[]),
+            guard_step(hand_over, None, None, Some("x"), &[]),
             Step::Wait {
                 reason: Waiting::DefaultPasswordUnreadable,
                 ..
@@ -153,7 +176,7 @@ mod tests {
             reason: FailoverReason::Switchover,
         };
         assert_eq!(
-            guard_step(switchover.clone(), None, Some("x"), &[]),
+            guard_step(switchover.clone(), None, None, Some("x"), &[]),
             switchover
         );
         // The wait's own reason is kept.
@@ -164,6 +187,7 @@ mod tests {
         let (reason, why) = wait(&guard_step(
             foreign.clone(),
             None,
+            None,
             Some("Secret a does not exist"),
             &["c-0-1"],
         ));
@@ -172,9 +196,9 @@ mod tests {
         assert!(why.contains("c-0-1 refuse the operator's password"));
         assert!(why.ends_with("ValkeyNode c-0-0 exists but does not belong"));
         // Refused logins alone: the wait says so first, with its own reason.
-        let (reason, why) = wait(&guard_step(foreign, None, None, &["c-0-1"]));
+        let (reason, why) = wait(&guard_step(foreign, None, None, None, &["c-0-1"]));
         assert_eq!(reason, Waiting::LoginRefused);
         assert!(why.starts_with("c-0-1 refuse") && why.ends_with("does not belong"));
-        assert_eq!(guard_step(roll(), None, None, &["c-0-1"]), roll());
+        assert_eq!(guard_step(roll(), None, None, None, &["c-0-1"]), roll());
     }
 }

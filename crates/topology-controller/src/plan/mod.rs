@@ -240,6 +240,8 @@ pub struct Circumstances<'a> {
     pub foreign_member: Option<&'a str>,
     /// Why the operator user's password cannot be read, if it cannot.
     pub operator_password_problem: Option<&'a str>,
+    /// Why the TLS Secret cannot be used, if it cannot.
+    pub tls_problem: Option<&'a str>,
     /// Why the default user's password cannot be read, if it cannot.
     pub default_password_problem: Option<&'a str>,
     /// Members that refuse the operator user's login.
@@ -261,6 +263,7 @@ pub fn decide(shape: &Shape, members: &[Member], c: &Circumstances) -> Step {
     guard::guard_step(
         step,
         c.operator_password_problem,
+        c.tls_problem,
         c.default_password_problem,
         c.login_refused,
     )

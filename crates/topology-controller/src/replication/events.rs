@@ -48,6 +48,12 @@ operator_runtime::event_reasons! {
         /// A user of `spec.users` could not be applied as asked (rules a Valkey version
         /// refuses, a missing password Secret); the note says why. Told once per change.
         UsersRefused: Warning,
+        /// Members loaded a renewed TLS Secret (`CONFIG SET tls-cert-file`); the note says
+        /// which.
+        CertificateReloaded: Normal,
+        /// A member refused to load the TLS Secret's files (a key that does not match the
+        /// certificate, say) and keeps serving the certificate it has; the note says why.
+        CertificateRefused: Warning,
     }
 }
 

@@ -202,6 +202,8 @@ pub struct Circumstances<'a> {
     /// A ValkeyNode with a member's name that this group does not own.
     pub foreign_member: Option<&'a str>,
     pub operator_password_problem: Option<&'a str>,
+    /// Why the TLS Secret cannot be used, if it cannot.
+    pub tls_problem: Option<&'a str>,
     pub default_password_problem: Option<&'a str>,
     /// Members that refuse the operator user's login.
     pub login_refused: &'a [&'a str],
@@ -223,6 +225,7 @@ pub fn decide(group: &Group, members: &Members, c: &Circumstances) -> Step {
     guard::guard_step(
         step,
         c.operator_password_problem,
+        c.tls_problem,
         c.default_password_problem,
         c.login_refused,
     )

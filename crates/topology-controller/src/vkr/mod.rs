@@ -22,7 +22,6 @@ use std::time::Duration;
 use crd_types::cluster::Phase;
 use crd_types::conditions::ConditionSpec;
 use crd_types::names::labels;
-use crd_types::template::OPERATOR_USER;
 use crd_types::{ValkeyNode, ValkeyNodeStatus, ValkeyReplication, ValkeyReplicationStatus};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Secret, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -49,12 +48,12 @@ use topology_controller::replication::survey::{self, Health};
 use topology_controller::replication::{PORT, members};
 use topology_controller::users::{self, Checks, Member};
 
-use crate::acl_users;
 use crate::error::Error;
 use crate::objects::fetch_with_members;
 use crate::pulse::Pulse;
 use crate::secrets;
 use crate::valkey::{Conn, Login};
+use crate::{acl_users, member_tls};
 use connect::Observed;
 
 /// How soon to look again: after a step, and while waiting or not ready. When Ready, the
@@ -104,6 +103,8 @@ struct Passwords {
     /// Why a password the members need to start cannot be read (the data nodes' default
     /// user's, or the sentinels'), if one cannot.
     start_problem: Option<String>,
+    /// Why the TLS Secret cannot be used, if it cannot.
+    tls_problem: Option<String>,
 }
 
 pub async fn reconcile(
@@ -118,7 +119,10 @@ pub async fn reconcile(
         return Ok(Action::await_change());
     };
     // Passwords before members, so a member's pod finds its Secrets when it starts.
-    let passwords = passwords(&apis, &live).await?;
+    let mut passwords = passwords(&apis, &live).await?;
+    let tls =
+        member_tls::read(&apis.secrets, &apis.namespace, live.group.spec.tls.as_ref()).await?;
+    passwords.tls_problem = tls.as_ref().and_then(|t| t.as_ref().err().cloned());
     let nodes = apply_members(&apis, &live).await?;
     objects::apply_services(
         &apis.services,
@@ -154,10 +158,7 @@ pub async fn reconcile(
             .publish(&live.group, reason, note, None)
             .await?;
     }
-    let login = passwords.operator.as_ref().ok().map(|password| Login {
-        user: OPERATOR_USER.to_string(),
-        password: password.clone(),
-    });
+    let login = member_tls::login(&passwords.operator, tls);
     let (observed, connections) = connect::observe(&name, nodes, login.as_ref()).await;
     if let Some(login) = &login {
         let sentinels = observed
@@ -178,6 +179,34 @@ pub async fn reconcile(
         ctx.data.pulse.follow(&apis.namespace, &name, data, login);
     }
     let users = users(&ctx, &apis, &live.group, &observed, &connections).await;
+    if let Some(login) = &login {
+        // Data nodes only: Sentinel has no CONFIG SET, and 8.x reads TLS files only at start.
+        let members: Vec<member_tls::Member<'_>> = observed
+            .members
+            .data
+            .iter()
+            .filter_map(|d| {
+                Some(member_tls::Member {
+                    name: &d.facts.name,
+                    ip: d.facts.address.as_deref()?,
+                    port: PORT,
+                })
+            })
+            .collect();
+        let reasons = (
+            ReplicationEvent::CertificateReloaded,
+            ReplicationEvent::CertificateRefused,
+        );
+        member_tls::reload(
+            &ctx.runtime,
+            &live.group,
+            login,
+            &members,
+            &connections,
+            reasons,
+        )
+        .await;
+    }
     let outcome = act(
         &ctx,
         &apis,
@@ -190,10 +219,13 @@ pub async fn reconcile(
     )
     .await;
     connections.close().await;
-    let has_users = live.group.spec.users.is_some();
+    let looks_at_secrets = live.group.spec.users.is_some() || live.group.spec.tls.is_some();
     outcome.map(|look| {
         let look = network::idle_look(look, policy_refused);
-        Action::requeue(topology_controller::users::idle_look(look, has_users))
+        Action::requeue(topology_controller::users::idle_look(
+            look,
+            looks_at_secrets,
+        ))
     })
 }
 
@@ -250,6 +282,7 @@ async fn passwords(apis: &Apis, live: &Live) -> Result<Passwords, Error> {
     Ok(Passwords {
         operator,
         start_problem: (!problems.is_empty()).then(|| problems.join("; ")),
+        tls_problem: None,
     })
 }
 
@@ -372,6 +405,7 @@ async fn act(
             recorded_switchover,
             foreign_member: foreign.as_deref(),
             operator_password_problem: passwords.operator.as_ref().err().map(String::as_str),
+            tls_problem: passwords.tls_problem.as_deref(),
             default_password_problem: passwords.start_problem.as_deref(),
             login_refused: &refused,
         },

@@ -1,0 +1,135 @@
+//! `spec.tls` for one topology (see [`topology_controller::tls`]): reads the Secret the
+//! members serve into the client side of the operator's connections, and has members load
+//! it again once it is renewed. The kubelet replaces the mounted files up to a minute after
+//! the Secret changes; Valkey reads them only when a TLS directive is set, so a member still
+//! serving another certificate is told `CONFIG SET tls-cert-file` (the same path: every
+//! TLS file is read again) until a new handshake shows the Secret's certificate.
+
+use std::fmt::Debug;
+
+use crd_types::template::{OPERATOR_USER, TLS_CERT_KEY, TLS_DIR, Tls};
+use k8s_openapi::api::core::v1::Secret;
+use kube::{Api, Resource, ResourceExt};
+use operator_runtime::{ApiResultExt, Context, EventReason, ObjectName, Op};
+use topology_controller::commands::Valkey;
+use topology_controller::observe::Connections;
+use topology_controller::tls::{self, Client};
+
+use crate::error::Error;
+use crate::valkey::{Conn, Login};
+
+/// The client side of the topology's TLS Secret: `None` without `spec.tls`, else the client
+/// or why the Secret cannot be used.
+pub async fn read(
+    secrets: &Api<Secret>,
+    namespace: &str,
+    spec: Option<&Tls>,
+) -> Result<Option<Result<Client, String>>, Error> {
+    let Some(spec) = spec else {
+        return Ok(None);
+    };
+    let name = &spec.secret_name;
+    let secret = secrets
+        .get_opt(name)
+        .await
+        .on(Op::Read, ObjectName::new::<Secret>(namespace, name))?;
+    let client = tls::files_in(secret.as_ref(), name)
+        .and_then(|files| tls::client(&files).map_err(|e| format!("TLS Secret {name}: {e}")));
+    Ok(Some(client))
+}
+
+/// How the operator logs in to the members: `None` while the operator password or the TLS
+/// Secret cannot be used (the guard then says why and nothing is asked).
+pub fn login(
+    operator_password: &Result<String, String>,
+    tls: Option<Result<Client, String>>,
+) -> Option<Login> {
+    let tls = match tls {
+        None => None,
+        Some(Ok(client)) => Some(client),
+        Some(Err(_)) => return None,
+    };
+    operator_password.as_ref().ok().map(|password| Login {
+        user: OPERATOR_USER.to_string(),
+        password: password.clone(),
+        tls,
+    })
+}
+
+/// A member as the reload needs it: its name, the address it was dialled at and its port.
+pub struct Member<'a> {
+    pub name: &'a str,
+    pub ip: &'a str,
+    pub port: u16,
+}
+
+/// Has every member that served another certificate at this reconcile's handshake load the
+/// Secret again, and tells (`reasons`: reloaded, refused) who now serves it and who refused.
+/// Nothing fails the reconcile: a member whose files the kubelet has not replaced yet is
+/// simply tried again at the next look.
+pub async fn reload<K, R>(
+    ctx: &Context,
+    topology: &K,
+    login: &Login,
+    members: &[Member<'_>],
+    connections: &Connections<Conn>,
+    reasons: (R, R),
+) where
+    K: Resource<DynamicType = ()> + Debug,
+    R: EventReason,
+{
+    let Some(client) = login.tls.as_ref() else {
+        return;
+    };
+    let stale = tls::stale(client, members.iter().map(|m| (m.name, m.ip)));
+    if stale.is_empty() {
+        return;
+    }
+    // Each call is bounded by the connection's own timeouts: no timeout around the pass,
+    // which would leave a cancelled connection's task behind.
+    let (mut reloaded, mut refused) = (Vec::new(), Vec::new());
+    for member in members.iter().filter(|m| stale.contains(&m.name)) {
+        let Some(conn) = connections.find(member.name) else {
+            continue;
+        };
+        let path = format!("{TLS_DIR}/{TLS_CERT_KEY}");
+        if let Err(e) = conn.config_set("tls-cert-file", &path).await {
+            refused.push(format!("{}: {e}", member.name));
+            continue;
+        }
+        // A new handshake tells whether the files were the renewed ones already.
+        if let Ok(fresh) = Conn::connect(member.ip, member.port, login).await {
+            fresh.close().await;
+        }
+        if tls::stale(client, [(member.name, member.ip)]).is_empty() {
+            reloaded.push(member.name);
+        }
+    }
+    let (reloaded_reason, refused_reason) = reasons;
+    if !reloaded.is_empty() {
+        let note = format!(
+            "{} now serve the renewed certificate (loaded without a restart)",
+            reloaded.join(", ")
+        );
+        tracing::info!(topology = %topology.name_any(), %note);
+        publish(ctx, topology, reloaded_reason, note).await;
+    }
+    if !refused.is_empty() {
+        let note = format!(
+            "kept serving their certificate, the renewed files were refused: {}",
+            refused.join("; ")
+        );
+        tracing::warn!(topology = %topology.name_any(), %note);
+        publish(ctx, topology, refused_reason, note).await;
+    }
+}
+
+async fn publish<K, R>(ctx: &Context, topology: &K, reason: R, note: String)
+where
+    K: Resource<DynamicType = ()> + Debug,
+    R: EventReason,
+{
+    if let Err(e) = ctx.events.publish(topology, reason, note, None).await {
+        tracing::warn!(topology = %topology.name_any(), error = %e, "event not published");
+    }
+}

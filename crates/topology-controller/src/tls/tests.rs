@@ -1,0 +1,192 @@
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair,
+};
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::*;
+
+type Ca = CertifiedIssuer<'static, KeyPair>;
+
+fn ca(name: &str) -> Ca {
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.distinguished_name.push(DnType::CommonName, name);
+    CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap()
+}
+
+/// A member certificate as cert-manager issues one for a Service's DNS names: no IP SAN.
+fn member(ca: &Ca) -> TlsFiles {
+    let mut params = CertificateParams::new(vec!["cache.default.svc".to_string()]).unwrap();
+    params.extended_key_usages = vec![
+        ExtendedKeyUsagePurpose::ServerAuth,
+        ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    let key = KeyPair::generate().unwrap();
+    let cert = params.signed_by(&key, ca).unwrap();
+    TlsFiles {
+        ca: ca.pem().into_bytes(),
+        cert: cert.pem().into_bytes(),
+        key: key.serialize_pem().into_bytes(),
+    }
+}
+
+fn secret(files: &TlsFiles, drop: Option<&str>) -> Secret {
+    let mut data = BTreeMap::new();
+    data.insert("ca.crt".to_string(), ByteString(files.ca.clone()));
+    data.insert("tls.crt".to_string(), ByteString(files.cert.clone()));
+    data.insert("tls.key".to_string(), ByteString(files.key.clone()));
+    if let Some(key) = drop {
+        data.remove(key);
+    }
+    Secret {
+        data: Some(data),
+        ..Default::default()
+    }
+}
+
+fn ip(address: &str) -> ServerName<'static> {
+    ServerName::IpAddress(address.parse::<std::net::IpAddr>().unwrap().into())
+}
+
+#[test]
+fn the_secret_must_hold_all_three_keys() {
+    let files = member(&ca("test CA"));
+    assert_eq!(
+        files_in(Some(&secret(&files, None)), "c-tls"),
+        Ok(files.clone())
+    );
+    assert_eq!(
+        files_in(None, "c-tls"),
+        Err("TLS Secret c-tls does not exist".to_string())
+    );
+    for key in ["ca.crt", "tls.crt", "tls.key"] {
+        assert_eq!(
+            files_in(Some(&secret(&files, Some(key))), "c-tls"),
+            Err(format!("TLS Secret c-tls has no {key}"))
+        );
+    }
+}
+
+#[test]
+fn a_member_is_trusted_by_its_chain_whatever_address_it_is_dialled_at() {
+    let ca = ca("test CA");
+    let files = member(&ca);
+    let client = client(&files).unwrap();
+    let verifier = client.verifier.clone();
+    let now = UnixTime::now();
+    let served = leaf(&files).unwrap();
+    verifier
+        .verify_server_cert(&served, &[], &ip("10.96.0.12"), &[], now)
+        .expect("the certificate names no IP, and Valkey checks no names");
+    assert_eq!(client.served.at("10.96.0.12"), Some(served.clone()));
+    assert_eq!(client.served.at("10.96.0.13"), None);
+
+    // A certificate from another CA is refused and not recorded as served.
+    let stranger = leaf(&member(&self::ca("other CA"))).unwrap();
+    let refused = verifier.verify_server_cert(&stranger, &[], &ip("10.96.0.13"), &[], now);
+    assert!(refused.is_err());
+    assert_eq!(client.served.at("10.96.0.13"), None);
+}
+
+#[test]
+fn unusable_files_say_which_key_is_wrong() {
+    let files = member(&ca("test CA"));
+    let other = member(&ca("test CA"));
+    let mismatched = TlsFiles {
+        key: other.key.clone(),
+        ..files.clone()
+    };
+    let problem = |f: &TlsFiles| client(f).err().unwrap();
+    assert!(problem(&mismatched).contains("tls.crt and tls.key do not go together"));
+    let garbled = TlsFiles {
+        ca: b"not a certificate".to_vec(),
+        ..files.clone()
+    };
+    assert!(problem(&garbled).contains("ca.crt holds no certificate"));
+    let no_key = TlsFiles {
+        key: b"-----BEGIN NOTHING-----".to_vec(),
+        ..files
+    };
+    assert!(problem(&no_key).contains("tls.key is not a PEM private key"));
+}
+
+#[test]
+fn members_serving_another_certificate_are_stale() {
+    let ca = ca("test CA");
+    let old = member(&ca);
+    let renewed = member(&ca);
+    let client = client(&renewed).unwrap();
+    let verifier = client.verifier.clone();
+    let now = UnixTime::now();
+    let served = |files: &TlsFiles, address: &str| {
+        let cert = leaf(files).unwrap();
+        verifier
+            .verify_server_cert(&cert, &[], &ip(address), &[], now)
+            .unwrap();
+    };
+    served(&renewed, "10.0.0.1");
+    served(&old, "10.0.0.2");
+    let members = [
+        ("c-0", "10.0.0.1"),
+        ("c-1", "10.0.0.2"),
+        ("c-2", "10.0.0.3"),
+    ];
+    assert_eq!(stale(&client, members), vec!["c-1"], "c-2 was not reached");
+    served(&renewed, "10.0.0.2");
+    assert!(stale(&client, members).is_empty());
+}
+
+/// The client config against a real TLS server that requires a client certificate from the
+/// same CA, as `tls-auth-clients yes` and the cluster bus do.
+#[tokio::test]
+async fn the_client_presents_its_certificate_to_a_server_that_requires_one() {
+    let ca = ca("test CA");
+    let files = member(&ca);
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = RootCertStore::empty();
+    roots.add(ca.der().clone()).unwrap();
+    let clients = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        provider.clone(),
+    )
+    .build()
+    .unwrap();
+    let server = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_client_cert_verifier(clients)
+        .with_single_cert(
+            certificates(&files.cert, "tls.crt").unwrap(),
+            PrivateKeyDer::from_pem_slice(&files.key).unwrap(),
+        )
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
+    let serve = tokio::spawn(async move {
+        let (socket, _) = listener.accept().await.unwrap();
+        let mut tls = acceptor.accept(socket).await.unwrap();
+        let presented = tls.get_ref().1.peer_certificates().map(<[_]>::to_vec);
+        tls.write_all(b"+PONG\r\n").await.unwrap();
+        tls.shutdown().await.unwrap();
+        presented
+    });
+
+    let client = client(&files).unwrap();
+    let connector = tokio_rustls::TlsConnector::from(client.config.clone());
+    let socket = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let mut tls = connector.connect(ip("127.0.0.1"), socket).await.unwrap();
+    let mut answer = String::new();
+    tls.read_to_string(&mut answer).await.unwrap();
+    assert_eq!(answer, "+PONG\r\n");
+    let presented = serve.await.unwrap().expect("a client certificate");
+    assert_eq!(presented[0], client.wanted);
+    assert_eq!(client.served.at("127.0.0.1"), Some(client.wanted.clone()));
+}
