@@ -21,6 +21,7 @@ pub mod process;
 pub mod ranges;
 pub mod replication_testing;
 pub mod testing;
+pub mod valkey_tls;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -717,6 +717,7 @@ fn floor_access(prefix: &str, ips: &[String]) -> Access {
             })
             .collect(),
         password: None,
+        tls: None,
     }
 }
 

@@ -298,6 +298,7 @@ async fn floor_formation(
         sentinel_password: String::new(),
         operator_password: String::new(),
         service_ip: None,
+        tls: None,
         replicas_service_ip: None,
         sentinel_service_ip: None,
     };

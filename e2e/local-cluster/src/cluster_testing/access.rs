@@ -1,6 +1,7 @@
 //! Reaching the members: their ClusterIPs and password, `valkey-cli` against them, and the
 //! fred cluster client.
 
+use crate::valkey_tls::{ClientTls, Issued};
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Duration;
@@ -30,6 +31,8 @@ pub struct MemberAddr {
 pub struct Access {
     pub members: Vec<MemberAddr>,
     pub password: Option<String>,
+    /// With `spec.tls`: valkey-cli's client side (the cluster's own Secret's certificate).
+    pub tls: Option<ClientTls>,
 }
 
 /// The password of the members' `spec.auth`, if they have one (its Secret named there or
@@ -92,10 +95,33 @@ pub async fn access(apis: &ClusterApis, cluster: &str) -> Result<Access> {
         bail!("ValkeyCluster {cluster} has no member with a ClusterIP");
     }
     members.sort_by_key(|m| (m.shard, m.member));
+    let tls = match nodes.iter().find_map(|n| n.spec.tls.clone()) {
+        Some(tls) => Some(client_tls(apis, cluster, &tls.secret_name).await?),
+        None => None,
+    };
     Ok(Access {
         password: password(apis, cluster, &nodes).await?,
         members,
+        tls,
     })
+}
+
+/// The client side of the cluster's TLS Secret, its files under the temporary directory.
+async fn client_tls(apis: &ClusterApis, cluster: &str, secret: &str) -> Result<ClientTls> {
+    let data = apis.secrets.get(secret).await?.data.unwrap_or_default();
+    let key = |k: &str| -> Result<String> {
+        let value = data
+            .get(k)
+            .with_context(|| format!("Secret {secret} has no {k}"))?;
+        Ok(String::from_utf8(value.0.clone())?)
+    };
+    let issued = Issued {
+        ca: key("ca.crt")?,
+        cert: key("tls.crt")?,
+        key: key("tls.key")?,
+    };
+    let dir = std::env::temp_dir().join(format!("valkey-e2e-tls-{}-{cluster}", std::process::id()));
+    ClientTls::new(&issued, dir)
 }
 
 /// Runs `valkey-cli` (bounded by `timeout 30`): its trimmed stdout, or stderr when stdout is
@@ -133,11 +159,14 @@ impl Access {
         self.members.iter().find(|m| m.ip == ip)
     }
 
+    /// The password and, with TLS, the client certificate.
     fn auth_args(&self) -> Vec<String> {
-        match &self.password {
+        let mut args = match &self.password {
             Some(p) => vec!["-a".into(), p.clone(), "--no-auth-warning".into()],
             None => vec![],
-        }
+        };
+        args.extend(self.tls.iter().flat_map(ClientTls::cli_args));
+        args
     }
 
     /// `valkey-cli -h <ip> -p 6379 <args>` (trimmed output, or the error text).
@@ -208,6 +237,9 @@ impl Access {
     /// A fred cluster client seeded with every member's ClusterIP; it follows MOVED and ASK
     /// and reconnects for ever (every 250 ms).
     pub async fn client(&self) -> Result<ValkeyClient> {
+        if self.tls.is_some() {
+            bail!("the test cluster client speaks no TLS (valkey-cli does)");
+        }
         let hosts = self.members.iter().map(|m| (m.ip.clone(), PORT)).collect();
         let config = fred::types::config::Config {
             password: self.password.clone(),

@@ -10,6 +10,7 @@ use kube::ResourceExt;
 
 use super::ReplicationApis;
 use crate::cluster_testing::Progress;
+use crate::valkey_tls::{ClientTls, Issued};
 
 /// One member and its Service's ClusterIP.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,6 +37,8 @@ pub struct GroupAccess {
     pub service_ip: Option<String>,
     pub replicas_service_ip: Option<String>,
     pub sentinel_service_ip: Option<String>,
+    /// With `spec.tls`: how to reach the members (the group's own Secret's certificate).
+    pub tls: Option<ClientTls>,
 }
 
 /// What one sentinel says of the group.
@@ -97,7 +100,12 @@ pub async fn access(apis: &ReplicationApis, group: &str) -> Result<GroupAccess> 
                 .filter(|ip| !ip.is_empty() && ip != "None"),
         )
     };
+    let tls = match apis.groups.get(group).await?.spec.tls {
+        Some(tls) => Some(client_tls(apis, group, &tls.secret_name).await?),
+        None => None,
+    };
     Ok(GroupAccess {
+        tls,
         service_ip: service_ip(names::primary_service_name(group)).await?,
         replicas_service_ip: service_ip(names::replicas_service_name(group)).await?,
         sentinel_service_ip: service_ip(names::sentinel_service_name(group)).await?,
@@ -110,11 +118,39 @@ pub async fn access(apis: &ReplicationApis, group: &str) -> Result<GroupAccess> 
     })
 }
 
+/// The client side of the group's TLS Secret, its files under the temporary directory.
+async fn client_tls(apis: &ReplicationApis, group: &str, secret: &str) -> Result<ClientTls> {
+    let data = apis.secrets.get(secret).await?.data.unwrap_or_default();
+    let key = |k: &str| -> Result<String> {
+        let value = data
+            .get(k)
+            .with_context(|| format!("Secret {secret} has no {k}"))?;
+        Ok(String::from_utf8(value.0.clone())?)
+    };
+    let issued = Issued {
+        ca: key("ca.crt")?,
+        cert: key("tls.crt")?,
+        key: key("tls.key")?,
+    };
+    let dir = std::env::temp_dir().join(format!("valkey-e2e-tls-{}-{group}", std::process::id()));
+    ClientTls::new(&issued, dir)
+}
+
 /// `valkey-cli` (bounded by `timeout 10`) logged in through REDISCLI_AUTH (not at all with
 /// an empty password): its trimmed stdout, or stderr when stdout is empty.
-fn run_cli(ip: &str, port: i32, password: &str, user: Option<&str>, args: &[&str]) -> String {
+fn run_cli(
+    tls: Option<&ClientTls>,
+    ip: &str,
+    port: i32,
+    password: &str,
+    user: Option<&str>,
+    args: &[&str],
+) -> String {
     let mut command = Command::new("timeout");
     command.args(["10", "valkey-cli", "-h", ip, "-p", &port.to_string()]);
+    if let Some(tls) = tls {
+        command.args(tls.cli_args());
+    }
     // An empty password: a server without one (bench-replication's hand-made floor).
     if !password.is_empty() {
         command.env("REDISCLI_AUTH", password);
@@ -173,17 +209,32 @@ impl GroupAccess {
 
     /// `valkey-cli` against a data node (or the group's Services), as the default user.
     pub fn cli(&self, ip: &str, args: &[&str]) -> String {
-        run_cli(ip, ports::VALKEY, &self.password, None, args)
+        run_cli(
+            self.tls.as_ref(),
+            ip,
+            ports::VALKEY,
+            &self.password,
+            None,
+            args,
+        )
     }
 
     /// `valkey-cli` against a sentinel, as its default user.
     pub fn sentinel_cli(&self, ip: &str, args: &[&str]) -> String {
-        run_cli(ip, ports::SENTINEL, &self.sentinel_password, None, args)
+        run_cli(
+            self.tls.as_ref(),
+            ip,
+            ports::SENTINEL,
+            &self.sentinel_password,
+            None,
+            args,
+        )
     }
 
     /// `valkey-cli` against a data node as the `operator` user.
     pub fn operator_cli(&self, ip: &str, args: &[&str]) -> String {
         run_cli(
+            self.tls.as_ref(),
             ip,
             ports::VALKEY,
             &self.operator_password,

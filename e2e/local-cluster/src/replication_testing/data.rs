@@ -29,7 +29,7 @@ impl GroupAccess {
             .service_ip
             .as_deref()
             .context("the read-write Service has no ClusterIP")?;
-        connect(ip, 6379, Some(&self.password)).await
+        connect(self.tls.as_ref(), ip, 6379, Some(&self.password)).await
     }
 
     /// Writes `count` keys through the read-write Service (MSET by 200), then waits until

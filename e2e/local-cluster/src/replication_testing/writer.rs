@@ -9,11 +9,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use fred::prelude::{ClientLike, ConnectionConfig, PerformanceConfig, ServerConfig};
+use fred::prelude::{ClientLike, ConnectionConfig, PerformanceConfig, Server, ServerConfig};
 use fred::types::{ClusterHash, CustomCommand, Value};
 
 use super::GroupAccess;
 use crate::cluster_testing::ValkeyClient;
+use crate::valkey_tls::{ClientTls, SERVER_NAME};
 
 /// `WAIT 1 <this>`: how long a write waits for a replica's acknowledgement.
 const WAIT_TIMEOUT_MS: i64 = 1000;
@@ -70,7 +71,7 @@ impl GroupWriterReport {
             .service_ip
             .clone()
             .context("the read-write Service has no ClusterIP")?;
-        let client = connect(&service, 6379, Some(&access.password)).await?;
+        let client = connect(access.tls.as_ref(), &service, 6379, Some(&access.password)).await?;
         let mut lost = Vec::new();
         for chunk in self.acked.chunks(200) {
             let keys: Vec<Value> = chunk.iter().map(|(k, _)| k.as_str().into()).collect();
@@ -93,11 +94,21 @@ pub struct GroupWriter {
     task: tokio::task::JoinHandle<GroupWriterReport>,
 }
 
-pub(super) async fn connect(ip: &str, port: u16, password: Option<&str>) -> Result<ValkeyClient> {
+pub(super) async fn connect(
+    tls: Option<&ClientTls>,
+    ip: &str,
+    port: u16,
+    password: Option<&str>,
+) -> Result<ValkeyClient> {
+    let server = match tls {
+        Some(_) => Server::new_with_tls(ip, port, Some(SERVER_NAME.to_string())),
+        None => Server::new(ip, port),
+    };
     let config = fred::types::config::Config {
         fail_fast: true,
         password: password.map(str::to_string),
-        server: ServerConfig::new_centralized(ip, port),
+        server: ServerConfig::Centralized { server },
+        tls: tls.map(ClientTls::fred),
         ..Default::default()
     };
     let connection = ConnectionConfig {
@@ -183,7 +194,13 @@ impl Stream {
         match &self.route {
             Route::Service(ip) => Ok(ip.clone()),
             Route::Sentinel(ip) => {
-                let client = connect(ip, 26379, Some(&self.access.sentinel_password)).await?;
+                let client = connect(
+                    self.access.tls.as_ref(),
+                    ip,
+                    26379,
+                    Some(&self.access.sentinel_password),
+                )
+                .await?;
                 let answer: Vec<String> = raw(
                     &client,
                     "SENTINEL",
@@ -216,7 +233,15 @@ impl Stream {
                 Some(c) => c.clone(),
                 None => {
                     let connected = match self.primary().await {
-                        Ok(ip) => connect(&ip, 6379, Some(&self.access.password)).await,
+                        Ok(ip) => {
+                            connect(
+                                self.access.tls.as_ref(),
+                                &ip,
+                                6379,
+                                Some(&self.access.password),
+                            )
+                            .await
+                        }
                         Err(e) => Err(e),
                     };
                     match connected {

@@ -40,5 +40,6 @@ mod ready_follows;
 mod rolling_update;
 mod scaling;
 mod stale_marker;
+mod tls;
 mod upgrades;
 mod versions;

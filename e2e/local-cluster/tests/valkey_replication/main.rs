@@ -28,5 +28,6 @@ mod ready_follows;
 mod restarts;
 mod scaling;
 mod switchover;
+mod tls;
 mod upgrades;
 mod users;

@@ -1,0 +1,181 @@
+//! TLS for tests of topologies with `spec.tls`: a CA and member certificates made with
+//! rcgen, put in a Secret in cert-manager's layout, and the client side the tests use
+//! (valkey-cli's flags, a fred config, the certificate a member serves).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use fred::types::config::TlsConfig;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::ObjectMeta;
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair,
+};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+
+/// The one name every member certificate holds; clients check it (`tls_server_name`), as
+/// they would check a Service's DNS name. Valkey itself checks no names.
+pub const SERVER_NAME: &str = "members.valkey.test";
+
+/// A CA that issues member certificates.
+pub struct TestCa {
+    issuer: CertifiedIssuer<'static, KeyPair>,
+}
+
+/// One issued certificate, its key and the CA, as PEM.
+#[derive(Clone)]
+pub struct Issued {
+    pub ca: String,
+    pub cert: String,
+    pub key: String,
+}
+
+impl TestCa {
+    pub fn new() -> Result<Self> {
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "valkey-operator e2e CA");
+        let issuer = CertifiedIssuer::self_signed(params, KeyPair::generate()?)?;
+        Ok(Self { issuer })
+    }
+
+    /// A member certificate for [`SERVER_NAME`] (no IP: members are dialled at addresses
+    /// unknown when it is issued), for server and client authentication, each time with a
+    /// new key.
+    pub fn issue(&self) -> Result<Issued> {
+        let mut params = CertificateParams::new(vec![SERVER_NAME.to_string()])?;
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let key = KeyPair::generate()?;
+        let cert = params.signed_by(&key, &self.issuer)?;
+        Ok(Issued {
+            ca: self.issuer.pem(),
+            cert: cert.pem(),
+            key: key.serialize_pem(),
+        })
+    }
+}
+
+impl Issued {
+    /// The Secret members mount, in cert-manager's layout.
+    pub fn secret(&self, name: &str) -> Secret {
+        let data = [
+            ("ca.crt", &self.ca),
+            ("tls.crt", &self.cert),
+            ("tls.key", &self.key),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
+        .collect::<BTreeMap<_, _>>();
+        Secret {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            type_: Some("kubernetes.io/tls".into()),
+            data: Some(data),
+            ..Default::default()
+        }
+    }
+
+    /// The certificate, as DER: what a member serves once it loaded this one.
+    pub fn der(&self) -> Result<CertificateDer<'static>> {
+        CertificateDer::from_pem_slice(self.cert.as_bytes()).context("tls.crt")
+    }
+}
+
+/// How a test client reaches TLS members: files for valkey-cli, a rustls config for fred
+/// and for looking at served certificates.
+#[derive(Clone)]
+pub struct ClientTls {
+    dir: PathBuf,
+    config: Arc<rustls::ClientConfig>,
+}
+
+impl std::fmt::Debug for ClientTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ClientTls({})", self.dir.display())
+    }
+}
+
+impl ClientTls {
+    /// Writes `issued` under `dir` (created) and builds the client config: trusts the CA,
+    /// presents the certificate, checks [`SERVER_NAME`].
+    pub fn new(issued: &Issued, dir: PathBuf) -> Result<Self> {
+        std::fs::create_dir_all(&dir)?;
+        for (file, pem) in [
+            ("ca.crt", &issued.ca),
+            ("tls.crt", &issued.cert),
+            ("tls.key", &issued.key),
+        ] {
+            std::fs::write(dir.join(file), pem)?;
+        }
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(CertificateDer::from_pem_slice(issued.ca.as_bytes())?)?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots)
+            .with_client_auth_cert(
+                vec![issued.der()?],
+                PrivateKeyDer::from_pem_slice(issued.key.as_bytes())?,
+            )?;
+        Ok(Self {
+            dir,
+            config: Arc::new(config),
+        })
+    }
+
+    /// valkey-cli's flags.
+    pub fn cli_args(&self) -> Vec<String> {
+        let file = |f: &str| self.dir.join(f).display().to_string();
+        vec![
+            "--tls".into(),
+            "--cacert".into(),
+            file("ca.crt"),
+            "--cert".into(),
+            file("tls.crt"),
+            "--key".into(),
+            file("tls.key"),
+        ]
+    }
+
+    /// fred's TLS config.
+    pub fn fred(&self) -> TlsConfig {
+        fred::types::config::TlsConnector::from(rustls::ClientConfig::clone(&self.config)).into()
+    }
+
+    /// The certificate `ip:port` serves now (a fresh handshake).
+    pub async fn served(&self, ip: &str, port: u16) -> Result<CertificateDer<'static>> {
+        let connector = tokio_rustls::TlsConnector::from(self.config.clone());
+        let socket = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            tokio::net::TcpStream::connect((ip, port)),
+        )
+        .await
+        .context("connecting timed out")??;
+        let name = ServerName::try_from(SERVER_NAME)?;
+        let tls = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            connector.connect(name, socket),
+        )
+        .await
+        .context("the handshake timed out")??;
+        let served = tls
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|c| c.first())
+            .context("no certificate served")?;
+        Ok(served.clone().into_owned())
+    }
+}
