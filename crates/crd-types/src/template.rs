@@ -360,12 +360,15 @@ pub fn derived_password(prefix: &str, base: &str) -> String {
         .collect()
 }
 
-/// The spec-level half of [`Tls`]'s rule: `tls` can be neither added nor removed.
+/// The spec-level half of [`Tls`]'s rule: `tls` can be neither added nor removed. A `null`
+/// counts as removed (the API server runs no rule on a null value, and `has()` is true for
+/// it).
 pub fn tls_is_set_at_creation() -> Rule {
-    Rule::new("has(self.tls) == has(oldSelf.tls)").message(
-        "tls cannot be added or removed after creation: TLS and plain-text members cannot talk \
+    Rule::new("(has(self.tls) && self.tls != null) == (has(oldSelf.tls) && oldSelf.tls != null)")
+        .message(
+            "tls cannot be added or removed after creation: TLS and plain-text members cannot talk \
          to each other; create a new object with tls instead",
-    )
+        )
 }
 
 /// The topology rule keeping `auth.operatorSecretRef` as created (set or not, and which):
@@ -411,15 +414,17 @@ pub struct Tls {
     /// A Secret in the cert-manager layout (type kubernetes.io/tls): `tls.crt`, `tls.key`
     /// and `ca.crt`. Every member serves `tls.crt` and also presents it as its client
     /// certificate (to its primary, on the cluster bus, to sentinels), so the certificate
-    /// must allow both server and client authentication. Valkey checks the chain to
-    /// `ca.crt`, not the names in the certificate.
+    /// must allow server authentication, and client authentication too in a ValkeyCluster
+    /// (its bus requires client certificates) or with `authClients` Optional or Required.
+    /// Valkey checks the chain to `ca.crt`, not the names in the certificate.
     #[schemars(length(min = 1, max = 253))]
     #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')").message("tls.secretName is a Secret name: lower-case letters, digits, '-' and '.'"))]
     pub secret_name: String,
-    /// Whether clients must present a certificate signed by `ca.crt`: `No` (the default:
-    /// passwords still apply), `Optional` or `Yes`. The cluster bus always requires one.
+    /// Whether clients must present a certificate signed by `ca.crt`: `Never` (the default:
+    /// passwords still apply), `Optional` or `Required`. The cluster bus always requires one.
+    /// (Not No/Yes: YAML 1.1 parsers, kubectl's among them, read those as booleans.)
     #[serde(default)]
-    #[x_kube(validation = Rule::new("self in ['No', 'Optional', 'Yes']").message("tls.authClients must be No, Optional or Yes"))]
+    #[x_kube(validation = Rule::new("self in ['Never', 'Optional', 'Required']").message("tls.authClients must be Never, Optional or Required"))]
     pub auth_clients: TlsAuthClients,
 }
 
@@ -427,18 +432,18 @@ pub struct Tls {
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum TlsAuthClients {
     #[default]
-    No,
+    Never,
     Optional,
-    Yes,
+    Required,
 }
 
 impl TlsAuthClients {
     /// The directive's value.
     pub fn directive(self) -> &'static str {
         match self {
-            Self::No => "no",
+            Self::Never => "no",
             Self::Optional => "optional",
-            Self::Yes => "yes",
+            Self::Required => "yes",
         }
     }
 }

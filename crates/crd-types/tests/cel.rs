@@ -407,11 +407,14 @@ fn tls_is_set_at_creation_and_checked() {
     let tls = |t: Value| node(json!({"tls": t}));
     let a = tls(json!({"secretName": "cache-tls"}));
     accepted::<ValkeyNode>(&a, None);
-    accepted::<ValkeyNode>(&tls(json!({"secretName": "c", "authClients": "Yes"})), None);
-    rejected::<ValkeyNode>(
-        &tls(json!({"secretName": "c", "authClients": "required"})),
+    accepted::<ValkeyNode>(
+        &tls(json!({"secretName": "c", "authClients": "Required"})),
         None,
-        "tls.authClients must be No, Optional or Yes",
+    );
+    rejected::<ValkeyNode>(
+        &tls(json!({"secretName": "c", "authClients": "yes"})),
+        None,
+        "tls.authClients must be Never, Optional or Required",
     );
     rejected::<ValkeyNode>(
         &tls(json!({"secretName": "Cache_TLS"})),
@@ -424,6 +427,8 @@ fn tls_is_set_at_creation_and_checked() {
     let plain = node(json!({}));
     rejected::<ValkeyNode>(&plain, Some(&a), "tls cannot be added or removed");
     rejected::<ValkeyNode>(&a, Some(&plain), "tls cannot be added or removed");
+    let null = tls(Value::Null);
+    rejected::<ValkeyNode>(&null, Some(&a), "tls cannot be added or removed");
     let c = cluster(json!({"shards": 3, "template": {}, "tls": {"secretName": "t"}}));
     accepted::<ValkeyCluster>(&c, None);
     let plain_cluster = cluster(json!({"shards": 3, "template": {}}));
