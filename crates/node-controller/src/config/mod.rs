@@ -978,7 +978,7 @@ mod tests {
     fn standalone_with_tls_serves_tls_only_on_the_same_port() {
         let s = with_tls(
             spec(Mode::Standalone, Announce::Service, &[]),
-            TlsAuthClients::No,
+            TlsAuthClients::Never,
         );
         let c = config(render(&s, Some("10.96.0.7")));
         assert!(c.args.is_empty());
@@ -1037,7 +1037,7 @@ mod tests {
     fn a_sentinel_with_tls_uses_it_to_data_nodes_and_sentinels() {
         let s = with_tls(
             spec(Mode::Sentinel, Announce::Service, &[]),
-            TlsAuthClients::Yes,
+            TlsAuthClients::Required,
         );
         let c = config(render(&s, Some("10.96.0.10")));
         let mut expected = vec![
@@ -1058,9 +1058,9 @@ mod tests {
     fn tls_auth_clients_is_always_rendered() {
         // Valkey's own default is yes: leaving the line out would not mean No.
         for (auth_clients, line) in [
-            (TlsAuthClients::No, "tls-auth-clients no"),
+            (TlsAuthClients::Never, "tls-auth-clients no"),
             (TlsAuthClients::Optional, "tls-auth-clients optional"),
-            (TlsAuthClients::Yes, "tls-auth-clients yes"),
+            (TlsAuthClients::Required, "tls-auth-clients yes"),
         ] {
             for mode in [Mode::Standalone, Mode::Cluster, Mode::Sentinel] {
                 let s = with_tls(spec(mode, Announce::PodIP, &[]), auth_clients);
@@ -1080,10 +1080,10 @@ mod tests {
                 vec!["--sentinel", "announce-ip", "$(POD_IP)"],
             ),
         ] {
-            let s = with_tls(spec(mode, Announce::PodIP, &[]), TlsAuthClients::No);
+            let s = with_tls(spec(mode, Announce::PodIP, &[]), TlsAuthClients::Never);
             assert_eq!(config(render(&s, None)).args, args);
         }
-        let mut s = with_tls(with_auth(Mode::Cluster, true, true), TlsAuthClients::No);
+        let mut s = with_tls(with_auth(Mode::Cluster, true, true), TlsAuthClients::Never);
         s.users_secret_name = Some("orders-users".into());
         let text = config(render(&s, Some("10.96.0.7"))).text;
         let l = lines(&text);

@@ -12,7 +12,7 @@
 //! Without `spec.tls` nothing here adds a byte: existing nodes do not roll.
 
 use crd_types::node::Mode;
-use crd_types::template::{TLS_CA_KEY, TLS_CERT_KEY, TLS_DIR, TLS_KEY_KEY, Tls};
+use crd_types::template::{TLS_CA_KEY, TLS_CERT_KEY, TLS_DIR, TLS_KEY_KEY, Tls, TlsAuthClients};
 
 /// The server certificate, also presented as the client certificate.
 pub fn cert_file() -> String {
@@ -99,6 +99,13 @@ pub fn exporter_scheme(tls: Option<&Tls>) -> &'static str {
     }
 }
 
+/// Whether the exporter presents the node's certificate: only when the node asks clients
+/// for one (`authClients` Optional or Required). Otherwise it gets neither the certificate nor
+/// the key, and dials TLS without checking the server (see the exporter's environment).
+pub fn exporter_presents_certificate(tls: Option<&Tls>) -> bool {
+    tls.is_some_and(|t| t.auth_clients != TlsAuthClients::Never)
+}
+
 /// How a script runs valkey-cli: the program, then its arguments.
 const CLI: &str = "valkey-cli ";
 
@@ -123,7 +130,7 @@ mod tests {
         assert_eq!(cli_over_tls(script, None), script);
         let tls = Tls {
             secret_name: "orders-tls".into(),
-            auth_clients: TlsAuthClients::Yes,
+            auth_clients: TlsAuthClients::Required,
         };
         let over = cli_over_tls(script, Some(&tls));
         assert_eq!(

@@ -226,10 +226,13 @@ pub(super) fn exporter_auth_init_container(node: &ValkeyNode) -> Option<Containe
 }
 
 pub(super) fn exporter_container(node: &ValkeyNode, exporter: &Exporter) -> Container {
+    // The certificate and its key only where the node asks clients for one: the exporter is
+    // a third party's image, and the key would let it join the cluster bus.
+    let certificate = crate::config::tls::exporter_presents_certificate(node.spec.tls.as_ref());
     let mounts: Vec<_> = exporter_logs_in_as_monitoring(&node.spec)
         .then(|| mount(EXPORTER_AUTH_VOLUME, EXPORTER_AUTH_DIR, true))
         .into_iter()
-        .chain(tls_mount(node))
+        .chain(tls_mount(node).filter(|_| certificate))
         .collect();
     let mounts = (!mounts.is_empty()).then_some(mounts);
     Container {

@@ -91,9 +91,9 @@ pub(super) fn exporter_env(node: &ValkeyNode, exporter: &Exporter) -> Vec<EnvVar
         "REDIS_ADDR",
         format!("{}://$({POD_IP_ENV}):{port}", tls::exporter_scheme(tls)),
     ));
-    if tls.is_some() {
+    if tls::exporter_presents_certificate(tls) {
         env.push(value_env("REDIS_EXPORTER_TLS_CA_CERT_FILE", tls::ca_file()));
-        // A client certificate, so it works with `tls-auth-clients yes`.
+        // A client certificate, as the node asks clients for one.
         env.push(value_env(
             "REDIS_EXPORTER_TLS_CLIENT_CERT_FILE",
             tls::cert_file(),
@@ -102,6 +102,8 @@ pub(super) fn exporter_env(node: &ValkeyNode, exporter: &Exporter) -> Vec<EnvVar
             "REDIS_EXPORTER_TLS_CLIENT_KEY_FILE",
             tls::key_file(),
         ));
+    }
+    if tls.is_some() {
         // redis_exporter (Go) checks the server's names strictly, an IP address against an
         // IP SAN, and it dials its own pod's IP, which a certificate issued into the Secret
         // before the pod existed cannot name. Valkey itself checks only the chain. The
@@ -213,12 +215,12 @@ mod tests {
     }
 
     #[test]
-    fn with_tls_the_exporter_dials_rediss_with_the_node_certificate() {
-        use crd_types::template::Tls;
+    fn with_tls_the_exporter_dials_rediss_with_the_certificate_only_if_asked() {
+        use crd_types::template::{Tls, TlsAuthClients};
         let tls = |s: &mut crd_types::ValkeyNodeSpec| {
             s.tls = Some(Tls {
                 secret_name: "orders-tls".into(),
-                auth_clients: Default::default(),
+                auth_clients: TlsAuthClients::Optional,
             });
             s.template.exporter = Some(Exporter {
                 image: "e".into(),
@@ -256,6 +258,22 @@ mod tests {
                 .collect();
             assert_eq!(mounts, [("tls", "/etc/valkey-tls", Some(true))]);
         }
+        // Not asked for a certificate: neither it nor its key reaches the exporter.
+        let d = build(&node(Mode::Cluster, |s| {
+            tls(s);
+            s.tls.as_mut().unwrap().auth_clients = TlsAuthClients::Never;
+        }));
+        let e = container(&d, "exporter");
+        assert_eq!(
+            values_of(e),
+            [
+                ("REDIS_ADDR", "rediss://$(POD_IP):6379"),
+                ("REDIS_EXPORTER_SKIP_TLS_VERIFICATION", "true"),
+                ("REDIS_EXPORTER_DISABLE_SCRAPE_ENDPOINT", "true"),
+                ("REDIS_EXPORTER_WEB_LISTEN_ADDRESS", ":9121"),
+            ]
+        );
+        assert_eq!(e.volume_mounts, None);
         // With passwords, the password file's keys follow the scheme (see config::auth).
         let d = build(&node(Mode::Cluster, |s| {
             tls(s);

@@ -497,8 +497,9 @@ mod tests {
                 .collect();
             let item = |k: &str| (k.to_string(), k.to_string());
             assert_eq!(keys, [item("tls.crt"), item("tls.key"), item("ca.crt")]);
-            // Every container that serves or dials the node; the exporter-auth init
-            // container only writes a file.
+            // Every container that serves or dials the node with its certificate; the
+            // exporter-auth init container only writes a file, and the exporter presents no
+            // certificate to a node that asks for none (authClients No here).
             let p = pod(&d);
             let mut mounted = Vec::new();
             for c in p
@@ -516,8 +517,8 @@ mod tests {
                 }
             }
             let expected: &[&str] = match mode {
-                Mode::Sentinel => &["sentinel-config", "valkey", "exporter"],
-                _ => &["valkey", "exporter"],
+                Mode::Sentinel => &["sentinel-config", "valkey"],
+                _ => &["valkey"],
             };
             assert_eq!(mounted, expected, "{mode:?}");
         }
