@@ -7,8 +7,9 @@
 
 use std::fmt::Debug;
 
-use crd_types::template::{OPERATOR_USER, TLS_CERT_KEY, TLS_DIR, Tls};
-use k8s_openapi::api::core::v1::Secret;
+use crd_types::template::{OPERATOR_USER, TLS_CERT_KEY, TLS_DIR, Tls, TlsAuthClients};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, Secret};
+use kube::api::EvictParams;
 use kube::{Api, Resource, ResourceExt};
 use operator_runtime::{ApiResultExt, Context, EventReason, ObjectName, Op};
 use topology_controller::commands::Valkey;
@@ -19,11 +20,13 @@ use crate::error::Error;
 use crate::valkey::{Conn, Login};
 
 /// The client side of the topology's TLS Secret: `None` without `spec.tls`, else the client
-/// or why the Secret cannot be used.
+/// or why the Secret cannot be used. `bus`: the members form a cluster (whose bus always
+/// asks for client certificates).
 pub async fn read(
     secrets: &Api<Secret>,
     namespace: &str,
     spec: Option<&Tls>,
+    bus: bool,
 ) -> Result<Option<Result<Client, String>>, Error> {
     let Some(spec) = spec else {
         return Ok(None);
@@ -33,8 +36,10 @@ pub async fn read(
         .get_opt(name)
         .await
         .on(Op::Read, ObjectName::new::<Secret>(namespace, name))?;
-    let client = tls::files_in(secret.as_ref(), name)
-        .and_then(|files| tls::client(&files).map_err(|e| format!("TLS Secret {name}: {e}")));
+    let client = tls::files_in(secret.as_ref(), name).and_then(|files| {
+        let client_auth = bus || spec.auth_clients != TlsAuthClients::Never;
+        tls::client(&files, client_auth).map_err(|e| format!("TLS Secret {name}: {e}"))
+    });
     Ok(Some(client))
 }
 
@@ -81,6 +86,22 @@ pub async fn reload<K, R>(
     let Some(client) = login.tls.as_ref() else {
         return;
     };
+    let (_, refused_reason) = &reasons;
+    let untrusted: Vec<String> = members
+        .iter()
+        .filter_map(|m| Some(format!("{} ({})", m.name, client.served.refusal(m.ip)?)))
+        .collect();
+    if !untrusted.is_empty() {
+        let note = format!(
+            "the operator refuses the certificate {} serve: it does not lead to the Secret's \
+             ca.crt. While a CA changes, ca.crt must hold the previous and the new CA until \
+             every member serves a certificate of the new one (members check each other the \
+             same way)",
+            untrusted.join(", ")
+        );
+        tracing::warn!(topology = %topology.name_any(), %note);
+        publish(ctx, topology, *refused_reason, note).await;
+    }
     let stale = tls::stale(client, members.iter().map(|m| (m.name, m.ip)));
     if stale.is_empty() {
         return;
@@ -131,5 +152,61 @@ where
 {
     if let Err(e) = ctx.events.publish(topology, reason, note, None).await {
         tracing::warn!(topology = %topology.name_any(), error = %e, "event not published");
+    }
+}
+
+/// A sentinel, its pod and its ValkeyNode (the Event's related object).
+pub struct SentinelPod<'a> {
+    pub state: tls::SentinelState<'a>,
+    pub pod: Option<&'a str>,
+    pub node: Option<ObjectReference>,
+}
+
+/// Evicts the sentinel [`tls::sentinel_to_restart`] names, if any: its pod comes back with
+/// the current Secret. An eviction, not a delete, so the sentinels' PodDisruptionBudget
+/// (one at a time) is honoured too. Told with `reason`; nothing fails the reconcile.
+pub async fn restart_stale_sentinel<K, R>(
+    ctx: &Context,
+    group: &K,
+    login: &Login,
+    sentinels: &[SentinelPod<'_>],
+    group_ready: bool,
+    pods: &Api<Pod>,
+    reason: R,
+) where
+    K: Resource<DynamicType = ()> + Debug,
+    R: EventReason,
+{
+    let Some(client) = login.tls.as_ref() else {
+        return;
+    };
+    let states: Vec<tls::SentinelState<'_>> = sentinels.iter().map(|s| s.state).collect();
+    let Some(name) = tls::sentinel_to_restart(client, &states, group_ready) else {
+        return;
+    };
+    let Some(sentinel) = sentinels.iter().find(|s| s.state.name == name) else {
+        return;
+    };
+    let Some(pod) = sentinel.pod else {
+        return;
+    };
+    match pods.evict(pod, &EvictParams::default()).await {
+        Ok(_) => {
+            let note = format!(
+                "evicted {name}'s pod {pod}: it serves an older certificate, and Sentinel \
+                 reads its TLS files only at start"
+            );
+            tracing::info!(group = %group.name_any(), %note);
+            // Related to the sentinel: the recorder would fold one group's Events that
+            // differ only in their notes into one series.
+            let related = sentinel.node.clone();
+            if let Err(e) = ctx.events.publish(group, reason, note, related).await {
+                tracing::warn!(group = %group.name_any(), error = %e, "event not published");
+            }
+        }
+        // 429: the budget lets no sentinel go now; the next look tries again.
+        Err(e) => {
+            tracing::info!(group = %group.name_any(), sentinel = %name, error = %e, "sentinel not evicted")
+        }
     }
 }

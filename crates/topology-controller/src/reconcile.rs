@@ -114,6 +114,7 @@ pub async fn reconcile(
         &apis.secrets,
         &apis.namespace,
         live.cluster.spec.tls.as_ref(),
+        true,
     )
     .await?;
     passwords.tls_problem = tls.as_ref().and_then(|t| t.as_ref().err().cloned());

@@ -16,6 +16,8 @@ use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::server::WebPkiClientVerifier;
+use rustls::server::danger::ClientCertVerifier;
 use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
 };
@@ -71,24 +73,35 @@ fn certificates(pem: &[u8], what: &str) -> Result<Vec<CertificateDer<'static>>, 
     }
 }
 
-/// Who served which certificate, by address, as the handshakes of one [`Client`] saw it.
+/// Who served which certificate, by address, as the handshakes of one [`Client`] saw it:
+/// the certificate, or why it was refused.
 #[derive(Debug, Default)]
-pub struct Served(Mutex<BTreeMap<String, CertificateDer<'static>>>);
+pub struct Served(Mutex<BTreeMap<String, Result<CertificateDer<'static>, String>>>);
 
 impl Served {
     /// The certificate `address` (an IP, as dialled) served at its last handshake.
     pub fn at(&self, address: &str) -> Option<CertificateDer<'static>> {
+        self.last(address)?.ok()
+    }
+
+    /// Why the certificate `address` served at its last handshake was refused, if it was
+    /// (one from another CA, say, after the Secret's CA changed).
+    pub fn refusal(&self, address: &str) -> Option<String> {
+        self.last(address)?.err()
+    }
+
+    fn last(&self, address: &str) -> Option<Result<CertificateDer<'static>, String>> {
         let served = self.0.lock().unwrap_or_else(|e| e.into_inner());
         served.get(address).cloned()
     }
 
-    fn record(&self, server: &ServerName<'_>, cert: &CertificateDer<'_>) {
+    fn record(&self, server: &ServerName<'_>, seen: Result<CertificateDer<'static>, String>) {
         let address = match server {
             ServerName::IpAddress(ip) => std::net::IpAddr::from(*ip).to_string(),
             other => other.to_str().into_owned(),
         };
         let mut served = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        served.insert(address, cert.clone().into_owned());
+        served.insert(address, seen);
     }
 }
 
@@ -100,6 +113,8 @@ pub struct Client {
     pub served: Arc<Served>,
     /// The certificate members serve once they have loaded the current Secret.
     pub wanted: CertificateDer<'static>,
+    /// SHA-256 of the three files: long-lived connections made with another are redone.
+    pub digest: String,
     #[cfg(test)]
     verifier: Arc<ChainOnly>,
 }
@@ -111,8 +126,12 @@ impl std::fmt::Debug for Client {
 }
 
 /// The client side of `files`: trusts `ca.crt`, presents `tls.crt` with `tls.key`, and
-/// checks servers' chains but not their names.
-pub fn client(files: &TlsFiles) -> Result<Client, String> {
+/// checks servers' chains but not their names. Refused when members could not use the
+/// certificate: not issued by `ca.crt`, expired, not allowed for server authentication, or,
+/// when members ask each other for client certificates (`client_auth`: the cluster bus
+/// always does, data nodes and sentinels unless `authClients` is `Never`), not allowed
+/// for client authentication.
+pub fn client(files: &TlsFiles, client_auth: bool) -> Result<Client, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = RootCertStore::empty();
     for ca in certificates(&files.ca, TLS_CA_KEY)? {
@@ -120,9 +139,18 @@ pub fn client(files: &TlsFiles) -> Result<Client, String> {
             .add(ca)
             .map_err(|e| format!("{TLS_CA_KEY} is not a usable CA certificate: {e}"))?;
     }
-    let chain = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+    let roots = Arc::new(roots);
+    let chain = WebPkiServerVerifier::builder_with_provider(roots.clone(), provider.clone())
         .build()
         .map_err(|e| format!("{TLS_CA_KEY}: {e}"))?;
+    let members = WebPkiClientVerifier::builder_with_provider(roots, provider.clone())
+        .build()
+        .map_err(|e| format!("{TLS_CA_KEY}: {e}"))?;
+    usable(
+        &certificates(&files.cert, TLS_CERT_KEY)?,
+        &chain,
+        client_auth.then_some(&members),
+    )?;
     let served = Arc::new(Served::default());
     let verifier = Arc::new(ChainOnly {
         chain,
@@ -141,9 +169,44 @@ pub fn client(files: &TlsFiles) -> Result<Client, String> {
         config: Arc::new(config),
         served,
         wanted: leaf(files)?,
+        digest: crate::acl::sha256_hex([files.ca.as_slice(), &files.cert, &files.key].concat()),
         #[cfg(test)]
         verifier,
     })
+}
+
+/// Whether members can serve `certs` (leaf first) and present it to each other, now.
+fn usable(
+    certs: &[CertificateDer<'static>],
+    servers: &WebPkiServerVerifier,
+    clients: Option<&Arc<dyn ClientCertVerifier>>,
+) -> Result<(), String> {
+    let Some((leaf, intermediates)) = certs.split_first() else {
+        return Err(format!("{TLS_CERT_KEY} holds no certificate"));
+    };
+    let now = UnixTime::now();
+    // Any name: names are not checked (see ChainOnly).
+    let name = ServerName::try_from("member.invalid").expect("a DNS name");
+    match servers.verify_server_cert(leaf, intermediates, &name, &[], now) {
+        Ok(_)
+        | Err(rustls::Error::InvalidCertificate(CertificateError::NotValidForName))
+        | Err(rustls::Error::InvalidCertificate(CertificateError::NotValidForNameContext {
+            ..
+        })) => {}
+        Err(e) => return Err(format!("{TLS_CERT_KEY} cannot be served: {e}")),
+    }
+    let Some(clients) = clients else {
+        return Ok(());
+    };
+    clients
+        .verify_client_cert(leaf, intermediates, now)
+        .map(drop)
+        .map_err(|e| {
+            format!(
+                "{TLS_CERT_KEY} cannot be a client certificate, which members present to each \
+                 other (the cluster bus requires one): {e}"
+            )
+        })
 }
 
 /// Valkey's own check: the chain must lead to the CA; a name that does not match is fine.
@@ -176,9 +239,11 @@ impl ServerCertVerifier for ChainOnly {
             )) => Ok(ServerCertVerified::assertion()),
             other => other,
         };
-        if verified.is_ok() {
-            self.served.record(server_name, end_entity);
-        }
+        let seen = match &verified {
+            Ok(_) => Ok(end_entity.clone().into_owned()),
+            Err(e) => Err(e.to_string()),
+        };
+        self.served.record(server_name, seen);
         verified
     }
 
@@ -221,6 +286,32 @@ pub fn stale<'a>(
         })
         .map(|(name, _)| name)
         .collect()
+}
+
+/// A sentinel as [`sentinel_to_restart`] sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct SentinelState<'a> {
+    pub name: &'a str,
+    pub address: Option<&'a str>,
+    /// Its pod is ready and it answered the operator at this reconcile.
+    pub serving: bool,
+}
+
+/// The sentinel to restart so that it loads the Secret's certificate, if one may go now.
+/// Sentinels read their TLS files only at start (no `CONFIG SET`; see docs/tls-design.md),
+/// so one still serving another certificate is restarted: one at a time, only while the
+/// group was Ready and every sentinel is ready and answering (so none is restarting and the
+/// quorum stands), and only one whose last handshake showed another certificate.
+pub fn sentinel_to_restart<'a>(
+    client: &Client,
+    sentinels: &[SentinelState<'a>],
+    group_ready: bool,
+) -> Option<&'a str> {
+    if !group_ready || sentinels.iter().any(|s| !s.serving) {
+        return None;
+    }
+    let reached = sentinels.iter().filter_map(|s| Some((s.name, s.address?)));
+    stale(client, reached).into_iter().min()
 }
 
 #[cfg(test)]

@@ -54,6 +54,9 @@ operator_runtime::event_reasons! {
         /// A member refused to load the TLS Secret's files (a key that does not match the
         /// certificate, say) and keeps serving the certificate it has; the note says why.
         CertificateRefused: Warning,
+        /// A sentinel serving an older certificate was evicted so that it starts with the
+        /// renewed one (Sentinel reads its TLS files only at start); the note says which.
+        SentinelRestarted: Normal,
     }
 }
 

@@ -21,11 +21,16 @@ fn ca(name: &str) -> Ca {
 
 /// A member certificate as cert-manager issues one for a Service's DNS names: no IP SAN.
 fn member(ca: &Ca) -> TlsFiles {
+    issued(ca, |_| {})
+}
+
+fn issued(ca: &Ca, change: impl FnOnce(&mut CertificateParams)) -> TlsFiles {
     let mut params = CertificateParams::new(vec!["cache.default.svc".to_string()]).unwrap();
     params.extended_key_usages = vec![
         ExtendedKeyUsagePurpose::ServerAuth,
         ExtendedKeyUsagePurpose::ClientAuth,
     ];
+    change(&mut params);
     let key = KeyPair::generate().unwrap();
     let cert = params.signed_by(&key, ca).unwrap();
     TlsFiles {
@@ -47,6 +52,11 @@ fn secret(files: &TlsFiles, drop: Option<&str>) -> Secret {
         data: Some(data),
         ..Default::default()
     }
+}
+
+/// The client of a cluster's members, which present certificates on the bus.
+fn client_of(files: &TlsFiles) -> Result<Client, String> {
+    client(files, true)
 }
 
 fn ip(address: &str) -> ServerName<'static> {
@@ -76,7 +86,7 @@ fn the_secret_must_hold_all_three_keys() {
 fn a_member_is_trusted_by_its_chain_whatever_address_it_is_dialled_at() {
     let ca = ca("test CA");
     let files = member(&ca);
-    let client = client(&files).unwrap();
+    let client = client_of(&files).unwrap();
     let verifier = client.verifier.clone();
     let now = UnixTime::now();
     let served = leaf(&files).unwrap();
@@ -91,6 +101,9 @@ fn a_member_is_trusted_by_its_chain_whatever_address_it_is_dialled_at() {
     let refused = verifier.verify_server_cert(&stranger, &[], &ip("10.96.0.13"), &[], now);
     assert!(refused.is_err());
     assert_eq!(client.served.at("10.96.0.13"), None);
+    let why = client.served.refusal("10.96.0.13").unwrap();
+    assert!(why.contains("UnknownIssuer"), "{why}");
+    assert_eq!(client.served.refusal("10.96.0.12"), None);
 }
 
 #[test]
@@ -101,7 +114,7 @@ fn unusable_files_say_which_key_is_wrong() {
         key: other.key.clone(),
         ..files.clone()
     };
-    let problem = |f: &TlsFiles| client(f).err().unwrap();
+    let problem = |f: &TlsFiles| client_of(f).err().unwrap();
     assert!(problem(&mismatched).contains("tls.crt and tls.key do not go together"));
     let garbled = TlsFiles {
         ca: b"not a certificate".to_vec(),
@@ -116,11 +129,47 @@ fn unusable_files_say_which_key_is_wrong() {
 }
 
 #[test]
+fn a_certificate_members_could_not_use_is_refused_up_front() {
+    let ca = ca("test CA");
+    let problem = |f: TlsFiles| client_of(&f).err().unwrap();
+    let server_only = issued(&ca, |p| {
+        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth]
+    });
+    let why = problem(server_only);
+    assert!(
+        why.starts_with("tls.crt cannot be a client certificate"),
+        "{why}"
+    );
+    let client_only = issued(&ca, |p| {
+        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth]
+    });
+    let why = problem(client_only);
+    assert!(why.starts_with("tls.crt cannot be served"), "{why}");
+    let expired = issued(&ca, |p| {
+        p.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        p.not_after = rcgen::date_time_ymd(2021, 1, 1);
+    });
+    let why = problem(expired);
+    assert!(
+        why.starts_with("tls.crt cannot be served") && why.contains("xpired"),
+        "{why}"
+    );
+    let stranger = TlsFiles {
+        ca: ca.pem().into_bytes(),
+        ..member(&self::ca("other CA"))
+    };
+    let why = problem(stranger);
+    assert!(why.starts_with("tls.crt cannot be served"), "{why}");
+    // No extended key usage at all allows both.
+    assert!(client_of(&issued(&ca, |p| p.extended_key_usages.clear())).is_ok());
+}
+
+#[test]
 fn members_serving_another_certificate_are_stale() {
     let ca = ca("test CA");
     let old = member(&ca);
     let renewed = member(&ca);
-    let client = client(&renewed).unwrap();
+    let client = client_of(&renewed).unwrap();
     let verifier = client.verifier.clone();
     let now = UnixTime::now();
     let served = |files: &TlsFiles, address: &str| {
@@ -177,7 +226,7 @@ async fn the_client_presents_its_certificate_to_a_server_that_requires_one() {
         presented
     });
 
-    let client = client(&files).unwrap();
+    let client = client_of(&files).unwrap();
     let connector = tokio_rustls::TlsConnector::from(client.config.clone());
     let socket = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
@@ -189,4 +238,49 @@ async fn the_client_presents_its_certificate_to_a_server_that_requires_one() {
     let presented = serve.await.unwrap().expect("a client certificate");
     assert_eq!(presented[0], client.wanted);
     assert_eq!(client.served.at("127.0.0.1"), Some(client.wanted.clone()));
+}
+
+#[test]
+fn one_stale_sentinel_restarts_at_a_time_and_only_when_all_serve() {
+    let ca = ca("test CA");
+    let old = member(&ca);
+    let renewed = member(&ca);
+    let client = client_of(&renewed).unwrap();
+    let now = UnixTime::now();
+    let serve = |files: &TlsFiles, address: &str| {
+        let cert = leaf(files).unwrap();
+        client
+            .verifier
+            .verify_server_cert(&cert, &[], &ip(address), &[], now)
+            .unwrap();
+    };
+    serve(&old, "10.0.1.1");
+    serve(&renewed, "10.0.1.2");
+    serve(&old, "10.0.1.3");
+    let state = |name, address, serving| SentinelState {
+        name,
+        address: Some(address),
+        serving,
+    };
+    let all = [
+        state("g-s-0", "10.0.1.1", true),
+        state("g-s-1", "10.0.1.2", true),
+        state("g-s-2", "10.0.1.3", true),
+    ];
+    assert_eq!(sentinel_to_restart(&client, &all, true), Some("g-s-0"));
+    assert_eq!(sentinel_to_restart(&client, &all, false), None, "not Ready");
+    let one_restarting = [
+        state("g-s-0", "10.0.1.1", false),
+        state("g-s-1", "10.0.1.2", true),
+        state("g-s-2", "10.0.1.3", true),
+    ];
+    assert_eq!(sentinel_to_restart(&client, &one_restarting, true), None);
+    serve(&renewed, "10.0.1.1");
+    assert_eq!(sentinel_to_restart(&client, &all, true), Some("g-s-2"));
+    serve(&renewed, "10.0.1.3");
+    assert_eq!(
+        sentinel_to_restart(&client, &all, true),
+        None,
+        "all renewed"
+    );
 }

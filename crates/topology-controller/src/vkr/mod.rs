@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crd_types::cluster::Phase;
-use crd_types::conditions::ConditionSpec;
+use crd_types::conditions::{self, ConditionSpec};
 use crd_types::names::labels;
 use crd_types::{ValkeyNode, ValkeyNodeStatus, ValkeyReplication, ValkeyReplicationStatus};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Secret, Service};
@@ -46,6 +46,7 @@ use topology_controller::replication::status::{
 };
 use topology_controller::replication::survey::{self, Health};
 use topology_controller::replication::{PORT, members};
+use topology_controller::tls;
 use topology_controller::users::{self, Checks, Member};
 
 use crate::error::Error;
@@ -120,8 +121,13 @@ pub async fn reconcile(
     };
     // Passwords before members, so a member's pod finds its Secrets when it starts.
     let mut passwords = passwords(&apis, &live).await?;
-    let tls =
-        member_tls::read(&apis.secrets, &apis.namespace, live.group.spec.tls.as_ref()).await?;
+    let tls = member_tls::read(
+        &apis.secrets,
+        &apis.namespace,
+        live.group.spec.tls.as_ref(),
+        false,
+    )
+    .await?;
     passwords.tls_problem = tls.as_ref().and_then(|t| t.as_ref().err().cloned());
     let nodes = apply_members(&apis, &live).await?;
     objects::apply_services(
@@ -204,6 +210,35 @@ pub async fn reconcile(
             &members,
             &connections,
             reasons,
+        )
+        .await;
+        let sentinels: Vec<_> = observed
+            .members
+            .sentinels
+            .iter()
+            .map(|s| member_tls::SentinelPod {
+                state: tls::SentinelState {
+                    name: &s.facts.name,
+                    address: s.facts.address.as_deref(),
+                    serving: s.facts.ready && s.answer.is_some(),
+                },
+                pod: s.facts.pod.as_deref(),
+                node: related(&observed, Some(&s.facts.name)),
+            })
+            .collect();
+        let group_ready = live
+            .group
+            .status
+            .as_ref()
+            .is_some_and(|s| conditions::is_true(&s.conditions, "Ready"));
+        member_tls::restart_stale_sentinel(
+            &ctx.runtime,
+            &live.group,
+            login,
+            &sentinels,
+            group_ready,
+            &apis.pods,
+            ReplicationEvent::SentinelRestarted,
         )
         .await;
     }
