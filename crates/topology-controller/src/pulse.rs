@@ -45,7 +45,7 @@ pub struct Pulse {
 /// One topology's pulse, and the members and login it was started for.
 struct Followed {
     members: Vec<(String, u16)>,
-    password: String,
+    login: Login,
     task: JoinHandle<()>,
 }
 
@@ -91,7 +91,7 @@ impl Pulse {
         let mut followed = self.followed.lock().unwrap_or_else(|e| e.into_inner());
         if followed
             .get(&key)
-            .is_some_and(|f| f.members == members && f.password == login.password)
+            .is_some_and(|f| f.members == members && f.login.same_as(login))
         {
             return;
         }
@@ -106,7 +106,7 @@ impl Pulse {
             key,
             Followed {
                 members,
-                password: login.password.clone(),
+                login: login.clone(),
                 task,
             },
         );

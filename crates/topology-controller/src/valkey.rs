@@ -29,6 +29,32 @@ pub struct Login {
     pub tls: Option<tls::Client>,
 }
 
+impl Login {
+    /// fred's config for the member at `ip:port`: fail fast, this user, and TLS when the
+    /// topology has it.
+    pub fn config(&self, ip: &str, port: u16) -> Config {
+        Config {
+            fail_fast: true,
+            username: Some(self.user.clone()),
+            password: Some(self.password.clone()),
+            server: ServerConfig::new_centralized(ip, port),
+            // Dialled at the IP, so that is the name the handshake records (see tls::Served).
+            tls: self
+                .tls
+                .as_ref()
+                .map(|t| TlsConnector::from(ClientConfig::clone(&t.config)).into()),
+            ..Default::default()
+        }
+    }
+
+    /// Whether connections made with `other` would log in and handshake the same way: a
+    /// long-lived follower restarts when the password or the TLS Secret changes.
+    pub fn same_as(&self, other: &Login) -> bool {
+        let digest = |l: &Login| l.tls.as_ref().map(|t| t.digest.clone());
+        self.user == other.user && self.password == other.password && digest(self) == digest(other)
+    }
+}
+
 impl std::fmt::Debug for Login {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Login({}, <redacted>)", self.user)
@@ -88,18 +114,7 @@ impl Conn {
         connecting: Duration,
         commands: Duration,
     ) -> Result<Self, ValkeyError> {
-        let config = Config {
-            fail_fast: true,
-            username: Some(login.user.clone()),
-            password: Some(login.password.clone()),
-            server: ServerConfig::new_centralized(ip, port),
-            // Dialled at the IP, so that is the name the handshake records (see tls::Served).
-            tls: login
-                .tls
-                .as_ref()
-                .map(|t| TlsConnector::from(ClientConfig::clone(&t.config)).into()),
-            ..Default::default()
-        };
+        let config = login.config(ip, port);
         let connection = ConnectionConfig {
             connection_timeout: connecting,
             internal_command_timeout: connecting,

@@ -10,9 +10,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use fred::prelude::{
-    ClientLike, Config, ConnectionConfig, EventInterface, PubsubInterface, ServerConfig,
-};
+use fred::prelude::{ClientLike, ConnectionConfig, EventInterface, PubsubInterface};
 use futures::Stream;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -35,7 +33,7 @@ pub struct SwitchWatch {
 /// One group's subscriptions, and what they were made for.
 struct Followed {
     sentinels: Vec<String>,
-    password: String,
+    login: Login,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -67,7 +65,7 @@ impl SwitchWatch {
         let mut followed = self.followed.lock().unwrap_or_else(|e| e.into_inner());
         if followed
             .get(&key)
-            .is_some_and(|f| f.sentinels == sentinels && f.password == login.password)
+            .is_some_and(|f| f.sentinels == sentinels && f.login.same_as(login))
         {
             return;
         }
@@ -86,7 +84,7 @@ impl SwitchWatch {
             key,
             Followed {
                 sentinels,
-                password: login.password.clone(),
+                login: login.clone(),
                 tasks,
             },
         );
@@ -105,13 +103,7 @@ impl SwitchWatch {
 /// a message about `name` wakes its reconcile.
 async fn listen(ip: String, login: Login, name: String, trigger: mpsc::UnboundedSender<()>) {
     loop {
-        let config = Config {
-            fail_fast: true,
-            username: Some(login.user.clone()),
-            password: Some(login.password.clone()),
-            server: ServerConfig::new_centralized(&ip, SENTINEL_PORT),
-            ..Default::default()
-        };
+        let config = login.config(&ip, SENTINEL_PORT);
         let connection = ConnectionConfig {
             connection_timeout: Duration::from_secs(5),
             max_command_attempts: 1,
