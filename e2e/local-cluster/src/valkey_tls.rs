@@ -99,6 +99,17 @@ impl Issued {
 pub struct ClientTls {
     dir: PathBuf,
     config: Arc<rustls::ClientConfig>,
+    /// The same without a client certificate.
+    anonymous: Arc<rustls::ClientConfig>,
+}
+
+/// What a server did with a TLS connection within a few seconds of the handshake.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Kept {
+    /// It stayed open, silent (the cluster bus waits for the peer to speak first).
+    Open,
+    /// It was closed or refused, with what the client saw.
+    Closed(String),
 }
 
 impl std::fmt::Debug for ClientTls {
@@ -122,16 +133,18 @@ impl ClientTls {
         let mut roots = rustls::RootCertStore::empty();
         roots.add(CertificateDer::from_pem_slice(issued.ca.as_bytes())?)?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()?
-            .with_root_certificates(roots)
-            .with_client_auth_cert(
-                vec![issued.der()?],
-                PrivateKeyDer::from_pem_slice(issued.key.as_bytes())?,
-            )?;
+            .with_root_certificates(roots);
+        let anonymous = builder.clone().with_no_client_auth();
+        let config = builder.with_client_auth_cert(
+            vec![issued.der()?],
+            PrivateKeyDer::from_pem_slice(issued.key.as_bytes())?,
+        )?;
         Ok(Self {
             dir,
             config: Arc::new(config),
+            anonymous: Arc::new(anonymous),
         })
     }
 
@@ -152,6 +165,36 @@ impl ClientTls {
     /// fred's TLS config.
     pub fn fred(&self) -> TlsConfig {
         fred::types::config::TlsConnector::from(rustls::ClientConfig::clone(&self.config)).into()
+    }
+
+    /// Connects to `ip:port` with (`certificate`) or without a client certificate, then
+    /// reads for 3 s: whether the server kept the connection. With TLS 1.3 a server refuses
+    /// a missing client certificate after the client's handshake is done, so the refusal
+    /// shows on that read.
+    pub async fn kept(&self, ip: &str, port: u16, certificate: bool) -> Result<Kept> {
+        use tokio::io::AsyncReadExt;
+        let config = match certificate {
+            true => self.config.clone(),
+            false => self.anonymous.clone(),
+        };
+        let socket = tokio::net::TcpStream::connect((ip, port)).await?;
+        let name = ServerName::try_from(SERVER_NAME)?;
+        let mut tls = match tokio_rustls::TlsConnector::from(config)
+            .connect(name, socket)
+            .await
+        {
+            Ok(tls) => tls,
+            Err(e) => return Ok(Kept::Closed(format!("handshake: {e}"))),
+        };
+        let mut buffer = [0u8; 64];
+        let read =
+            tokio::time::timeout(std::time::Duration::from_secs(3), tls.read(&mut buffer)).await;
+        Ok(match read {
+            Err(_) => Kept::Open,
+            Ok(Ok(0)) => Kept::Closed("closed".into()),
+            Ok(Ok(n)) => Kept::Closed(format!("{n} bytes unasked")),
+            Ok(Err(e)) => Kept::Closed(e.to_string()),
+        })
     }
 
     /// The certificate `ip:port` serves now (a fresh handshake).

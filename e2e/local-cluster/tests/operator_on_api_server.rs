@@ -198,6 +198,35 @@ async fn operator_installs_and_the_api_judges_input_as_documented() {
         .await
         .unwrap();
 
+    // tls is set at creation only: a null (which a merge patch would turn into a removal,
+    // but a JSON patch or a PUT keeps) counts as removing it.
+    create::<ValkeyNode>(&client, json!({"apiVersion": "valkey.rs/v1alpha1", "kind": "ValkeyNode",
+        "metadata": meta("tls"), "spec": {"tls": {"secretName": "tls-certificate", "authClients": "Required"}}}))
+        .await
+        .unwrap();
+    let to_null = Patch::<Value>::Json(
+        serde_json::from_value(json!([{"op": "replace", "path": "/spec/tls", "value": null}]))
+            .unwrap(),
+    );
+    assert_rejected(
+        nodes
+            .patch("tls", &PatchParams::default(), &to_null)
+            .await
+            .map_err(|e| e.to_string()),
+        "tls cannot be added or removed",
+    );
+    assert_rejected(
+        nodes
+            .patch(
+                "tls",
+                &PatchParams::default(),
+                &edit(json!({"tls": {"secretName": "other"}})),
+            )
+            .await
+            .map_err(|e| e.to_string()),
+        "tls cannot be changed after creation",
+    );
+
     // --- Status ownership: two field managers, two conditions, both kept. Test-only
     // managers and types, so the running controllers' own writes do not interfere.
     let condition = |type_: &str| {

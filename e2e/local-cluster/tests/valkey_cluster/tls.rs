@@ -3,16 +3,18 @@
 
 use std::time::Instant;
 
-use crd_types::template::{Tls, TlsAuthClients};
+use crd_types::template::{Exporter, Tls, TlsAuthClients};
 use kube::api::PostParams;
 use local_cluster::cluster_testing::valkey_cluster;
+use local_cluster::images::exporter_image;
 use local_cluster::testing::valkey_cli_as;
-use local_cluster::valkey_tls::TestCa;
+use local_cluster::valkey_tls::{Kept, TestCa};
 
 use crate::env::{Env, SETTLE};
 
 const CLIENT_PORT: u16 = 6379;
 const BUS_PORT: u16 = 16379;
+const EXPORTER_PORT: i32 = 9121;
 
 /// The cluster forms over TLS (the operator's MEET, slot assignment and replication, the bus
 /// between members: `--cluster check` passes, asked over TLS); plain text is refused on the
@@ -34,7 +36,12 @@ async fn a_cluster_speaks_only_tls_and_loads_a_renewed_certificate_live() {
     let mut cluster = valkey_cluster(name, 3, 1, false);
     cluster.spec.tls = Some(Tls {
         secret_name: secret_name.into(),
-        auth_clients: TlsAuthClients::No,
+        auth_clients: TlsAuthClients::Never,
+    });
+    cluster.spec.template.exporter = Some(Exporter {
+        image: exporter_image().unwrap(),
+        port: EXPORTER_PORT,
+        resources: None,
     });
     let access = env.create_ready(cluster).await;
     let tls = access.tls.clone().expect("the cluster has tls");
@@ -46,11 +53,42 @@ async fn a_cluster_speaks_only_tls_and_loads_a_renewed_certificate_live() {
             access.password.as_deref().map(|p| (None, p)),
             &["PING"],
         );
-        assert_ne!(plain, "PONG", "{} answers plain text", m.name);
+        assert!(
+            plain.contains("Server closed the connection") || plain.contains("Connection reset"),
+            "{} in plain text: {plain}",
+            m.name
+        );
         for port in [CLIENT_PORT, BUS_PORT] {
             let served = tls.served(&m.ip, port).await.unwrap();
             assert_eq!(served, first.der().unwrap(), "{}:{port}", m.name);
         }
+        // The bus asks for a client certificate whatever authClients says: a peer with one
+        // is kept, one without is refused.
+        assert_eq!(tls.kept(&m.ip, BUS_PORT, true).await.unwrap(), Kept::Open);
+        let anonymous = tls.kept(&m.ip, BUS_PORT, false).await.unwrap();
+        assert!(
+            matches!(anonymous, Kept::Closed(_)),
+            "{}: {anonymous:?}",
+            m.name
+        );
+        eprintln!(
+            "tls: {}'s bus without a client certificate: {anonymous:?}",
+            m.name
+        );
+        // Its exporter scrapes it over TLS with no certificate (authClients: Never).
+        let addr = format!("{}:{EXPORTER_PORT}", m.ip);
+        env.wait(
+            &format!("{}'s exporter to scrape it", m.name),
+            SETTLE,
+            || async {
+                let body = local_cluster::operator::http_get(&addr, "/metrics").await;
+                Ok(body
+                    .filter(|b| b.lines().any(|l| l == "redis_up 1"))
+                    .map(drop)
+                    .ok_or_else(|| "no successful scrape yet".to_string()))
+            },
+        )
+        .await;
     }
     for i in 0..100 {
         let key = format!("tls:{i}");

@@ -4,8 +4,9 @@
 use std::time::{Duration, Instant};
 
 use crd_types::names::statefulset_pod_name;
-use crd_types::template::{Tls, TlsAuthClients};
+use crd_types::template::{Exporter, Tls, TlsAuthClients};
 use kube::api::PostParams;
+use local_cluster::images::exporter_image;
 use local_cluster::replication_testing::{GroupWriter, Route, valkey_replication};
 use local_cluster::testing::valkey_cli_as;
 use local_cluster::valkey_tls::TestCa;
@@ -13,13 +14,38 @@ use local_cluster::valkey_tls::TestCa;
 use crate::env::{Env, FORM, SETTLE, nothing_lost};
 use crate::restarts::pod_uids;
 
+const EXPORTER_PORT: i32 = 9121;
+
+/// The member's exporter scrapes it over TLS, presenting the node's certificate
+/// (`authClients: Required`).
+async fn scraped(env: &Env, member: &str, ip: &str) {
+    let addr = format!("{ip}:{EXPORTER_PORT}");
+    env.wait(
+        &format!("{member}'s exporter to scrape it"),
+        SETTLE,
+        || async {
+            let body = local_cluster::operator::http_get(&addr, "/metrics").await;
+            Ok(body
+                .filter(|b| b.lines().any(|l| l == "redis_up 1"))
+                .map(drop)
+                .ok_or_else(|| "no successful scrape yet".to_string()))
+        },
+    )
+    .await;
+}
+
+/// What valkey-cli says when a TLS port closes its plain-text connection.
+fn closed(answer: &str) -> bool {
+    answer.contains("Server closed the connection") || answer.contains("Connection reset")
+}
+
 /// The group forms over TLS: replication (`master_link_status:up` on each replica), the
 /// sentinels (which agree on the primary and list every member) and the operator all speak
-/// TLS. Plain text and TLS without a client certificate (`authClients: Yes`) are refused on
+/// TLS. Plain text and TLS without a client certificate (`authClients: Required`) are refused on
 /// every member. A renewed certificate in the Secret is served by every data node with no
 /// pod restarted and no acknowledged write lost. Sentinels read TLS files only at start
-/// (they have no CONFIG SET; 8.x has no reload): they serve the previous certificate until
-/// restarted, and a restarted one serves the renewed one.
+/// (they have no CONFIG SET; 8.x has no reload): each is evicted, one at a time, and serves
+/// the renewed certificate once back; the group ends Ready with Valkey and Sentinel agreeing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_group_speaks_only_tls_and_loads_a_renewed_certificate_live() {
     let env = Env::start().await;
@@ -35,7 +61,12 @@ async fn a_group_speaks_only_tls_and_loads_a_renewed_certificate_live() {
     let mut group = valkey_replication(name, 2, 3, false);
     group.spec.tls = Some(Tls {
         secret_name: secret_name.into(),
-        auth_clients: TlsAuthClients::Yes,
+        auth_clients: TlsAuthClients::Required,
+    });
+    group.spec.template.exporter = Some(Exporter {
+        image: exporter_image().unwrap(),
+        port: EXPORTER_PORT,
+        resources: None,
     });
     // Ready, and Valkey and Sentinel agree with status, asked over TLS.
     let access = env.create_ready(group).await;
@@ -55,7 +86,7 @@ async fn a_group_speaks_only_tls_and_loads_a_renewed_certificate_live() {
     for m in &access.data {
         assert_eq!(access.cli(&m.ip, &["PING"]), "PONG", "{} over TLS", m.name);
         let plain = valkey_cli_as(&m.ip, Some((None, &access.password)), &["PING"]);
-        assert_ne!(plain, "PONG", "{} answers plain text", m.name);
+        assert!(closed(&plain), "{} in plain text: {plain}", m.name);
         eprintln!("tls: {} in plain text: {plain:?}", m.name);
         let info = access.cli(&m.ip, &["INFO", "replication"]);
         if info.contains("role:slave") {
@@ -64,8 +95,15 @@ async fn a_group_speaks_only_tls_and_loads_a_renewed_certificate_live() {
     }
     for s in &access.sentinels {
         assert_eq!(access.sentinel_cli(&s.ip, &["PING"]), "PONG");
+        let plain = std::process::Command::new("timeout")
+            .args(["10", "valkey-cli", "-h", &s.ip, "-p", "26379", "PING"])
+            .output()
+            .unwrap();
+        let plain = String::from_utf8_lossy(&plain.stdout).to_string()
+            + &String::from_utf8_lossy(&plain.stderr);
+        assert!(closed(&plain), "{} in plain text: {plain}", s.name);
     }
-    // A TLS client without a certificate is refused (authClients: Yes).
+    // A TLS client without a certificate is refused (authClients: Required).
     let ca_file = std::env::temp_dir().join(format!("valkey-e2e-ca-{}.crt", std::process::id()));
     std::fs::write(&ca_file, &first.ca).unwrap();
     let anonymous = std::process::Command::new("timeout")
@@ -78,9 +116,11 @@ async fn a_group_speaks_only_tls_and_loads_a_renewed_certificate_live() {
     let anonymous = String::from_utf8_lossy(&anonymous.stdout).to_string()
         + &String::from_utf8_lossy(&anonymous.stderr);
     assert!(!anonymous.contains("PONG"), "{anonymous}");
+    eprintln!("tls: TLS without a certificate: {anonymous:?}");
     for (member, ip, port) in &members {
         let served = tls.served(ip, *port).await.unwrap();
         assert_eq!(served, first.der().unwrap(), "{member} serves the Secret's");
+        scraped(&env, member, ip).await;
     }
 
     // Renewal under a writer.
@@ -92,34 +132,47 @@ async fn a_group_speaks_only_tls_and_loads_a_renewed_certificate_live() {
         .unwrap();
     let uids = pod_uids(&env, name).await;
     let renewed = ca.issue().unwrap();
+    let mut secret = renewed.secret(secret_name);
+    secret.metadata.resource_version = secrets
+        .get(secret_name)
+        .await
+        .unwrap()
+        .metadata
+        .resource_version;
     secrets
-        .replace(secret_name, &PostParams::default(), &{
-            let mut s = renewed.secret(secret_name);
-            s.metadata.resource_version = secrets
-                .get(secret_name)
-                .await
-                .unwrap()
-                .metadata
-                .resource_version;
-            s
-        })
+        .replace(secret_name, &PostParams::default(), &secret)
         .await
         .unwrap();
     let changed = Instant::now();
     let wanted = renewed.der().unwrap();
-    let data_nodes = &members[..access.data.len()];
-    env.wait(
-        "every data node to serve the renewed certificate",
-        SETTLE * 2,
-        || async {
+    let stale = |members: Vec<(&'static str, String, String, u16)>| {
+        let tls = tls.clone();
+        let wanted = wanted.clone();
+        async move {
             let mut stale = Vec::new();
-            for (member, ip, port) in data_nodes {
-                match tls.served(ip, *port).await {
+            for (_, member, ip, port) in members {
+                match tls.served(&ip, port).await {
                     Ok(served) if served == wanted => {}
                     Ok(_) => stale.push(format!("{member} serves the old one")),
                     Err(e) => stale.push(format!("{member}: {e:#}")),
                 }
             }
+            stale
+        }
+    };
+    let owned: Vec<(&'static str, String, String, u16)> = members
+        .iter()
+        .map(|(m, ip, port)| {
+            let kind = if *port == 6379 { "data" } else { "sentinel" };
+            (kind, m.to_string(), ip.to_string(), *port)
+        })
+        .collect();
+    let data_nodes: Vec<_> = owned.iter().filter(|m| m.0 == "data").cloned().collect();
+    env.wait(
+        "every data node to serve the renewed certificate",
+        SETTLE * 2,
+        || async {
+            let stale = stale(data_nodes.clone()).await;
             Ok(stale.is_empty().then_some(()).ok_or(stale.join("; ")))
         },
     )
@@ -128,48 +181,59 @@ async fn a_group_speaks_only_tls_and_loads_a_renewed_certificate_live() {
         "tls: every data node serves the renewed certificate {:?} after the Secret changed",
         changed.elapsed()
     );
+    env.wait(
+        "every sentinel to serve the renewed certificate",
+        FORM,
+        || async {
+            let stale = stale(owned.clone()).await;
+            Ok(stale.is_empty().then_some(()).ok_or(stale.join("; ")))
+        },
+    )
+    .await;
+    eprintln!(
+        "tls: every sentinel serves the renewed certificate {:?} after the Secret changed",
+        changed.elapsed()
+    );
     writer
         .progressed(50, Duration::from_secs(30))
         .await
         .unwrap();
+    let status = env.ready_agreeing(name, None, SETTLE).await;
     nothing_lost(name, [writer], &access).await;
-    assert_eq!(pod_uids(&env, name).await, uids, "no pod restarted");
-    let reloaded = env
-        .apis
-        .group_events(name, Some("CertificateReloaded"))
-        .await
-        .unwrap();
-    assert!(!reloaded.is_empty(), "a CertificateReloaded Event");
-    let refused = env
-        .apis
-        .group_events(name, Some("CertificateRefused"))
-        .await
-        .unwrap();
-    assert!(refused.is_empty(), "{refused:?}");
+    eprintln!("tls: Ready with {:?} primary", status.current_primary);
 
-    // Sentinels: the previous certificate until they restart.
-    for s in &access.sentinels {
-        let served = tls.served(&s.ip, 26379).await.unwrap();
-        assert_eq!(served, first.der().unwrap(), "{} cannot reload", s.name);
+    // Data nodes kept their pods and containers; each sentinel was evicted once.
+    let now = pod_uids(&env, name).await;
+    for m in &access.data {
+        let pod = statefulset_pod_name(&m.name);
+        assert_eq!(now.get(&pod), uids.get(&pod), "{} kept its pod", m.name);
+        let statuses = env.apis.pods.get(&pod).await.unwrap().status.unwrap();
+        let restarts: i32 = statuses
+            .container_statuses
+            .iter()
+            .flatten()
+            .map(|c| c.restart_count)
+            .sum();
+        assert_eq!(restarts, 0, "{} restarted no container", m.name);
     }
-    let sentinel = &access.sentinels[0];
-    env.apis
-        .kill_pod(&statefulset_pod_name(&sentinel.name))
-        .await
-        .unwrap();
-    env.wait(
-        "the restarted sentinel to serve the renewed certificate",
-        FORM,
-        || async {
-            Ok(match tls.served(&sentinel.ip, 26379).await {
-                Ok(served) if served == wanted => Ok(()),
-                Ok(_) => Err("the old one".to_string()),
-                Err(e) => Err(format!("{e:#}")),
-            })
-        },
-    )
-    .await;
-    env.ready(name, SETTLE).await;
+    for s in &access.sentinels {
+        let pod = statefulset_pod_name(&s.name);
+        assert_ne!(now.get(&pod), uids.get(&pod), "{} was restarted", s.name);
+    }
+    let events = |reason: &'static str| {
+        let apis = &env.apis;
+        async move { apis.group_events(name, Some(reason)).await.unwrap() }
+    };
+    assert!(!events("CertificateReloaded").await.is_empty());
+    assert!(events("CertificateRefused").await.is_empty());
+    let restarted = events("SentinelRestarted").await;
+    let notes: Vec<&str> = restarted.iter().filter_map(|e| e.note.as_deref()).collect();
+    for s in &access.sentinels {
+        let evicted = notes
+            .iter()
+            .filter(|n| n.starts_with(&format!("evicted {}'s", s.name)));
+        assert_eq!(evicted.count(), 1, "{}: {notes:?}", s.name);
+    }
     let _ = std::fs::remove_file(ca_file);
     env.finish().await;
 }
