@@ -10,7 +10,8 @@ use anyhow::{Context, Result};
 use fred::types::config::TlsConfig;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::ObjectMeta;
+use kube::Api;
+use kube::api::{ObjectMeta, PostParams};
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
     KeyPair,
@@ -221,4 +222,44 @@ impl ClientTls {
             .context("no certificate served")?;
         Ok(served.clone().into_owned())
     }
+}
+
+/// A CA, and Secret `name` holding its first member certificate.
+pub async fn create_secret(secrets: &Api<Secret>, name: &str) -> Result<(TestCa, Issued)> {
+    let ca = TestCa::new()?;
+    let first = ca.issue()?;
+    secrets
+        .create(&PostParams::default(), &first.secret(name))
+        .await?;
+    Ok((ca, first))
+}
+
+/// Replaces Secret `name`'s content with a new certificate from `ca` (a renewal).
+pub async fn renew_secret(secrets: &Api<Secret>, name: &str, ca: &TestCa) -> Result<Issued> {
+    let renewed = ca.issue()?;
+    let mut secret = renewed.secret(name);
+    secret.metadata.resource_version = secrets.get(name).await?.metadata.resource_version;
+    secrets
+        .replace(name, &PostParams::default(), &secret)
+        .await?;
+    Ok(renewed)
+}
+
+/// The client side of Secret `name` (a topology's own certificate), its files in a
+/// directory of the temporary directory named after `owner`.
+pub async fn client_of_secret(secrets: &Api<Secret>, name: &str, owner: &str) -> Result<ClientTls> {
+    let data = secrets.get(name).await?.data.unwrap_or_default();
+    let key = |k: &str| -> Result<String> {
+        let value = data
+            .get(k)
+            .with_context(|| format!("Secret {name} has no {k}"))?;
+        Ok(String::from_utf8(value.0.clone())?)
+    };
+    let issued = Issued {
+        ca: key("ca.crt")?,
+        cert: key("tls.crt")?,
+        key: key("tls.key")?,
+    };
+    let dir = std::env::temp_dir().join(format!("valkey-e2e-tls-{}-{owner}", std::process::id()));
+    ClientTls::new(&issued, dir)
 }

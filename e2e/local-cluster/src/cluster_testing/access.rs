@@ -1,7 +1,7 @@
 //! Reaching the members: their ClusterIPs and password, `valkey-cli` against them, and the
 //! fred cluster client.
 
-use crate::valkey_tls::{ClientTls, Issued};
+use crate::valkey_tls::{ClientTls, client_of_secret};
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Duration;
@@ -96,7 +96,7 @@ pub async fn access(apis: &ClusterApis, cluster: &str) -> Result<Access> {
     }
     members.sort_by_key(|m| (m.shard, m.member));
     let tls = match nodes.iter().find_map(|n| n.spec.tls.clone()) {
-        Some(tls) => Some(client_tls(apis, cluster, &tls.secret_name).await?),
+        Some(tls) => Some(client_of_secret(&apis.secrets, &tls.secret_name, cluster).await?),
         None => None,
     };
     Ok(Access {
@@ -104,24 +104,6 @@ pub async fn access(apis: &ClusterApis, cluster: &str) -> Result<Access> {
         members,
         tls,
     })
-}
-
-/// The client side of the cluster's TLS Secret, its files under the temporary directory.
-async fn client_tls(apis: &ClusterApis, cluster: &str, secret: &str) -> Result<ClientTls> {
-    let data = apis.secrets.get(secret).await?.data.unwrap_or_default();
-    let key = |k: &str| -> Result<String> {
-        let value = data
-            .get(k)
-            .with_context(|| format!("Secret {secret} has no {k}"))?;
-        Ok(String::from_utf8(value.0.clone())?)
-    };
-    let issued = Issued {
-        ca: key("ca.crt")?,
-        cert: key("tls.crt")?,
-        key: key("tls.key")?,
-    };
-    let dir = std::env::temp_dir().join(format!("valkey-e2e-tls-{}-{cluster}", std::process::id()));
-    ClientTls::new(&issued, dir)
 }
 
 /// Runs `valkey-cli` (bounded by `timeout 30`): its trimmed stdout, or stderr when stdout is

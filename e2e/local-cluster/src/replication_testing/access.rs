@@ -10,7 +10,7 @@ use kube::ResourceExt;
 
 use super::ReplicationApis;
 use crate::cluster_testing::Progress;
-use crate::valkey_tls::{ClientTls, Issued};
+use crate::valkey_tls::{ClientTls, client_of_secret};
 
 /// One member and its Service's ClusterIP.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -101,7 +101,7 @@ pub async fn access(apis: &ReplicationApis, group: &str) -> Result<GroupAccess> 
         )
     };
     let tls = match apis.groups.get(group).await?.spec.tls {
-        Some(tls) => Some(client_tls(apis, group, &tls.secret_name).await?),
+        Some(tls) => Some(client_of_secret(&apis.secrets, &tls.secret_name, group).await?),
         None => None,
     };
     Ok(GroupAccess {
@@ -116,24 +116,6 @@ pub async fn access(apis: &ReplicationApis, group: &str) -> Result<GroupAccess> 
         sentinel_password: secret(apis, &names::generated_sentinel_secret_name(group)).await?,
         operator_password: secret(apis, &names::generated_operator_secret_name(group)).await?,
     })
-}
-
-/// The client side of the group's TLS Secret, its files under the temporary directory.
-async fn client_tls(apis: &ReplicationApis, group: &str, secret: &str) -> Result<ClientTls> {
-    let data = apis.secrets.get(secret).await?.data.unwrap_or_default();
-    let key = |k: &str| -> Result<String> {
-        let value = data
-            .get(k)
-            .with_context(|| format!("Secret {secret} has no {k}"))?;
-        Ok(String::from_utf8(value.0.clone())?)
-    };
-    let issued = Issued {
-        ca: key("ca.crt")?,
-        cert: key("tls.crt")?,
-        key: key("tls.key")?,
-    };
-    let dir = std::env::temp_dir().join(format!("valkey-e2e-tls-{}-{group}", std::process::id()));
-    ClientTls::new(&issued, dir)
 }
 
 /// `valkey-cli` (bounded by `timeout 10`) logged in through REDISCLI_AUTH (not at all with

@@ -4,11 +4,10 @@
 use std::time::Instant;
 
 use crd_types::template::{Exporter, Tls, TlsAuthClients};
-use kube::api::PostParams;
 use local_cluster::cluster_testing::valkey_cluster;
 use local_cluster::images::exporter_image;
 use local_cluster::testing::valkey_cli_as;
-use local_cluster::valkey_tls::{Kept, TestCa};
+use local_cluster::valkey_tls::{Kept, create_secret, renew_secret};
 
 use crate::env::{Env, SETTLE};
 
@@ -26,13 +25,8 @@ async fn a_cluster_speaks_only_tls_and_loads_a_renewed_certificate_live() {
     let env = Env::start().await;
     let name = "tls";
     let secret_name = "tls-certificate";
-    let ca = TestCa::new().unwrap();
-    let first = ca.issue().unwrap();
     let secrets = &env.apis.secrets;
-    secrets
-        .create(&PostParams::default(), &first.secret(secret_name))
-        .await
-        .unwrap();
+    let (ca, first) = create_secret(secrets, secret_name).await.unwrap();
     let mut cluster = valkey_cluster(name, 3, 1, false);
     cluster.spec.tls = Some(Tls {
         secret_name: secret_name.into(),
@@ -97,18 +91,7 @@ async fn a_cluster_speaks_only_tls_and_loads_a_renewed_certificate_live() {
 
     let members = env.apis.members(name).await.unwrap();
     let starts = env.pod_starts(&members).await;
-    let renewed = ca.issue().unwrap();
-    let mut secret = renewed.secret(secret_name);
-    secret.metadata.resource_version = secrets
-        .get(secret_name)
-        .await
-        .unwrap()
-        .metadata
-        .resource_version;
-    secrets
-        .replace(secret_name, &PostParams::default(), &secret)
-        .await
-        .unwrap();
+    let renewed = renew_secret(secrets, secret_name, &ca).await.unwrap();
     let changed = Instant::now();
     let wanted = renewed.der().unwrap();
     env.wait(

@@ -5,11 +5,10 @@ use std::time::{Duration, Instant};
 
 use crd_types::names::statefulset_pod_name;
 use crd_types::template::{Exporter, Tls, TlsAuthClients};
-use kube::api::PostParams;
 use local_cluster::images::exporter_image;
 use local_cluster::replication_testing::{GroupWriter, Route, valkey_replication};
 use local_cluster::testing::valkey_cli_as;
-use local_cluster::valkey_tls::TestCa;
+use local_cluster::valkey_tls::{create_secret, renew_secret};
 
 use crate::env::{Env, FORM, SETTLE, nothing_lost};
 use crate::restarts::pod_uids;
@@ -51,13 +50,8 @@ async fn a_group_speaks_only_tls_and_loads_a_renewed_certificate_live() {
     let env = Env::start().await;
     let name = "tls";
     let secret_name = "tls-certificate";
-    let ca = TestCa::new().unwrap();
-    let first = ca.issue().unwrap();
     let secrets = &env.apis.secrets;
-    secrets
-        .create(&PostParams::default(), &first.secret(secret_name))
-        .await
-        .unwrap();
+    let (ca, first) = create_secret(secrets, secret_name).await.unwrap();
     let mut group = valkey_replication(name, 2, 3, false);
     group.spec.tls = Some(Tls {
         secret_name: secret_name.into(),
@@ -131,18 +125,7 @@ async fn a_group_speaks_only_tls_and_loads_a_renewed_certificate_live() {
         .await
         .unwrap();
     let uids = pod_uids(&env, name).await;
-    let renewed = ca.issue().unwrap();
-    let mut secret = renewed.secret(secret_name);
-    secret.metadata.resource_version = secrets
-        .get(secret_name)
-        .await
-        .unwrap()
-        .metadata
-        .resource_version;
-    secrets
-        .replace(secret_name, &PostParams::default(), &secret)
-        .await
-        .unwrap();
+    let renewed = renew_secret(secrets, secret_name, &ca).await.unwrap();
     let changed = Instant::now();
     let wanted = renewed.der().unwrap();
     let stale = |members: Vec<(&'static str, String, String, u16)>| {
