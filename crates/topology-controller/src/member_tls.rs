@@ -43,6 +43,24 @@ pub async fn read(
     Ok(Some(client))
 }
 
+/// Tells (Warning `reason`) why the TLS Secret cannot be used, when it cannot: the status
+/// says it too (`TlsSecretUnusable`), but a Secret is input CEL cannot judge, and such input
+/// gets an Event. Repeated at each look, so the recorder makes it one series.
+pub async fn report_unusable<K, R>(
+    ctx: &Context,
+    topology: &K,
+    tls: Option<&Result<Client, String>>,
+    reason: R,
+) where
+    K: Resource<DynamicType = ()> + Debug,
+    R: EventReason,
+{
+    if let Some(Err(why)) = tls {
+        let note = format!("{why}; nothing is asked of the members until it is fixed");
+        publish(ctx, topology, reason, note).await;
+    }
+}
+
 /// How the operator logs in to the members: `None` while the operator password or the TLS
 /// Secret cannot be used (the guard then says why and nothing is asked).
 pub fn login(

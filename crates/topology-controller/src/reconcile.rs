@@ -118,6 +118,8 @@ pub async fn reconcile(
     )
     .await?;
     passwords.tls_problem = tls.as_ref().and_then(|t| t.as_ref().err().cloned());
+    let refused = ClusterEvent::CertificateRefused;
+    member_tls::report_unusable(&ctx.runtime, &live.cluster, tls.as_ref(), refused).await;
     let nodes = apply_members(&apis, &live).await?;
     apply_budgets(&apis, &live.cluster, &nodes).await?;
     let policy = objects::apply_owned(

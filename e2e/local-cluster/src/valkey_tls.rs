@@ -12,10 +12,8 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair,
-};
+pub use rcgen::ExtendedKeyUsagePurpose;
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
@@ -51,11 +49,16 @@ impl TestCa {
     /// unknown when it is issued), for server and client authentication, each time with a
     /// new key.
     pub fn issue(&self) -> Result<Issued> {
-        let mut params = CertificateParams::new(vec![SERVER_NAME.to_string()])?;
-        params.extended_key_usages = vec![
+        self.issue_for(vec![
             ExtendedKeyUsagePurpose::ServerAuth,
             ExtendedKeyUsagePurpose::ClientAuth,
-        ];
+        ])
+    }
+
+    /// [`TestCa::issue`], with these extended key usages only.
+    pub fn issue_for(&self, usages: Vec<ExtendedKeyUsagePurpose>) -> Result<Issued> {
+        let mut params = CertificateParams::new(vec![SERVER_NAME.to_string()])?;
+        params.extended_key_usages = usages;
         let key = KeyPair::generate()?;
         let cert = params.signed_by(&key, &self.issuer)?;
         Ok(Issued {
@@ -236,7 +239,11 @@ pub async fn create_secret(secrets: &Api<Secret>, name: &str) -> Result<(TestCa,
 
 /// Replaces Secret `name`'s content with a new certificate from `ca` (a renewal).
 pub async fn renew_secret(secrets: &Api<Secret>, name: &str, ca: &TestCa) -> Result<Issued> {
-    let renewed = ca.issue()?;
+    replace_secret(secrets, name, ca.issue()?).await
+}
+
+/// Replaces Secret `name`'s content with `renewed`.
+pub async fn replace_secret(secrets: &Api<Secret>, name: &str, renewed: Issued) -> Result<Issued> {
     let mut secret = renewed.secret(name);
     secret.metadata.resource_version = secrets.get(name).await?.metadata.resource_version;
     secrets

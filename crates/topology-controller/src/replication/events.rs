@@ -51,8 +51,9 @@ operator_runtime::event_reasons! {
         /// Members loaded a renewed TLS Secret (`CONFIG SET tls-cert-file`); the note says
         /// which.
         CertificateReloaded: Normal,
-        /// A member refused to load the TLS Secret's files (a key that does not match the
-        /// certificate, say) and keeps serving the certificate it has; the note says why.
+        /// The TLS Secret cannot be used (missing, or a certificate members could not use),
+        /// a member refused to load its files, or serves a certificate its `ca.crt` does
+        /// not accept; the note says which and why.
         CertificateRefused: Warning,
         /// A sentinel serving an older certificate was evicted so that it starts with the
         /// renewed one (Sentinel reads its TLS files only at start); the note says which.

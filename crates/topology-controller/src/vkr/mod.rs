@@ -129,6 +129,8 @@ pub async fn reconcile(
     )
     .await?;
     passwords.tls_problem = tls.as_ref().and_then(|t| t.as_ref().err().cloned());
+    let refused = ReplicationEvent::CertificateRefused;
+    member_tls::report_unusable(&ctx.runtime, &live.group, tls.as_ref(), refused).await;
     let nodes = apply_members(&apis, &live).await?;
     objects::apply_services(
         &apis.services,

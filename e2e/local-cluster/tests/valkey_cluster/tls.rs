@@ -7,15 +7,18 @@ use crd_types::template::{Exporter, Tls, TlsAuthClients};
 use local_cluster::cluster_testing::valkey_cluster;
 use local_cluster::images::exporter_image;
 use local_cluster::testing::valkey_cli_as;
-use local_cluster::valkey_tls::{Kept, create_secret, renew_secret};
+use local_cluster::valkey_tls::{
+    ExtendedKeyUsagePurpose, Kept, create_secret, renew_secret, replace_secret,
+};
 
-use crate::env::{Env, SETTLE};
+use crate::env::{Env, FORM, SETTLE};
 
 const CLIENT_PORT: u16 = 6379;
 const BUS_PORT: u16 = 16379;
 const EXPORTER_PORT: i32 = 9121;
 
-/// The cluster forms over TLS (the operator's MEET, slot assignment and replication, the bus
+/// A certificate members could not use (for servers only) is refused with a reason and an
+/// Event; once replaced, the cluster forms over TLS (the operator's MEET, slot assignment and replication, the bus
 /// between members: `--cluster check` passes, asked over TLS); plain text is refused on the
 /// client port; the bus hands out the Secret's certificate; a key written through one member
 /// is read back following redirections. A renewed certificate is then served on both ports
@@ -26,7 +29,15 @@ async fn a_cluster_speaks_only_tls_and_loads_a_renewed_certificate_live() {
     let name = "tls";
     let secret_name = "tls-certificate";
     let secrets = &env.apis.secrets;
-    let (ca, first) = create_secret(secrets, secret_name).await.unwrap();
+    // First a certificate for servers only: the bus requires client certificates, so the
+    // operator refuses it, says why, and asks nothing of the members.
+    let (ca, _) = create_secret(secrets, secret_name).await.unwrap();
+    let server_only = ca
+        .issue_for(vec![ExtendedKeyUsagePurpose::ServerAuth])
+        .unwrap();
+    replace_secret(secrets, secret_name, server_only)
+        .await
+        .unwrap();
     let mut cluster = valkey_cluster(name, 3, 1, false);
     cluster.spec.tls = Some(Tls {
         secret_name: secret_name.into(),
@@ -37,7 +48,39 @@ async fn a_cluster_speaks_only_tls_and_loads_a_renewed_certificate_live() {
         port: EXPORTER_PORT,
         resources: None,
     });
-    let access = env.create_ready(cluster).await;
+    env.apis.create(&cluster).await.unwrap();
+    let waiting = env
+        .wait("the cluster to refuse the certificate", SETTLE, || async {
+            let status = env
+                .apis
+                .clusters
+                .get(name)
+                .await?
+                .status
+                .unwrap_or_default();
+            let progressing = status.conditions.iter().find(|c| c.type_ == "Progressing");
+            Ok(match progressing {
+                Some(c) if c.reason == "TlsSecretUnusable" => Ok(c.message.clone()),
+                other => Err(format!("Progressing is {other:?}")),
+            })
+        })
+        .await;
+    assert!(
+        waiting.contains("cannot be a client certificate"),
+        "{waiting}"
+    );
+    let events = env.apis.topology_events(name).await.unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("CertificateRefused")),
+        "{events:?}"
+    );
+    // A usable certificate: the members, serving the refused one, load it, and it forms.
+    let first = renew_secret(secrets, secret_name, &ca).await.unwrap();
+    env.ready(name, FORM).await;
+    let access = env.exact_access(name, 3, 1).await;
+    env.healthy(name, &access, 3, 1).await;
     let tls = access.tls.clone().expect("the cluster has tls");
 
     for m in &access.members {
@@ -125,6 +168,12 @@ async fn a_cluster_speaks_only_tls_and_loads_a_renewed_certificate_live() {
     let events = env.apis.topology_events(name).await.unwrap();
     let reasons: Vec<&str> = events.iter().filter_map(|e| e.reason.as_deref()).collect();
     assert!(reasons.contains(&"CertificateReloaded"), "{reasons:?}");
-    assert!(!reasons.contains(&"CertificateRefused"), "{reasons:?}");
+    // The only refusal is the first certificate's.
+    for e in &events {
+        if e.reason.as_deref() == Some("CertificateRefused") {
+            let note = e.note.as_deref().unwrap_or_default();
+            assert!(note.contains("cannot be a client certificate"), "{note}");
+        }
+    }
     env.finish().await;
 }
