@@ -79,6 +79,40 @@ pub fn login(
     })
 }
 
+/// Tells (Warning `reason`) which of `members` served a certificate the operator refused
+/// at this reconcile's handshakes, and why: another CA (the CA changed without a bundle of
+/// both), or an expired one (a sentinel that could not be restarted in time, say).
+pub async fn report_untrusted<K, R>(
+    ctx: &Context,
+    topology: &K,
+    login: &Login,
+    members: &[Member<'_>],
+    reason: R,
+) where
+    K: Resource<DynamicType = ()> + Debug,
+    R: EventReason,
+{
+    let Some(client) = login.tls.as_ref() else {
+        return;
+    };
+    let untrusted: Vec<String> = members
+        .iter()
+        .filter_map(|m| Some(format!("{}: {}", m.name, client.served.refusal(m.ip)?)))
+        .collect();
+    if untrusted.is_empty() {
+        return;
+    }
+    let note = format!(
+        "the operator refuses the certificate some members serve ({}). While a CA changes, \
+         ca.crt must hold the previous and the new CA until every member serves a \
+         certificate of the new one (members check each other the same way); a sentinel \
+         holding an expired certificate must be restarted by hand",
+        untrusted.join("; ")
+    );
+    tracing::warn!(topology = %topology.name_any(), %note);
+    publish(ctx, topology, reason, note).await;
+}
+
 /// A member as the reload needs it: its name, the address it was dialled at and its port.
 pub struct Member<'a> {
     pub name: &'a str,
@@ -104,22 +138,6 @@ pub async fn reload<K, R>(
     let Some(client) = login.tls.as_ref() else {
         return;
     };
-    let (_, refused_reason) = &reasons;
-    let untrusted: Vec<String> = members
-        .iter()
-        .filter_map(|m| Some(format!("{} ({})", m.name, client.served.refusal(m.ip)?)))
-        .collect();
-    if !untrusted.is_empty() {
-        let note = format!(
-            "the operator refuses the certificate {} serve: it does not lead to the Secret's \
-             ca.crt. While a CA changes, ca.crt must hold the previous and the new CA until \
-             every member serves a certificate of the new one (members check each other the \
-             same way)",
-            untrusted.join(", ")
-        );
-        tracing::warn!(topology = %topology.name_any(), %note);
-        publish(ctx, topology, *refused_reason, note).await;
-    }
     let stale = tls::stale(client, members.iter().map(|m| (m.name, m.ip)));
     if stale.is_empty() {
         return;
@@ -180,32 +198,22 @@ pub struct SentinelPod<'a> {
     pub node: Option<ObjectReference>,
 }
 
-/// Evicts the sentinel [`tls::sentinel_to_restart`] names, if any: its pod comes back with
+/// Evicts `sentinel` (the one [`tls::sentinel_to_restart`] names): its pod comes back with
 /// the current Secret. An eviction, not a delete, so the sentinels' PodDisruptionBudget
 /// (one at a time) is honoured too. Told with `reason`; nothing fails the reconcile.
-pub async fn restart_stale_sentinel<K, R>(
+pub async fn evict_sentinel<K, R>(
     ctx: &Context,
     group: &K,
-    login: &Login,
-    sentinels: &[SentinelPod<'_>],
-    group_ready: bool,
+    sentinel: &SentinelPod<'_>,
     pods: &Api<Pod>,
     reason: R,
 ) where
     K: Resource<DynamicType = ()> + Debug,
     R: EventReason,
 {
-    let Some(client) = login.tls.as_ref() else {
-        return;
-    };
-    let states: Vec<tls::SentinelState<'_>> = sentinels.iter().map(|s| s.state).collect();
-    let Some(name) = tls::sentinel_to_restart(client, &states, group_ready) else {
-        return;
-    };
-    let Some(sentinel) = sentinels.iter().find(|s| s.state.name == name) else {
-        return;
-    };
+    let name = sentinel.state.name;
     let Some(pod) = sentinel.pod else {
+        tracing::warn!(group = %group.name_any(), sentinel = %name, "no pod to evict");
         return;
     };
     match pods.evict(pod, &EvictParams::default()).await {
@@ -223,8 +231,11 @@ pub async fn restart_stale_sentinel<K, R>(
             }
         }
         // 429: the budget lets no sentinel go now; the next look tries again.
+        Err(kube::Error::Api(e)) if e.code == 429 => {
+            tracing::info!(group = %group.name_any(), sentinel = %name, "sentinel not evicted: its budget says wait")
+        }
         Err(e) => {
-            tracing::info!(group = %group.name_any(), sentinel = %name, error = %e, "sentinel not evicted")
+            tracing::warn!(group = %group.name_any(), sentinel = %name, error = %e, "sentinel not evicted")
         }
     }
 }

@@ -193,7 +193,7 @@ fn usable(
         | Err(rustls::Error::InvalidCertificate(CertificateError::NotValidForNameContext {
             ..
         })) => {}
-        Err(e) => return Err(format!("{TLS_CERT_KEY} cannot be served: {e}")),
+        Err(e) => return Err(format!("{TLS_CERT_KEY} cannot be served: {}", describe(&e))),
     }
     let Some(clients) = clients else {
         return Ok(());
@@ -204,9 +204,30 @@ fn usable(
         .map_err(|e| {
             format!(
                 "{TLS_CERT_KEY} cannot be a client certificate, which members present to each \
-                 other (the cluster bus requires one): {e}"
+                 other (the cluster bus requires one): {}",
+                describe(&e)
             )
         })
+}
+
+/// Why a certificate was refused, in words that stay the same from one look to the next
+/// (rustls' own text for an expired certificate carries the current time, and would make
+/// every Event and status message new).
+fn describe(e: &rustls::Error) -> String {
+    use CertificateError::*;
+    let rustls::Error::InvalidCertificate(e) = e else {
+        return e.to_string();
+    };
+    match e {
+        Expired | ExpiredContext { .. } => "it has expired".into(),
+        NotValidYet | NotValidYetContext { .. } => "it is not valid yet".into(),
+        UnknownIssuer => "it is not issued by a CA in ca.crt".into(),
+        InvalidPurpose | InvalidPurposeContext { .. } => {
+            "its extended key usage does not allow this use".into()
+        }
+        BadSignature => "its signature does not verify".into(),
+        other => format!("{other:?}"),
+    }
 }
 
 /// Valkey's own check: the chain must lead to the CA; a name that does not match is fine.
@@ -241,7 +262,7 @@ impl ServerCertVerifier for ChainOnly {
         };
         let seen = match &verified {
             Ok(_) => Ok(end_entity.clone().into_owned()),
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(describe(e)),
         };
         self.served.record(server_name, seen);
         verified
@@ -293,21 +314,36 @@ pub fn stale<'a>(
 pub struct SentinelState<'a> {
     pub name: &'a str,
     pub address: Option<&'a str>,
-    /// Its pod is ready and it answered the operator at this reconcile.
-    pub serving: bool,
+    /// Its pod is ready, it answered the operator at this reconcile and monitors the group.
+    pub monitoring: bool,
+    /// It reports a failover under way.
+    pub failing_over: bool,
 }
 
 /// The sentinel to restart so that it loads the Secret's certificate, if one may go now.
 /// Sentinels read their TLS files only at start (no `CONFIG SET`; see docs/tls-design.md),
-/// so one still serving another certificate is restarted: one at a time, only while the
-/// group was Ready and every sentinel is ready and answering (so none is restarting and the
-/// quorum stands), and only one whose last handshake showed another certificate.
+/// so one still serving another certificate is restarted, one at a time, and only when
+/// nothing else is going on: the group is Ready and idle at this reconcile (`at_rest`: no
+/// step, no member unwell, rolling or leaving, every sentinel's view exact), every sentinel
+/// monitors it and none fails over, and every data node (`data`: name, address) already
+/// serves the Secret's certificate (so a sentinel restarted with a new CA is not refused
+/// by data nodes that still trust only the old one).
 pub fn sentinel_to_restart<'a>(
     client: &Client,
     sentinels: &[SentinelState<'a>],
-    group_ready: bool,
+    data: &[(&str, &str)],
+    at_rest: bool,
 ) -> Option<&'a str> {
-    if !group_ready || sentinels.iter().any(|s| !s.serving) {
+    if !at_rest || sentinels.iter().any(|s| !s.monitoring || s.failing_over) {
+        return None;
+    }
+    let data_serve_it = data.iter().all(|(_, address)| {
+        client
+            .served
+            .at(address)
+            .is_some_and(|c| c == client.wanted)
+    });
+    if !data_serve_it {
         return None;
     }
     let reached = sentinels.iter().filter_map(|s| Some((s.name, s.address?)));

@@ -102,7 +102,7 @@ fn a_member_is_trusted_by_its_chain_whatever_address_it_is_dialled_at() {
     assert!(refused.is_err());
     assert_eq!(client.served.at("10.96.0.13"), None);
     let why = client.served.refusal("10.96.0.13").unwrap();
-    assert!(why.contains("UnknownIssuer"), "{why}");
+    assert_eq!(why, "it is not issued by a CA in ca.crt");
     assert_eq!(client.served.refusal("10.96.0.12"), None);
 }
 
@@ -150,10 +150,7 @@ fn a_certificate_members_could_not_use_is_refused_up_front() {
         p.not_after = rcgen::date_time_ymd(2021, 1, 1);
     });
     let why = problem(expired);
-    assert!(
-        why.starts_with("tls.crt cannot be served") && why.contains("xpired"),
-        "{why}"
-    );
+    assert_eq!(why, "tls.crt cannot be served: it has expired");
     let stranger = TlsFiles {
         ca: ca.pem().into_bytes(),
         ..member(&self::ca("other CA"))
@@ -241,7 +238,7 @@ async fn the_client_presents_its_certificate_to_a_server_that_requires_one() {
 }
 
 #[test]
-fn one_stale_sentinel_restarts_at_a_time_and_only_when_all_serve() {
+fn one_stale_sentinel_restarts_at_a_time_and_only_when_all_is_quiet() {
     let ca = ca("test CA");
     let old = member(&ca);
     let renewed = member(&ca);
@@ -257,29 +254,57 @@ fn one_stale_sentinel_restarts_at_a_time_and_only_when_all_serve() {
     serve(&old, "10.0.1.1");
     serve(&renewed, "10.0.1.2");
     serve(&old, "10.0.1.3");
-    let state = |name, address, serving| SentinelState {
+    serve(&renewed, "10.0.2.1");
+    let data = [("g-0", "10.0.2.1")];
+    let state = |name, address, monitoring, failing_over| SentinelState {
         name,
         address: Some(address),
-        serving,
+        monitoring,
+        failing_over,
     };
     let all = [
-        state("g-s-0", "10.0.1.1", true),
-        state("g-s-1", "10.0.1.2", true),
-        state("g-s-2", "10.0.1.3", true),
+        state("g-s-0", "10.0.1.1", true, false),
+        state("g-s-1", "10.0.1.2", true, false),
+        state("g-s-2", "10.0.1.3", true, false),
     ];
-    assert_eq!(sentinel_to_restart(&client, &all, true), Some("g-s-0"));
-    assert_eq!(sentinel_to_restart(&client, &all, false), None, "not Ready");
-    let one_restarting = [
-        state("g-s-0", "10.0.1.1", false),
-        state("g-s-1", "10.0.1.2", true),
-        state("g-s-2", "10.0.1.3", true),
-    ];
-    assert_eq!(sentinel_to_restart(&client, &one_restarting, true), None);
+    assert_eq!(
+        sentinel_to_restart(&client, &all, &data, true),
+        Some("g-s-0")
+    );
+    assert_eq!(
+        sentinel_to_restart(&client, &all, &data, false),
+        None,
+        "not at rest"
+    );
+    let mut one_back_unmonitoring = all;
+    one_back_unmonitoring[0].monitoring = false;
+    assert_eq!(
+        sentinel_to_restart(&client, &one_back_unmonitoring, &data, true),
+        None
+    );
+    let mut failing_over = all;
+    failing_over[1].failing_over = true;
+    assert_eq!(
+        sentinel_to_restart(&client, &failing_over, &data, true),
+        None
+    );
+    // A data node not serving the renewed certificate yet holds the sentinels back.
+    serve(&old, "10.0.2.2");
+    let both = [("g-0", "10.0.2.1"), ("g-1", "10.0.2.2")];
+    assert_eq!(sentinel_to_restart(&client, &all, &both, true), None);
+    serve(&renewed, "10.0.2.2");
+    assert_eq!(
+        sentinel_to_restart(&client, &all, &both, true),
+        Some("g-s-0")
+    );
     serve(&renewed, "10.0.1.1");
-    assert_eq!(sentinel_to_restart(&client, &all, true), Some("g-s-2"));
+    assert_eq!(
+        sentinel_to_restart(&client, &all, &both, true),
+        Some("g-s-2")
+    );
     serve(&renewed, "10.0.1.3");
     assert_eq!(
-        sentinel_to_restart(&client, &all, true),
+        sentinel_to_restart(&client, &all, &both, true),
         None,
         "all renewed"
     );

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crd_types::cluster::Phase;
-use crd_types::conditions::{self, ConditionSpec};
+use crd_types::conditions::ConditionSpec;
 use crd_types::names::labels;
 use crd_types::{ValkeyNode, ValkeyNodeStatus, ValkeyReplication, ValkeyReplicationStatus};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Secret, Service};
@@ -45,7 +45,7 @@ use topology_controller::replication::status::{
     self, Inputs, sentinel_valkey_status, valkey_status,
 };
 use topology_controller::replication::survey::{self, Health};
-use topology_controller::replication::{PORT, members};
+use topology_controller::replication::{PORT, SENTINEL_PORT, members};
 use topology_controller::tls;
 use topology_controller::users::{self, Checks, Member};
 
@@ -214,35 +214,21 @@ pub async fn reconcile(
             reasons,
         )
         .await;
-        let sentinels: Vec<_> = observed
+        let sentinels: Vec<member_tls::Member<'_>> = observed
             .members
             .sentinels
             .iter()
-            .map(|s| member_tls::SentinelPod {
-                state: tls::SentinelState {
+            .filter_map(|s| {
+                Some(member_tls::Member {
                     name: &s.facts.name,
-                    address: s.facts.address.as_deref(),
-                    serving: s.facts.ready && s.answer.is_some(),
-                },
-                pod: s.facts.pod.as_deref(),
-                node: related(&observed, Some(&s.facts.name)),
+                    ip: s.facts.address.as_deref()?,
+                    port: SENTINEL_PORT,
+                })
             })
             .collect();
-        let group_ready = live
-            .group
-            .status
-            .as_ref()
-            .is_some_and(|s| conditions::is_true(&s.conditions, "Ready"));
-        member_tls::restart_stale_sentinel(
-            &ctx.runtime,
-            &live.group,
-            login,
-            &sentinels,
-            group_ready,
-            &apis.pods,
-            ReplicationEvent::SentinelRestarted,
-        )
-        .await;
+        let everyone: Vec<member_tls::Member<'_>> = members.into_iter().chain(sentinels).collect();
+        let refused = ReplicationEvent::CertificateRefused;
+        member_tls::report_untrusted(&ctx.runtime, &live.group, login, &everyone, refused).await;
     }
     let outcome = act(
         &ctx,
@@ -485,15 +471,19 @@ async fn act(
     let primary = survey::primary(&group, members, recorded)
         .ok()
         .filter(|_| health.primary.is_ok());
-    objects::label_pods(
-        &apis.pods,
-        vkr,
-        members,
-        primary,
-        &apis.namespace,
-        apis.field_manager,
-    )
-    .await?;
+    // Without a login nothing was asked: every role would look unknown, and the Services
+    // would lose every endpoint. The labels stay as the last look left them.
+    if login.is_some() {
+        objects::label_pods(
+            &apis.pods,
+            vkr,
+            members,
+            primary,
+            &apis.namespace,
+            apis.field_manager,
+        )
+        .await?;
+    }
     // Status first, so it says what is about to happen.
     write_member_statuses(apis, observed).await?;
     let planned = report(None);
@@ -540,12 +530,64 @@ async fn act(
             .await?;
     }
     let ready = planned.phase == Some(Phase::Ready);
+    if let (Some(login), Step::Idle, true) = (login, &step, ready) {
+        restart_stale_sentinel(ctx, apis, vkr, login, observed, &health).await;
+    }
     Ok(next_look(
         &step,
         step_error.is_some(),
         ready,
         ctx.data.idle_look,
     ))
+}
+
+/// With TLS, restarts a sentinel still serving an older certificate, when the group is at
+/// rest at this reconcile (see [`tls::sentinel_to_restart`]).
+async fn restart_stale_sentinel(
+    ctx: &ReconcileContext<Shared>,
+    apis: &Apis,
+    vkr: &ValkeyReplication,
+    login: &Login,
+    observed: &Observed,
+    health: &Health,
+) {
+    let members = &observed.members;
+    let at_rest = health.unwell.is_empty()
+        && health.unlinked.is_none()
+        && health.sentinel_view.is_none()
+        && health.leaving.is_empty()
+        && !health.rolling;
+    let sentinels: Vec<member_tls::SentinelPod<'_>> = members
+        .sentinels
+        .iter()
+        .map(|s| member_tls::SentinelPod {
+            state: tls::SentinelState {
+                name: &s.facts.name,
+                address: s.facts.address.as_deref(),
+                monitoring: s.facts.ready && s.monitored().is_some(),
+                failing_over: s.monitored().is_some_and(|m| m.failing_over()),
+            },
+            pod: s.facts.pod.as_deref(),
+            node: related(observed, Some(&s.facts.name)),
+        })
+        .collect();
+    let data: Vec<(&str, &str)> = members
+        .data
+        .iter()
+        .filter_map(|d| Some((d.facts.name.as_str(), d.facts.address.as_deref()?)))
+        .collect();
+    let Some(client) = login.tls.as_ref() else {
+        return;
+    };
+    let states: Vec<tls::SentinelState<'_>> = sentinels.iter().map(|s| s.state).collect();
+    let Some(name) = tls::sentinel_to_restart(client, &states, &data, at_rest) else {
+        return;
+    };
+    let Some(sentinel) = sentinels.iter().find(|s| s.state.name == name) else {
+        return;
+    };
+    let reason = ReplicationEvent::SentinelRestarted;
+    member_tls::evict_sentinel(&ctx.runtime, vkr, sentinel, &apis.pods, reason).await;
 }
 
 /// The ValkeyNode `member`, as an Event's related object.
