@@ -361,8 +361,9 @@ pub fn derived_password(prefix: &str, base: &str) -> String {
 }
 
 /// The spec-level half of [`Tls`]'s rule: `tls` can be neither added nor removed. A `null`
-/// counts as removed (the API server runs no rule on a null value, and `has()` is true for
-/// it).
+/// counts as removed: the API server runs no rule on a null value (so [`Tls`]'s own rule
+/// would not see it) and its `has()` is already false for one, but kube's client-side
+/// evaluator says true.
 pub fn tls_is_set_at_creation() -> Rule {
     Rule::new("(has(self.tls) && self.tls != null) == (has(oldSelf.tls) && oldSelf.tls != null)")
         .message(

@@ -499,7 +499,7 @@ mod tests {
             assert_eq!(keys, [item("tls.crt"), item("tls.key"), item("ca.crt")]);
             // Every container that serves or dials the node with its certificate; the
             // exporter-auth init container only writes a file, and the exporter presents no
-            // certificate to a node that asks for none (authClients No here).
+            // certificate to a node that asks for none (authClients Never here).
             let p = pod(&d);
             let mut mounted = Vec::new();
             for c in p
