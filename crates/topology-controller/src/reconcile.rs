@@ -183,6 +183,8 @@ pub async fn reconcile(
             reasons,
         )
         .await;
+        let refused = ClusterEvent::CertificateRefused;
+        member_tls::report_untrusted(&ctx.runtime, &live.cluster, login, &members, refused).await;
     }
     let outcome = act(
         &ctx.runtime,
