@@ -8,7 +8,8 @@ use local_cluster::cluster_testing::valkey_cluster;
 use local_cluster::images::exporter_image;
 use local_cluster::testing::valkey_cli_as;
 use local_cluster::valkey_tls::{
-    ExtendedKeyUsagePurpose, Kept, create_secret, renew_secret, replace_secret,
+    ExtendedKeyUsagePurpose, Issued, Kept, TestCa, client_of_secret, create_secret, renew_secret,
+    replace_secret,
 };
 
 use crate::env::{Env, FORM, SETTLE};
@@ -22,7 +23,9 @@ const EXPORTER_PORT: i32 = 9121;
 /// between members: `--cluster check` passes, asked over TLS); plain text is refused on the
 /// client port; the bus hands out the Secret's certificate; a key written through one member
 /// is read back following redirections. A renewed certificate is then served on both ports
-/// of every member with no pod restarted and every key still there.
+/// of every member with no pod restarted and every key still there. A new CA without a
+/// bundle is refused and named in an Event, the members keep serving; with both CAs in
+/// `ca.crt` they load the new CA's certificate and the cluster is whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cluster_speaks_only_tls_and_loads_a_renewed_certificate_live() {
     let env = Env::start().await;
@@ -175,5 +178,73 @@ async fn a_cluster_speaks_only_tls_and_loads_a_renewed_certificate_live() {
             assert!(note.contains("cannot be a client certificate"), "{note}");
         }
     }
+
+    // A new CA without a bundle of both: the members keep the certificate they serve, which
+    // the operator now refuses, and it says so; nothing is reloaded.
+    let new_ca = TestCa::new().unwrap();
+    let moved = new_ca.issue().unwrap();
+    replace_secret(secrets, secret_name, moved.clone())
+        .await
+        .unwrap();
+    let refusal = env
+        .wait(
+            "the operator to name the members it refuses",
+            SETTLE * 2,
+            || async {
+                let events = env.apis.topology_events(name).await?;
+                let note = events
+                    .iter()
+                    .filter(|e| e.reason.as_deref() == Some("CertificateRefused"))
+                    .filter_map(|e| e.note.clone())
+                    .find(|n| n.contains("not issued by a CA in ca.crt"));
+                Ok(note.ok_or_else(|| "no such CertificateRefused yet".to_string()))
+            },
+        )
+        .await;
+    eprintln!("tls: after a CA change without a bundle: {refusal}");
+    for m in &access.members {
+        let served = tls.served(&m.ip, CLIENT_PORT).await.unwrap();
+        assert_eq!(served, wanted, "{} kept its certificate", m.name);
+    }
+    // Both CAs in ca.crt: the members load the new CA's certificate and the cluster is whole.
+    let bundled = Issued {
+        ca: format!("{}{}", renewed.ca, moved.ca),
+        ..moved.clone()
+    };
+    replace_secret(secrets, secret_name, bundled).await.unwrap();
+    let bundled_at = Instant::now();
+    let tls = client_of_secret(secrets, secret_name, "tls-bundle")
+        .await
+        .unwrap();
+    let wanted = moved.der().unwrap();
+    env.wait(
+        "every member to serve the new CA's certificate on both ports",
+        SETTLE * 2,
+        || async {
+            let mut stale = Vec::new();
+            for m in &access.members {
+                for port in [CLIENT_PORT, BUS_PORT] {
+                    match tls.served(&m.ip, port).await {
+                        Ok(served) if served == wanted => {}
+                        Ok(_) => stale.push(format!("{}:{port} serves another", m.name)),
+                        Err(e) => stale.push(format!("{}:{port}: {e:#}", m.name)),
+                    }
+                }
+            }
+            Ok(stale.is_empty().then_some(()).ok_or(stale.join("; ")))
+        },
+    )
+    .await;
+    eprintln!(
+        "tls: every member serves the new CA's certificate {:?} after the bundle",
+        bundled_at.elapsed()
+    );
+    let access = env.exact_access(name, 3, 1).await;
+    env.healthy(name, &access, 3, 1).await;
+    for i in 0..100 {
+        let key = format!("tls:{i}");
+        assert_eq!(access.cli_cluster(&["GET", &key]), key);
+    }
+    assert_eq!(env.pod_starts(&members).await, starts, "no pod restarted");
     env.finish().await;
 }
