@@ -225,7 +225,13 @@ fn describe(e: &rustls::Error) -> String {
         InvalidPurpose | InvalidPurposeContext { .. } => {
             "its extended key usage does not allow this use".into()
         }
-        BadSignature => "its signature does not verify".into(),
+        // webpki picks the CA by name: a CA of the same name with another key (as when a
+        // CA is renewed) is this, not an unknown issuer.
+        BadSignature => {
+            "it is not signed by a CA in ca.crt (one of the same name has another key, as \
+             after a CA is renewed)"
+                .into()
+        }
         other => format!("{other:?}"),
     }
 }

@@ -59,6 +59,8 @@ impl TestCa {
     pub fn issue_for(&self, usages: Vec<ExtendedKeyUsagePurpose>) -> Result<Issued> {
         let mut params = CertificateParams::new(vec![SERVER_NAME.to_string()])?;
         params.extended_key_usages = usages;
+        // As cert-manager (Go) writes them: OpenSSL tells CAs of the same name apart by it.
+        params.use_authority_key_identifier_extension = true;
         let key = KeyPair::generate()?;
         let cert = params.signed_by(&key, &self.issuer)?;
         Ok(Issued {

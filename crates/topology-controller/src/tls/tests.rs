@@ -104,6 +104,17 @@ fn a_member_is_trusted_by_its_chain_whatever_address_it_is_dialled_at() {
     let why = client.served.refusal("10.96.0.13").unwrap();
     assert_eq!(why, "it is not issued by a CA in ca.crt");
     assert_eq!(client.served.refusal("10.96.0.12"), None);
+
+    // A CA of the same name with another key: what a renewed CA looks like.
+    let renewed = leaf(&member(&self::ca("test CA"))).unwrap();
+    let refused = verifier.verify_server_cert(&renewed, &[], &ip("10.96.0.14"), &[], now);
+    assert!(refused.is_err());
+    let why = client.served.refusal("10.96.0.14").unwrap();
+    assert_eq!(
+        why,
+        "it is not signed by a CA in ca.crt (one of the same name has another key, as after \
+         a CA is renewed)"
+    );
 }
 
 #[test]

@@ -196,7 +196,8 @@ async fn a_cluster_speaks_only_tls_and_loads_a_renewed_certificate_live() {
                     .iter()
                     .filter(|e| e.reason.as_deref() == Some("CertificateRefused"))
                     .filter_map(|e| e.note.clone())
-                    .find(|n| n.contains("not issued by a CA in ca.crt"));
+                    // The test CAs share a name: a renewed CA's case.
+                    .find(|n| n.contains("not signed by a CA in ca.crt"));
                 Ok(note.ok_or_else(|| "no such CertificateRefused yet".to_string()))
             },
         )
