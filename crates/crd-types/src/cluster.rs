@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::network::NetworkPolicySpec;
-use crate::template::{Auth, Tls, ValkeyNodeTemplate};
+use crate::template::{Auth, TopologyTls, ValkeyNodeTemplate};
 
 /// Most shards a ValkeyCluster may have (Valkey recommends at most ~1000 nodes in all).
 pub const MAX_SHARDS: u32 = 500;
@@ -79,7 +79,7 @@ pub struct ValkeyClusterSpec {
     pub network_policy: NetworkPolicySpec,
     /// TLS for clients, replication and the cluster bus.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tls: Option<Tls>,
+    pub tls: Option<TopologyTls>,
 
     /// A request to make a given member its shard's primary (a safe CLUSTER FAILOVER).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -162,6 +162,25 @@ pub fn generated_user_secret_name(topology: &str, user: &str) -> String {
     format!("{topology}-user-{user}")
 }
 
+/// The Secret with the certificate of the CA topology-controller keeps for a topology
+/// whose `spec.tls` names no Secret (`ca.crt` only): what clients trust, safe to let
+/// applications read.
+pub fn topology_ca_secret_name(topology: &str) -> String {
+    format!("{topology}-ca")
+}
+
+/// The Secret with that CA's key (`ca.crt`, `ca.key`) and the certificate the operator
+/// presents (`tls.crt`, `tls.key`): for topology-controller alone.
+pub fn topology_ca_key_secret_name(topology: &str) -> String {
+    format!("{topology}-ca-key")
+}
+
+/// The Secret with the certificate topology-controller issues member `member` from its
+/// topology's CA.
+pub fn member_tls_secret_name(member: &str) -> String {
+    format!("{member}-tls")
+}
+
 /// The Secret topology-controller keeps a topology's ACL `user` lines in (hashes only).
 pub fn users_secret_name(topology: &str) -> String {
     format!("{topology}-users")

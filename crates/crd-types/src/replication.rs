@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::cluster::{ConfigPaths, Phase, SwitchoverStatus};
 use crate::network::NetworkPolicySpec;
 use crate::node::Role;
-use crate::template::{Auth, SecretKeyRef, Tls, ValkeyNodeTemplate};
+use crate::template::{Auth, SecretKeyRef, TopologyTls, ValkeyNodeTemplate};
 
 /// Most data nodes in a ValkeyReplication.
 pub const MAX_REPLICAS: u32 = 32;
@@ -78,7 +78,7 @@ pub struct ValkeyReplicationSpec {
     pub network_policy: NetworkPolicySpec,
     /// TLS for clients and replication.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tls: Option<Tls>,
+    pub tls: Option<TopologyTls>,
 
     /// A request to make a given data node the primary.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -429,6 +429,46 @@ pub struct Tls {
     pub auth_clients: TlsAuthClients,
 }
 
+/// TLS of a ValkeyCluster or ValkeyReplication: from a Secret the user names, or, without
+/// one, from a CA the operator keeps for the topology, which issues each member its own
+/// certificate. Set at creation only, like [`Tls`].
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self == oldSelf").message("tls cannot be changed after creation: TLS and plain-text members cannot talk to each other, and members keep the CA they trust; renew certificates by updating the Secret's content, which members load without a restart"))]
+pub struct TopologyTls {
+    /// A Secret in the cert-manager layout (`tls.crt`, `tls.key`, `ca.crt`) that every
+    /// member serves, and presents as its client certificate: it must allow server and
+    /// client authentication (client only where asked: a ValkeyCluster's bus, or
+    /// `authClients` Optional or Required). Valkey checks the chain to `ca.crt`, not the
+    /// names. Absent: topology-controller generates a CA (key in `<name>-ca-key`) and gives
+    /// each member a Secret `<member>-tls` with a certificate of its own (its Service's
+    /// names and ClusterIP, server and client use), renewed before it expires; clients
+    /// trust `ca.crt` of `<name>-ca`, which holds nothing else.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')").message("tls.secretName is a Secret name: lower-case letters, digits, '-' and '.'"))]
+    pub secret_name: Option<String>,
+    /// Whether clients must present a certificate signed by the CA: `Never` (the default:
+    /// passwords still apply), `Optional` or `Required`. The cluster bus always requires one.
+    /// (Not No/Yes: YAML 1.1 parsers, kubectl's among them, read those as booleans.)
+    #[serde(default)]
+    #[x_kube(validation = Rule::new("self in ['Never', 'Optional', 'Required']").message("tls.authClients must be Never, Optional or Required"))]
+    pub auth_clients: TlsAuthClients,
+}
+
+impl TopologyTls {
+    /// What member `member` runs with: the user's Secret, or the one the operator issues it.
+    pub fn for_member(&self, member: &str) -> Tls {
+        Tls {
+            secret_name: self
+                .secret_name
+                .clone()
+                .unwrap_or_else(|| crate::names::member_tls_secret_name(member)),
+            auth_clients: self.auth_clients,
+        }
+    }
+}
+
 /// Valkey's `tls-auth-clients`.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum TlsAuthClients {

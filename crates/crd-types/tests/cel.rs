@@ -433,6 +433,17 @@ fn tls_is_set_at_creation_and_checked() {
     accepted::<ValkeyCluster>(&c, None);
     let plain_cluster = cluster(json!({"shards": 3, "template": {}}));
     rejected::<ValkeyCluster>(&plain_cluster, Some(&c), "tls cannot be added or removed");
+    // Without a Secret: the operator issues the certificates, which cannot change later.
+    let issued = cluster(json!({"shards": 3, "template": {}, "tls": {}}));
+    accepted::<ValkeyCluster>(&issued, None);
+    accepted::<ValkeyCluster>(&issued, Some(&issued));
+    rejected::<ValkeyCluster>(&c, Some(&issued), "tls cannot be changed after creation");
+    rejected::<ValkeyCluster>(&issued, Some(&c), "tls cannot be changed after creation");
+    rejected::<ValkeyCluster>(
+        &cluster(json!({"shards": 3, "template": {}, "tls": {"secretName": "T"}})),
+        None,
+        "tls.secretName is a Secret name",
+    );
     rejected::<ValkeyNode>(
         &node(json!({"config": {"tls-replication": "no"}})),
         None,

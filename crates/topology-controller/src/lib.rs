@@ -30,6 +30,7 @@ pub mod fake;
 #[cfg(test)]
 mod fixtures;
 pub mod info;
+pub mod issuer;
 pub mod member_status;
 pub mod members;
 pub mod migrate;

@@ -5,6 +5,7 @@
 mod acl_users;
 mod connect;
 mod error;
+mod member_certs;
 mod member_tls;
 mod objects;
 mod pulse;

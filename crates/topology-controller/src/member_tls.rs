@@ -7,7 +7,8 @@
 
 use std::fmt::Debug;
 
-use crd_types::template::{OPERATOR_USER, TLS_CERT_KEY, TLS_DIR, Tls, TlsAuthClients};
+use crd_types::ValkeyNode;
+use crd_types::template::{OPERATOR_USER, TLS_CERT_KEY, TLS_DIR, TlsAuthClients, TopologyTls};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Secret};
 use kube::api::EvictParams;
 use kube::{Api, Resource, ResourceExt};
@@ -17,30 +18,88 @@ use topology_controller::observe::Connections;
 use topology_controller::tls::{self, Client};
 
 use crate::error::Error;
+use crate::member_certs;
 use crate::valkey::{Conn, Login};
 
-/// The client side of the topology's TLS Secret: `None` without `spec.tls`, else the client
-/// or why the Secret cannot be used. `bus`: the members form a cluster (whose bus always
-/// asks for client certificates).
-pub async fn read(
+/// The topology whose `spec.tls` [`read`] reads.
+pub struct Reading<'a, K> {
+    pub topology: &'a K,
+    pub spec: Option<&'a TopologyTls>,
+    /// Its label on the Secrets the operator makes.
+    pub label_key: &'a str,
+    /// Its members as stored (those with a ClusterIP get a certificate when the operator
+    /// issues them).
+    pub members: &'a [ValkeyNode],
+    /// The members form a cluster (whose bus always asks for client certificates).
+    pub bus: bool,
+}
+
+/// The client side of the topology's TLS: `None` without `spec.tls`, else the client or
+/// why it cannot be had. With a Secret the user names, from that Secret; without, from the
+/// CA the operator keeps, issuing members' certificates first ([`crate::member_certs`];
+/// told with `reasons`: issued, refused).
+pub async fn read<K, R>(
+    ctx: &Context,
     secrets: &Api<Secret>,
-    namespace: &str,
-    spec: Option<&Tls>,
-    bus: bool,
-) -> Result<Option<Result<Client, String>>, Error> {
-    let Some(spec) = spec else {
+    field_manager: &str,
+    of: Reading<'_, K>,
+    reasons: (R, R),
+) -> Result<Option<Result<Client, String>>, Error>
+where
+    K: Resource<DynamicType = ()> + Debug,
+    R: EventReason,
+{
+    let Some(spec) = of.spec else {
         return Ok(None);
     };
-    let name = &spec.secret_name;
+    let client_auth = of.bus || spec.auth_clients != TlsAuthClients::Never;
+    let Some(name) = &spec.secret_name else {
+        let prepared = member_certs::prepare(
+            secrets,
+            of.topology,
+            of.label_key,
+            of.members,
+            client_auth,
+            field_manager,
+        )
+        .await?;
+        let (issued, refused) = reasons;
+        if !prepared.issued.is_empty() {
+            let note = format!("issued certificates: {}", prepared.issued.join("; "));
+            tracing::info!(topology = %of.topology.name_any(), %note);
+            publish(ctx, of.topology, issued, note).await;
+        }
+        if !prepared.refused.is_empty() {
+            let note = format!(
+                "no certificate issued, the member waits: {}",
+                prepared.refused.join("; ")
+            );
+            tracing::warn!(topology = %of.topology.name_any(), %note);
+            publish(ctx, of.topology, refused, note).await;
+        }
+        return Ok(Some(prepared.client));
+    };
+    let namespace = of.topology.namespace().unwrap_or_default();
     let secret = secrets
         .get_opt(name)
         .await
-        .on(Op::Read, ObjectName::new::<Secret>(namespace, name))?;
+        .on(Op::Read, ObjectName::new::<Secret>(&namespace, name))?;
     let client = tls::files_in(secret.as_ref(), name).and_then(|files| {
-        let client_auth = bus || spec.auth_clients != TlsAuthClients::Never;
         tls::client(&files, client_auth).map_err(|e| format!("TLS Secret {name}: {e}"))
     });
     Ok(Some(client))
+}
+
+/// Whether no member may be created yet: the operator issues the certificates and has no
+/// usable CA. Members created now could never start, and would keep a CA from being made
+/// later (it is made only while the topology has no member).
+pub fn holds_new_members(
+    spec: Option<&TopologyTls>,
+    tls: Option<&Result<Client, String>>,
+    owned: &[ValkeyNode],
+) -> bool {
+    let issued = spec.is_some_and(|s| s.secret_name.is_none());
+    issued && matches!(tls, Some(Err(_))) && owned.is_empty()
 }
 
 /// Tells (Warning `reason`) why the TLS Secret cannot be used, when it cannot: the status

@@ -134,13 +134,10 @@ pub fn member(
         &cluster_name,
         at,
     );
+    let member_name = names::cluster_member_name(&cluster_name, at.shard, at.member);
     ValkeyNode {
         metadata: ObjectMeta {
-            name: Some(names::cluster_member_name(
-                &cluster_name,
-                at.shard,
-                at.member,
-            )),
+            name: Some(member_name.clone()),
             namespace: cluster.namespace(),
             labels: Some(member_labels(&cluster_name, at)),
             owner_references: cluster.controller_owner_ref(&()).map(|o| vec![o]),
@@ -150,7 +147,11 @@ pub fn member(
             mode: Mode::Cluster,
             template,
             auth: Some(crate::auth::member_auth(cluster)),
-            tls: cluster.spec.tls.clone(),
+            tls: cluster
+                .spec
+                .tls
+                .as_ref()
+                .map(|t| t.for_member(&member_name)),
             rollout_policy: RolloutPolicy::Gated,
             allowed_revision,
             replication: None,

@@ -110,17 +110,36 @@ pub async fn reconcile(
     // Passwords before members, so a member's pod finds its Secrets when it starts.
     let mut passwords =
         secrets::prepare(&apis.secrets, &live.cluster, !live.owned.is_empty()).await?;
+    let reading = member_tls::Reading {
+        topology: &live.cluster,
+        spec: live.cluster.spec.tls.as_ref(),
+        label_key: labels::CLUSTER,
+        members: &live.owned,
+        bus: true,
+    };
+    let reasons = (
+        ClusterEvent::CertificateIssued,
+        ClusterEvent::CertificateRefused,
+    );
     let tls = member_tls::read(
+        &ctx.runtime,
         &apis.secrets,
-        &apis.namespace,
-        live.cluster.spec.tls.as_ref(),
-        true,
+        apis.field_manager,
+        reading,
+        reasons,
     )
     .await?;
     passwords.tls_problem = tls.as_ref().and_then(|t| t.as_ref().err().cloned());
     let refused = ClusterEvent::CertificateRefused;
     member_tls::report_unusable(&ctx.runtime, &live.cluster, tls.as_ref(), refused).await;
-    let nodes = apply_members(&apis, &live).await?;
+    let nodes = match member_tls::holds_new_members(
+        live.cluster.spec.tls.as_ref(),
+        tls.as_ref(),
+        &live.owned,
+    ) {
+        true => Vec::new(),
+        false => apply_members(&apis, &live).await?,
+    };
     apply_budgets(&apis, &live.cluster, &nodes).await?;
     let policy = objects::apply_owned(
         &apis.policies,

@@ -111,8 +111,8 @@ pub struct Client {
     pub config: Arc<ClientConfig>,
     /// What each member served, for telling a member that has not loaded a renewed Secret.
     pub served: Arc<Served>,
-    /// The certificate members serve once they have loaded the current Secret.
-    pub wanted: CertificateDer<'static>,
+    /// The certificate each member serves once it has loaded its current Secret.
+    pub wanted: Wanted,
     /// SHA-256 of the three files: long-lived connections made with another are redone.
     pub digest: String,
     #[cfg(test)]
@@ -168,7 +168,7 @@ pub fn client(files: &TlsFiles, client_auth: bool) -> Result<Client, String> {
     Ok(Client {
         config: Arc::new(config),
         served,
-        wanted: leaf(files)?,
+        wanted: Wanted::Shared(leaf(files)?),
         digest: crate::acl::sha256_hex([files.ca.as_slice(), &files.cert, &files.key].concat()),
         #[cfg(test)]
         verifier,
@@ -297,6 +297,33 @@ impl ServerCertVerifier for ChainOnly {
     }
 }
 
+/// The certificate a member serves once it has loaded its current Secret.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Wanted {
+    /// Every member serves the one Secret the user named.
+    Shared(CertificateDer<'static>),
+    /// Each member (by name) serves its own, issued by the operator; a member without one
+    /// yet is not judged.
+    PerMember(BTreeMap<String, CertificateDer<'static>>),
+}
+
+impl Wanted {
+    /// What `member` should serve, if known.
+    pub fn of(&self, member: &str) -> Option<&CertificateDer<'static>> {
+        match self {
+            Self::Shared(cert) => Some(cert),
+            Self::PerMember(certs) => certs.get(member),
+        }
+    }
+}
+
+/// Whether `member`, dialled at `address`, served the certificate it should at its last
+/// handshake (`None`: not reached, or nothing known to want).
+fn serves_wanted(client: &Client, member: &str, address: &str) -> Option<bool> {
+    let served = client.served.at(address)?;
+    Some(&served == client.wanted.of(member)?)
+}
+
 /// The members (by name) whose last handshake served something other than the wanted
 /// certificate: they have not loaded the current Secret. Members not reached are left out.
 pub fn stale<'a>(
@@ -305,12 +332,7 @@ pub fn stale<'a>(
 ) -> Vec<&'a str> {
     members
         .into_iter()
-        .filter(|(_, address)| {
-            client
-                .served
-                .at(address)
-                .is_some_and(|served| served != client.wanted)
-        })
+        .filter(|(name, address)| serves_wanted(client, name, address) == Some(false))
         .map(|(name, _)| name)
         .collect()
 }
@@ -343,12 +365,9 @@ pub fn sentinel_to_restart<'a>(
     if !at_rest || sentinels.iter().any(|s| !s.monitoring || s.failing_over) {
         return None;
     }
-    let data_serve_it = data.iter().all(|(_, address)| {
-        client
-            .served
-            .at(address)
-            .is_some_and(|c| c == client.wanted)
-    });
+    let data_serve_it = data
+        .iter()
+        .all(|(name, address)| serves_wanted(client, name, address) == Some(true));
     if !data_serve_it {
         return None;
     }

@@ -107,6 +107,8 @@ pub struct ClientTls {
     config: Arc<rustls::ClientConfig>,
     /// The same without a client certificate.
     anonymous: Arc<rustls::ClientConfig>,
+    /// The name clients check in the certificates served ([`SERVER_NAME`] unless set).
+    server_name: String,
 }
 
 /// What a server did with a TLS connection within a few seconds of the handshake.
@@ -151,7 +153,21 @@ impl ClientTls {
             dir,
             config: Arc::new(config),
             anonymous: Arc::new(anonymous),
+            server_name: SERVER_NAME.to_string(),
         })
+    }
+
+    /// Checks `name` in the certificates served instead of [`SERVER_NAME`].
+    pub fn with_server_name(self, name: &str) -> Self {
+        Self {
+            server_name: name.to_string(),
+            ..self
+        }
+    }
+
+    /// The name checked in the certificates served.
+    pub fn server_name(&self) -> &str {
+        &self.server_name
     }
 
     /// valkey-cli's flags.
@@ -184,7 +200,7 @@ impl ClientTls {
             false => self.anonymous.clone(),
         };
         let socket = tokio::net::TcpStream::connect((ip, port)).await?;
-        let name = ServerName::try_from(SERVER_NAME)?;
+        let name = ServerName::try_from(self.server_name.clone())?;
         let mut tls = match tokio_rustls::TlsConnector::from(config)
             .connect(name, socket)
             .await
@@ -203,8 +219,19 @@ impl ClientTls {
         })
     }
 
-    /// The certificate `ip:port` serves now (a fresh handshake).
+    /// The certificate `ip:port` serves now (a fresh handshake), checked for the client's
+    /// server name.
     pub async fn served(&self, ip: &str, port: u16) -> Result<CertificateDer<'static>> {
+        self.served_as(ip, port, &self.server_name.clone()).await
+    }
+
+    /// [`ClientTls::served`], checked for `name` (a DNS name or an IP address).
+    pub async fn served_as(
+        &self,
+        ip: &str,
+        port: u16,
+        name: &str,
+    ) -> Result<CertificateDer<'static>> {
         let connector = tokio_rustls::TlsConnector::from(self.config.clone());
         let socket = tokio::time::timeout(
             std::time::Duration::from_secs(5),
@@ -212,7 +239,7 @@ impl ClientTls {
         )
         .await
         .context("connecting timed out")??;
-        let name = ServerName::try_from(SERVER_NAME)?;
+        let name = ServerName::try_from(name.to_string())?;
         let tls = tokio::time::timeout(
             std::time::Duration::from_secs(5),
             connector.connect(name, socket),
@@ -271,4 +298,25 @@ pub async fn client_of_secret(secrets: &Api<Secret>, name: &str, owner: &str) ->
     };
     let dir = std::env::temp_dir().join(format!("valkey-e2e-tls-{}-{owner}", std::process::id()));
     ClientTls::new(&issued, dir)
+}
+
+/// Key `key` of Secret `name`, as text.
+pub async fn secret_text(secrets: &Api<Secret>, name: &str, key: &str) -> Result<String> {
+    let data = secrets.get(name).await?.data.unwrap_or_default();
+    let value = data
+        .get(key)
+        .with_context(|| format!("Secret {name} has no {key}"))?;
+    Ok(String::from_utf8(value.0.clone())?)
+}
+
+/// The certificate (`tls.crt`) of Secret `name`, as DER: what a member mounting it serves
+/// once it has loaded it.
+pub async fn secret_certificate(
+    secrets: &Api<Secret>,
+    name: &str,
+) -> Result<CertificateDer<'static>> {
+    let pem = secret_text(secrets, name, "tls.crt").await?;
+    Ok(CertificateDer::from_pem_slice(pem.as_bytes())
+        .context("tls.crt")?
+        .into_owned())
 }

@@ -67,7 +67,7 @@ pub fn guard_step<S: GuardedStep>(
     if let Some(why) = tls_problem {
         return S::waiting(
             Waiting::TlsSecretUnusable,
-            format!("cannot connect to the members: {why} (spec.tls.secretName)"),
+            format!("cannot connect to the members: {why} (spec.tls)"),
         );
     }
     let mut problems = Vec::new();
@@ -148,7 +148,7 @@ mod tests {
         assert_eq!(reason, Waiting::TlsSecretUnusable);
         assert_eq!(
             why,
-            "cannot connect to the members: TLS Secret c-tls has no ca.crt (spec.tls.secretName)"
+            "cannot connect to the members: TLS Secret c-tls has no ca.crt (spec.tls)"
         );
         let (reason, why) = wait(&guard_step(
             roll(),

@@ -48,12 +48,16 @@ operator_runtime::event_reasons! {
         /// A user of `spec.users` could not be applied as asked (rules a Valkey version
         /// refuses, a missing password Secret); the note says why. Told once per change.
         UsersRefused: Warning,
+        /// The operator's CA issued certificates (`spec.tls` without a Secret): to new
+        /// members, and again before expiry or after an address change; the note says which.
+        CertificateIssued: Normal,
         /// Members loaded a renewed TLS Secret (`CONFIG SET tls-cert-file`); the note says
         /// which.
         CertificateReloaded: Normal,
         /// The TLS Secret cannot be used (missing, or a certificate members could not use),
-        /// a member refused to load its files, or serves a certificate its `ca.crt` does
-        /// not accept; the note says which and why.
+        /// a member refused to load its files, serves a certificate its `ca.crt` does not
+        /// accept, or has a Secret of its certificate's name the operator may not write;
+        /// the note says which and why.
         CertificateRefused: Warning,
         /// A sentinel serving an older certificate was evicted so that it starts with the
         /// renewed one (Sentinel reads its TLS files only at start); the note says which.

@@ -128,12 +128,13 @@ pub fn member(
             },
         ),
     };
+    let member_name = match at {
+        At::Data(i) => names::replication_member_name(&name, i),
+        At::Sentinel(j) => names::sentinel_member_name(&name, j),
+    };
     ValkeyNode {
         metadata: ObjectMeta {
-            name: Some(match at {
-                At::Data(i) => names::replication_member_name(&name, i),
-                At::Sentinel(j) => names::sentinel_member_name(&name, j),
-            }),
+            name: Some(member_name.clone()),
             namespace: replication.namespace(),
             labels: Some(member_labels(&name, index)),
             owner_references: replication.controller_owner_ref(&()).map(|o| vec![o]),
@@ -143,7 +144,7 @@ pub fn member(
             mode,
             template,
             auth: Some(auth),
-            tls: spec.tls.clone(),
+            tls: spec.tls.as_ref().map(|t| t.for_member(&member_name)),
             rollout_policy: RolloutPolicy::Gated,
             allowed_revision,
             replication: Some(context.clone()),

@@ -63,6 +63,15 @@ fn ip(address: &str) -> ServerName<'static> {
     ServerName::IpAddress(address.parse::<std::net::IpAddr>().unwrap().into())
 }
 
+/// A handshake with the member at `address` serving `files`, as `client`'s verifier sees it.
+fn serve(client: &Client, files: &TlsFiles, address: &str) {
+    let cert = leaf(files).unwrap();
+    client
+        .verifier
+        .verify_server_cert(&cert, &[], &ip(address), &[], UnixTime::now())
+        .unwrap();
+}
+
 #[test]
 fn the_secret_must_hold_all_three_keys() {
     let files = member(&ca("test CA"));
@@ -178,14 +187,7 @@ fn members_serving_another_certificate_are_stale() {
     let old = member(&ca);
     let renewed = member(&ca);
     let client = client_of(&renewed).unwrap();
-    let verifier = client.verifier.clone();
-    let now = UnixTime::now();
-    let served = |files: &TlsFiles, address: &str| {
-        let cert = leaf(files).unwrap();
-        verifier
-            .verify_server_cert(&cert, &[], &ip(address), &[], now)
-            .unwrap();
-    };
+    let served = |files: &TlsFiles, address: &str| serve(&client, files, address);
     served(&renewed, "10.0.0.1");
     served(&old, "10.0.0.2");
     let members = [
@@ -196,6 +198,51 @@ fn members_serving_another_certificate_are_stale() {
     assert_eq!(stale(&client, members), vec!["c-1"], "c-2 was not reached");
     served(&renewed, "10.0.0.2");
     assert!(stale(&client, members).is_empty());
+}
+
+/// With certificates the operator issues, each member is judged against its own: one
+/// serving another member's is stale, one with none issued yet is not judged.
+#[test]
+fn with_a_certificate_per_member_each_is_judged_against_its_own() {
+    let ca = ca("test CA");
+    let (a, b, b_renewed) = (member(&ca), member(&ca), member(&ca));
+    let operator = member(&ca);
+    let mut client = client_of(&operator).unwrap();
+    client.wanted = Wanted::PerMember(BTreeMap::from([
+        ("c-0".to_string(), leaf(&a).unwrap()),
+        ("c-1".to_string(), leaf(&b_renewed).unwrap()),
+    ]));
+    serve(&client, &a, "10.0.0.1");
+    serve(&client, &b, "10.0.0.2");
+    serve(&client, &a, "10.0.0.3");
+    let members = [
+        ("c-0", "10.0.0.1"),
+        ("c-1", "10.0.0.2"),
+        ("c-2", "10.0.0.3"),
+    ];
+    assert_eq!(
+        stale(&client, members),
+        vec!["c-1"],
+        "c-2 has none issued yet"
+    );
+    // A sentinel waits until every data node serves its own.
+    let sentinel = [SentinelState {
+        name: "s-0",
+        address: Some("10.0.0.9"),
+        monitoring: true,
+        failing_over: false,
+    }];
+    serve(&client, &b, "10.0.0.9");
+    if let Wanted::PerMember(certs) = &mut client.wanted {
+        certs.insert("s-0".into(), leaf(&operator).unwrap());
+    }
+    let data = [("c-0", "10.0.0.1"), ("c-1", "10.0.0.2")];
+    assert_eq!(sentinel_to_restart(&client, &sentinel, &data, true), None);
+    serve(&client, &b_renewed, "10.0.0.2");
+    assert_eq!(
+        sentinel_to_restart(&client, &sentinel, &data, true),
+        Some("s-0")
+    );
 }
 
 /// The client config against a real TLS server that requires a client certificate from the
@@ -244,8 +291,11 @@ async fn the_client_presents_its_certificate_to_a_server_that_requires_one() {
     tls.read_to_string(&mut answer).await.unwrap();
     assert_eq!(answer, "+PONG\r\n");
     let presented = serve.await.unwrap().expect("a client certificate");
-    assert_eq!(presented[0], client.wanted);
-    assert_eq!(client.served.at("127.0.0.1"), Some(client.wanted.clone()));
+    assert_eq!(client.wanted.of("any"), Some(&presented[0]));
+    assert_eq!(
+        client.served.at("127.0.0.1").as_ref(),
+        client.wanted.of("any")
+    );
 }
 
 #[test]

@@ -121,17 +121,36 @@ pub async fn reconcile(
     };
     // Passwords before members, so a member's pod finds its Secrets when it starts.
     let mut passwords = passwords(&apis, &live).await?;
+    let reading = member_tls::Reading {
+        topology: &live.group,
+        spec: live.group.spec.tls.as_ref(),
+        label_key: labels::REPLICATION,
+        members: &live.owned,
+        bus: false,
+    };
+    let reasons = (
+        ReplicationEvent::CertificateIssued,
+        ReplicationEvent::CertificateRefused,
+    );
     let tls = member_tls::read(
+        &ctx.runtime,
         &apis.secrets,
-        &apis.namespace,
-        live.group.spec.tls.as_ref(),
-        false,
+        apis.field_manager,
+        reading,
+        reasons,
     )
     .await?;
     passwords.tls_problem = tls.as_ref().and_then(|t| t.as_ref().err().cloned());
     let refused = ReplicationEvent::CertificateRefused;
     member_tls::report_unusable(&ctx.runtime, &live.group, tls.as_ref(), refused).await;
-    let nodes = apply_members(&apis, &live).await?;
+    let nodes = match member_tls::holds_new_members(
+        live.group.spec.tls.as_ref(),
+        tls.as_ref(),
+        &live.owned,
+    ) {
+        true => Vec::new(),
+        false => apply_members(&apis, &live).await?,
+    };
     objects::apply_services(
         &apis.services,
         &live.group,

@@ -100,8 +100,22 @@ pub async fn access(apis: &ReplicationApis, group: &str) -> Result<GroupAccess> 
                 .filter(|ip| !ip.is_empty() && ip != "None"),
         )
     };
-    let tls = match apis.groups.get(group).await?.spec.tls {
-        Some(tls) => Some(client_of_secret(&apis.secrets, &tls.secret_name, group).await?),
+    let stored = apis.groups.get(group).await?;
+    let namespace = stored.namespace().unwrap_or_default();
+    let tls = match stored.spec.tls {
+        // Without a Secret of the user's, as a client holding a certificate of the group's
+        // CA would: data node 0's. The read-write Service's name is one every data node's
+        // certificate holds.
+        Some(tls) => Some(match tls.secret_name {
+            Some(secret) => client_of_secret(&apis.secrets, &secret, group).await?,
+            None => {
+                let member = names::replication_member_name(group, 0);
+                let secret = names::member_tls_secret_name(&member);
+                client_of_secret(&apis.secrets, &secret, group)
+                    .await?
+                    .with_server_name(&format!("{group}.{namespace}.svc"))
+            }
+        }),
         None => None,
     };
     Ok(GroupAccess {

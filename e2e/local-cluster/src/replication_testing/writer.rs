@@ -14,7 +14,7 @@ use fred::types::{ClusterHash, CustomCommand, Value};
 
 use super::GroupAccess;
 use crate::cluster_testing::ValkeyClient;
-use crate::valkey_tls::{ClientTls, SERVER_NAME};
+use crate::valkey_tls::ClientTls;
 
 /// `WAIT 1 <this>`: how long a write waits for a replica's acknowledgement.
 const WAIT_TIMEOUT_MS: i64 = 1000;
@@ -101,7 +101,7 @@ pub(super) async fn connect(
     password: Option<&str>,
 ) -> Result<ValkeyClient> {
     let server = match tls {
-        Some(_) => Server::new_with_tls(ip, port, Some(SERVER_NAME.to_string())),
+        Some(tls) => Server::new_with_tls(ip, port, Some(tls.server_name().to_string())),
         None => Server::new(ip, port),
     };
     let config = fred::types::config::Config {

@@ -3,16 +3,19 @@
 
 use std::time::Instant;
 
-use crd_types::template::{Exporter, Tls, TlsAuthClients};
+use crd_types::template::{Exporter, TlsAuthClients, TopologyTls};
 use local_cluster::cluster_testing::valkey_cluster;
 use local_cluster::images::exporter_image;
 use local_cluster::testing::valkey_cli_as;
 use local_cluster::valkey_tls::{
     ExtendedKeyUsagePurpose, Issued, Kept, TestCa, client_of_secret, create_secret, renew_secret,
-    replace_secret,
+    replace_secret, secret_certificate, secret_text,
 };
 
-use crate::env::{Env, FORM, SETTLE};
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
+
+use crate::env::{Env, FORM, NS, SETTLE};
 
 const CLIENT_PORT: u16 = 6379;
 const BUS_PORT: u16 = 16379;
@@ -42,8 +45,8 @@ async fn a_cluster_speaks_only_tls_and_loads_a_renewed_certificate_live() {
         .await
         .unwrap();
     let mut cluster = valkey_cluster(name, 3, 1, false);
-    cluster.spec.tls = Some(Tls {
-        secret_name: secret_name.into(),
+    cluster.spec.tls = Some(TopologyTls {
+        secret_name: Some(secret_name.into()),
         auth_clients: TlsAuthClients::Never,
     });
     cluster.spec.template.exporter = Some(Exporter {
@@ -247,5 +250,151 @@ async fn a_cluster_speaks_only_tls_and_loads_a_renewed_certificate_live() {
         assert_eq!(access.cli_cluster(&["GET", &key]), key);
     }
     assert_eq!(env.pod_starts(&members).await, starts, "no pod restarted");
+    env.finish().await;
+}
+
+/// `spec.tls` without a Secret: the operator keeps a CA (`<name>-ca-key`; its certificate
+/// alone in `<name>-ca`) and issues each member a certificate of its own, for its Service's
+/// DNS names and ClusterIP, which a client checking names accepts on both ports; the cluster forms over TLS with client
+/// certificates required. A member whose Secret is deleted is issued a new certificate,
+/// which it serves with no pod restarted and every key still there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cluster_serves_certificates_the_operator_issues_per_member() {
+    let env = Env::start().await;
+    let name = "issued";
+    let secrets = &env.apis.secrets;
+    let mut cluster = valkey_cluster(name, 3, 1, false);
+    cluster.spec.tls = Some(TopologyTls {
+        secret_name: None,
+        auth_clients: TlsAuthClients::Required,
+    });
+    let created = Instant::now();
+    env.apis.create(&cluster).await.unwrap();
+    env.ready(name, FORM).await;
+    eprintln!("issued: Ready {:?} after creation", created.elapsed());
+    let access = env.exact_access(name, 3, 1).await;
+    env.healthy(name, &access, 3, 1).await;
+    let tls = access.tls.clone().expect("the cluster has tls");
+    // Clients trust the CA of `<name>-ca`: every member's Secret carries the same one.
+    let text = |secret: String, key: &'static str| async move {
+        secret_text(secrets, &secret, key).await.unwrap()
+    };
+    let ca = text(format!("{name}-ca"), "ca.crt").await;
+    // `<name>-ca` holds the CA's certificate alone; its key is in `<name>-ca-key`.
+    let public = secrets.get(&format!("{name}-ca")).await.unwrap();
+    let keys: Vec<String> = public.data.unwrap_or_default().into_keys().collect();
+    assert_eq!(keys, ["ca.crt"]);
+    assert_eq!(text(format!("{name}-ca-key"), "ca.crt").await, ca);
+    assert!(!text(format!("{name}-ca-key"), "ca.key").await.is_empty());
+    let mut seen = Vec::new();
+    for m in &access.members {
+        let secret = format!("{}-tls", m.name);
+        assert_eq!(text(secret.clone(), "ca.crt").await, ca, "{secret}");
+        let own = secret_certificate(secrets, &secret).await.unwrap();
+        let node = env.apis.nodes.get(&m.name).await.unwrap();
+        let endpoint = node.status.and_then(|s| s.endpoint).expect("an endpoint");
+        let service = endpoint.service_name.expect("a Service");
+        assert_eq!(endpoint.cluster_ip.as_deref(), Some(m.ip.as_str()));
+        let names = [
+            m.ip.clone(),
+            service.clone(),
+            format!("{service}.{NS}.svc"),
+            format!("{service}.{NS}.svc.cluster.local"),
+        ];
+        for port in [CLIENT_PORT, BUS_PORT] {
+            for checked in &names {
+                let served = tls.served_as(&m.ip, port, checked).await;
+                let served =
+                    served.unwrap_or_else(|e| panic!("{}:{port} as {checked}: {e:#}", m.name));
+                assert_eq!(served, own, "{}:{port} serves its Secret's", m.name);
+            }
+        }
+        // Another member's name is not in it.
+        let other = access.members.iter().find(|o| o.name != m.name).unwrap();
+        let refused = tls.served_as(&m.ip, CLIENT_PORT, &other.ip).await;
+        let refused = format!("{:#}", refused.unwrap_err());
+        assert!(refused.contains("not valid for name"), "{refused}");
+        // authClients Required: a client that checks this member's name and shows a
+        // certificate is kept, one without a certificate is refused after the handshake.
+        let named = tls.clone().with_server_name(&m.ip);
+        if m.name == access.members[0].name {
+            let kept = named.kept(&m.ip, CLIENT_PORT, true).await.unwrap();
+            assert_eq!(kept, Kept::Open, "{}", m.name);
+        }
+        let anonymous = named.kept(&m.ip, CLIENT_PORT, false).await.unwrap();
+        assert!(
+            matches!(&anonymous, Kept::Closed(why) if !why.starts_with("handshake")),
+            "{}: {anonymous:?}",
+            m.name
+        );
+        assert!(!seen.contains(&own), "{} shares a certificate", m.name);
+        seen.push(own);
+    }
+    for i in 0..100 {
+        let key = format!("issued:{i}");
+        assert_eq!(access.cli_cluster(&["SET", &key, &key]), "OK");
+    }
+    let events = env.apis.topology_events(name).await.unwrap();
+    let issued = events
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("CertificateIssued"))
+        .filter_map(|e| e.note.clone())
+        .collect::<Vec<_>>();
+    assert!(!issued.is_empty(), "no CertificateIssued Event: {events:?}");
+
+    // A deleted member Secret: a new certificate, loaded live.
+    let members = env.apis.members(name).await.unwrap();
+    let starts = env.pod_starts(&members).await;
+    let m = &access.members[0];
+    let secret = format!("{}-tls", m.name);
+    let before = text(secret.clone(), "tls.crt").await;
+    secrets.delete(&secret, &Default::default()).await.unwrap();
+    let deleted = Instant::now();
+    let renewed = env
+        .wait("a new certificate for the member", SETTLE, || async {
+            let now = secrets.get_opt(&secret).await?;
+            let cert = now
+                .and_then(|s| s.data)
+                .and_then(|d| d.get("tls.crt").cloned())
+                .map(|v| String::from_utf8(v.0).unwrap());
+            Ok(cert
+                .filter(|c| *c != before)
+                .ok_or_else(|| "not issued again yet".to_string()))
+        })
+        .await;
+    let wanted = CertificateDer::from_pem_slice(renewed.as_bytes())
+        .unwrap()
+        .into_owned();
+    env.wait(
+        "the member to serve its new certificate on both ports",
+        SETTLE * 2,
+        || async {
+            let mut stale = Vec::new();
+            for port in [CLIENT_PORT, BUS_PORT] {
+                match tls.served_as(&m.ip, port, &m.ip).await {
+                    Ok(served) if served == wanted => {}
+                    Ok(_) => stale.push(format!("{port} serves the old one")),
+                    Err(e) => stale.push(format!("{port}: {e:#}")),
+                }
+            }
+            Ok(stale.is_empty().then_some(()).ok_or(stale.join("; ")))
+        },
+    )
+    .await;
+    eprintln!(
+        "issued: {} serves its new certificate {:?} after its Secret was deleted",
+        m.name,
+        deleted.elapsed()
+    );
+    assert_eq!(env.pod_starts(&members).await, starts, "no pod restarted");
+    env.healthy(name, &access, 3, 1).await;
+    for i in 0..100 {
+        let key = format!("issued:{i}");
+        assert_eq!(access.cli_cluster(&["GET", &key]), key);
+    }
+    let events = env.apis.topology_events(name).await.unwrap();
+    let reasons: Vec<&str> = events.iter().filter_map(|e| e.reason.as_deref()).collect();
+    assert!(reasons.contains(&"CertificateReloaded"), "{reasons:?}");
+    assert!(!reasons.contains(&"CertificateRefused"), "{reasons:?}");
     env.finish().await;
 }

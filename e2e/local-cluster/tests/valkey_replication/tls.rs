@@ -4,13 +4,16 @@
 use std::time::{Duration, Instant};
 
 use crd_types::names::statefulset_pod_name;
-use crd_types::template::{Exporter, Tls, TlsAuthClients};
+use crd_types::template::{Exporter, TlsAuthClients, TopologyTls};
 use local_cluster::images::exporter_image;
 use local_cluster::replication_testing::{GroupWriter, Route, valkey_replication};
 use local_cluster::testing::valkey_cli_as;
-use local_cluster::valkey_tls::{create_secret, renew_secret};
+use local_cluster::valkey_tls::{create_secret, renew_secret, secret_certificate, secret_text};
 
-use crate::env::{Env, FORM, SETTLE, nothing_lost};
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
+
+use crate::env::{Env, FORM, NS, SETTLE, nothing_lost};
 use crate::restarts::pod_uids;
 
 const EXPORTER_PORT: i32 = 9121;
@@ -53,8 +56,8 @@ async fn a_group_speaks_only_tls_and_loads_a_renewed_certificate_live() {
     let secrets = &env.apis.secrets;
     let (ca, first) = create_secret(secrets, secret_name).await.unwrap();
     let mut group = valkey_replication(name, 2, 3, false);
-    group.spec.tls = Some(Tls {
-        secret_name: secret_name.into(),
+    group.spec.tls = Some(TopologyTls {
+        secret_name: Some(secret_name.into()),
         auth_clients: TlsAuthClients::Required,
     });
     group.spec.template.exporter = Some(Exporter {
@@ -221,5 +224,149 @@ async fn a_group_speaks_only_tls_and_loads_a_renewed_certificate_live() {
         assert_eq!(about[0].series, None, "{} evicted once", s.name);
     }
     let _ = std::fs::remove_file(ca_file);
+    env.finish().await;
+}
+
+/// `spec.tls` without a Secret: the operator keeps a CA (its certificate alone in
+/// `<name>-ca`) and gives every data node and sentinel a certificate of its own, naming its Service and, for a data node, the
+/// group's read-write and read-only Services (a writer checking the read-write Service's
+/// name writes through it), for a sentinel the sentinel Service. A data node's and a
+/// sentinel's Secrets deleted under the writer are issued again: the data node loads its
+/// new certificate live, the sentinel is evicted and starts with it; nothing acknowledged
+/// is lost and the group ends Ready with Valkey and Sentinel agreeing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_group_serves_certificates_the_operator_issues_per_member() {
+    let env = Env::start().await;
+    let name = "issued";
+    let secrets = &env.apis.secrets;
+    let mut group = valkey_replication(name, 2, 3, false);
+    group.spec.tls = Some(TopologyTls {
+        secret_name: None,
+        auth_clients: TlsAuthClients::Optional,
+    });
+    let created = Instant::now();
+    let access = env.create_ready(group).await;
+    eprintln!("issued: Ready {:?} after creation", created.elapsed());
+    let tls = access.tls.clone().expect("the group has tls");
+    // Clients trust the CA of `<name>-ca`: every member's Secret carries the same one.
+    let ca = secret_text(secrets, &format!("{name}-ca"), "ca.crt")
+        .await
+        .unwrap();
+    let public = secrets.get(&format!("{name}-ca")).await.unwrap();
+    let keys: Vec<String> = public.data.unwrap_or_default().into_keys().collect();
+    assert_eq!(keys, ["ca.crt"], "{name}-ca holds the certificate alone");
+    let ca = ca.as_str();
+    let own = |member: String| async move {
+        let secret = format!("{member}-tls");
+        let member_ca = secret_text(secrets, &secret, "ca.crt").await.unwrap();
+        assert_eq!(member_ca, ca, "{secret}");
+        secret_certificate(secrets, &secret).await.unwrap()
+    };
+    let shared = [
+        format!("{name}.{NS}.svc"),
+        format!("{name}-replicas.{NS}.svc"),
+    ];
+    for m in &access.data {
+        let cert = own(m.name.clone()).await;
+        for checked in [m.ip.clone(), format!("{}.{NS}.svc", m.name)]
+            .iter()
+            .chain(&shared)
+        {
+            let served = tls.served_as(&m.ip, 6379, checked).await;
+            let served = served.unwrap_or_else(|e| panic!("{} as {checked}: {e:#}", m.name));
+            assert_eq!(served, cert, "{} serves its own", m.name);
+        }
+    }
+    let sentinel_service = format!("{name}-sentinel.{NS}.svc");
+    for s in &access.sentinels {
+        let cert = own(s.name.clone()).await;
+        for checked in [s.ip.clone(), sentinel_service.clone()] {
+            let served = tls.served_as(&s.ip, 26379, &checked).await;
+            let served = served.unwrap_or_else(|e| panic!("{} as {checked}: {e:#}", s.name));
+            assert_eq!(served, cert, "{} serves its own", s.name);
+        }
+        // A sentinel's certificate does not name the data Services.
+        let refused = tls.served_as(&s.ip, 26379, &shared[0]).await;
+        let refused = format!("{:#}", refused.unwrap_err());
+        assert!(refused.contains("not valid for name"), "{refused}");
+    }
+
+    // The writer checks the read-write Service's name on whichever node is primary.
+    let service = access.service_ip.clone().unwrap();
+    let writer = GroupWriter::start(&access, Route::Service(service), "issued");
+    writer
+        .progressed(50, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let uids = pod_uids(&env, name).await;
+    let data_node = access.data[1].clone();
+    let sentinel = access.sentinels[0].clone();
+    let mut before = Vec::new();
+    for m in [&data_node, &sentinel] {
+        let secret = format!("{}-tls", m.name);
+        before.push(secret_text(secrets, &secret, "tls.crt").await.unwrap());
+        secrets.delete(&secret, &Default::default()).await.unwrap();
+    }
+    let deleted = Instant::now();
+    let renewed = [(&data_node, 6379), (&sentinel, 26379)];
+    env.wait(
+        "the two members to serve new certificates",
+        FORM,
+        || async {
+            let mut stale = Vec::new();
+            for ((m, port), old) in renewed.iter().zip(&before) {
+                let secret = format!("{}-tls", m.name);
+                let Some(now) = secrets.get_opt(&secret).await? else {
+                    stale.push(format!("{secret} not issued again yet"));
+                    continue;
+                };
+                let pem = now.data.unwrap_or_default();
+                let pem = String::from_utf8(pem["tls.crt"].0.clone()).unwrap();
+                if pem == *old {
+                    stale.push(format!("{secret} still holds the old certificate"));
+                    continue;
+                }
+                let wanted = CertificateDer::from_pem_slice(pem.as_bytes()).unwrap();
+                match tls.served_as(&m.ip, *port, &m.ip).await {
+                    Ok(served) if served == wanted => {}
+                    Ok(_) => stale.push(format!("{} serves the old one", m.name)),
+                    Err(e) => stale.push(format!("{}: {e:#}", m.name)),
+                }
+            }
+            Ok(stale.is_empty().then_some(()).ok_or(stale.join("; ")))
+        },
+    )
+    .await;
+    eprintln!(
+        "issued: {} and {} serve new certificates {:?} after their Secrets were deleted",
+        data_node.name,
+        sentinel.name,
+        deleted.elapsed()
+    );
+    writer
+        .progressed(50, Duration::from_secs(30))
+        .await
+        .unwrap();
+    env.ready_agreeing(name, None, SETTLE).await;
+    nothing_lost(name, [writer], &access).await;
+    let now = pod_uids(&env, name).await;
+    for m in &access.data {
+        let pod = statefulset_pod_name(&m.name);
+        assert_eq!(now.get(&pod), uids.get(&pod), "{} kept its pod", m.name);
+    }
+    let pod = statefulset_pod_name(&sentinel.name);
+    assert_ne!(
+        now.get(&pod),
+        uids.get(&pod),
+        "{} was restarted",
+        sentinel.name
+    );
+    let events = |reason: &'static str| {
+        let apis = &env.apis;
+        async move { apis.group_events(name, Some(reason)).await.unwrap() }
+    };
+    assert!(!events("CertificateIssued").await.is_empty());
+    assert!(!events("CertificateReloaded").await.is_empty());
+    assert!(events("CertificateRefused").await.is_empty());
     env.finish().await;
 }
