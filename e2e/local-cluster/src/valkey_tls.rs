@@ -139,7 +139,10 @@ impl ClientTls {
             std::fs::write(dir.join(file), pem)?;
         }
         let mut roots = rustls::RootCertStore::empty();
-        roots.add(CertificateDer::from_pem_slice(issued.ca.as_bytes())?)?;
+        // Every CA of `ca.crt`: while a CA changes it holds the old and the new one.
+        for ca in CertificateDer::pem_slice_iter(issued.ca.as_bytes()) {
+            roots.add(ca?)?;
+        }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()?
