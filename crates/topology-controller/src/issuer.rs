@@ -10,6 +10,7 @@
 use std::net::IpAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose, SanType,
@@ -239,6 +240,31 @@ pub enum Verdict {
     Keep,
     Issue(String),
     Refuse(String),
+}
+
+/// Whose a Secret of a member's certificate name is, by its owner references.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SecretOwner {
+    /// The member's (owned by its ValkeyNode's uid): the operator may write it.
+    Member,
+    /// An earlier ValkeyNode of the same name's, awaiting the garbage collector.
+    EarlierMember,
+    /// Someone else's: never written over.
+    Other,
+}
+
+/// Whose a Secret with `owners` is, for member `name` whose ValkeyNode has `uid`.
+pub fn member_secret_owner(owners: &[OwnerReference], name: &str, uid: &str) -> SecretOwner {
+    if owners.iter().any(|o| o.uid == uid) {
+        SecretOwner::Member
+    } else if owners
+        .iter()
+        .any(|o| o.kind == "ValkeyNode" && o.name == name)
+    {
+        SecretOwner::EarlierMember
+    } else {
+        SecretOwner::Other
+    }
 }
 
 /// The DNS names and IPs of `cert`'s subjectAltName, sorted.

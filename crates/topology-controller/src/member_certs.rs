@@ -29,7 +29,9 @@ use operator_runtime::{ApiResultExt, ObjectName, Op};
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use topology_controller::auth;
-use topology_controller::issuer::{Authority, Held, Leaf, Request, Verdict};
+use topology_controller::issuer::{
+    Authority, Held, Leaf, Request, SecretOwner, Verdict, member_secret_owner,
+};
 use topology_controller::tls::{self, Client, TlsFiles, Wanted};
 
 use crate::error::Error;
@@ -333,23 +335,23 @@ async fn member(
     let failed = |e: kube::Error| format!("Secret {name}: {e}");
     let secret = secrets.get_opt(name).await.map_err(failed)?;
     let uid = node.meta().uid.clone().unwrap_or_default();
-    if let Some(s) = &secret
-        && !s.owner_references().iter().any(|o| o.uid == uid)
-    {
-        let earlier = s
-            .owner_references()
-            .iter()
-            .any(|o| o.kind == "ValkeyNode" && o.name == node.name_any());
-        return Err(match earlier {
-            true => format!(
+    let owner = secret
+        .as_ref()
+        .map(|s| member_secret_owner(s.owner_references(), &node.name_any(), &uid));
+    match owner {
+        None | Some(SecretOwner::Member) => {}
+        Some(SecretOwner::EarlierMember) => {
+            return Err(format!(
                 "Secret {name} belongs to an earlier member of the same name; it is issued \
                  once the garbage collector has deleted it"
-            ),
-            false => format!(
+            ));
+        }
+        Some(SecretOwner::Other) => {
+            return Err(format!(
                 "Secret {name} exists and is not this member's certificate (the operator \
                  issues one there when spec.tls names no Secret); rename or delete it"
-            ),
-        });
+            ));
+        }
     }
     let (cert, key, ca) = match &secret {
         Some(s) => (

@@ -215,3 +215,34 @@ fn a_bad_cluster_ip_is_refused() {
     verify(&ca, &leaf, "fd00::17", now()).unwrap();
     assert_eq!(ca.judge(&held(&ca, &leaf), &v6, now()), Verdict::Keep);
 }
+
+#[test]
+fn a_member_secret_is_written_only_when_the_member_owns_it() {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    let owner = |kind: &str, name: &str, uid: &str| OwnerReference {
+        kind: kind.into(),
+        name: name.into(),
+        uid: uid.into(),
+        ..Default::default()
+    };
+    let node = |uid: &str| owner("ValkeyNode", "orders-0-0", uid);
+    assert_eq!(
+        member_secret_owner(&[node("u2")], "orders-0-0", "u2"),
+        SecretOwner::Member
+    );
+    // Scaled in and out again: the old member's Secret waits for the garbage collector.
+    assert_eq!(
+        member_secret_owner(&[node("u1")], "orders-0-0", "u2"),
+        SecretOwner::EarlierMember
+    );
+    // Made by hand, or someone else's of that name: never taken over.
+    assert_eq!(
+        member_secret_owner(&[], "orders-0-0", "u2"),
+        SecretOwner::Other
+    );
+    let other = owner("Certificate", "orders-0-0", "u3");
+    assert_eq!(
+        member_secret_owner(&[other], "orders-0-0", "u2"),
+        SecretOwner::Other
+    );
+}
