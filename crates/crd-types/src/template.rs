@@ -456,19 +456,6 @@ pub struct TopologyTls {
     pub auth_clients: TlsAuthClients,
 }
 
-impl TopologyTls {
-    /// What member `member` runs with: the user's Secret, or the one the operator issues it.
-    pub fn for_member(&self, member: &str) -> Tls {
-        Tls {
-            secret_name: self
-                .secret_name
-                .clone()
-                .unwrap_or_else(|| crate::names::member_tls_secret_name(member)),
-            auth_clients: self.auth_clients,
-        }
-    }
-}
-
 /// Valkey's `tls-auth-clients`.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum TlsAuthClients {

@@ -36,8 +36,9 @@ pub struct Reading<'a, K> {
 
 /// The client side of the topology's TLS: `None` without `spec.tls`, else the client or
 /// why it cannot be had. With a Secret the user names, from that Secret; without, from the
-/// CA the operator keeps, issuing members' certificates first ([`crate::member_certs`];
-/// told with `reasons`: issued, refused).
+/// CA the operator keeps, issuing members' certificates first ([`crate::member_certs`]).
+/// Told with `reasons` (issued, refused): certificates issued, members refused, and why
+/// the TLS cannot be used, when it cannot.
 pub async fn read<K, R>(
     ctx: &Context,
     secrets: &Api<Secret>,
@@ -47,46 +48,56 @@ pub async fn read<K, R>(
 ) -> Result<Option<Result<Client, String>>, Error>
 where
     K: Resource<DynamicType = ()> + Debug,
-    R: EventReason,
+    R: EventReason + Copy,
 {
     let Some(spec) = of.spec else {
         return Ok(None);
     };
+    let (issued, refused) = reasons;
     let client_auth = of.bus || spec.auth_clients != TlsAuthClients::Never;
-    let Some(name) = &spec.secret_name else {
-        let prepared = member_certs::prepare(
-            secrets,
-            of.topology,
-            of.label_key,
-            of.members,
-            client_auth,
-            field_manager,
-        )
-        .await?;
-        let (issued, refused) = reasons;
-        if !prepared.issued.is_empty() {
-            let note = format!("issued certificates: {}", prepared.issued.join("; "));
-            tracing::info!(topology = %of.topology.name_any(), %note);
-            publish(ctx, of.topology, issued, note).await;
+    let client = match &spec.secret_name {
+        None => {
+            let prepared = member_certs::prepare(
+                secrets,
+                of.topology,
+                of.label_key,
+                of.members,
+                client_auth,
+                field_manager,
+            )
+            .await?;
+            if !prepared.issued.is_empty() {
+                let note = format!("issued certificates: {}", prepared.issued.join("; "));
+                tracing::info!(topology = %of.topology.name_any(), %note);
+                publish(ctx, of.topology, issued, note).await;
+            }
+            if !prepared.refused.is_empty() {
+                let note = format!(
+                    "no certificate issued, the member waits: {}",
+                    prepared.refused.join("; ")
+                );
+                tracing::warn!(topology = %of.topology.name_any(), %note);
+                publish(ctx, of.topology, refused, note).await;
+            }
+            prepared.client
         }
-        if !prepared.refused.is_empty() {
-            let note = format!(
-                "no certificate issued, the member waits: {}",
-                prepared.refused.join("; ")
-            );
-            tracing::warn!(topology = %of.topology.name_any(), %note);
-            publish(ctx, of.topology, refused, note).await;
+        Some(name) => {
+            let namespace = of.topology.namespace().unwrap_or_default();
+            let secret = secrets
+                .get_opt(name)
+                .await
+                .on(Op::Read, ObjectName::new::<Secret>(&namespace, name))?;
+            tls::files_in(secret.as_ref(), name).and_then(|files| {
+                tls::client(&files, client_auth).map_err(|e| format!("TLS Secret {name}: {e}"))
+            })
         }
-        return Ok(Some(prepared.client));
     };
-    let namespace = of.topology.namespace().unwrap_or_default();
-    let secret = secrets
-        .get_opt(name)
-        .await
-        .on(Op::Read, ObjectName::new::<Secret>(&namespace, name))?;
-    let client = tls::files_in(secret.as_ref(), name).and_then(|files| {
-        tls::client(&files, client_auth).map_err(|e| format!("TLS Secret {name}: {e}"))
-    });
+    // The status says it too (`TlsSecretUnusable`), but a Secret is input CEL cannot
+    // judge, and such input gets an Event; repeated at each look, one series.
+    if let Err(why) = &client {
+        let note = format!("{why}; nothing is asked of the members until it is fixed");
+        publish(ctx, of.topology, refused, note).await;
+    }
     Ok(Some(client))
 }
 
@@ -100,24 +111,6 @@ pub fn holds_new_members(
 ) -> bool {
     let issued = spec.is_some_and(|s| s.secret_name.is_none());
     issued && matches!(tls, Some(Err(_))) && owned.is_empty()
-}
-
-/// Tells (Warning `reason`) why the TLS Secret cannot be used, when it cannot: the status
-/// says it too (`TlsSecretUnusable`), but a Secret is input CEL cannot judge, and such input
-/// gets an Event. Repeated at each look, so the recorder makes it one series.
-pub async fn report_unusable<K, R>(
-    ctx: &Context,
-    topology: &K,
-    tls: Option<&Result<Client, String>>,
-    reason: R,
-) where
-    K: Resource<DynamicType = ()> + Debug,
-    R: EventReason,
-{
-    if let Some(Err(why)) = tls {
-        let note = format!("{why}; nothing is asked of the members until it is fixed");
-        publish(ctx, topology, reason, note).await;
-    }
 }
 
 /// How the operator logs in to the members: `None` while the operator password or the TLS

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use crd_types::names::{self, labels, ports};
 use crd_types::node::{Mode, RolloutPolicy};
-use crd_types::template::{Announce, Scheduling};
+use crd_types::template::{Announce, Scheduling, Tls, TopologyTls};
 use crd_types::{ValkeyCluster, ValkeyNode, ValkeyNodeSpec};
 use k8s_openapi::api::core::v1::{Pod, TopologySpreadConstraint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -151,7 +151,7 @@ pub fn member(
                 .spec
                 .tls
                 .as_ref()
-                .map(|t| t.for_member(&member_name)),
+                .map(|t| member_tls(t, &member_name)),
             rollout_policy: RolloutPolicy::Gated,
             allowed_revision,
             replication: None,
@@ -162,6 +162,18 @@ pub fn member(
                 .map(|_| names::users_secret_name(&cluster_name)),
         },
         status: None,
+    }
+}
+
+/// The `spec.tls` member `member` of a topology with `spec` runs with: the user's Secret,
+/// or the one the operator issues it.
+pub fn member_tls(spec: &TopologyTls, member: &str) -> Tls {
+    Tls {
+        secret_name: spec
+            .secret_name
+            .clone()
+            .unwrap_or_else(|| names::member_tls_secret_name(member)),
+        auth_clients: spec.auth_clients,
     }
 }
 

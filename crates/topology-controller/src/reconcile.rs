@@ -130,8 +130,6 @@ pub async fn reconcile(
     )
     .await?;
     passwords.tls_problem = tls.as_ref().and_then(|t| t.as_ref().err().cloned());
-    let refused = ClusterEvent::CertificateRefused;
-    member_tls::report_unusable(&ctx.runtime, &live.cluster, tls.as_ref(), refused).await;
     let nodes = match member_tls::holds_new_members(
         live.cluster.spec.tls.as_ref(),
         tls.as_ref(),

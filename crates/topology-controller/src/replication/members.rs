@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource, ResourceExt};
 
 use crate::auth;
-use crate::members::{announced_address, spread_softly};
+use crate::members::{announced_address, member_tls, spread_softly};
 use crate::model::Revisions;
 use crate::replication::model::{At, Facts, Group, data_config};
 
@@ -144,7 +144,7 @@ pub fn member(
             mode,
             template,
             auth: Some(auth),
-            tls: spec.tls.as_ref().map(|t| t.for_member(&member_name)),
+            tls: spec.tls.as_ref().map(|t| member_tls(t, &member_name)),
             rollout_policy: RolloutPolicy::Gated,
             allowed_revision,
             replication: Some(context.clone()),

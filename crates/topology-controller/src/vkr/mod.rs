@@ -141,8 +141,6 @@ pub async fn reconcile(
     )
     .await?;
     passwords.tls_problem = tls.as_ref().and_then(|t| t.as_ref().err().cloned());
-    let refused = ReplicationEvent::CertificateRefused;
-    member_tls::report_unusable(&ctx.runtime, &live.group, tls.as_ref(), refused).await;
     let nodes = match member_tls::holds_new_members(
         live.group.spec.tls.as_ref(),
         tls.as_ref(),

@@ -4,12 +4,12 @@
 use std::time::Instant;
 
 use crd_types::template::{Exporter, TlsAuthClients, TopologyTls};
-use local_cluster::cluster_testing::valkey_cluster;
+use local_cluster::cluster_testing::{MemberAddr, valkey_cluster};
 use local_cluster::images::exporter_image;
 use local_cluster::testing::valkey_cli_as;
 use local_cluster::valkey_tls::{
-    ExtendedKeyUsagePurpose, Issued, Kept, TestCa, client_of_secret, create_secret, renew_secret,
-    replace_secret, secret_certificate, secret_text,
+    ClientTls, ExtendedKeyUsagePurpose, Issued, Kept, TestCa, client_of_secret, create_secret,
+    renew_secret, replace_secret, secret_certificate, secret_text,
 };
 
 use rustls::pki_types::CertificateDer;
@@ -143,22 +143,14 @@ async fn a_cluster_speaks_only_tls_and_loads_a_renewed_certificate_live() {
     let renewed = renew_secret(secrets, secret_name, &ca).await.unwrap();
     let changed = Instant::now();
     let wanted = renewed.der().unwrap();
-    env.wait(
-        "every member to serve the renewed certificate on both ports",
-        SETTLE * 2,
-        || async {
-            let mut stale = Vec::new();
-            for m in &access.members {
-                for port in [CLIENT_PORT, BUS_PORT] {
-                    match tls.served(&m.ip, port).await {
-                        Ok(served) if served == wanted => {}
-                        Ok(_) => stale.push(format!("{}:{port} serves the old one", m.name)),
-                        Err(e) => stale.push(format!("{}:{port}: {e:#}", m.name)),
-                    }
-                }
-            }
-            Ok(stale.is_empty().then_some(()).ok_or(stale.join("; ")))
-        },
+    let what = "every member to serve the renewed certificate on both ports";
+    wait_served(
+        &env,
+        &tls,
+        &access.members,
+        &wanted,
+        Checked::ServerName,
+        what,
     )
     .await;
     eprintln!(
@@ -221,22 +213,14 @@ async fn a_cluster_speaks_only_tls_and_loads_a_renewed_certificate_live() {
         .await
         .unwrap();
     let wanted = moved.der().unwrap();
-    env.wait(
-        "every member to serve the new CA's certificate on both ports",
-        SETTLE * 2,
-        || async {
-            let mut stale = Vec::new();
-            for m in &access.members {
-                for port in [CLIENT_PORT, BUS_PORT] {
-                    match tls.served(&m.ip, port).await {
-                        Ok(served) if served == wanted => {}
-                        Ok(_) => stale.push(format!("{}:{port} serves another", m.name)),
-                        Err(e) => stale.push(format!("{}:{port}: {e:#}", m.name)),
-                    }
-                }
-            }
-            Ok(stale.is_empty().then_some(()).ok_or(stale.join("; ")))
-        },
+    let what = "every member to serve the new CA's certificate on both ports";
+    wait_served(
+        &env,
+        &tls,
+        &access.members,
+        &wanted,
+        Checked::ServerName,
+        what,
     )
     .await;
     eprintln!(
@@ -365,22 +349,9 @@ async fn a_cluster_serves_certificates_the_operator_issues_per_member() {
     let wanted = CertificateDer::from_pem_slice(renewed.as_bytes())
         .unwrap()
         .into_owned();
-    env.wait(
-        "the member to serve its new certificate on both ports",
-        SETTLE * 2,
-        || async {
-            let mut stale = Vec::new();
-            for port in [CLIENT_PORT, BUS_PORT] {
-                match tls.served_as(&m.ip, port, &m.ip).await {
-                    Ok(served) if served == wanted => {}
-                    Ok(_) => stale.push(format!("{port} serves the old one")),
-                    Err(e) => stale.push(format!("{port}: {e:#}")),
-                }
-            }
-            Ok(stale.is_empty().then_some(()).ok_or(stale.join("; ")))
-        },
-    )
-    .await;
+    let what = "the member to serve its new certificate on both ports";
+    let only = std::slice::from_ref(m);
+    wait_served(&env, &tls, only, &wanted, Checked::Address, what).await;
     eprintln!(
         "issued: {} serves its new certificate {:?} after its Secret was deleted",
         m.name,
@@ -397,4 +368,42 @@ async fn a_cluster_serves_certificates_the_operator_issues_per_member() {
     assert!(reasons.contains(&"CertificateReloaded"), "{reasons:?}");
     assert!(!reasons.contains(&"CertificateRefused"), "{reasons:?}");
     env.finish().await;
+}
+
+/// The name a client checks in the certificates members serve.
+#[derive(Clone, Copy)]
+enum Checked {
+    /// The test Secret's one name ([`local_cluster::valkey_tls::SERVER_NAME`]).
+    ServerName,
+    /// The member's own address (certificates the operator issues name it).
+    Address,
+}
+
+/// Waits until each of `members` serves `wanted` on the client port and the bus.
+async fn wait_served(
+    env: &Env,
+    tls: &ClientTls,
+    members: &[MemberAddr],
+    wanted: &CertificateDer<'static>,
+    checked: Checked,
+    what: &str,
+) {
+    env.wait(what, SETTLE * 2, || async {
+        let mut stale = Vec::new();
+        for m in members {
+            for port in [CLIENT_PORT, BUS_PORT] {
+                let served = match checked {
+                    Checked::ServerName => tls.served(&m.ip, port).await,
+                    Checked::Address => tls.served_as(&m.ip, port, &m.ip).await,
+                };
+                match served {
+                    Ok(served) if served == *wanted => {}
+                    Ok(_) => stale.push(format!("{}:{port} serves another", m.name)),
+                    Err(e) => stale.push(format!("{}:{port}: {e:#}", m.name)),
+                }
+            }
+        }
+        Ok(stale.is_empty().then_some(()).ok_or(stale.join("; ")))
+    })
+    .await;
 }
