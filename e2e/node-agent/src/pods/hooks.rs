@@ -59,8 +59,9 @@ pub async fn pre_stop(
     tokio::select! {
         r = run(h, target, grace) => {
             // The kubelet proceeds with SIGTERM whatever the hook's outcome.
-            if let Err(msg) = r {
-                tracing::info!(container = %target.container.name, %msg, "preStop hook failed");
+            match r {
+                Err(msg) => tracing::info!(container = %target.container.name, %msg, "preStop hook failed"),
+                Ok(()) => tracing::info!(container = %target.container.name, took = ?t0.elapsed(), "preStop hook done"),
             }
         }
         s = child.wait() => return Err(exit_status(s)),

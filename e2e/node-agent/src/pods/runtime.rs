@@ -181,6 +181,17 @@ pub async fn run_pod(
     if let Some(w) = writer {
         w.abort();
     }
+    if matches!(interrupt, Interrupt::Deleting(_))
+        && !already_done
+        && let Some(value) = current_status(&entry, &sig.pod_rx)
+    {
+        // As the kubelet does: the containers' terminated states (exit codes) reach the API
+        // before the pod goes, so a watcher sees how each one ended.
+        let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+        if let Err(e) = patch_status(&api, &entry, &value).await {
+            tracing::debug!(pod = %format!("{ns}/{name}"), error = %e, "final pod status");
+        }
+    }
     match interrupt {
         Interrupt::Shutdown => {}
         Interrupt::Deleting(_) | Interrupt::Gone => {
@@ -453,6 +464,10 @@ pub fn kill_leftovers(state_dir: &Path) {
 /// Removes a pod's state dir unless something is still mounted below it
 /// (which would make recursive deletion reach into a volume).
 pub fn remove_pod_dir(dir: &Path) {
+    if std::env::var_os("E2E_KEEP_RUN_DIRS").is_some() {
+        // A post-mortem wants the containers' logs of pods already gone.
+        return;
+    }
     let mounted = std::fs::read_to_string("/proc/self/mountinfo")
         .map(|m| {
             m.lines().any(|l| {
@@ -1067,6 +1082,11 @@ async fn terminate(child: &mut tokio::process::Child, pid: u32, grace: Duration)
     let status = match tokio::time::timeout(grace, child.wait()).await {
         Ok(Ok(s)) => s,
         _ => {
+            tracing::info!(
+                pid,
+                ?grace,
+                "no exit within the grace period after SIGTERM: SIGKILL"
+            );
             signal_group(pid, Signal::SIGKILL);
             child
                 .wait()
@@ -1078,6 +1098,37 @@ async fn terminate(child: &mut tokio::process::Child, pid: u32, grace: Duration)
     status
 }
 
+/// The pod status as the runtime sees it now.
+fn current_status(entry: &PodEntry, pod_rx: &watch::Receiver<Pod>) -> Option<serde_json::Value> {
+    let scheduled = pod_rx
+        .borrow()
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "PodScheduled"));
+    let status = {
+        let mut rt = entry.rt.lock().unwrap();
+        rt.refresh_conditions(Timestamp::now());
+        rt.to_status(scheduled)
+    };
+    serde_json::to_value(&status).ok()
+}
+
+/// Patches the pod's status; the UID guards against patching a recreated pod of the same name.
+async fn patch_status(
+    api: &Api<Pod>,
+    entry: &PodEntry,
+    value: &serde_json::Value,
+) -> kube::Result<Pod> {
+    let patch = serde_json::json!({"metadata": {"uid": entry.uid}, "status": value});
+    api.patch_status(
+        &entry.name,
+        &PatchParams::default(),
+        &Patch::Strategic(patch),
+    )
+    .await
+}
+
 /// Pushes the pod status whenever the runtime state changes.
 async fn status_writer(ctx: Arc<AgentCtx>, entry: Arc<PodEntry>, pod_rx: watch::Receiver<Pod>) {
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &entry.namespace);
@@ -1087,33 +1138,13 @@ async fn status_writer(ctx: Arc<AgentCtx>, entry: Arc<PodEntry>, pod_rx: watch::
         entry.changed.notified().await;
         // Coalesce bursts of changes into one patch.
         tokio::time::sleep(Duration::from_millis(150)).await;
-        let scheduled = pod_rx
-            .borrow()
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|c| c.iter().any(|c| c.type_ == "PodScheduled"));
-        let status = {
-            let mut rt = entry.rt.lock().unwrap();
-            rt.refresh_conditions(Timestamp::now());
-            rt.to_status(scheduled)
-        };
-        let Ok(value) = serde_json::to_value(&status) else {
+        let Some(value) = current_status(&entry, &pod_rx) else {
             continue;
         };
         if last.as_ref() == Some(&value) {
             continue;
         }
-        // The UID guards against patching a recreated pod of the same name.
-        let patch = serde_json::json!({"metadata": {"uid": entry.uid}, "status": value});
-        match api
-            .patch_status(
-                &entry.name,
-                &PatchParams::default(),
-                &Patch::Strategic(patch),
-            )
-            .await
-        {
+        match patch_status(&api, &entry, &value).await {
             Ok(_) => last = Some(value),
             Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
                 tracing::debug!(pod = %entry.name, "pod gone, status writer stops");
