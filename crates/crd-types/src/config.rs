@@ -11,11 +11,19 @@ use serde::{Deserialize, Serialize};
 /// rather than everything since the last snapshot; and a full sync that starts at once
 /// instead of waiting 5 s for more replicas to share it (Valkey's default): a topology
 /// attaches a shard's replicas together, and a replica resyncing alone waits for nothing.
+/// And a SIGTERM that always stops the server: by default Valkey refuses to stop while it
+/// writes its first append-only file (a replica right after a full sync, as a primary that
+/// handed over in its preStop hook is) or when the final save fails, and then forgets the
+/// signal, so it runs on until the kubelet's SIGKILL at the end of the grace period, which
+/// loses more (no final fsync). `force` still waits for replicas and flushes and fsyncs the
+/// AOF first; a replica's data comes from its primary, so a half-written first AOF costs
+/// nothing.
 /// A live directive among them goes back to this value, not Valkey's, when the spec drops it.
 pub const SERVER_DEFAULTS: &[(&str, &str)] = &[
     ("appendonly", "yes"),
     ("appendfsync", "everysec"),
     ("repl-diskless-sync-delay", "0"),
+    ("shutdown-on-sigterm", "force"),
 ];
 
 /// Directives the operator renders itself: networking and announce addresses, cluster and

@@ -602,6 +602,7 @@ mod tests {
                 // The user set appendonly, so only the other defaults are rendered.
                 "appendfsync everysec",
                 "repl-diskless-sync-delay 0",
+                "shutdown-on-sigterm force",
                 "appendonly yes",
                 "maxmemory 1gb",
                 "port 6379",
@@ -715,6 +716,10 @@ mod tests {
             Some("10.96.0.8"),
         ));
         assert!(!sentinel.text.contains("appendonly"));
+        // A SIGTERM stops a data node even while it writes its first AOF (see SERVER_DEFAULTS).
+        assert!(lines(&defaults.text).contains(&"shutdown-on-sigterm force"));
+        assert!(lines(&user_text).contains(&"shutdown-on-sigterm force"));
+        assert!(!sentinel.text.contains("shutdown-on-sigterm"));
     }
 
     #[test]
@@ -727,6 +732,7 @@ mod tests {
                 "appendonly yes",
                 "appendfsync everysec",
                 "repl-diskless-sync-delay 0",
+                "shutdown-on-sigterm force",
                 "port 6379",
                 "dir /data",
                 "protected-mode no",
@@ -912,9 +918,9 @@ mod tests {
         );
         let c = config(render(&s, None));
         let l = lines(&c.text);
-        // After the three defaults.
+        // After the four defaults.
         assert_eq!(
-            &l[3..8],
+            &l[4..9],
             [
                 "client-output-buffer-limit normal 0 0 0",
                 "notify-keyspace-events KEA",
@@ -986,6 +992,7 @@ mod tests {
             "appendonly yes",
             "appendfsync everysec",
             "repl-diskless-sync-delay 0",
+            "shutdown-on-sigterm force",
             "port 0",
             "tls-port 6379",
             "dir /data",
@@ -1010,6 +1017,7 @@ mod tests {
             "appendonly yes",
             "appendfsync everysec",
             "repl-diskless-sync-delay 0",
+            "shutdown-on-sigterm force",
             "port 0",
             "tls-port 6379",
             "dir /data",
