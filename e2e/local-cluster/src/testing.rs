@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -241,6 +242,146 @@ pub async fn ready_node(
     let same_ip = pod.status.as_ref().and_then(|s| s.pod_ip.as_ref()) == workload.pod_ip.as_ref();
     let fresh = not_uid.is_none_or(|old| pod.uid().as_deref() != Some(old));
     Ok((same_ip && fresh).then_some((workload, cluster_ip)))
+}
+
+/// Why [`ready_node`] does not yet return `name`: its status and its pod as they are now,
+/// so a wait that times out says which part never came.
+pub async fn why_node_not_ready(
+    nodes: &Api<ValkeyNode>,
+    pods: &Api<Pod>,
+    name: &str,
+    not_uid: Option<&str>,
+) -> Result<String> {
+    let status = nodes.get_status(name).await?.status.unwrap_or_default();
+    let condition = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == types::WORKLOAD_READY)
+        .map(|c| format!("{} ({}: {})", c.status, c.reason, c.message))
+        .unwrap_or_else(|| "absent".into());
+    let workload = status.workload.as_ref();
+    let pod_name = workload.and_then(|w| w.pod_name.clone());
+    let mut why = format!(
+        "{name}: WorkloadReady {condition}; workload ready {:?}, pod {pod_name:?}, pod IP {:?}; ClusterIP {:?}",
+        workload.map(|w| w.ready),
+        workload.and_then(|w| w.pod_ip.clone()),
+        status.endpoint.as_ref().and_then(|e| e.cluster_ip.clone()),
+    );
+    let Some(pod_name) = pod_name else {
+        return Ok(why);
+    };
+    let Some(pod) = pods.get_opt(&pod_name).await? else {
+        why.push_str("; that pod does not exist");
+        return Ok(why);
+    };
+    let pod_status = pod.status.clone().unwrap_or_default();
+    let containers: Vec<String> = pod_status
+        .container_statuses
+        .iter()
+        .flatten()
+        .map(|c| {
+            let state = c.state.as_ref();
+            let waiting = state
+                .and_then(|s| s.waiting.as_ref())
+                .map(|w| format!("waiting {:?} {:?}", w.reason, w.message));
+            let terminated = state
+                .and_then(|s| s.terminated.as_ref())
+                .map(|t| format!("terminated {} {:?}", t.exit_code, t.reason));
+            let running = state
+                .and_then(|s| s.running.as_ref())
+                .map(|_| "running".to_string());
+            format!(
+                "{} {} ready {} restarts {}",
+                c.name,
+                waiting.or(terminated).or(running).unwrap_or_default(),
+                c.ready,
+                c.restart_count
+            )
+        })
+        .collect();
+    why.push_str(&format!(
+        "; pod {} (old: {}), phase {:?}, Ready {}, pod IP {:?}, deleting {}, containers [{}]",
+        pod.uid().unwrap_or_default(),
+        not_uid.is_some_and(|old| pod.uid().as_deref() == Some(old)),
+        pod_status.phase,
+        pod_ready(&pod),
+        pod_status.pod_ip,
+        pod.metadata.deletion_timestamp.is_some(),
+        containers.join(", ")
+    ));
+    Ok(why)
+}
+
+/// How the containers of a namespace's pods ended, watched from the API server: the node
+/// agent, like the kubelet, writes their terminated states before a deleted pod goes.
+pub struct ContainerExits {
+    seen: Arc<Mutex<BTreeMap<String, BTreeMap<String, i32>>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ContainerExits {
+    /// Starts watching; returns once the watch has listed the pods, so nothing after the
+    /// call is missed.
+    pub async fn watch(pods: &Api<Pod>) -> Result<Self> {
+        use futures::StreamExt;
+        use kube::runtime::WatchStreamExt;
+        use kube::runtime::watcher::{self, Event};
+        let seen: Arc<Mutex<BTreeMap<String, BTreeMap<String, i32>>>> = Arc::default();
+        let (listed, is_listed) = tokio::sync::oneshot::channel();
+        let record = seen.clone();
+        // The backoff also makes the task yield on errors (the API server stopped at the end
+        // of a test), so aborting it is not starved by a loop of ready errors.
+        let mut stream = watcher::watcher(pods.clone(), watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        let task = tokio::spawn(async move {
+            let mut listed = Some(listed);
+            while let Some(event) = stream.next().await {
+                let pod = match event {
+                    Ok(Event::Apply(pod) | Event::InitApply(pod) | Event::Delete(pod)) => pod,
+                    Ok(Event::InitDone) => {
+                        if let Some(listed) = listed.take() {
+                            let _ = listed.send(());
+                        }
+                        continue;
+                    }
+                    _ => continue,
+                };
+                let statuses = pod.status.and_then(|s| s.container_statuses);
+                for status in statuses.into_iter().flatten() {
+                    let code = status.state.and_then(|s| s.terminated).map(|t| t.exit_code);
+                    if let (Some(code), Some(uid)) = (code, pod.metadata.uid.clone()) {
+                        record
+                            .lock()
+                            .unwrap()
+                            .entry(uid)
+                            .or_default()
+                            .insert(status.name, code);
+                    }
+                }
+            }
+        });
+        is_listed
+            .await
+            .context("the pod watch ended before listing")?;
+        Ok(Self { seen, task })
+    }
+
+    /// Each ended container of the pod `uid`, with its exit code.
+    pub fn of(&self, uid: &str) -> BTreeMap<String, i32> {
+        self.seen
+            .lock()
+            .unwrap()
+            .get(uid)
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for ContainerExits {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 /// The pod's Ready condition is True.

@@ -55,6 +55,10 @@ impl Env {
     pub(crate) async fn start() -> Self {
         let serial = SERIAL.lock().await;
         let run = tempfile::tempdir().unwrap();
+        if std::env::var_os("E2E_KEEP_RUN_DIRS").is_some() {
+            // For a post-mortem of a failed test: the logs stay in the run dir.
+            eprintln!("run dir {}", run.path().display());
+        }
         let (cluster, controllers) = cluster_with_operator(run.path()).await.unwrap();
         let client = cluster.client().await.unwrap();
         Self {
@@ -475,5 +479,14 @@ impl Env {
             .await
             .unwrap();
         self.cluster.stop().unwrap();
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if std::env::var_os("E2E_KEEP_RUN_DIRS").is_some() {
+            let dir = std::mem::replace(&mut self._run, tempfile::tempdir().unwrap());
+            let _ = dir.keep();
+        }
     }
 }

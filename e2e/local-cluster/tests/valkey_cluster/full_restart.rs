@@ -7,7 +7,7 @@ use crd_types::names::statefulset_pod_name;
 use kube::ResourceExt;
 use kube::api::DeleteParams;
 use local_cluster::cluster_testing::{DataSet, ready_status, valkey_cluster};
-use local_cluster::testing::ready_node;
+use local_cluster::testing::{ContainerExits, ready_node, why_node_not_ready};
 
 use crate::env::{Env, FORM};
 
@@ -34,6 +34,7 @@ async fn a_full_restart_reforms_with_data() {
         old_uids.insert(member.clone(), pod.uid().unwrap());
     }
 
+    let exits = ContainerExits::watch(&env.apis.pods).await.unwrap();
     let deletions = members.iter().map(|m| {
         let pods = env.apis.pods.clone();
         let pod = statefulset_pod_name(m);
@@ -57,7 +58,14 @@ async fn a_full_restart_reforms_with_data() {
                 .await?
                 .is_none()
                 {
-                    return Ok(Err(format!("{member} is not back")));
+                    let why = why_node_not_ready(
+                        &env.apis.nodes,
+                        &env.apis.pods,
+                        member,
+                        Some(&old_uids[member]),
+                    )
+                    .await?;
+                    return Ok(Err(format!("not back: {why}")));
                 }
             }
             Ok(Ok(()))
@@ -80,6 +88,18 @@ async fn a_full_restart_reforms_with_data() {
         "{name}: Ready {:?} after deleting every pod",
         restarted.elapsed()
     );
+    // Each server stopped on its SIGTERM, a primary after handing over in its preStop hook
+    // (and so writing its first AOF as a replica): none ran on to the SIGKILL at the end of
+    // the grace period (exit code 137), which also delays its replacement by that long.
+    for member in &members {
+        let ended = exits.of(&old_uids[member]);
+        assert_eq!(
+            ended.get("valkey"),
+            Some(&0),
+            "{member}'s deleted pod: how its containers ended: {ended:?}"
+        );
+    }
+    drop(exits);
     env.healthy(name, &access, 3, 1).await;
     assert_eq!(
         Env::ids(&access, &members),
