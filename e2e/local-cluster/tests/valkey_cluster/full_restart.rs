@@ -65,7 +65,11 @@ async fn a_full_restart_reforms_with_data() {
                         Some(&old_uids[member]),
                     )
                     .await?;
-                    return Ok(Err(format!("not back: {why}")));
+                    let pod = statefulset_pod_name(member);
+                    let agent = env.cluster.log_matching("node-agent", &pod, 12);
+                    return Ok(Err(format!(
+                        "not back: {why}\nthe node agent on {pod}:\n{agent}"
+                    )));
                 }
             }
             Ok(Ok(()))

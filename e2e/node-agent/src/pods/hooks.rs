@@ -47,10 +47,11 @@ pub async fn run(h: &LifecycleHandler, target: &Target, timeout: Duration) -> Re
         })
 }
 
-/// Runs a preStop hook for at most `grace`. Ok: the SIGTERM -> SIGKILL window
+/// Runs `who`'s preStop hook for at most `grace`. Ok: the SIGTERM -> SIGKILL window
 /// left; Err: the container exited meanwhile (nothing left to signal).
 pub async fn pre_stop(
     h: &LifecycleHandler,
+    who: &str,
     target: &Target,
     child: &mut Child,
     grace: Duration,
@@ -60,8 +61,8 @@ pub async fn pre_stop(
         r = run(h, target, grace) => {
             // The kubelet proceeds with SIGTERM whatever the hook's outcome.
             match r {
-                Err(msg) => tracing::info!(container = %target.container.name, %msg, "preStop hook failed"),
-                Ok(()) => tracing::info!(container = %target.container.name, took = ?t0.elapsed(), "preStop hook done"),
+                Err(msg) => tracing::info!(container = %who, %msg, "preStop hook failed"),
+                Ok(()) => tracing::info!(container = %who, took = ?t0.elapsed(), "preStop hook done"),
             }
         }
         s = child.wait() => return Err(exit_status(s)),

@@ -816,7 +816,11 @@ impl Runner {
             .and_then(|lc| lc.pre_stop.as_ref())
             && !grace.is_zero()
         {
-            match hooks::pre_stop(h, &self.target(l), &mut l.child, grace).await {
+            let who = format!(
+                "{}/{}/{}",
+                self.entry.namespace, self.entry.name, self.c.name
+            );
+            match hooks::pre_stop(h, &who, &self.target(l), &mut l.child, grace).await {
                 Ok(rest) => grace = rest,
                 Err(s) => {
                     // Exited during the hook: only background children are left.
