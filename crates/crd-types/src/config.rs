@@ -13,11 +13,11 @@ use serde::{Deserialize, Serialize};
 /// attaches a shard's replicas together, and a replica resyncing alone waits for nothing.
 /// And a SIGTERM that always stops the server: by default Valkey refuses to stop while it
 /// writes its first append-only file (a replica right after a full sync, as a primary that
-/// handed over in its preStop hook is) or when the final save fails, and then forgets the
-/// signal, so it runs on until the kubelet's SIGKILL at the end of the grace period, which
-/// loses more (no final fsync). `force` still waits for replicas and flushes and fsyncs the
-/// AOF first; a replica's data comes from its primary, so a half-written first AOF costs
-/// nothing.
+/// handed over in its preStop hook may be) or when the final save fails, and then forgets
+/// the signal, so it runs on until the kubelet's SIGKILL at the end of the grace period,
+/// which loses more (no final fsync). `force` still waits for lagging replicas and fsyncs
+/// the AOF; a replica's data comes from its primary, so a dropped first AOF costs a full
+/// sync after its restart. (Live, so adding it rolls no topology member.)
 /// A live directive among them goes back to this value, not Valkey's, when the spec drops it.
 pub const SERVER_DEFAULTS: &[(&str, &str)] = &[
     ("appendonly", "yes"),

@@ -26,16 +26,20 @@ pub enum Kind {
     Bool,
     /// One word out of a fixed set, reported in lower case.
     Enum,
+    /// Words out of this set, reported in lower case and in its order (`default`, Valkey's
+    /// name for none, only alone).
+    Flags(&'static [&'static str]),
 }
 
 impl fmt::Display for Kind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Kind::Integer => "an integer",
-            Kind::Memory => "a size in bytes (units k, kb, m, mb, g, gb)",
-            Kind::Bool => "yes or no",
-            Kind::Enum => "a single word",
-        })
+        match self {
+            Kind::Integer => f.write_str("an integer"),
+            Kind::Memory => f.write_str("a size in bytes (units k, kb, m, mb, g, gb)"),
+            Kind::Bool => f.write_str("yes or no"),
+            Kind::Enum => f.write_str("a single word"),
+            Kind::Flags(words) => write!(f, "one or more of {}", words.join(", ")),
+        }
     }
 }
 
@@ -125,6 +129,11 @@ pub const LIVE_DIRECTIVES: &[LiveDirective] = &[
     live("repl-timeout", Kind::Integer, Some("60")),
     live("replica-lazy-flush", Kind::Bool, Some("yes")),
     live("set-max-intset-entries", Kind::Integer, Some("512")),
+    live(
+        "shutdown-on-sigterm",
+        Kind::Flags(SHUTDOWN_FLAGS),
+        Some("default"),
+    ),
     live("slowlog-log-slower-than", Kind::Integer, Some("10000")),
     live("slowlog-max-len", Kind::Integer, Some("128")),
     live("tcp-keepalive", Kind::Integer, Some("300")),
@@ -202,8 +211,26 @@ pub fn canonical(kind: Kind, value: &str) -> Option<String> {
         Kind::Enum => {
             (!v.is_empty() && !v.contains(char::is_whitespace)).then(|| v.to_ascii_lowercase())
         }
+        Kind::Flags(words) => {
+            let given: Vec<String> = v.split_whitespace().map(str::to_ascii_lowercase).collect();
+            if given.is_empty() || given.iter().any(|w| !words.contains(&w.as_str())) {
+                return None;
+            }
+            let set: Vec<&str> = words
+                .iter()
+                .filter(|w| **w != "default" && given.iter().any(|g| g == *w))
+                .copied()
+                .collect();
+            Some(match set.is_empty() {
+                true => "default".to_string(),
+                false => set.join(" "),
+            })
+        }
     }
 }
+
+/// `shutdown-on-sigterm`'s flags, in the order `CONFIG GET` reports them (measured on 8.0.1).
+const SHUTDOWN_FLAGS: &[&str] = &["default", "save", "nosave", "now", "force"];
 
 /// valkey.conf's memory units: a plain number is bytes; k/m/g are powers of 1000, kb/mb/gb
 /// powers of 1024, in any case.
@@ -331,5 +358,32 @@ mod tests {
             Some("allkeys-lru")
         );
         assert_eq!(canonical(Kind::Enum, "two words"), None);
+        // As 8.0.1 answered CONFIG GET after each CONFIG SET.
+        let flags = Kind::Flags(SHUTDOWN_FLAGS);
+        assert_eq!(canonical(flags, "FORCE").as_deref(), Some("force"));
+        assert_eq!(canonical(flags, "force now").as_deref(), Some("now force"));
+        assert_eq!(
+            canonical(flags, "nosave force").as_deref(),
+            Some("nosave force")
+        );
+        assert_eq!(canonical(flags, "default").as_deref(), Some("default"));
+        assert_eq!(canonical(flags, "default now").as_deref(), Some("now"));
+        assert_eq!(canonical(flags, "soon"), None);
+        assert_eq!(canonical(flags, " "), None);
+        assert!(flags.to_string().contains("nosave"));
+    }
+
+    #[test]
+    fn sigterm_always_stops_a_topology_member_without_a_restart() {
+        // Live, so adding the operator's default to running members rolls none of them.
+        let sigterm = find("shutdown-on-sigterm").unwrap();
+        assert_eq!(sigterm.operator_default(), Some("force"));
+        let none = crate::config::ValkeyConfig::default();
+        for version in [Version::new(8, 0), Version::new(9, 1)] {
+            assert_eq!(
+                desired(&none, version).unwrap()["shutdown-on-sigterm"],
+                "force"
+            );
+        }
     }
 }

@@ -465,10 +465,16 @@ mod tests {
         assert!(text.contains(&"io-threads 2"), "{text:?}");
         assert!(!c.text.contains("maxmemory"), "{}", c.text);
         assert!(text.contains(&"include /etc/valkey/live.conf"), "{text:?}");
-        // The rendered default of a live directive is live too.
+        // The rendered default of a live directive is live too: adding one (the SIGTERM
+        // default, say) to running members rolls none of them.
+        assert!(!c.text.contains("shutdown-on-sigterm"), "{}", c.text);
         assert_eq!(
             lines(c.live.as_deref().unwrap()),
-            ["repl-diskless-sync-delay 0", "maxmemory 1gb"]
+            [
+                "repl-diskless-sync-delay 0",
+                "shutdown-on-sigterm force",
+                "maxmemory 1gb"
+            ]
         );
 
         // A new live value changes only the live file, so the revision stays.
@@ -482,7 +488,11 @@ mod tests {
         assert_eq!(c2.text, c.text);
         assert_eq!(
             lines(c2.live.as_deref().unwrap()),
-            ["repl-diskless-sync-delay 0", "maxmemory 2gb"]
+            [
+                "repl-diskless-sync-delay 0",
+                "shutdown-on-sigterm force",
+                "maxmemory 2gb"
+            ]
         );
         // So does naming a live default.
         changed
@@ -494,7 +504,11 @@ mod tests {
         assert_eq!(c3.text, c.text);
         assert_eq!(
             lines(c3.live.as_deref().unwrap()),
-            ["maxmemory 2gb", "repl-diskless-sync-delay 3"]
+            [
+                "shutdown-on-sigterm force",
+                "maxmemory 2gb",
+                "repl-diskless-sync-delay 3"
+            ]
         );
 
         // Without live directives in the spec the file is still there (with the live
@@ -505,7 +519,7 @@ mod tests {
         assert_eq!(c4.text, c.text);
         assert_eq!(
             lines(c4.live.as_deref().unwrap()),
-            ["repl-diskless-sync-delay 0"]
+            ["repl-diskless-sync-delay 0", "shutdown-on-sigterm force"]
         );
     }
 
@@ -532,7 +546,11 @@ mod tests {
         let c = config(render(&gated, None));
         assert_eq!(
             lines(c.live.as_deref().unwrap()),
-            ["repl-diskless-sync-delay 0", "maxmemory 1gb"]
+            [
+                "repl-diskless-sync-delay 0",
+                "shutdown-on-sigterm force",
+                "maxmemory 1gb"
+            ]
         );
     }
 
