@@ -477,7 +477,7 @@ impl LocalCluster {
     /// The last `lines` lines of a component's log that contain `needle` (a pod's name, say).
     pub fn log_matching(&self, name: &str, needle: &str, lines: usize) -> String {
         let path = self.layout.run_dir.join("logs").join(format!("{name}.log"));
-        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let text = String::from_utf8_lossy(&std::fs::read(path).unwrap_or_default()).into_owned();
         let all: Vec<&str> = text.lines().filter(|l| l.contains(needle)).collect();
         all[all.len().saturating_sub(lines)..].join("\n")
     }

@@ -361,14 +361,17 @@ impl ContainerExits {
                 }
             }
         });
-        is_listed
+        // A list the API server keeps refusing is retried for ever by the backoff.
+        tokio::time::timeout(Duration::from_secs(60), is_listed)
             .await
+            .context("the pod watch did not list the pods within 60 s")?
             .context("the pod watch ended before listing")?;
         Ok(Self { seen, task })
     }
 
     /// Each ended container of the pod `uid`, with its exit code.
     pub fn of(&self, uid: &str) -> BTreeMap<String, i32> {
+        assert!(!self.task.is_finished(), "the pod watch stopped");
         self.seen
             .lock()
             .unwrap()

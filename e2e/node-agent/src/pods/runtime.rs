@@ -181,15 +181,24 @@ pub async fn run_pod(
     if let Some(w) = writer {
         w.abort();
     }
+    // Only containers this agent stopped: a pod found terminating after an agent restart has
+    // no runtime state worth writing over what the API holds.
+    let stopped_here = entry
+        .rt
+        .lock()
+        .unwrap()
+        .containers
+        .iter()
+        .any(|c| matches!(c.state, CState::Terminated { .. }));
     if matches!(interrupt, Interrupt::Deleting(_))
-        && !already_done
+        && stopped_here
         && let Some(value) = current_status(&entry, &sig.pod_rx)
     {
         // As the kubelet does: the containers' terminated states (exit codes) reach the API
         // before the pod goes, so a watcher sees how each one ended.
         let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
         if let Err(e) = patch_status(&api, &entry, &value).await {
-            tracing::debug!(pod = %format!("{ns}/{name}"), error = %e, "final pod status");
+            tracing::info!(pod = %format!("{ns}/{name}"), error = %e, "writing the final pod status");
         }
     }
     match interrupt {
