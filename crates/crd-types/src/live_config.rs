@@ -216,6 +216,10 @@ pub fn canonical(kind: Kind, value: &str) -> Option<String> {
             if given.is_empty() || given.iter().any(|w| !words.contains(&w.as_str())) {
                 return None;
             }
+            // Valkey refuses to save and not save at once.
+            if given.iter().any(|w| w == "save") && given.iter().any(|w| w == "nosave") {
+                return None;
+            }
             let set: Vec<&str> = words
                 .iter()
                 .filter(|w| **w != "default" && given.iter().any(|g| g == *w))
@@ -369,6 +373,7 @@ mod tests {
         assert_eq!(canonical(flags, "default").as_deref(), Some("default"));
         assert_eq!(canonical(flags, "default now").as_deref(), Some("now"));
         assert_eq!(canonical(flags, "soon"), None);
+        assert_eq!(canonical(flags, "save nosave"), None);
         assert_eq!(canonical(flags, " "), None);
         assert!(flags.to_string().contains("nosave"));
     }
