@@ -468,18 +468,22 @@ impl LocalCluster {
 
     /// The last `lines` lines of a component's log.
     pub fn log_tail(&self, name: &str, lines: usize) -> String {
-        let path = self.layout.run_dir.join("logs").join(format!("{name}.log"));
-        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let text = self.log_text(name);
         let all: Vec<&str> = text.lines().collect();
         all[all.len().saturating_sub(lines)..].join("\n")
     }
 
     /// The last `lines` lines of a component's log that contain `needle` (a pod's name, say).
     pub fn log_matching(&self, name: &str, needle: &str, lines: usize) -> String {
-        let path = self.layout.run_dir.join("logs").join(format!("{name}.log"));
-        let text = String::from_utf8_lossy(&std::fs::read(path).unwrap_or_default()).into_owned();
+        let text = self.log_text(name);
         let all: Vec<&str> = text.lines().filter(|l| l.contains(needle)).collect();
         all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// A component's whole log (empty when it has none yet).
+    fn log_text(&self, name: &str) -> String {
+        let path = self.layout.run_dir.join("logs").join(format!("{name}.log"));
+        String::from_utf8_lossy(&std::fs::read(path).unwrap_or_default()).into_owned()
     }
 
     /// Leaves the processes running after this value is dropped (`local-cluster up`).
