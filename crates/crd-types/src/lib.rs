@@ -17,6 +17,7 @@ pub mod network;
 pub mod node;
 pub mod quantity;
 pub mod replication;
+pub mod rotation;
 pub mod template;
 pub mod users;
 pub mod versions;

@@ -54,6 +54,7 @@ pub enum RolloutPolicy {
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = crate::template::tls_is_set_at_creation())]
+#[x_kube(validation = Rule::new("!has(self.auth) || !has(self.auth.passwordOverlapSeconds)").message("auth.passwordOverlapSeconds is for ValkeyCluster and ValkeyReplication: a ValkeyNode made by hand takes a changed password when it restarts"))]
 #[x_kube(validation = Rule::new("has(self.persistence) == has(oldSelf.persistence)").message("persistence cannot be added or removed after creation: the data would be lost or left behind; create a new ValkeyNode instead"))]
 pub struct ValkeyNodeSpec {
     /// Standalone (plain server), Cluster (cluster-enabled server) or Sentinel. Immutable.

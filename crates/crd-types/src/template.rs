@@ -302,6 +302,14 @@ fn default_password_key() -> String {
 /// The ACL user the controllers log in as (all commands).
 pub const OPERATOR_USER: &str = "operator";
 
+/// The ACL user the readiness probe logs in as on a data node whose default user has a
+/// password: it may run `PING` and nothing else, so it needs no password (`nopass`), and a
+/// probe never fails because the default password changed under a running pod.
+pub const PROBE_USER: &str = "probe";
+
+/// What [`PROBE_USER`] may do.
+pub const PROBE_USER_RULES: &str = "nopass resetchannels -@all +ping";
+
 /// The ACL user replicas log in to their primary as. It may only replicate, so the
 /// `masterauth` any client can read with `CONFIG GET` opens no admin account.
 pub const REPLICATION_USER: &str = "replication";
@@ -402,7 +410,19 @@ pub struct Auth {
     /// from this one. For topologies, generated into `<name>-operator` when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operator_secret_ref: Option<SecretKeyRef>,
+    /// ValkeyCluster and ValkeyReplication: after the default user's password changes (the
+    /// Secret's value, or another Secret named), how long the previous password keeps
+    /// working next to the new one on every data node (seconds; default 300), counted from
+    /// when the last data node took the new one; 0 drops it as soon as every data node has
+    /// the new one. Connections already logged in stay. Not on a ValkeyNode made by hand,
+    /// which takes a changed password when it restarts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 0 && self <= 604800").message("auth.passwordOverlapSeconds is 0 to 604800 (a week)"))]
+    pub password_overlap_seconds: Option<i64>,
 }
+
+/// The default of [`Auth::password_overlap_seconds`].
+pub const DEFAULT_PASSWORD_OVERLAP_SECONDS: i64 = 300;
 
 /// TLS for clients, replication, the cluster bus and Sentinel, from a Secret the user names.
 /// Set at creation only: TLS and plain-text members cannot talk to each other, so turning it

@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 use crate::template::SecretKeyRef;
 
 /// Names the operator's own users have on data nodes: `spec.users` cannot take them.
-pub const RESERVED_USER_NAMES: [&str; 4] = ["default", "operator", "replication", "monitoring"];
+pub const RESERVED_USER_NAMES: [&str; 5] =
+    ["default", "operator", "replication", "monitoring", "probe"];
 
 /// The key of a users Secret holding its `user` lines.
 pub const USERS_KEY: &str = "users.acl";
@@ -23,11 +24,11 @@ const OWNED_TOKENS: &str = "['on', 'off', 'reset', 'nopass', 'resetpass']";
 #[serde(rename_all = "camelCase")]
 pub struct User {
     /// The user name (`AUTH <name> <password>`): lower-case letters, digits and '-'; not
-    /// default, operator, replication or monitoring, which the operator keeps for itself.
+    /// default, operator, replication, monitoring or probe, which the operator keeps for itself.
     #[schemars(length(min = 1, max = 63))]
     #[x_kube(
         validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("users[].name is lower-case letters, digits and '-', starting and ending with a letter or digit"),
-        validation = Rule::new(format!("!(self in {RESERVED:?})", RESERVED = RESERVED_USER_NAMES)).message("users[].name cannot be default, operator, replication or monitoring: the operator keeps those users for itself")
+        validation = Rule::new(format!("!(self in {RESERVED:?})", RESERVED = RESERVED_USER_NAMES)).message("users[].name cannot be default, operator, replication, monitoring or probe: the operator keeps those users for itself")
     )]
     pub name: String,
     /// ACL rules, one per item, as `ACL SETUSER` takes them: `~app:*`, `&news.*`,

@@ -403,6 +403,30 @@ fn the_operator_secret_of_a_cluster_cannot_change() {
 }
 
 #[test]
+fn the_password_overlap_is_bounded_and_only_for_topologies() {
+    let with = |auth: Value| cluster(json!({"shards": 3, "template": {}, "auth": auth}));
+    accepted::<ValkeyCluster>(&with(json!({"passwordOverlapSeconds": 0})), None);
+    accepted::<ValkeyCluster>(&with(json!({"passwordOverlapSeconds": 604800})), None);
+    for bad in [-1, 604801] {
+        rejected::<ValkeyCluster>(
+            &with(json!({"passwordOverlapSeconds": bad})),
+            None,
+            "auth.passwordOverlapSeconds is 0 to 604800",
+        );
+    }
+    // A ValkeyNode made by hand has no operator to rotate its password.
+    accepted::<ValkeyNode>(
+        &node(json!({"auth": {"passwordSecretRef": {"name": "a", "key": "password"}}})),
+        None,
+    );
+    rejected::<ValkeyNode>(
+        &node(json!({"auth": {"passwordOverlapSeconds": 60}})),
+        None,
+        "a ValkeyNode made by hand takes a changed password when it restarts",
+    );
+}
+
+#[test]
 fn tls_is_set_at_creation_and_checked() {
     let tls = |t: Value| node(json!({"tls": t}));
     let a = tls(json!({"secretName": "cache-tls"}));
@@ -752,7 +776,7 @@ fn users_are_checked_at_admission() {
         None,
     );
     accepted::<ValkeyCluster>(&with(json!([])), None);
-    for reserved in ["default", "operator", "replication", "monitoring"] {
+    for reserved in ["default", "operator", "replication", "monitoring", "probe"] {
         rejected::<ValkeyCluster>(
             &with(json!([{"name": reserved}])),
             None,

@@ -93,6 +93,7 @@ pub fn topology_member_auth(name: &str, auth: Option<&Auth>) -> Auth {
     Auth {
         password_secret_ref: Some(password.reference),
         operator_secret_ref: Some(operator.reference),
+        ..Default::default()
     }
 }
 
@@ -275,6 +276,7 @@ mod tests {
             Auth {
                 password_secret_ref: Some(secret_ref("orders-auth", "password")),
                 operator_secret_ref: Some(secret_ref("orders-operator", "password")),
+                ..Default::default()
             }
         );
         assert_eq!(
@@ -288,6 +290,7 @@ mod tests {
         let c = cluster(Some(Auth {
             password_secret_ref: Some(secret_ref("app-pass", "pw")),
             operator_secret_ref: None,
+            ..Default::default()
         }));
         let auth = member_auth(&c);
         assert_eq!(auth.password_secret_ref, Some(secret_ref("app-pass", "pw")));
@@ -295,6 +298,7 @@ mod tests {
         let c = cluster(Some(Auth {
             password_secret_ref: Some(secret_ref("a", "p")),
             operator_secret_ref: Some(secret_ref("o", "p")),
+            ..Default::default()
         }));
         assert!(generated_secret_names(&c).is_empty());
     }

@@ -56,6 +56,8 @@ pub fn cluster_status(i: Inputs) -> ValkeyClusterStatus {
         // Added by the caller: the members' storage headroom (`crate::storage`) and the
         // versions they run (`crate::member_status::versions_in_play`).
         storage: None,
+        // Filled in by the caller, from its pass over the default password.
+        password_rotations: Vec::new(),
         versions: Vec::new(),
         observed_generation: i.generation,
         conditions,

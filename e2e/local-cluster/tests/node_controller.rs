@@ -126,6 +126,7 @@ async fn a_missing_secret_warns_and_backs_off() {
             key: "password".into(),
         }),
         operator_secret_ref: None,
+        ..Default::default()
     });
     apis.nodes
         .create(&PostParams::default(), &node)
@@ -581,6 +582,7 @@ fn locked_auth() -> Auth {
             name: "locked-operator".into(),
             key: "pw".into(),
         }),
+        ..Default::default()
     }
 }
 
@@ -681,6 +683,7 @@ async fn authenticated_node(cluster: &LocalCluster, client: &Client, apis: &Apis
             key: "password".into(),
         }),
         operator_secret_ref: None,
+        ..Default::default()
     });
     apis.nodes
         .create(&PostParams::default(), &node)

@@ -125,6 +125,7 @@ pub fn member(
                 password_secret_ref: Some(auth::sentinel_secret(replication).reference),
                 operator_secret_ref: auth::topology_member_auth(&name, spec.auth.as_ref())
                     .operator_secret_ref,
+                ..Default::default()
             },
         ),
     };

@@ -59,6 +59,8 @@ pub fn replication_status(i: Inputs) -> ValkeyReplicationStatus {
         // Added by the caller: the members' storage headroom (`crate::storage`) and the
         // versions they run (`crate::member_status::versions_in_play`).
         storage: None,
+        // Filled in by the caller, from its pass over the default password.
+        password_rotations: Vec::new(),
         versions: Vec::new(),
         observed_generation: i.generation,
         conditions,

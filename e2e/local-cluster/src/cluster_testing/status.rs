@@ -341,6 +341,7 @@ mod tests {
             versions: Vec::new(),
             config: None,
             storage: None,
+            password_rotations: Vec::new(),
             observed_generation: Some(3),
             conditions: vec![
                 condition(types::READY, "True"),

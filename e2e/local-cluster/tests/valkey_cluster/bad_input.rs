@@ -264,6 +264,7 @@ async fn bad_input() {
             key: "pw".into(),
         }),
         operator_secret_ref: None,
+        ..Default::default()
     });
     env.apis.create(&locked).await.unwrap();
     env.wait("the status to name the missing Secret", FORM, || async {
