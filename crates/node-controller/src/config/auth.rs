@@ -1,6 +1,6 @@
 //! The users and passwords a data node starts with, written by its container's start-up
-//! shell (never in the ConfigMap or the pod spec): the default user's password, the
-//! `operator` user, the `replication` user replicas log in as and, next to an exporter, the
+//! shell (never in the ConfigMap or the pod spec): the default user's password and the
+//! readiness probe's `probe` user (PING only, no password), the `operator` user, the `replication` user replicas log in as and, next to an exporter, the
 //! read-only `monitoring` user (a sentinel's go into its own config, see
 //! [`sentinel_auth_script`]). The two derived passwords are computed in the pod from the
 //! operator's (see [`derived_password`]), so they need no Secret of their own.
@@ -12,8 +12,9 @@ use crd_types::node::Mode;
 use crd_types::template::derived_password;
 use crd_types::template::{
     ATOMIC_MIGRATION_RULES, COMMANDLOG_RULES, MONITORING_PASSWORD_PREFIX, MONITORING_USER,
-    MONITORING_USER_RULES, OPERATOR_USER, REPLICATION_PASSWORD_PREFIX, REPLICATION_USER,
-    REPLICATION_USER_RULES, SENTINEL_MONITORING_USER_RULES,
+    MONITORING_USER_RULES, OPERATOR_USER, PROBE_USER, PROBE_USER_RULES,
+    REPLICATION_PASSWORD_PREFIX, REPLICATION_USER, REPLICATION_USER_RULES,
+    SENTINEL_MONITORING_USER_RULES,
 };
 
 use super::{AUTH_FILE, OPERATOR_PASSWORD_ENV, PASSWORD_ENV, POD_IP_ENV};
@@ -80,6 +81,10 @@ pub fn auth_file_script(spec: &ValkeyNodeSpec) -> Option<String> {
     let op = format!("${OPERATOR_PASSWORD_ENV}");
     if password {
         lines.push(format!("  printf 'requirepass %s\\n' {}", quoted(&pw)));
+        // The readiness probe's: PING without the default password, which may change.
+        lines.push(format!(
+            "  printf 'user {PROBE_USER} on {PROBE_USER_RULES}\\n'"
+        ));
     }
     if operator {
         lines.push(format!(
@@ -278,6 +283,7 @@ mod tests {
         s.auth = Some(Auth {
             password_secret_ref: password.then(|| secret("app")),
             operator_secret_ref: operator.then(|| secret("op")),
+            ..Default::default()
         });
         s
     }
@@ -348,6 +354,8 @@ mod tests {
             concat!(
                 r#"requirepass "s3cret \"with\" \\x41 'quotes' and spaces""#,
                 "\n",
+                // The readiness probe's user: PING only, no password.
+                "user probe on nopass resetchannels -@all +ping\n",
                 r#"user operator on ">--op-pass'\"\\" ~* &* +@all"#,
                 "\n",
                 // The replication user's password: the hex SHA-256 of the prefix and the
@@ -385,7 +393,10 @@ mod tests {
             &with_auth(Mode::Standalone, true, false),
             &[("REDISCLI_AUTH", "a-b")],
         );
-        assert_eq!(text, "requirepass \"a-b\"\nmasterauth \"a-b\"\n");
+        assert_eq!(
+            text,
+            "requirepass \"a-b\"\nuser probe on nopass resetchannels -@all +ping\nmasterauth \"a-b\"\n"
+        );
     }
 
     #[test]
@@ -401,7 +412,10 @@ mod tests {
             &with_auth(Mode::Standalone, true, false),
             &[("REDISCLI_AUTH", "a\"")],
         );
-        assert_eq!(text, "requirepass \"a\\\"\"\nmasterauth \"a\\\"\"\n");
+        assert_eq!(
+            text,
+            "requirepass \"a\\\"\"\nuser probe on nopass resetchannels -@all +ping\nmasterauth \"a\\\"\"\n"
+        );
     }
 
     #[test]

@@ -641,6 +641,7 @@ mod tests {
         s.auth = Some(Auth {
             password_secret_ref: password.then(|| secret("app")),
             operator_secret_ref: operator.then(|| secret("op")),
+            ..Default::default()
         });
         s
     }

@@ -121,7 +121,7 @@ pub(super) fn valkey_container(node: &ValkeyNode, rendered: &RenderedConfig) -> 
         security_context: Some(restricted()),
         startup_probe: Some(probes::startup(port_name)),
         liveness_probe: Some(probes::liveness(port_name)),
-        readiness_probe: Some(probes::readiness(mode)),
+        readiness_probe: Some(probes::readiness(&node.spec)),
         lifecycle: lifecycle::valkey_lifecycle(mode, node.spec.replication.is_some()),
         // Valkey logs to stdout; a crash shows its last lines in the pod status.
         termination_message_policy: Some("FallbackToLogsOnError".into()),
@@ -457,6 +457,7 @@ mod tests {
             s.auth = Some(Auth {
                 password_secret_ref: Some(secret("app")),
                 operator_secret_ref: Some(secret("op")),
+                ..Default::default()
             });
         }));
         let command = container(&d, "valkey").command.clone().unwrap();

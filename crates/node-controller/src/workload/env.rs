@@ -128,7 +128,6 @@ mod tests {
     use k8s_openapi::api::core::v1::Container;
 
     use crate::workload::fixtures::{build, container, node, pod, secret, secret_env_of};
-    use crate::workload::probes::readiness_command;
 
     #[test]
     fn passwords_reach_the_containers_from_secrets() {
@@ -136,6 +135,7 @@ mod tests {
             s.auth = Some(Auth {
                 password_secret_ref: Some(secret("app")),
                 operator_secret_ref: Some(secret("op")),
+                ..Default::default()
             });
             s.template.exporter = Some(Exporter {
                 image: "e".into(),
@@ -184,14 +184,20 @@ mod tests {
                 ("REDIS_EXPORTER_WEB_LISTEN_ADDRESS", ":9121"),
             ]
         );
-        // The probe's valkey-cli reads REDISCLI_AUTH itself.
-        assert!(!readiness_command(Mode::Cluster).join(" ").contains("-a "));
+        // The probe logs in as the probe user, with no password on its command line.
+        let probe = v.readiness_probe.as_ref().unwrap().exec.as_ref().unwrap();
+        let probe = probe.command.as_ref().unwrap().join(" ");
+        assert!(
+            probe.contains("--user probe") && !probe.contains("-a "),
+            "{probe}"
+        );
 
         // A sentinel's exporter logs in as its monitoring user too, after sentinel-config.
         let d = build(&node(Mode::Sentinel, |s| {
             s.auth = Some(Auth {
                 password_secret_ref: Some(secret("app")),
                 operator_secret_ref: Some(secret("op")),
+                ..Default::default()
             });
             s.template.exporter = Some(Exporter {
                 image: "e".into(),
@@ -280,6 +286,7 @@ mod tests {
             s.auth = Some(Auth {
                 password_secret_ref: Some(secret("app")),
                 operator_secret_ref: None,
+                ..Default::default()
             });
         }));
         let e = container(&d, "exporter");

@@ -253,6 +253,7 @@ mod tests {
         with.spec.auth = Some(Auth {
             password_secret_ref: Some(secret("app")),
             operator_secret_ref: None,
+            ..Default::default()
         });
         assert_ne!(
             build(&plain).workload.template(),

@@ -450,6 +450,7 @@ mod tests {
         let auth = || crd_types::template::Auth {
             password_secret_ref: Some(crate::workload::fixtures::secret("app")),
             operator_secret_ref: Some(crate::workload::fixtures::secret("op")),
+            ..Default::default()
         };
         for mode in [Mode::Standalone, Mode::Cluster, Mode::Sentinel] {
             let plain = build(&node(mode, |s| {

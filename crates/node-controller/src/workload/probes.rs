@@ -1,12 +1,14 @@
 //! The valkey container's probes: started and alive mean accepting connections (a server
 //! loading its data is both), ready means answering PING with PONG.
 
+use crd_types::ValkeyNodeSpec;
 use crd_types::node::Mode;
+use crd_types::template::PROBE_USER;
 use k8s_openapi::api::core::v1::{ExecAction, Probe, TCPSocketAction};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::containers::main_port;
-use crate::config::POD_IP_ENV;
+use crate::config::{PASSWORD_ENV, POD_IP_ENV};
 
 fn tcp_probe(port: &str, period: i32, timeout: i32, failures: i32) -> Probe {
     Probe {
@@ -26,15 +28,34 @@ fn tcp_probe(port: &str, period: i32, timeout: i32, failures: i32) -> Probe {
 /// The readiness check: PING must answer PONG. A loading server answers `-LOADING` and a
 /// dead one nothing, so only a server that can serve reads counts as ready. Exec probes do
 /// not expand `$(VAR)`, hence the shell. `-h $POD_IP` because the local node agent binds
-/// only the pod IP; in a real pod 0.0.0.0 covers it too. With a password, valkey-cli logs
-/// in from the REDISCLI_AUTH variable.
-pub fn readiness_command(mode: Mode) -> Vec<String> {
-    let (port, _) = main_port(mode);
+/// only the pod IP; in a real pod 0.0.0.0 covers it too. A data node whose default user has
+/// a password is asked as the `probe` user, which may only PING and needs no password
+/// (valkey-cli sends the REDISCLI_AUTH given here, which it ignores): the default password
+/// can then change under a running pod, whose environment keeps the one it started with,
+/// without failing the probe. A sentinel is asked with its own password (REDISCLI_AUTH
+/// from the environment), which does not change while it runs.
+pub fn readiness_command(spec: &ValkeyNodeSpec) -> Vec<String> {
+    let (port, _) = main_port(spec.mode);
+    let login = if probe_logs_in_as_probe_user(spec) {
+        format!("{PASSWORD_ENV}={PROBE_USER} valkey-cli --user {PROBE_USER} ")
+    } else {
+        "valkey-cli ".to_string()
+    };
     vec![
         "sh".into(),
         "-c".into(),
-        format!("valkey-cli -h \"${POD_IP_ENV}\" -p {port} ping | grep -q PONG"),
+        format!("{login}-h \"${POD_IP_ENV}\" -p {port} ping | grep -q PONG"),
     ]
+}
+
+/// Whether the node has the `probe` user: a data node whose default user has a password
+/// (see [`crate::config::auth_file_script`]).
+fn probe_logs_in_as_probe_user(spec: &ValkeyNodeSpec) -> bool {
+    spec.mode != Mode::Sentinel
+        && spec
+            .auth
+            .as_ref()
+            .is_some_and(|a| a.password_secret_ref.is_some())
 }
 
 /// Valkey listens before it loads its data, so this passes early; the generous budget
@@ -52,10 +73,10 @@ pub(super) fn liveness(port_name: &str) -> Probe {
 }
 
 /// Ready = [`readiness_command`] succeeds, twice missed before the pod leaves its Service.
-pub(super) fn readiness(mode: Mode) -> Probe {
+pub(super) fn readiness(spec: &ValkeyNodeSpec) -> Probe {
     Probe {
         exec: Some(ExecAction {
-            command: Some(readiness_command(mode)),
+            command: Some(readiness_command(spec)),
         }),
         initial_delay_seconds: Some(0),
         period_seconds: Some(5),
@@ -92,6 +113,31 @@ mod tests {
                 "valkey-cli -h \"$POD_IP\" -p 6379 ping | grep -q PONG"
             ]
         );
-        assert!(readiness_command(Mode::Sentinel)[2].contains("-p 26379"));
+        assert!(readiness_command(&node(Mode::Sentinel, |_| {}).spec)[2].contains("-p 26379"));
+    }
+
+    #[test]
+    fn a_data_node_with_a_password_is_probed_as_the_probe_user() {
+        use crd_types::template::{Auth, SecretKeyRef};
+        let with_password = |s: &mut ValkeyNodeSpec| {
+            s.auth = Some(Auth {
+                password_secret_ref: Some(SecretKeyRef {
+                    name: "app".into(),
+                    key: "password".into(),
+                }),
+                ..Default::default()
+            })
+        };
+        for mode in [Mode::Standalone, Mode::Cluster] {
+            assert_eq!(
+                readiness_command(&node(mode, with_password).spec)[2],
+                "REDISCLI_AUTH=probe valkey-cli --user probe -h \"$POD_IP\" -p 6379 ping | grep -q PONG"
+            );
+        }
+        // A sentinel keeps its own password (from the environment).
+        assert_eq!(
+            readiness_command(&node(Mode::Sentinel, with_password).spec)[2],
+            "valkey-cli -h \"$POD_IP\" -p 26379 ping | grep -q PONG"
+        );
     }
 }
