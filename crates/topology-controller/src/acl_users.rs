@@ -126,6 +126,13 @@ impl Pass<'_> {
                 refused,
             });
         }
+        // Admission refuses the operator's own names; one stored before it did is left out.
+        let users: Vec<User> = users
+            .iter()
+            .filter(|u| !users::reserved(&u.name))
+            .cloned()
+            .collect();
+        let users = users.as_slice();
         let mut hashes = Vec::with_capacity(users.len());
         for user in users {
             let wanted = auth::user_secret(&name, user);

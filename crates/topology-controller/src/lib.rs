@@ -22,6 +22,7 @@ pub mod atomic;
 pub mod auth;
 pub mod cluster_nodes;
 pub mod commands;
+pub mod default_password;
 pub mod disruption;
 pub mod events;
 pub mod execute;

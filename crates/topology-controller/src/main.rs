@@ -8,6 +8,8 @@ mod error;
 mod member_certs;
 mod member_tls;
 mod objects;
+mod password_look;
+mod password_rotation;
 mod pulse;
 mod reconcile;
 mod secrets;
@@ -96,16 +98,20 @@ async fn run(ctx: Context, settings: Settings) -> Result<(), std::convert::Infal
     let members = watcher::Config::default().labels(labels::CLUSTER);
     // Valkey's own changes (a failover, a member failing) wake them through the pulse.
     let (pulse, beats) = pulse::Pulse::new(pulse::Kind::Cluster, pulse_period);
+    // A changed default password Secret, looked at (not watched).
+    let (password_look, looks) = password_look::PasswordLook::new();
     let clusters = controller::watching::<ValkeyCluster>(&ctx)
         .owns(ctx.watch_api::<ValkeyNode>(), members)
-        .reconcile_all_on(beats);
+        .reconcile_all_on(futures::stream::select(beats, looks));
     let group_members = watcher::Config::default().labels(labels::REPLICATION);
     // A group's: the sentinels announcing a failover, and the data nodes' pulse.
     let (switches, wakes) = vkr::SwitchWatch::new();
     let (group_pulse, group_beats) = pulse::Pulse::new(pulse::Kind::Replication, pulse_period);
+    let (group_password_look, group_looks) = password_look::PasswordLook::new();
+    let group_wakes = futures::stream::select(group_beats, group_looks);
     let replications = controller::watching::<ValkeyReplication>(&ctx)
         .owns(ctx.watch_api::<ValkeyNode>(), group_members)
-        .reconcile_all_on(futures::stream::select(wakes, group_beats));
+        .reconcile_all_on(futures::stream::select(wakes, group_wakes));
     let (cluster_store, replication_store) = (clusters.store(), replications.store());
     controller::ready_when(&ctx, async move {
         cluster_store.wait_until_ready().await?;
@@ -117,6 +123,7 @@ async fn run(ctx: Context, settings: Settings) -> Result<(), std::convert::Infal
             clusters,
             Arc::new(reconcile::Shared {
                 pulse,
+                password_look,
                 idle_look,
                 forced_failover,
                 operator_namespace: operator_namespace.clone(),
@@ -130,6 +137,7 @@ async fn run(ctx: Context, settings: Settings) -> Result<(), std::convert::Infal
             Arc::new(vkr::Shared {
                 switches,
                 pulse: group_pulse,
+                password_look: group_password_look,
                 idle_look,
                 operator_namespace,
                 user_checks: Default::default(),

@@ -20,6 +20,7 @@ use crd_types::cluster::{Phase, ValkeyClusterStatus};
 use crd_types::conditions::reasons::Waiting;
 use crd_types::conditions::{self, ConditionSpec};
 use crd_types::names::{self, labels};
+use crd_types::rotation::PasswordRotation;
 use crd_types::{ValkeyCluster, ValkeyNode, ValkeyNodeStatus};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -30,6 +31,8 @@ use kube::{Api, ResourceExt};
 use operator_runtime::controller::ReconcileContext;
 use operator_runtime::{ApiResultExt, Context, ObjectName, Op, apply};
 use topology_controller::acl::ReplicationPassword;
+use topology_controller::auth;
+use topology_controller::default_password;
 use topology_controller::disruption;
 use topology_controller::events::{ClusterEvent, step_event};
 use topology_controller::execute::{Done, execute};
@@ -46,10 +49,11 @@ use topology_controller::users::{self, Checks, Member};
 use crate::connect::{self, Observed};
 use crate::error::Error;
 use crate::objects::{self, ClusterMembers, fetch_with_members};
+use crate::password_look::PasswordLook;
 use crate::pulse::Pulse;
 use crate::secrets::{self, Passwords};
 use crate::valkey::Conn;
-use crate::{acl_users, member_tls};
+use crate::{acl_users, member_tls, password_rotation};
 
 /// How soon to look again after a step was carried out, and while waiting (2 s: formation
 /// waits on replication and gossip, and each wait shows in time to Ready).
@@ -65,6 +69,8 @@ pub struct Shared {
     /// Wakes the reconciles on changes inside Valkey (a failover changes no Kubernetes
     /// object); the watches bring Kubernetes changes.
     pub pulse: Pulse,
+    /// Wakes the reconciles when a default password Secret changes.
+    pub password_look: PasswordLook,
     /// Between two looks at a Ready cluster with nothing to do: only a backstop.
     pub idle_look: Duration,
     /// Whether a primary whose server Kubernetes shows not running is replaced at once
@@ -105,11 +111,19 @@ pub async fn reconcile(
     let name = cached.name_any();
     let Some(live) = fetch(&apis, &name).await? else {
         ctx.data.pulse.forget(&apis.namespace, &name);
+        ctx.data.password_look.forget(&apis.namespace, &name);
         return Ok(Action::await_change());
     };
     // Passwords before members, so a member's pod finds its Secrets when it starts.
     let mut passwords =
         secrets::prepare(&apis.secrets, &live.cluster, !live.owned.is_empty()).await?;
+    ctx.data.password_look.follow(
+        &apis.secrets,
+        &apis.namespace,
+        &name,
+        &auth::cluster_secrets(&live.cluster).0.reference,
+        passwords.default.as_deref().ok(),
+    );
     let reading = member_tls::Reading {
         topology: &live.cluster,
         spec: live.cluster.spec.tls.as_ref(),
@@ -174,6 +188,15 @@ pub async fn reconcile(
         mark_gone_servers(&apis, &mut observed).await;
     }
     let users = users(&ctx, &apis, &live.cluster, &observed, &connections).await;
+    let rotations = default_password(
+        &ctx,
+        &apis.secrets,
+        &live.cluster,
+        &passwords,
+        &observed,
+        &connections,
+    )
+    .await;
     if let Some(login) = &login {
         let members: Vec<member_tls::Member<'_>> = observed
             .members
@@ -208,13 +231,15 @@ pub async fn reconcile(
         topology_controller::users::idle_look(
             network::idle_look(ctx.data.idle_look, policy_refused),
             live.cluster.spec.users.is_some() || live.cluster.spec.tls.is_some(),
-        ),
+        )
+        .min(password_rotation::next_look(&rotations).unwrap_or(Duration::MAX)),
         &apis,
         &live,
         &passwords,
         &observed,
         &connections,
         users.as_ref(),
+        &rotations,
     )
     .await;
     connections.close().await;
@@ -379,6 +404,50 @@ async fn users(
     )
 }
 
+/// The default password's rotations under way after a pass over the data nodes (a
+/// cluster's members are all data nodes).
+async fn default_password(
+    ctx: &ReconcileContext<Shared>,
+    secrets: &Api<Secret>,
+    cluster: &ValkeyCluster,
+    passwords: &Passwords,
+    observed: &Observed,
+    connections: &Connections<Conn>,
+) -> Vec<PasswordRotation> {
+    let members: Vec<default_password::Member<'_, Conn>> = observed
+        .members
+        .iter()
+        .map(|m| default_password::Member {
+            name: &m.name,
+            conn: connections.find(&m.name),
+        })
+        .collect();
+    let recorded = cluster
+        .status
+        .as_ref()
+        .map(|s| s.password_rotations.as_slice())
+        .unwrap_or_default();
+    let reasons = password_rotation::Reasons {
+        added: ClusterEvent::DefaultPasswordAdded,
+        dropped: ClusterEvent::PreviousPasswordDropped,
+        refused: ClusterEvent::DefaultPasswordRefused,
+    };
+    password_rotation::run(
+        &ctx.runtime,
+        cluster,
+        cluster.spec.auth.as_ref(),
+        password_rotation::Password {
+            secrets,
+            reference: &auth::cluster_secrets(cluster).0.reference,
+            value: &passwords.default,
+        },
+        recorded,
+        &members,
+        reasons,
+    )
+    .await
+}
+
 /// Decides, reports, executes and publishes.
 #[allow(clippy::too_many_arguments)]
 async fn act(
@@ -390,6 +459,7 @@ async fn act(
     observed: &Observed,
     connections: &Connections<Conn>,
     users: Option<&ConditionSpec>,
+    rotations: &[PasswordRotation],
 ) -> Result<Action, Error> {
     let cluster = &live.cluster;
     let shape = Shape {
@@ -415,7 +485,7 @@ async fn act(
             foreign_member: foreign.as_deref(),
             operator_password_problem: passwords.operator.as_ref().err().map(String::as_str),
             tls_problem: passwords.tls_problem.as_deref(),
-            default_password_problem: passwords.default_problem.as_deref(),
+            default_password_problem: passwords.default.as_ref().err().map(String::as_str),
             login_refused: &refused,
         },
     );
@@ -440,6 +510,7 @@ async fn act(
         let current = cluster.status.as_ref().map(|s| s.conditions.as_slice());
         let generation = cluster.metadata.generation;
         acl_users::report(&mut status.conditions, current, users, generation, now);
+        status.password_rotations = rotations.to_vec();
         status
     };
 

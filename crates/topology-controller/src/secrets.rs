@@ -18,8 +18,8 @@ use crate::error::Error;
 pub struct Passwords {
     /// The `operator` user's password, or why it cannot be read.
     pub operator: Result<String, String>,
-    /// Why the default user's password cannot be read, if it cannot: members would not start.
-    pub default_problem: Option<String>,
+    /// The default user's password, or why it cannot be read (members would not start).
+    pub default: Result<String, String>,
     /// Why the TLS Secret cannot be used, if it cannot (see [`crate::member_tls::read`]).
     pub tls_problem: Option<String>,
 }
@@ -34,7 +34,7 @@ pub async fn prepare(
     let read = |wanted| read(secrets, cluster, labels::CLUSTER, wanted, members_exist);
     Ok(Passwords {
         operator: read(&operator).await?,
-        default_problem: read(&password).await?.err(),
+        default: read(&password).await?,
         tls_problem: None,
     })
 }

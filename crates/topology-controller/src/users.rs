@@ -158,7 +158,16 @@ pub fn parse_file(text: &str) -> UsersFile {
     for e in &mut file.entries {
         e.rotating_since = since.get(&e.name).copied();
     }
+    // The operator's own users (`probe` was a name `spec.users` could take before): never
+    // set nor deleted from here.
+    file.entries.retain(|e| !reserved(&e.name));
+    file.removed.retain(|name| !reserved(name));
     file
+}
+
+/// Whether `name` is one of the operator's own users.
+pub fn reserved(name: &str) -> bool {
+    crd_types::users::RESERVED_USER_NAMES.contains(&name)
 }
 
 /// A rule as admission takes it (see [`crd_types::users::User`]): printable ASCII without

@@ -13,6 +13,7 @@ use fred::types::{ClusterHash, CustomCommand};
 use rustls::ClientConfig;
 use topology_controller::acl::AclUser;
 use topology_controller::commands::{ErrorKind, Fields, Key, SlotState, Valkey, ValkeyError};
+use topology_controller::default_password::RequirePass;
 use topology_controller::tls;
 use topology_controller::users::AclMember;
 
@@ -209,6 +210,12 @@ impl AclMember for Conn {
         let mut all: Vec<Value> = vec!["DELUSER".into()];
         all.extend(users.iter().map(|u| Value::from(u.as_str())));
         self.raw::<Value>("ACL", all).await.map(drop)
+    }
+}
+
+impl RequirePass for Conn {
+    async fn set_requirepass(&self, password: &str) -> Result<(), ValkeyError> {
+        self.config_set("requirepass", password).await
     }
 }
 

@@ -48,6 +48,15 @@ operator_runtime::event_reasons! {
         /// A user of `spec.users` could not be applied as asked (rules a Valkey version
         /// refuses, a missing password Secret); the note says why. Told once per change.
         UsersRefused: Warning,
+        /// A changed default password was added on data nodes next to the previous one
+        /// (`ACL SETUSER default`); the note says which, and until when both work.
+        DefaultPasswordAdded: Normal,
+        /// The overlap ended: data nodes keep only the new default password; the note says
+        /// which.
+        PreviousPasswordDropped: Normal,
+        /// A data node refused a change of the default password; the note says which and
+        /// its answer. The next pass tries again.
+        DefaultPasswordRefused: Warning,
         /// The operator's CA issued certificates (`spec.tls` without a Secret): to new
         /// members, and again before expiry or after an address change; the note says which.
         CertificateIssued: Normal,

@@ -449,3 +449,15 @@ async fn a_new_password_overlaps_the_old_until_every_member_has_both_and_time_pa
     .await;
     assert_eq!(now.file.entries[0].hashes, [hash('c')]);
 }
+
+#[test]
+fn the_operators_own_users_are_never_read_back_from_the_users_secret() {
+    let hash = "a".repeat(64);
+    let text = format!(
+        "user probe reset resetchannels on #{hash} +ping\n# removed probe\nuser app reset resetchannels on #{hash} +get\n"
+    );
+    let file = parse_file(&text);
+    let names: Vec<&str> = file.entries.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(names, ["app"]);
+    assert!(file.removed.is_empty(), "{:?}", file.removed);
+}

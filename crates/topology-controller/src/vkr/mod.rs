@@ -22,6 +22,7 @@ use std::time::Duration;
 use crd_types::cluster::Phase;
 use crd_types::conditions::ConditionSpec;
 use crd_types::names::labels;
+use crd_types::rotation::PasswordRotation;
 use crd_types::{ValkeyNode, ValkeyNodeStatus, ValkeyReplication, ValkeyReplicationStatus};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Secret, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -33,6 +34,7 @@ use operator_runtime::controller::ReconcileContext;
 use operator_runtime::{ApiResultExt, Context, ObjectName, Op, apply};
 use topology_controller::acl::ReplicationPassword;
 use topology_controller::auth;
+use topology_controller::default_password;
 use topology_controller::disruption;
 use topology_controller::member_status::{member_status_changed, versions_in_play};
 use topology_controller::network;
@@ -51,10 +53,11 @@ use topology_controller::users::{self, Checks, Member};
 
 use crate::error::Error;
 use crate::objects::fetch_with_members;
+use crate::password_look::PasswordLook;
 use crate::pulse::Pulse;
 use crate::secrets;
 use crate::valkey::{Conn, Login};
-use crate::{acl_users, member_tls};
+use crate::{acl_users, member_tls, password_rotation};
 use connect::Observed;
 
 /// How soon to look again: after a step, and while waiting or not ready. When Ready, the
@@ -69,6 +72,8 @@ pub struct Shared {
     pub switches: SwitchWatch,
     /// The data nodes' vitals, every second: a frozen primary, a replica losing its link.
     pub pulse: Pulse,
+    /// Wakes the reconciles when a default password Secret changes.
+    pub password_look: PasswordLook,
     /// Between two looks at a Ready group with nothing to do.
     pub idle_look: Duration,
     /// The namespace topology-controller runs in (its pods may reach the members).
@@ -101,6 +106,8 @@ struct Live {
 /// What is known of the group's passwords.
 struct Passwords {
     operator: Result<String, String>,
+    /// The data nodes' default user's password, or why it cannot be read.
+    default: Result<String, String>,
     /// Why a password the members need to start cannot be read (the data nodes' default
     /// user's, or the sentinels'), if one cannot.
     start_problem: Option<String>,
@@ -117,10 +124,19 @@ pub async fn reconcile(
     let Some(live) = fetch(&apis, &name).await? else {
         ctx.data.switches.forget(&apis.namespace, &name);
         ctx.data.pulse.forget(&apis.namespace, &name);
+        ctx.data.password_look.forget(&apis.namespace, &name);
         return Ok(Action::await_change());
     };
     // Passwords before members, so a member's pod finds its Secrets when it starts.
     let mut passwords = passwords(&apis, &live).await?;
+    let (default_secret, _) = auth::topology_secrets(&name, live.group.spec.auth.as_ref());
+    ctx.data.password_look.follow(
+        &apis.secrets,
+        &apis.namespace,
+        &name,
+        &default_secret.reference,
+        passwords.default.as_deref().ok(),
+    );
     let reading = member_tls::Reading {
         topology: &live.group,
         spec: live.group.spec.tls.as_ref(),
@@ -204,6 +220,15 @@ pub async fn reconcile(
         ctx.data.pulse.follow(&apis.namespace, &name, data, login);
     }
     let users = users(&ctx, &apis, &live.group, &observed, &connections).await;
+    let rotations = default_password(
+        &ctx,
+        &apis.secrets,
+        &live.group,
+        &passwords,
+        &observed,
+        &connections,
+    )
+    .await;
     if let Some(login) = &login {
         // Data nodes only: Sentinel has no CONFIG SET, and 8.x reads TLS files only at start.
         let members: Vec<member_tls::Member<'_>> = observed
@@ -256,12 +281,14 @@ pub async fn reconcile(
         &observed,
         &connections,
         users.as_ref(),
+        &rotations,
     )
     .await;
     connections.close().await;
     let looks_at_secrets = live.group.spec.users.is_some() || live.group.spec.tls.is_some();
+    let rotation_look = password_rotation::next_look(&rotations).unwrap_or(Duration::MAX);
     outcome.map(|look| {
-        let look = network::idle_look(look, policy_refused);
+        let look = network::idle_look(look, policy_refused).min(rotation_look);
         Action::requeue(topology_controller::users::idle_look(
             look,
             looks_at_secrets,
@@ -315,12 +342,14 @@ async fn passwords(apis: &Apis, live: &Live) -> Result<Passwords, Error> {
     let sentinel = auth::sentinel_secret(group);
     let read = |wanted| secrets::read(&apis.secrets, group, labels::REPLICATION, wanted, exist);
     let operator = read(&operator).await?;
-    let problems: Vec<String> = [read(&default).await?.err(), read(&sentinel).await?.err()]
+    let default = read(&default).await?;
+    let problems: Vec<String> = [default.clone().err(), read(&sentinel).await?.err()]
         .into_iter()
         .flatten()
         .collect();
     Ok(Passwords {
         operator,
+        default,
         start_problem: (!problems.is_empty()).then(|| problems.join("; ")),
         tls_problem: None,
     })
@@ -403,6 +432,52 @@ async fn users(
     )
 }
 
+/// The default password's rotations under way after a pass over the data nodes.
+async fn default_password(
+    ctx: &ReconcileContext<Shared>,
+    secrets: &Api<Secret>,
+    group: &ValkeyReplication,
+    passwords: &Passwords,
+    observed: &Observed,
+    connections: &Connections<Conn>,
+) -> Vec<PasswordRotation> {
+    let members: Vec<default_password::Member<'_, Conn>> = observed
+        .members
+        .data
+        .iter()
+        .map(|d| default_password::Member {
+            name: d.name(),
+            conn: connections.find(d.name()),
+        })
+        .collect();
+    let recorded = group
+        .status
+        .as_ref()
+        .map(|s| s.password_rotations.as_slice())
+        .unwrap_or_default();
+    let reasons = password_rotation::Reasons {
+        added: ReplicationEvent::DefaultPasswordAdded,
+        dropped: ReplicationEvent::PreviousPasswordDropped,
+        refused: ReplicationEvent::DefaultPasswordRefused,
+    };
+    password_rotation::run(
+        &ctx.runtime,
+        group,
+        group.spec.auth.as_ref(),
+        password_rotation::Password {
+            secrets,
+            reference: &auth::topology_secrets(&group.name_any(), group.spec.auth.as_ref())
+                .0
+                .reference,
+            value: &passwords.default,
+        },
+        recorded,
+        &members,
+        reasons,
+    )
+    .await
+}
+
 /// Decides, reports, executes and publishes; returns when to look next.
 #[allow(clippy::too_many_arguments)]
 async fn act(
@@ -414,6 +489,7 @@ async fn act(
     observed: &Observed,
     connections: &Connections<Conn>,
     users: Option<&ConditionSpec>,
+    rotations: &[PasswordRotation],
 ) -> Result<Duration, Error> {
     let vkr = &live.group;
     let group = Group {
@@ -481,6 +557,7 @@ async fn act(
         let current = vkr.status.as_ref().map(|s| s.conditions.as_slice());
         let generation = vkr.metadata.generation;
         acl_users::report(&mut status.conditions, current, users, generation, now);
+        status.password_rotations = rotations.to_vec();
         status
     };
 

@@ -1,0 +1,190 @@
+//! The default user's password of one topology, rotated live on its data nodes (see
+//! [`topology_controller::default_password`]): a pass per reconcile, before the step, whose
+//! outcome is recorded in `status.passwordRotations` and told in Events. Nothing fails the
+//! reconcile: failovers and rolls never wait on a password.
+
+use std::fmt::Debug;
+use std::time::Duration;
+
+use crd_types::rotation::PasswordRotation;
+use crd_types::template::{Auth, SecretKeyRef};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::{Api, Resource, ResourceExt};
+use operator_runtime::{Context, EventReason};
+use topology_controller::default_password::{self, Facts, Member, Outcome, USER};
+
+use crate::valkey::Conn;
+
+/// The longest a pass may take: it runs before the topology's step.
+const PASS_LIMIT: Duration = Duration::from_secs(15);
+
+/// The Events a pass publishes: the new password added, the previous ones dropped, a data
+/// node that refused.
+pub struct Reasons<R> {
+    pub added: R,
+    pub dropped: R,
+    pub refused: R,
+}
+
+/// The default password of a topology, as the reconcile read it.
+pub struct Password<'a> {
+    /// Its Secret (to read its resourceVersion).
+    pub secrets: &'a Api<Secret>,
+    pub reference: &'a SecretKeyRef,
+    /// The password, or why it cannot be read.
+    pub value: &'a Result<String, String>,
+}
+
+/// Brings the default `password` to the data nodes `members` of `topology`, whose status
+/// records `recorded`; returns what to record now.
+pub async fn run<K, R>(
+    ctx: &Context,
+    topology: &K,
+    auth: Option<&Auth>,
+    password: Password<'_>,
+    recorded: &[PasswordRotation],
+    members: &[Member<'_, Conn>],
+    reasons: Reasons<R>,
+) -> Vec<PasswordRotation>
+where
+    K: Resource<DynamicType = ()> + Debug,
+    R: EventReason,
+{
+    let name = topology.name_any();
+    // Unreadable: members would not start either, which the topology's conditions say.
+    let Ok(value) = password.value else {
+        return recorded.to_vec();
+    };
+    if !default_password::startable(value) {
+        let note = format!(
+            "the default password in Secret {} key {} is '-' or has a line break, which a data \
+             node refuses at start: it is not rotated in",
+            password.reference.name, password.reference.key
+        );
+        if let Err(e) = ctx
+            .events
+            .publish(topology, reasons.refused, note, None)
+            .await
+        {
+            tracing::warn!(topology = %name, error = %e, "password Event not published");
+        }
+        return recorded.to_vec();
+    }
+    let secret_version = match password.secrets.get_opt(&password.reference.name).await {
+        Ok(Some(s)) => format!(
+            "{}/{}",
+            password.reference.name,
+            s.resource_version().unwrap_or_default()
+        ),
+        Ok(None) => return recorded.to_vec(),
+        Err(e) => {
+            tracing::warn!(topology = %name, error = %e, "default password Secret not read");
+            return recorded.to_vec();
+        }
+    };
+    let facts = Facts {
+        recorded: recorded
+            .iter()
+            .find(|r| r.user == USER && r.secret_version == secret_version)
+            .map(|r| r.since.0),
+        overlap: default_password::overlap(auth),
+        drop_allowed: true,
+        now: k8s_openapi::jiff::Timestamp::now(),
+    };
+    let pass = default_password::rotate(value, members, facts);
+    let Ok(outcome) = tokio::time::timeout(PASS_LIMIT, pass).await else {
+        tracing::warn!(topology = %name, "default password pass took over {PASS_LIMIT:?}");
+        return recorded.to_vec();
+    };
+    if !outcome.failed.is_empty() {
+        tracing::warn!(topology = %name, failed = ?outcome.failed, "default password not changed everywhere");
+    }
+    tracing::debug!(topology = %name, ?outcome, "default password pass");
+    for (reason, note) in notes(&outcome, reasons) {
+        if !reason.is_warning() {
+            tracing::info!(topology = %name, %note, "default password");
+        }
+        if let Err(e) = ctx.events.publish(topology, reason, note, None).await {
+            tracing::warn!(topology = %name, error = %e, "password Event not published");
+        }
+    }
+    outcome
+        .rotation
+        .map(|r| PasswordRotation {
+            user: USER.into(),
+            since: Time(r.since),
+            previous_until: Time(r.previous_until),
+            members_with_new: i32::try_from(r.members_with_new).unwrap_or(i32::MAX),
+            members: i32::try_from(r.members).unwrap_or(i32::MAX),
+            secret_version: secret_version.clone(),
+            held_back_by: outcome
+                .silent
+                .iter()
+                .chain(&outcome.without_probe)
+                .cloned()
+                .collect(),
+        })
+        .into_iter()
+        .collect()
+}
+
+/// The Events of a pass, with their notes.
+fn notes<R>(outcome: &Outcome, reasons: Reasons<R>) -> Vec<(R, String)> {
+    let mut notes = Vec::new();
+    if !outcome.new_added.is_empty() {
+        let until = outcome
+            .rotation
+            .as_ref()
+            .map(|r| format!(" until {} at the earliest", r.previous_until))
+            .unwrap_or_default();
+        notes.push((
+            reasons.added,
+            format!(
+                "the new default password works on {}; the previous one still does{until}",
+                outcome.new_added.join(", ")
+            ),
+        ));
+    }
+    if !outcome.previous_dropped.is_empty() {
+        notes.push((
+            reasons.dropped,
+            format!(
+                "only the new default password works on {} now",
+                outcome.previous_dropped.join(", ")
+            ),
+        ));
+    }
+    if !outcome.failed.is_empty() {
+        let failed: Vec<String> = outcome
+            .failed
+            .iter()
+            .map(|(member, answer)| format!("{member}: {answer}"))
+            .collect();
+        notes.push((
+            reasons.refused,
+            format!(
+                "the default password could not be changed on {}",
+                failed.join("; ")
+            ),
+        ));
+    }
+    notes
+}
+
+/// How soon to look again for the rotations under way: when the first previous password
+/// may go (at least a second from now), so it goes then rather than at the idle look.
+/// `None` when none is waiting only for time.
+pub fn next_look(rotations: &[PasswordRotation]) -> Option<Duration> {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    rotations
+        .iter()
+        // A held-back rotation waits for its data nodes, whose changes wake the reconcile.
+        .filter(|r| r.held_back_by.is_empty())
+        .map(|r| {
+            let left = r.previous_until.0.duration_since(now);
+            Duration::try_from(left).unwrap_or_default()
+        })
+        .min()
+        .map(|left| left.max(Duration::from_secs(1)))
+}
