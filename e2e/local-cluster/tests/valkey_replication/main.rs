@@ -24,6 +24,7 @@ mod env;
 mod failover;
 mod forming;
 mod partition;
+mod passwords;
 mod ready_follows;
 mod restarts;
 mod scaling;
