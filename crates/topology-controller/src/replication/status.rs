@@ -318,6 +318,30 @@ pub fn sentinel_valkey_status(sentinel: &Sentinel) -> Option<ValkeyStatus> {
     })
 }
 
+/// Whether `new` says something `old` did not, ignoring the data nodes' replication
+/// offsets: they move with every write, and a status written for them alone would wake the
+/// group's own reconcile (a watch event) after every pass under a writer, about ten a
+/// second. The offsets are refreshed whenever anything else changes (as each member's
+/// `status.valkey` is, see [`crate::member_status::member_status_changed`]).
+pub fn status_changed(
+    old: Option<&ValkeyReplicationStatus>,
+    new: &ValkeyReplicationStatus,
+) -> bool {
+    let Some(old) = old else { return true };
+    let strip = |s: &ValkeyReplicationStatus| ValkeyReplicationStatus {
+        members: s
+            .members
+            .iter()
+            .map(|m| ReplicationMemberStatus {
+                replication_offset: None,
+                ..m.clone()
+            })
+            .collect(),
+        ..s.clone()
+    };
+    strip(old) != strip(new)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -452,5 +476,27 @@ mod tests {
             "{}",
             failed.message
         );
+    }
+}
+
+#[cfg(test)]
+mod status_changed_tests {
+    use super::*;
+
+    #[test]
+    fn offsets_alone_are_no_change() {
+        let member = |offset| ReplicationMemberStatus {
+            name: "g-0".into(),
+            replication_offset: Some(offset),
+            ..Default::default()
+        };
+        let status = |offset, ready| ValkeyReplicationStatus {
+            ready_replicas: ready,
+            members: vec![member(offset)],
+            ..Default::default()
+        };
+        assert!(!status_changed(Some(&status(1, 1)), &status(99, 1)));
+        assert!(status_changed(Some(&status(1, 1)), &status(99, 2)));
+        assert!(status_changed(None, &status(1, 1)));
     }
 }

@@ -733,7 +733,7 @@ async fn write_status(
     group: &ValkeyReplication,
     status: &ValkeyReplicationStatus,
 ) -> Result<(), Error> {
-    if group.status.as_ref() == Some(status) {
+    if !status::status_changed(group.status.as_ref(), status) {
         return Ok(());
     }
     let name = group.name_any();
