@@ -35,6 +35,7 @@ mod forced_failover;
 mod full_restart;
 mod mid_migration;
 mod partition;
+mod passwords;
 mod planned_departure;
 mod ready_follows;
 mod rolling_update;

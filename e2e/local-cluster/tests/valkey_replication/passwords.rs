@@ -15,6 +15,7 @@ use serde_json::json;
 
 use crate::env::{Env, FORM, SETTLE, nothing_lost};
 use crate::restarts::pod_uids;
+use crate::users::{on_every_data_node, refused_login};
 
 /// Long enough that the previous password surely still works when the test looks, after a
 /// data node restarted during the overlap and got it back.
@@ -27,28 +28,6 @@ const PROBE_WINDOW: Duration = Duration::from_secs(15);
 /// What the default user with `password` gets for `args` on `ip`.
 fn as_default(ip: &str, password: &str, args: &[&str]) -> String {
     valkey_cli_as(ip, Some((None, password)), args)
-}
-
-/// Whether valkey-cli's answer shows its login refused.
-fn refused_login(answer: &str) -> bool {
-    answer.starts_with("NOAUTH") || answer.contains("WRONGPASS")
-}
-
-/// Waits until `check` holds on every data node.
-async fn on_every_data_node(
-    env: &Env,
-    access: &GroupAccess,
-    what: &str,
-    timeout: Duration,
-    check: impl Fn(&str) -> Result<(), String>,
-) {
-    env.wait(what, timeout, || async {
-        Ok(access
-            .data
-            .iter()
-            .try_for_each(|m| check(&m.ip).map_err(|e| format!("{}: {e}", m.name))))
-    })
-    .await
 }
 
 /// Each data pod's Ready condition: its status and when it last changed.

@@ -55,7 +55,7 @@ fn as_user(ip: &str, user: &str, password: &str, args: &[&str]) -> String {
 
 /// Whether valkey-cli's answer shows its login refused: its AUTH failed (on stderr), so the
 /// command ran unauthenticated.
-fn refused_login(answer: &str) -> bool {
+pub(crate) fn refused_login(answer: &str) -> bool {
     answer.starts_with("NOAUTH") || answer.contains("WRONGPASS")
 }
 
@@ -80,7 +80,7 @@ async fn users_reason(env: &Env, name: &str, reason: &str, mentioning: &str) -> 
 }
 
 /// Waits until `check` holds on every data node.
-async fn on_every_data_node(
+pub(crate) async fn on_every_data_node(
     env: &Env,
     access: &GroupAccess,
     what: &str,
