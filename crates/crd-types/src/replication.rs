@@ -260,7 +260,8 @@ pub struct ReplicationMemberStatus {
     /// The pod passes its readiness probe.
     #[serde(default)]
     pub ready: bool,
-    /// A data node's replication offset.
+    /// A data node's replication offset, as of the status's last change: it is not written
+    /// for the offset alone, which moves with every write.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replication_offset: Option<i64>,
     /// A replica's link to the primary is up; for a sentinel, it monitors the primary.
