@@ -19,7 +19,7 @@ use std::collections::BTreeSet;
 use std::future::Future;
 use std::time::Duration;
 
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::{RoundMode, SignedDuration, Timestamp, TimestampRound, Unit};
 
 use crate::acl::sha256_hex;
 use crate::commands::ValkeyError;
@@ -156,14 +156,10 @@ pub fn plan(wanted: &str, members: &[Option<BTreeSet<String>>], facts: Facts) ->
 /// `at` rounded up to a whole second: the status keeps whole seconds, and an overlap
 /// counted from a rounded-down start would end early.
 fn whole_second_after(at: Timestamp) -> Timestamp {
-    let whole = Timestamp::from_second(at.as_second()).unwrap_or(at);
-    if whole < at {
-        whole
-            .checked_add(SignedDuration::from_secs(1))
-            .unwrap_or(at)
-    } else {
-        whole
-    }
+    let up = TimestampRound::new()
+        .smallest(Unit::Second)
+        .mode(RoundMode::Ceil);
+    at.round(up).unwrap_or(at)
 }
 
 /// One data node: its name and connection, `None` when it does not answer.
