@@ -164,7 +164,7 @@ pub struct ValkeyClusterStatus {
     /// `status.storage`; only members whose usage pvc-resizer reads, with autoResize).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage: Option<crate::node::StorageHeadroom>,
-    /// Password rotations under way on the data nodes, one per user (today: `default`).
+    /// Password rotations under way, one per user (today: `default`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["user".into()]))]
     pub password_rotations: Vec<crate::rotation::PasswordRotation>,

@@ -1,31 +1,40 @@
-//! Status of a password rotation under way on a topology's data nodes (topology-controller).
+//! Status of a password rotation under way on a topology's data nodes or sentinels
+//! (topology-controller).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// [`PasswordRotation::user`] of the data nodes' default user.
+pub const DATA_NODES_DEFAULT: &str = "default";
+/// [`PasswordRotation::user`] of a ValkeyReplication's sentinels' default user (their own
+/// password Secret). No `spec.users` name can be it: those have no `/`.
+pub const SENTINELS_DEFAULT: &str = "sentinels/default";
+
 /// A password rotation under way: the new password works on `membersWithNew` of `members`
-/// data nodes, next to the previous one, which goes once every data node has the new one
-/// and the overlap has run from `since`. Absent when no rotation is under way.
+/// data nodes (or sentinels), next to the previous one, which goes once every one of them
+/// has the new one and the overlap has run from `since`. Absent when no rotation is under
+/// way.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PasswordRotation {
-    /// Whose password: `default`.
+    /// Whose password: `default` (the data nodes' default user) or `sentinels/default` (the
+    /// sentinels' default user).
     pub user: String,
-    /// When the new password last reached a data node that lacked it: the overlap counts
-    /// from here.
+    /// When the new password last reached a member that lacked it: the overlap counts from
+    /// here.
     pub since: Time,
-    /// When the previous password goes, if every data node has the new one by then.
+    /// When the previous password goes, if every member has the new one by then.
     pub previous_until: Time,
-    /// Data nodes that answered and take the new password.
+    /// Members (data nodes, or sentinels) that answered and take the new password.
     pub members_with_new: i32,
-    /// Data nodes of the topology.
+    /// Members of the topology: its data nodes, or its sentinels.
     pub members: i32,
     /// The password Secret and its resourceVersion the rotation goes to
     /// (`<name>/<resourceVersion>`): a Secret changed again, even back to the previous
     /// password, starts the overlap again.
     pub secret_version: String,
-    /// Data nodes holding back the previous password's end: not answering, or still on an
+    /// Members holding back the previous password's end: not answering, or still on an
     /// older operator's pod template (their readiness probe logs in with the password they
     /// started with).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
