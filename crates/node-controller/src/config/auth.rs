@@ -181,9 +181,10 @@ fn refuse_empty_quoted(what: &str) -> String {
 /// sentinel-user|sentinel-pass`, for a replication member its group's `sentinel
 /// auth-user|auth-pass` (the login to the data nodes, as `operator`), and the `# ???`
 /// comments 8.0 and 8.1 turn their own unparsable lines into (old passwords, in clear).
-/// Users: the default one's password, `operator` (sentinels log in to each other as it
-/// too) and next to an exporter the read-only `monitoring` user. The umask is set for
-/// Sentinel too, which writes the file (passwords included) with it. `None` for data nodes
+/// Users: the default one's password and the readiness probe's `probe` user (PING only, no
+/// password), `operator` (sentinels log in to each other as it too) and next to an exporter
+/// the read-only `monitoring` user. The umask is set for Sentinel too, which writes the
+/// file (passwords included) with it. `None` for data nodes
 /// (see [`auth_file_script`]) and sentinels without passwords.
 pub fn sentinel_auth_script(spec: &ValkeyNodeSpec, conf: &str) -> Option<String> {
     if spec.mode != Mode::Sentinel {
@@ -211,6 +212,10 @@ pub fn sentinel_auth_script(spec: &ValkeyNodeSpec, conf: &str) -> Option<String>
         users.push(format!(
             "printf 'requirepass %s\\n' {}",
             quoted(&format!("${PASSWORD_ENV}"))
+        ));
+        // The readiness probe's, as on a data node: the password above may rotate live.
+        users.push(format!(
+            "printf 'user {PROBE_USER} on {PROBE_USER_RULES}\\n'"
         ));
     }
     if operator {
@@ -551,6 +556,7 @@ Sentinel Sentinel-Pass o"p q\r
         let users = concat!(
             r#"requirepass "a\"b c\\d""#,
             "\n",
+            "user probe on nopass resetchannels -@all +ping\n",
             r#"user operator on ">o\"p q\\r" ~* &* +@all"#,
             "\n",
             "sentinel sentinel-user operator\n",

@@ -2,7 +2,6 @@
 //! loading its data is both), ready means answering PING with PONG.
 
 use crd_types::ValkeyNodeSpec;
-use crd_types::node::Mode;
 use crd_types::template::PROBE_USER;
 use k8s_openapi::api::core::v1::{ExecAction, Probe, TCPSocketAction};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -28,12 +27,11 @@ fn tcp_probe(port: &str, period: i32, timeout: i32, failures: i32) -> Probe {
 /// The readiness check: PING must answer PONG. A loading server answers `-LOADING` and a
 /// dead one nothing, so only a server that can serve reads counts as ready. Exec probes do
 /// not expand `$(VAR)`, hence the shell. `-h $POD_IP` because the local node agent binds
-/// only the pod IP; in a real pod 0.0.0.0 covers it too. A data node whose default user has
-/// a password is asked as the `probe` user, which may only PING and needs no password
-/// (valkey-cli sends the REDISCLI_AUTH given here, which it ignores): the default password
-/// can then change under a running pod, whose environment keeps the one it started with,
-/// without failing the probe. A sentinel is asked with its own password (REDISCLI_AUTH
-/// from the environment), which does not change while it runs.
+/// only the pod IP; in a real pod 0.0.0.0 covers it too. A member (data node or sentinel)
+/// whose default user has a password is asked as the `probe` user, which may only PING and
+/// needs no password (valkey-cli sends the REDISCLI_AUTH given here, which it ignores): the
+/// default password can then change under a running pod, whose environment keeps the one
+/// it started with, without failing the probe.
 pub fn readiness_command(spec: &ValkeyNodeSpec) -> Vec<String> {
     let (port, _) = main_port(spec.mode);
     let login = if probe_logs_in_as_probe_user(spec) {
@@ -48,14 +46,12 @@ pub fn readiness_command(spec: &ValkeyNodeSpec) -> Vec<String> {
     ]
 }
 
-/// Whether the node has the `probe` user: a data node whose default user has a password
-/// (see [`crate::config::auth_file_script`]).
+/// Whether the node has the `probe` user: one whose default user has a password (see
+/// [`crate::config::auth_file_script`] and [`crate::config::sentinel_auth_script`]).
 fn probe_logs_in_as_probe_user(spec: &ValkeyNodeSpec) -> bool {
-    spec.mode != Mode::Sentinel
-        && spec
-            .auth
-            .as_ref()
-            .is_some_and(|a| a.password_secret_ref.is_some())
+    spec.auth
+        .as_ref()
+        .is_some_and(|a| a.password_secret_ref.is_some())
 }
 
 /// Valkey listens before it loads its data, so this passes early; the generous budget
@@ -90,6 +86,7 @@ pub(super) fn readiness(spec: &ValkeyNodeSpec) -> Probe {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crd_types::node::Mode;
 
     use crate::workload::fixtures::{build, container, node};
 
@@ -117,7 +114,7 @@ mod tests {
     }
 
     #[test]
-    fn a_data_node_with_a_password_is_probed_as_the_probe_user() {
+    fn a_member_with_a_password_is_probed_as_the_probe_user() {
         use crd_types::template::{Auth, SecretKeyRef};
         let with_password = |s: &mut ValkeyNodeSpec| {
             s.auth = Some(Auth {
@@ -128,16 +125,17 @@ mod tests {
                 ..Default::default()
             })
         };
-        for mode in [Mode::Standalone, Mode::Cluster] {
+        for (mode, port) in [
+            (Mode::Standalone, 6379),
+            (Mode::Cluster, 6379),
+            (Mode::Sentinel, 26379),
+        ] {
             assert_eq!(
                 readiness_command(&node(mode, with_password).spec)[2],
-                "REDISCLI_AUTH=probe valkey-cli --user probe -h \"$POD_IP\" -p 6379 ping | grep -q PONG"
+                format!(
+                    "REDISCLI_AUTH=probe valkey-cli --user probe -h \"$POD_IP\" -p {port} ping | grep -q PONG"
+                )
             );
         }
-        // A sentinel keeps its own password (from the environment).
-        assert_eq!(
-            readiness_command(&node(Mode::Sentinel, with_password).spec)[2],
-            "valkey-cli -h \"$POD_IP\" -p 26379 ping | grep -q PONG"
-        );
     }
 }
