@@ -1,6 +1,7 @@
 //! Rotating the default user's password on a topology's data nodes, live and with an
-//! overlap. Running servers keep the password they started with (the pod's environment is
-//! read once), so a changed Secret reaches them through ACL commands:
+//! overlap; the same on a ValkeyReplication's sentinels, whose default user has its own
+//! password (see [`Sentinel`]). Running servers keep the password they started with (the
+//! pod's environment is read once), so a changed Secret reaches them through ACL commands:
 //! 1. every data node lacking the new password gets it next to what it has
 //!    (`ACL SETUSER default #<sha256>`); the overlap starts again from then;
 //! 2. once every data node answered with the new one and the overlap has run, each keeps
@@ -267,9 +268,39 @@ pub async fn rotate<V: AclMember + RequirePass>(
     outcome
 }
 
-/// Whether the start shell of a data node would take `password` (see node-controller's
+/// A sentinel's connection, for [`rotate`]: Sentinel has no `CONFIG SET`, so `ACL SETUSER`
+/// alone changes its passwords. The `requirepass` line it started with stays in its memory
+/// and in the config it rewrites, which its start shell replaces from the Secret at every
+/// start.
+pub struct Sentinel<'a, V>(pub &'a V);
+
+impl<V: AclMember> AclMember for Sentinel<'_, V> {
+    fn acl_lines(&self) -> impl Future<Output = Result<Vec<String>, ValkeyError>> + Send {
+        self.0.acl_lines()
+    }
+
+    fn acl_set(
+        &self,
+        user: &str,
+        args: &[String],
+    ) -> impl Future<Output = Result<(), ValkeyError>> + Send {
+        self.0.acl_set(user, args)
+    }
+
+    fn acl_del(&self, users: &[String]) -> impl Future<Output = Result<(), ValkeyError>> + Send {
+        self.0.acl_del(users)
+    }
+}
+
+impl<V: Sync> RequirePass for Sentinel<'_, V> {
+    async fn set_requirepass(&self, _password: &str) -> Result<(), ValkeyError> {
+        Ok(())
+    }
+}
+
+/// Whether the start shell of a member would take `password` (see node-controller's
 /// `server_command`): not `-`, no line break. A password it refuses is never rotated in, as
-/// every data node restarted afterwards would refuse to start.
+/// every member restarted afterwards would refuse to start.
 pub fn startable(password: &str) -> bool {
     password != "-" && !password.contains('\n')
 }

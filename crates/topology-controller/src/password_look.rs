@@ -1,9 +1,10 @@
 //! The password look: wakes the reconciles of one kind of topology within a `period` (10 s)
-//! of a change of a topology's default password Secret, so a rotation (see
+//! of a change of a topology's default password Secret (and a ValkeyReplication's
+//! sentinels' password Secret), so a rotation (see
 //! [`topology_controller::default_password`]) starts at once rather than at the idle look
 //! (300 s). The Secret is looked at, not watched: a watch would take list and watch on every
 //! Secret of the namespace. One task per topology GETs its Secret from the API server's
-//! cache (`resourceVersion=0`) and compares the password's SHA-256 with the last one seen;
+//! cache (`resourceVersion=0`) and compares each password's SHA-256 with the last one seen;
 //! nothing else, so an idle topology costs one cached read per period instead of a full look.
 //! (A wake reconciles every topology of the kind, as the pulse's do: changes are rare.)
 
@@ -29,9 +30,9 @@ pub struct PasswordLook {
     followed: Mutex<HashMap<(String, String), Followed>>,
 }
 
-/// One topology's look, and the Secret it reads.
+/// One topology's look, and the Secrets it reads.
 struct Followed {
-    secret: SecretKeyRef,
+    secrets: Vec<SecretKeyRef>,
     task: JoinHandle<()>,
 }
 
@@ -63,30 +64,33 @@ impl PasswordLook {
         )
     }
 
-    /// Follows the default password Secret `secret` of topology `namespace/name`, unless
-    /// already following it; `password` is what the reconcile just read from it.
+    /// Follows the password Secrets of topology `namespace/name`, each with what the
+    /// reconcile just read from it, unless already following those.
     pub fn follow(
         &self,
         secrets: &Api<Secret>,
         namespace: &str,
         name: &str,
-        secret: &SecretKeyRef,
-        password: Option<&str>,
+        passwords: Vec<(SecretKeyRef, Option<&str>)>,
     ) {
         let key = (namespace.to_string(), name.to_string());
         let mut followed = self.followed.lock().unwrap_or_else(|e| e.into_inner());
-        if followed.get(&key).is_some_and(|f| f.secret == *secret) {
+        let refs: Vec<SecretKeyRef> = passwords.iter().map(|(r, _)| r.clone()).collect();
+        if followed.get(&key).is_some_and(|f| f.secrets == refs) {
             return;
         }
-        let first = password.map(|p| sha256_hex(p.as_bytes()));
-        let task = tokio::spawn(look(
-            secrets.clone(),
-            secret.clone(),
-            first,
-            self.trigger.clone(),
-        ));
-        let secret = secret.clone();
-        followed.insert(key, Followed { secret, task });
+        let first = passwords
+            .into_iter()
+            .map(|(r, p)| (r, p.map(|p| sha256_hex(p.as_bytes()))))
+            .collect();
+        let task = tokio::spawn(look(secrets.clone(), first, self.trigger.clone()));
+        followed.insert(
+            key,
+            Followed {
+                secrets: refs,
+                task,
+            },
+        );
     }
 
     /// Stops following a topology that is gone.
@@ -98,34 +102,36 @@ impl PasswordLook {
     }
 }
 
-/// Reads `secret` each [`PERIOD`], for ever; wakes the reconciles when what it holds differs
-/// from the look before. A failed read counts as nothing seen, so it wakes nobody.
+/// Reads each Secret of `followed` every [`PERIOD`], for ever; wakes the reconciles when
+/// what one holds differs from the look before. A failed read is no change, so it wakes
+/// nobody.
 async fn look(
     secrets: Api<Secret>,
-    secret: SecretKeyRef,
-    mut last: Seen,
+    mut followed: Vec<(SecretKeyRef, Seen)>,
     trigger: mpsc::UnboundedSender<()>,
 ) {
     let mut tick = tokio::time::interval(PERIOD);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await; // the first tick is now: the reconcile has just read it
+    tick.tick().await; // the first tick is now: the reconcile has just read them
     loop {
         tick.tick().await;
-        let read = secrets.get_with(&secret.name, &GetParams::any()).await;
-        let now = match read {
-            Ok(s) => seen(Some(&s), &secret.key),
-            Err(kube::Error::Api(e)) if e.code == 404 => None,
-            Err(e) => {
-                tracing::debug!(secret = %secret.name, error = %e, "password Secret not read");
-                continue;
+        for (secret, last) in &mut followed {
+            let read = secrets.get_with(&secret.name, &GetParams::any()).await;
+            let now = match read {
+                Ok(s) => seen(Some(&s), &secret.key),
+                Err(kube::Error::Api(e)) if e.code == 404 => None,
+                Err(e) => {
+                    tracing::debug!(secret = %secret.name, error = %e, "password Secret not read");
+                    continue;
+                }
+            };
+            if now != *last {
+                tracing::info!(secret = %secret.name, "a password Secret changed");
+                if trigger.send(()).is_err() {
+                    return; // the controller is gone
+                }
+                *last = now;
             }
-        };
-        if now != last {
-            tracing::info!(secret = %secret.name, "a default password Secret changed");
-            if trigger.send(()).is_err() {
-                return; // the controller is gone
-            }
-            last = now;
         }
     }
 }

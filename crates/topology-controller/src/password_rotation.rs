@@ -1,20 +1,20 @@
-//! The default user's password of one topology, rotated live on its data nodes (see
-//! [`topology_controller::default_password`]): a pass per reconcile, before the step, whose
-//! outcome is recorded in `status.passwordRotations` and told in Events. Nothing fails the
-//! reconcile: failovers and rolls never wait on a password.
+//! The default user's password of one topology, rotated live on its data nodes, and a
+//! ValkeyReplication's sentinels' own (see [`topology_controller::default_password`]): a
+//! pass per reconcile and kind of member, before the step, whose outcome is recorded in
+//! `status.passwordRotations` and told in Events. Nothing fails the reconcile: failovers
+//! and rolls never wait on a password.
 
 use std::fmt::Debug;
 use std::time::Duration;
 
-use crd_types::rotation::PasswordRotation;
+use crd_types::rotation::{DATA_NODES_DEFAULT, PasswordRotation, SENTINELS_DEFAULT};
 use crd_types::template::{Auth, SecretKeyRef};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{Api, Resource, ResourceExt};
 use operator_runtime::{Context, EventReason};
-use topology_controller::default_password::{self, Facts, Member, Outcome, USER};
-
-use crate::valkey::Conn;
+use topology_controller::default_password::{self, Facts, Member, Outcome, RequirePass};
+use topology_controller::users::AclMember;
 
 /// The longest a pass may take: it runs before the topology's step.
 const PASS_LIMIT: Duration = Duration::from_secs(15);
@@ -27,7 +27,28 @@ pub struct Reasons<R> {
     pub refused: R,
 }
 
-/// The default password of a topology, as the reconcile read it.
+/// Whose default password a pass rotates.
+#[derive(Clone, Copy)]
+pub struct Whose {
+    /// The status entry's `user`.
+    pub key: &'static str,
+    /// How Events and logs name the password.
+    pub what: &'static str,
+}
+
+/// The data nodes' default password.
+pub const DATA_NODES: Whose = Whose {
+    key: DATA_NODES_DEFAULT,
+    what: "default password",
+};
+
+/// A ValkeyReplication's sentinels' password.
+pub const SENTINELS: Whose = Whose {
+    key: SENTINELS_DEFAULT,
+    what: "sentinels' password",
+};
+
+/// A default password of a topology, as the reconcile read it.
 pub struct Password<'a> {
     /// Its Secret (to read its resourceVersion).
     pub secrets: &'a Api<Secret>,
@@ -36,30 +57,41 @@ pub struct Password<'a> {
     pub value: &'a Result<String, String>,
 }
 
-/// Brings the default `password` to the data nodes `members` of `topology`, whose status
-/// records `recorded`; returns what to record now.
-pub async fn run<K, R>(
+/// Brings `whose` `password` to `members` of `topology` (its data nodes, or its
+/// sentinels), whose status records `recorded`; returns what to record now for `whose`.
+#[allow(clippy::too_many_arguments)]
+pub async fn run<K, R, V>(
     ctx: &Context,
     topology: &K,
     auth: Option<&Auth>,
+    whose: Whose,
     password: Password<'_>,
     recorded: &[PasswordRotation],
-    members: &[Member<'_, Conn>],
+    members: &[Member<'_, V>],
     reasons: Reasons<R>,
 ) -> Vec<PasswordRotation>
 where
     K: Resource<DynamicType = ()> + Debug,
     R: EventReason,
+    V: AclMember + RequirePass,
 {
     let name = topology.name_any();
+    let what = whose.what;
+    let kept = || {
+        recorded
+            .iter()
+            .filter(|r| r.user == whose.key)
+            .cloned()
+            .collect()
+    };
     // Unreadable: members would not start either, which the topology's conditions say.
     let Ok(value) = password.value else {
-        return recorded.to_vec();
+        return kept();
     };
     if !default_password::startable(value) {
         let note = format!(
-            "the default password in Secret {} key {} is '-' or has a line break, which a data \
-             node refuses at start: it is not rotated in",
+            "the {what} in Secret {} key {} is '-' or has a line break, which a member \
+             refuses at start: it is not rotated in",
             password.reference.name, password.reference.key
         );
         if let Err(e) = ctx
@@ -69,7 +101,7 @@ where
         {
             tracing::warn!(topology = %name, error = %e, "password Event not published");
         }
-        return recorded.to_vec();
+        return kept();
     }
     let secret_version = match password.secrets.get_opt(&password.reference.name).await {
         Ok(Some(s)) => format!(
@@ -77,16 +109,16 @@ where
             password.reference.name,
             s.resource_version().unwrap_or_default()
         ),
-        Ok(None) => return recorded.to_vec(),
+        Ok(None) => return kept(),
         Err(e) => {
-            tracing::warn!(topology = %name, error = %e, "default password Secret not read");
-            return recorded.to_vec();
+            tracing::warn!(topology = %name, error = %e, %what, "password Secret not read");
+            return kept();
         }
     };
     let facts = Facts {
         recorded: recorded
             .iter()
-            .find(|r| r.user == USER && r.secret_version == secret_version)
+            .find(|r| r.user == whose.key && r.secret_version == secret_version)
             .map(|r| r.since.0),
         overlap: default_password::overlap(auth),
         drop_allowed: true,
@@ -94,16 +126,16 @@ where
     };
     let pass = default_password::rotate(value, members, facts);
     let Ok(outcome) = tokio::time::timeout(PASS_LIMIT, pass).await else {
-        tracing::warn!(topology = %name, "default password pass took over {PASS_LIMIT:?}");
-        return recorded.to_vec();
+        tracing::warn!(topology = %name, %what, "password pass took over {PASS_LIMIT:?}");
+        return kept();
     };
     if !outcome.failed.is_empty() {
-        tracing::warn!(topology = %name, failed = ?outcome.failed, "default password not changed everywhere");
+        tracing::warn!(topology = %name, %what, failed = ?outcome.failed, "password not changed everywhere");
     }
-    tracing::debug!(topology = %name, ?outcome, "default password pass");
-    for (reason, note) in notes(&outcome, reasons) {
+    tracing::debug!(topology = %name, %what, ?outcome, "password pass");
+    for (reason, note) in notes(what, &outcome, reasons) {
         if !reason.is_warning() {
-            tracing::info!(topology = %name, %note, "default password");
+            tracing::info!(topology = %name, %note, "password rotation");
         }
         if let Err(e) = ctx.events.publish(topology, reason, note, None).await {
             tracing::warn!(topology = %name, error = %e, "password Event not published");
@@ -112,7 +144,7 @@ where
     outcome
         .rotation
         .map(|r| PasswordRotation {
-            user: USER.into(),
+            user: whose.key.into(),
             since: Time(r.since),
             previous_until: Time(r.previous_until),
             members_with_new: i32::try_from(r.members_with_new).unwrap_or(i32::MAX),
@@ -130,7 +162,7 @@ where
 }
 
 /// The Events of a pass, with their notes.
-fn notes<R>(outcome: &Outcome, reasons: Reasons<R>) -> Vec<(R, String)> {
+fn notes<R>(what: &str, outcome: &Outcome, reasons: Reasons<R>) -> Vec<(R, String)> {
     let mut notes = Vec::new();
     if !outcome.new_added.is_empty() {
         let until = outcome
@@ -141,7 +173,7 @@ fn notes<R>(outcome: &Outcome, reasons: Reasons<R>) -> Vec<(R, String)> {
         notes.push((
             reasons.added,
             format!(
-                "the new default password works on {}; the previous one still does{until}",
+                "the new {what} works on {}; the previous one still does{until}",
                 outcome.new_added.join(", ")
             ),
         ));
@@ -150,7 +182,7 @@ fn notes<R>(outcome: &Outcome, reasons: Reasons<R>) -> Vec<(R, String)> {
         notes.push((
             reasons.dropped,
             format!(
-                "only the new default password works on {} now",
+                "only the new {what} works on {} now",
                 outcome.previous_dropped.join(", ")
             ),
         ));
@@ -163,10 +195,7 @@ fn notes<R>(outcome: &Outcome, reasons: Reasons<R>) -> Vec<(R, String)> {
             .collect();
         notes.push((
             reasons.refused,
-            format!(
-                "the default password could not be changed on {}",
-                failed.join("; ")
-            ),
+            format!("the {what} could not be changed on {}", failed.join("; ")),
         ));
     }
     notes
@@ -179,7 +208,7 @@ pub fn next_look(rotations: &[PasswordRotation]) -> Option<Duration> {
     let now = k8s_openapi::jiff::Timestamp::now();
     rotations
         .iter()
-        // A held-back rotation waits for its data nodes, whose changes wake the reconcile.
+        // A held-back rotation waits for its members, whose changes wake the reconcile.
         .filter(|r| r.held_back_by.is_empty())
         .map(|r| {
             let left = r.previous_until.0.duration_since(now);

@@ -121,8 +121,10 @@ pub async fn reconcile(
         &apis.secrets,
         &apis.namespace,
         &name,
-        &auth::cluster_secrets(&live.cluster).0.reference,
-        passwords.default.as_deref().ok(),
+        vec![(
+            auth::cluster_secrets(&live.cluster).0.reference,
+            passwords.default.as_deref().ok(),
+        )],
     );
     let reading = member_tls::Reading {
         topology: &live.cluster,
@@ -436,6 +438,7 @@ async fn default_password(
         &ctx.runtime,
         cluster,
         cluster.spec.auth.as_ref(),
+        password_rotation::DATA_NODES,
         password_rotation::Password {
             secrets,
             reference: &auth::cluster_secrets(cluster).0.reference,

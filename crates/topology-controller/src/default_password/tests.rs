@@ -366,3 +366,25 @@ fn the_overlap_starts_at_a_whole_second_never_earlier() {
     let whole = plan("n", &[set(&["o"])], facts(None, MINUTE, at(5)));
     assert_eq!(whole.rotation.unwrap().since, at(5));
 }
+
+#[tokio::test]
+async fn a_sentinel_drops_the_previous_password_without_config_set() {
+    let fake = Fake::with(&["old"]);
+    let sentinel = Sentinel(&fake);
+    let members = [Member {
+        name: "s",
+        conn: Some(&sentinel),
+    }];
+    let added = rotate("new", &members, facts(None, MINUTE, at(0))).await;
+    assert_eq!(added.new_added, ["s"]);
+    assert!(fake.takes("old") && fake.takes("new"));
+    let since = added.rotation.unwrap().since;
+    let dropped = rotate("new", &members, facts(Some(since), MINUTE, at(60))).await;
+    assert_eq!(dropped.previous_dropped, ["s"]);
+    assert!(fake.takes("new") && !fake.takes("old"));
+    assert_eq!(
+        *fake.requirepass.lock().unwrap(),
+        "old",
+        "Sentinel has no CONFIG SET: its requirepass is never sent"
+    );
+}

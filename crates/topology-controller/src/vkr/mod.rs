@@ -34,7 +34,7 @@ use operator_runtime::controller::ReconcileContext;
 use operator_runtime::{ApiResultExt, Context, ObjectName, Op, apply};
 use topology_controller::acl::ReplicationPassword;
 use topology_controller::auth;
-use topology_controller::default_password;
+use topology_controller::default_password::{self, Sentinel};
 use topology_controller::disruption;
 use topology_controller::member_status::{member_status_changed, versions_in_play};
 use topology_controller::network;
@@ -108,6 +108,8 @@ struct Passwords {
     operator: Result<String, String>,
     /// The data nodes' default user's password, or why it cannot be read.
     default: Result<String, String>,
+    /// The sentinels' default user's password, or why it cannot be read.
+    sentinel: Result<String, String>,
     /// Why a password the members need to start cannot be read (the data nodes' default
     /// user's, or the sentinels'), if one cannot.
     start_problem: Option<String>,
@@ -134,8 +136,13 @@ pub async fn reconcile(
         &apis.secrets,
         &apis.namespace,
         &name,
-        &default_secret.reference,
-        passwords.default.as_deref().ok(),
+        vec![
+            (default_secret.reference, passwords.default.as_deref().ok()),
+            (
+                auth::sentinel_secret(&live.group).reference,
+                passwords.sentinel.as_deref().ok(),
+            ),
+        ],
     );
     let reading = member_tls::Reading {
         topology: &live.group,
@@ -343,13 +350,15 @@ async fn passwords(apis: &Apis, live: &Live) -> Result<Passwords, Error> {
     let read = |wanted| secrets::read(&apis.secrets, group, labels::REPLICATION, wanted, exist);
     let operator = read(&operator).await?;
     let default = read(&default).await?;
-    let problems: Vec<String> = [default.clone().err(), read(&sentinel).await?.err()]
+    let sentinel = read(&sentinel).await?;
+    let problems: Vec<String> = [default.clone().err(), sentinel.clone().err()]
         .into_iter()
         .flatten()
         .collect();
     Ok(Passwords {
         operator,
         default,
+        sentinel,
         start_problem: (!problems.is_empty()).then(|| problems.join("; ")),
         tls_problem: None,
     })
@@ -432,7 +441,8 @@ async fn users(
     )
 }
 
-/// The default password's rotations under way after a pass over the data nodes.
+/// The rotations under way after a pass over the data nodes (the default password) and
+/// one over the sentinels (their own password).
 async fn default_password(
     ctx: &ReconcileContext<Shared>,
     secrets: &Api<Secret>,
@@ -441,7 +451,7 @@ async fn default_password(
     observed: &Observed,
     connections: &Connections<Conn>,
 ) -> Vec<PasswordRotation> {
-    let members: Vec<default_password::Member<'_, Conn>> = observed
+    let data: Vec<default_password::Member<'_, Conn>> = observed
         .members
         .data
         .iter()
@@ -450,32 +460,65 @@ async fn default_password(
             conn: connections.find(d.name()),
         })
         .collect();
+    let sentinel_conns: Vec<(&str, Option<Sentinel<'_, Conn>>)> = observed
+        .members
+        .sentinels
+        .iter()
+        .map(|s| (s.name(), connections.find(s.name()).map(Sentinel)))
+        .collect();
+    let sentinels: Vec<default_password::Member<'_, Sentinel<'_, Conn>>> = sentinel_conns
+        .iter()
+        .map(|(name, conn)| default_password::Member {
+            name,
+            conn: conn.as_ref(),
+        })
+        .collect();
     let recorded = group
         .status
         .as_ref()
         .map(|s| s.password_rotations.as_slice())
         .unwrap_or_default();
-    let reasons = password_rotation::Reasons {
+    let reasons = || password_rotation::Reasons {
         added: ReplicationEvent::DefaultPasswordAdded,
         dropped: ReplicationEvent::PreviousPasswordDropped,
         refused: ReplicationEvent::DefaultPasswordRefused,
     };
-    password_rotation::run(
+    let auth = group.spec.auth.as_ref();
+    let default_ref = auth::topology_secrets(&group.name_any(), auth).0.reference;
+    let mut rotations = password_rotation::run(
         &ctx.runtime,
         group,
-        group.spec.auth.as_ref(),
+        auth,
+        password_rotation::DATA_NODES,
         password_rotation::Password {
             secrets,
-            reference: &auth::topology_secrets(&group.name_any(), group.spec.auth.as_ref())
-                .0
-                .reference,
+            reference: &default_ref,
             value: &passwords.default,
         },
         recorded,
-        &members,
-        reasons,
+        &data,
+        reasons(),
     )
-    .await
+    .await;
+    let sentinel_ref = auth::sentinel_secret(group).reference;
+    rotations.extend(
+        password_rotation::run(
+            &ctx.runtime,
+            group,
+            auth,
+            password_rotation::SENTINELS,
+            password_rotation::Password {
+                secrets,
+                reference: &sentinel_ref,
+                value: &passwords.sentinel,
+            },
+            recorded,
+            &sentinels,
+            reasons(),
+        )
+        .await,
+    );
+    rotations
 }
 
 /// Decides, reports, executes and publishes; returns when to look next.
