@@ -1,6 +1,7 @@
 //! The default user's password rotated live: a changed Secret works at once on every data
-//! node next to the previous password, which goes after the overlap; no pod restarts, the
-//! readiness probe never needs the password, no acknowledged write is lost.
+//! node next to the previous password, which goes after the overlap; the sentinels' own
+//! password the same way on the sentinels; no pod restarts, the readiness probe never needs
+//! a password, no acknowledged write is lost.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -30,10 +31,19 @@ fn as_default(ip: &str, password: &str, args: &[&str]) -> String {
     valkey_cli_as(ip, Some((None, password)), args)
 }
 
-/// Each data pod's Ready condition: its status and when it last changed.
+/// The same on a sentinel at `ip`.
+fn as_sentinel_default(ip: &str, password: &str, args: &[&str]) -> String {
+    let args: Vec<&str> = ["-p", "26379"]
+        .into_iter()
+        .chain(args.iter().copied())
+        .collect();
+    valkey_cli_as(ip, Some((None, password)), &args)
+}
+
+/// Each member's pod's Ready condition: its status and when it last changed.
 async fn readiness(env: &Env, access: &GroupAccess) -> BTreeMap<String, (String, Option<Time>)> {
     let mut out = BTreeMap::new();
-    for m in &access.data {
+    for m in access.data.iter().chain(&access.sentinels) {
         let pod = env
             .apis
             .pods
@@ -69,7 +79,8 @@ async fn rotations(env: &Env, name: &str) -> Vec<(String, i32, i32)> {
 /// one, which a data node restarted meanwhile gets back; status shows the rotation; after the
 /// overlap only the new one works, `CONFIG GET requirepass` says so, and the pods stayed
 /// Ready (their probe logs in as `probe`, PING only) and were not restarted; a writer's
-/// connection keeps writing throughout and loses nothing.
+/// connection keeps writing throughout and loses nothing. The sentinels' Secret, changed at
+/// the same time, rotates the same way on the sentinel.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_default_password_rotates_live_with_an_overlap() {
     let env = Env::start().await;
@@ -82,6 +93,8 @@ async fn the_default_password_rotates_live_with_an_overlap() {
     let access = env.create_ready(group).await;
     let old = access.password.clone();
     let new = "second default password";
+    let old_sentinel = access.sentinel_password.clone();
+    let new_sentinel = "second sentinel password";
 
     // The probe user answers PING without a password and may do nothing else.
     for m in &access.data {
@@ -100,6 +113,19 @@ async fn the_default_password_rotates_live_with_an_overlap() {
             );
         }
     }
+    // So does a sentinel's.
+    for s in &access.sentinels {
+        let probe = |args: &[&str]| {
+            let args: Vec<&str> = ["-p", "26379"]
+                .into_iter()
+                .chain(args.iter().copied())
+                .collect();
+            valkey_cli_as(&s.ip, Some((Some("probe"), "any")), &args)
+        };
+        assert_eq!(probe(&["PING"]), "PONG", "{}", s.name);
+        let got = probe(&["SENTINEL", "MASTERS"]);
+        assert!(got.starts_with("NOPERM"), "{}: probe: {got}", s.name);
+    }
 
     let service = access.service_ip.clone().unwrap();
     let writer = GroupWriter::start(&access, Route::Service(service), "rot");
@@ -110,6 +136,17 @@ async fn the_default_password_rotates_live_with_an_overlap() {
     env.apis
         .secrets
         .patch(&secret, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let sentinel_secret = names::generated_sentinel_secret_name(name);
+    let patch = json!({"stringData": {"password": new_sentinel}});
+    env.apis
+        .secrets
+        .patch(
+            &sentinel_secret,
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
         .await
         .unwrap();
     on_every_data_node(&env, &access, "the new password to work", SETTLE, |ip| {
@@ -129,11 +166,30 @@ async fn the_default_password_rotates_live_with_an_overlap() {
             m.name
         );
     }
-    env.wait("status to show the rotation", SETTLE, || async {
+    env.wait("the new sentinels' password to work", SETTLE, || async {
+        Ok(access.sentinels.iter().try_for_each(|s| {
+            let got = as_sentinel_default(&s.ip, new_sentinel, &["PING"]);
+            (got == "PONG")
+                .then_some(())
+                .ok_or(format!("{}: {got}", s.name))
+        }))
+    })
+    .await;
+    for s in &access.sentinels {
+        let got = as_sentinel_default(&s.ip, &old_sentinel, &["PING"]);
+        assert_eq!(
+            got, "PONG",
+            "{}: the previous one works in the overlap",
+            s.name
+        );
+    }
+    env.wait("status to show the rotations", SETTLE, || async {
         let now = rotations(&env, name).await;
-        Ok((now == [("default".to_string(), 2, 2)])
-            .then_some(())
-            .ok_or(format!("{now:?}")))
+        let wanted = [
+            ("default".to_string(), 2, 2),
+            ("sentinels/default".to_string(), 1, 1),
+        ];
+        Ok((now == wanted).then_some(()).ok_or(format!("{now:?}")))
     })
     .await;
 
@@ -199,6 +255,23 @@ async fn the_default_password_rotates_live_with_an_overlap() {
         let requirepass = access.operator_cli(&m.ip, &["CONFIG", "GET", "requirepass"]);
         assert_eq!(requirepass, format!("requirepass\n{new}"), "{}", m.name);
     }
+    env.wait(
+        "the previous sentinels' password to stop working",
+        SETTLE,
+        || async {
+            Ok(access.sentinels.iter().try_for_each(|s| {
+                let got = as_sentinel_default(&s.ip, &old_sentinel, &["PING"]);
+                refused_login(&got)
+                    .then_some(())
+                    .ok_or(format!("{}: {got}", s.name))
+            }))
+        },
+    )
+    .await;
+    for s in &access.sentinels {
+        let got = as_sentinel_default(&s.ip, new_sentinel, &["SENTINEL", "MASTERS"]);
+        assert!(got.contains(name), "{}: {got}", s.name);
+    }
     env.wait("status to show no rotation", SETTLE, || async {
         let now = rotations(&env, name).await;
         Ok(now.is_empty().then_some(()).ok_or(format!("{now:?}")))
@@ -222,10 +295,11 @@ async fn the_default_password_rotates_live_with_an_overlap() {
         assert!(!events.is_empty(), "a {reason} Event");
     }
     let refused = env.apis.group_events(name, Some("DefaultPasswordRefused"));
-    assert_eq!(refused.await.unwrap(), [], "no data node refused");
+    assert_eq!(refused.await.unwrap(), [], "no member refused");
 
     let access = GroupAccess {
         password: new.to_string(),
+        sentinel_password: new_sentinel.to_string(),
         ..access
     };
     nothing_lost(name, [writer], &access).await;
