@@ -41,6 +41,11 @@ pub mod annotations {
     /// Written with [`LAST_RESIZE`] when usage was known: the file system capacity (bytes)
     /// the kubelet reported then. Until it reports more, its usage predates the growth.
     pub const CAPACITY_BEFORE_RESIZE: &str = "valkey.rs/capacity-before-resize";
+    /// On the pod of a node with TLS (node-controller): the interval, in seconds, at which
+    /// its server reloads changed certificate files, if it is Valkey 9.1 or later (the start
+    /// shell gives it `tls-auto-reload-interval` only then). topology-controller leaves a
+    /// 9.1 sentinel with it to reload a renewed certificate itself rather than restarting it.
+    pub const TLS_AUTO_RELOAD_SECONDS: &str = "valkey.rs/tls-auto-reload-seconds";
 }
 
 /// Server-side-apply field managers: one per controller, so each owns its fields and
