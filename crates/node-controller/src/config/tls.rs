@@ -106,6 +106,26 @@ pub fn exporter_presents_certificate(tls: Option<&Tls>) -> bool {
     tls.is_some_and(|t| t.auth_clients != TlsAuthClients::Never)
 }
 
+/// How often a TLS server that can (Valkey 9.1 and later) looks at its certificate files
+/// and reloads them when they changed: the kubelet updates a Secret volume up to about a
+/// minute after the Secret, so a renewal is served within seconds of that. A look is a
+/// `stat` of three files.
+pub const AUTO_RELOAD_SECONDS: u32 = 10;
+
+/// The start shell's lines giving a TLS server `tls-auto-reload-interval` when it has it:
+/// 9.1 does; 8.x refuses the directive (and so would not start), 9.0 was not measured, and a
+/// server whose version cannot be read gets nothing. An argument, not a config line: a
+/// sentinel's config copy is rebuilt from the rendered file at each pod start (which keeps
+/// only `sentinel` lines), so a line Sentinel rewrites into it never outlives the image.
+/// `$0` is the server program, `$@` its arguments. Data nodes get it too: a ValkeyNode made
+/// by hand then reloads a renewed certificate on 9.1 with no operator to tell it.
+pub fn auto_reload_script() -> String {
+    format!(
+        "case \"$(\"$0\" --version 2>/dev/null)\" in *' v=7.'*|*' v=8.'*|*' v=9.0.'*|'') ;; \
+         *) set -- \"$@\" --tls-auto-reload-interval {AUTO_RELOAD_SECONDS};; esac"
+    )
+}
+
 /// How a script runs valkey-cli: the program, then its arguments.
 const CLI: &str = "valkey-cli ";
 
@@ -145,5 +165,49 @@ mod tests {
             cli_over_tls("valkey-server /etc/valkey/valkey.conf", Some(&tls)),
             "valkey-server /etc/valkey/valkey.conf"
         );
+    }
+
+    /// The arguments the server gets after [`auto_reload_script`], for a server saying
+    /// `version` (`None`: one that prints nothing).
+    fn args_after_auto_reload(version: Option<&str>) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let server = dir.path().join("valkey-server");
+        let says = version
+            .map(|v| format!("echo 'Valkey server v={v} sha=00000000:0 bits=64'"))
+            .unwrap_or_default();
+        std::fs::write(&server, format!("#!/bin/sh\n{says}\n")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&server, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let script = format!("{}\necho \"$@\"", auto_reload_script());
+        let out = std::process::Command::new("sh")
+            .args([
+                "-c",
+                &script,
+                server.to_str().unwrap(),
+                "/data/sentinel.conf",
+            ])
+            .arg("--sentinel")
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    }
+
+    #[test]
+    fn only_a_server_known_to_reload_gets_the_interval() {
+        let with = "/data/sentinel.conf --sentinel --tls-auto-reload-interval 10";
+        let without = "/data/sentinel.conf --sentinel";
+        for (version, args) in [
+            (Some("8.0.1"), without),
+            (Some("8.1.1"), without),
+            (Some("9.0.0"), without),
+            (None, without),
+            (Some("9.1.2"), with),
+            (Some("10.0.0"), with),
+        ] {
+            assert_eq!(args_after_auto_reload(version), args, "{version:?}");
+        }
     }
 }

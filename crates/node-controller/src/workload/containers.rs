@@ -135,8 +135,9 @@ pub(super) fn valkey_container(node: &ValkeyNode, rendered: &RenderedConfig) -> 
 /// everyone. It then writes the users: a data node's to its auth file, a sentinel's into its
 /// config copy (see [`crate::config::sentinel_auth_script`]); those of a data node's users
 /// Secret to its users file (see [`crate::config::users_file_script`]); a replication data
-/// node's shell decides its role, see [`scripts`]. `exec` keeps the server the container's
-/// process; `$0` is the program.
+/// node's shell decides its role, see [`scripts`]; a TLS node's adds the certificate
+/// reload where the server has it (see [`crate::config::tls::auto_reload_script`]). `exec`
+/// keeps the server the container's process; `$0` is the program.
 fn server_command(node: &ValkeyNode, program: &str) -> Vec<String> {
     let mut checks = Vec::new();
     if let Some(auth) = &node.spec.auth {
@@ -171,6 +172,9 @@ fn server_command(node: &ValkeyNode, program: &str) -> Vec<String> {
     }
     if node.spec.replication.is_some() && node.spec.mode != Mode::Sentinel {
         checks.push(scripts::data_role());
+    }
+    if node.spec.tls.is_some() {
+        checks.push(crate::config::tls::auto_reload_script());
     }
     if checks.is_empty() {
         return vec![program.into()];

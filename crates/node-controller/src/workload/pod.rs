@@ -2,6 +2,8 @@
 //! from the claim or an emptyDir, a scratch /tmp, a data node's users Secret, the TLS
 //! Secret) and its security context (the restricted Pod Security Standard).
 
+use std::collections::BTreeMap;
+
 use crd_types::ValkeyNode;
 use crd_types::names;
 use crd_types::node::Mode;
@@ -60,9 +62,17 @@ pub fn pod_template(node: &ValkeyNode, rendered: &RenderedConfig) -> PodTemplate
     }
     let init_containers = (!init_containers.is_empty()).then_some(init_containers);
 
+    // Tells topology-controller this server reloads its certificate by itself on 9.1+.
+    let annotations = node.spec.tls.as_ref().map(|_| {
+        BTreeMap::from([(
+            names::annotations::TLS_AUTO_RELOAD_SECONDS.to_string(),
+            tls::AUTO_RELOAD_SECONDS.to_string(),
+        )])
+    });
     PodTemplateSpec {
         metadata: Some(ObjectMeta {
             labels: Some(meta::labels(node)),
+            annotations,
             ..Default::default()
         }),
         spec: Some(PodSpec {
@@ -620,6 +630,47 @@ mod tests {
             assert_eq!(c.liveness_probe, p.liveness_probe);
             assert_eq!(c.ports, p.ports);
         }
+    }
+
+    #[test]
+    fn a_tls_node_reloads_its_certificate_itself_where_it_can_and_says_so() {
+        use crate::config::tls::auto_reload_script;
+        for mode in [Mode::Standalone, Mode::Cluster, Mode::Sentinel] {
+            let d = with_tls(mode, |_| {});
+            let start = &container(&d, "valkey").command.as_ref().unwrap()[2];
+            let reload = start.find(&auto_reload_script()).expect("the reload lines");
+            assert!(start[reload..].ends_with("exec \"$0\" \"$@\""), "{start}");
+            let annotations = d
+                .workload
+                .template()
+                .unwrap()
+                .metadata
+                .as_ref()
+                .unwrap()
+                .annotations
+                .clone();
+            assert_eq!(
+                annotations.unwrap()[names::annotations::TLS_AUTO_RELOAD_SECONDS],
+                "10"
+            );
+        }
+        let plain = build(&node(Mode::Sentinel, |_| {}));
+        let start = container(&plain, "valkey").command.clone().unwrap();
+        assert!(!start.concat().contains("tls-auto-reload"), "{start:?}");
+        let annotations = plain
+            .workload
+            .template()
+            .unwrap()
+            .metadata
+            .as_ref()
+            .unwrap()
+            .annotations
+            .clone();
+        assert!(
+            !annotations
+                .unwrap_or_default()
+                .contains_key(names::annotations::TLS_AUTO_RELOAD_SECONDS)
+        );
     }
 
     #[test]
