@@ -250,6 +250,18 @@ pub struct SentinelPod<'a> {
     pub node: Option<ObjectReference>,
 }
 
+/// The annotation `key` of pod `name`, or `None` when the pod or the annotation is missing
+/// or the read fails (logged: the caller then treats the pod as an older one).
+pub async fn pod_annotation(pods: &Api<Pod>, name: &str, key: &str) -> Option<String> {
+    match pods.get_opt(name).await {
+        Ok(pod) => pod?.metadata.annotations?.remove(key),
+        Err(e) => {
+            tracing::warn!(pod = %name, error = %e, "pod not read");
+            None
+        }
+    }
+}
+
 /// Evicts `sentinel` (the one [`tls::sentinel_to_restart`] names): its pod comes back with
 /// the current Secret. An eviction, not a delete, so the sentinels' PodDisruptionBudget
 /// (one at a time) is honoured too. Told with `reason`; nothing fails the reconcile.

@@ -346,6 +346,27 @@ pub struct SentinelState<'a> {
     pub monitoring: bool,
     /// It reports a failover under way.
     pub failing_over: bool,
+    /// It reloads changed certificate files by itself (Valkey 9.1 or later, started with
+    /// `tls-auto-reload-interval`: see [`reloads_itself`]), so it is never restarted for them.
+    pub reloads_itself: bool,
+}
+
+/// Whether a sentinel reloads its certificate by itself: it runs Valkey 9.1 or later
+/// (`version`, as it answered) and its pod says its start gave it the reload interval
+/// (`pod_annotation`: [`crd_types::names::annotations::TLS_AUTO_RELOAD_SECONDS`]). Either
+/// alone is not enough: 8.x has no reload, and a 9.1 pod from an older template was not
+/// given it.
+pub fn reloads_itself(version: Option<&str>, pod_annotation: Option<&str>) -> bool {
+    can_reload(version) && pod_annotation.is_some_and(|s| s.parse::<u32>().is_ok_and(|s| s > 0))
+}
+
+/// Whether a server of `version` can reload its certificate by itself (9.1 and later; 9.0
+/// was not measured).
+pub fn can_reload(version: Option<&str>) -> bool {
+    use crd_types::versions::Version;
+    version
+        .and_then(Version::parse)
+        .is_some_and(|v| v >= Version::new(9, 1))
 }
 
 /// The sentinel to restart so that it loads the Secret's certificate, if one may go now.
@@ -355,7 +376,9 @@ pub struct SentinelState<'a> {
 /// step, no member unwell, rolling or leaving, every sentinel's view exact), every sentinel
 /// monitors it and none fails over, and every data node (`data`: name, address) already
 /// serves the Secret's certificate (so a sentinel restarted with a new CA is not refused
-/// by data nodes that still trust only the old one).
+/// by data nodes that still trust only the old one). A sentinel that reloads by itself
+/// ([`SentinelState::reloads_itself`]) is left to do so: it serves the new certificate
+/// within its interval of the kubelet updating the files.
 pub fn sentinel_to_restart<'a>(
     client: &Client,
     sentinels: &[SentinelState<'a>],
@@ -371,7 +394,10 @@ pub fn sentinel_to_restart<'a>(
     if !data_serve_it {
         return None;
     }
-    let reached = sentinels.iter().filter_map(|s| Some((s.name, s.address?)));
+    let reached = sentinels
+        .iter()
+        .filter(|s| !s.reloads_itself)
+        .filter_map(|s| Some((s.name, s.address?)));
     stale(client, reached).into_iter().min()
 }
 

@@ -231,6 +231,7 @@ fn with_a_certificate_per_member_each_is_judged_against_its_own() {
         address: Some("10.0.0.9"),
         monitoring: true,
         failing_over: false,
+        reloads_itself: false,
     }];
     serve(&client, &b, "10.0.0.9");
     if let Wanted::PerMember(certs) = &mut client.wanted {
@@ -322,6 +323,7 @@ fn one_stale_sentinel_restarts_at_a_time_and_only_when_all_is_quiet() {
         address: Some(address),
         monitoring,
         failing_over,
+        reloads_itself: false,
     };
     let all = [
         state("g-s-0", "10.0.1.1", true, false),
@@ -358,6 +360,15 @@ fn one_stale_sentinel_restarts_at_a_time_and_only_when_all_is_quiet() {
         sentinel_to_restart(&client, &all, &both, true),
         Some("g-s-0")
     );
+    // One that reloads by itself is left to it; the next stale one goes instead.
+    let mut reloading = all;
+    reloading[0].reloads_itself = true;
+    assert_eq!(
+        sentinel_to_restart(&client, &reloading, &both, true),
+        Some("g-s-2")
+    );
+    reloading[2].reloads_itself = true;
+    assert_eq!(sentinel_to_restart(&client, &reloading, &both, true), None);
     serve(&renewed, "10.0.1.1");
     assert_eq!(
         sentinel_to_restart(&client, &all, &both, true),
@@ -369,4 +380,16 @@ fn one_stale_sentinel_restarts_at_a_time_and_only_when_all_is_quiet() {
         None,
         "all renewed"
     );
+}
+
+#[test]
+fn only_a_9_1_sentinel_started_with_the_interval_reloads_itself() {
+    assert!(reloads_itself(Some("9.1.2"), Some("10")));
+    assert!(reloads_itself(Some("10.0.0"), Some("10")));
+    assert!(!reloads_itself(Some("9.1.2"), None), "an older template");
+    assert!(!reloads_itself(Some("9.1.2"), Some("0")));
+    assert!(!reloads_itself(Some("9.1.2"), Some("soon")));
+    assert!(!reloads_itself(Some("8.1.1"), Some("10")), "8.x cannot");
+    assert!(!reloads_itself(Some("9.0.0"), Some("10")), "not measured");
+    assert!(!reloads_itself(None, Some("10")));
 }

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use crd_types::cluster::Phase;
 use crd_types::conditions::ConditionSpec;
-use crd_types::names::labels;
+use crd_types::names::{annotations, labels};
 use crd_types::rotation::PasswordRotation;
 use crd_types::{ValkeyNode, ValkeyNodeStatus, ValkeyReplication, ValkeyReplicationStatus};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Secret, Service};
@@ -694,28 +694,42 @@ async fn restart_stale_sentinel(
         && health.sentinel_view.is_none()
         && health.leaving.is_empty()
         && !health.rolling;
-    let sentinels: Vec<member_tls::SentinelPod<'_>> = members
-        .sentinels
-        .iter()
-        .map(|s| member_tls::SentinelPod {
+    let Some(client) = login.tls.as_ref().filter(|_| at_rest) else {
+        return;
+    };
+    let mut sentinels: Vec<member_tls::SentinelPod<'_>> = Vec::new();
+    for s in &members.sentinels {
+        let version = s.answer.as_ref().and_then(|a| a.version.as_deref());
+        let pod = s.facts.pod.as_deref();
+        let reloads_itself = match pod.filter(|_| tls::can_reload(version)) {
+            Some(pod) => {
+                let annotation = member_tls::pod_annotation(
+                    &apis.pods,
+                    pod,
+                    annotations::TLS_AUTO_RELOAD_SECONDS,
+                )
+                .await;
+                tls::reloads_itself(version, annotation.as_deref())
+            }
+            None => false,
+        };
+        sentinels.push(member_tls::SentinelPod {
             state: tls::SentinelState {
                 name: &s.facts.name,
                 address: s.facts.address.as_deref(),
                 monitoring: s.facts.ready && s.monitored().is_some(),
                 failing_over: s.monitored().is_some_and(|m| m.failing_over()),
+                reloads_itself,
             },
-            pod: s.facts.pod.as_deref(),
+            pod,
             node: related(observed, Some(&s.facts.name)),
-        })
-        .collect();
+        });
+    }
     let data: Vec<(&str, &str)> = members
         .data
         .iter()
         .filter_map(|d| Some((d.facts.name.as_str(), d.facts.address.as_deref()?)))
         .collect();
-    let Some(client) = login.tls.as_ref() else {
-        return;
-    };
     let states: Vec<tls::SentinelState<'_>> = sentinels.iter().map(|s| s.state).collect();
     let Some(name) = tls::sentinel_to_restart(client, &states, &data, at_rest) else {
         return;
