@@ -370,3 +370,80 @@ async fn a_group_serves_certificates_the_operator_issues_per_member() {
     assert!(events("CertificateRefused").await.is_empty());
     env.finish().await;
 }
+
+/// On Valkey 9.1 a sentinel reloads a renewed certificate by itself (its start gave it
+/// `tls-auto-reload-interval`, which its pod's annotation tells topology-controller): it
+/// serves the renewed certificate with no eviction and no restart, as the data node does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_9_1_sentinel_reloads_a_renewed_certificate_itself() {
+    let env = Env::start().await;
+    let name = "reload";
+    let secret_name = "reload-certificate";
+    let secrets = &env.apis.secrets;
+    let (ca, _) = create_secret(secrets, secret_name).await.unwrap();
+    let mut group = valkey_replication(name, 2, 1, false);
+    group.spec.template.image = "valkey/valkey:9.1".into();
+    group.spec.tls = Some(TopologyTls {
+        secret_name: Some(secret_name.into()),
+        auth_clients: TlsAuthClients::Required,
+    });
+    let access = env.create_ready(group).await;
+    let tls = access.tls.clone().expect("the group has tls");
+    let members: Vec<(String, String, u16)> = access
+        .data
+        .iter()
+        .map(|m| (m.name.clone(), m.ip.clone(), 6379))
+        .chain(
+            access
+                .sentinels
+                .iter()
+                .map(|m| (m.name.clone(), m.ip.clone(), 26379)),
+        )
+        .collect();
+    for s in &access.sentinels {
+        let info = access.sentinel_cli(&s.ip, &["INFO", "server"]);
+        assert!(info.contains("valkey_version:9.1."), "{}: {info}", s.name);
+    }
+
+    let uids = pod_uids(&env, name).await;
+    let renewed = renew_secret(secrets, secret_name, &ca).await.unwrap();
+    let changed = Instant::now();
+    let wanted = renewed.der().unwrap();
+    env.wait(
+        "every member to serve the renewed certificate",
+        FORM,
+        || async {
+            let mut stale = Vec::new();
+            for (member, ip, port) in &members {
+                match tls.served(ip, *port).await {
+                    Ok(served) if served == wanted => {}
+                    Ok(_) => stale.push(format!("{member} serves the old one")),
+                    Err(e) => stale.push(format!("{member}: {e:#}")),
+                }
+            }
+            Ok(stale.is_empty().then_some(()).ok_or(stale.join("; ")))
+        },
+    )
+    .await;
+    eprintln!(
+        "tls: every member (9.1) serves the renewed certificate {:?} after the Secret changed",
+        changed.elapsed()
+    );
+    assert_eq!(pod_uids(&env, name).await, uids, "no pod was replaced");
+    for (member, _, _) in &members {
+        let pod = env.apis.pods.get(&statefulset_pod_name(member)).await;
+        let restarts: i32 = pod
+            .unwrap()
+            .status
+            .and_then(|s| s.container_statuses)
+            .unwrap_or_default()
+            .iter()
+            .map(|c| c.restart_count)
+            .sum();
+        assert_eq!(restarts, 0, "{member}: no container restarted");
+    }
+    let restarted = env.apis.group_events(name, Some("SentinelRestarted"));
+    assert_eq!(restarted.await.unwrap(), [], "no sentinel was evicted");
+    env.ready_agreeing(name, None, SETTLE).await;
+    env.finish().await;
+}
