@@ -41,6 +41,13 @@ pub fn pod(d: &DesiredWorkload) -> &PodSpec {
     d.workload.template().unwrap().spec.as_ref().unwrap()
 }
 
+/// The pod template's annotations (empty when it has none).
+pub fn template_annotations(d: &DesiredWorkload) -> std::collections::BTreeMap<String, String> {
+    let template = d.workload.template().unwrap();
+    let metadata = template.metadata.clone().unwrap_or_default();
+    metadata.annotations.unwrap_or_default()
+}
+
 pub fn container<'a>(d: &'a DesiredWorkload, name: &str) -> &'a Container {
     pod(d).containers.iter().find(|c| c.name == name).unwrap()
 }

@@ -274,16 +274,8 @@ mod tests {
             serde_json::to_vec(&a.workload.template()).unwrap(),
             serde_json::to_vec(&b.workload.template()).unwrap()
         );
-        let annotations = a
-            .workload
-            .template()
-            .unwrap()
-            .metadata
-            .as_ref()
-            .unwrap()
-            .annotations
-            .clone();
-        assert_eq!(annotations.unwrap()[meta::REVISION_ANNOTATION], a.revision);
+        let annotations = fixtures::template_annotations(&a);
+        assert_eq!(annotations[meta::REVISION_ANNOTATION], a.revision);
         // Status and generation do not feed the template.
         let mut later = n.clone();
         later.metadata.generation = Some(9);

@@ -635,41 +635,22 @@ mod tests {
     #[test]
     fn a_tls_node_reloads_its_certificate_itself_where_it_can_and_says_so() {
         use crate::config::tls::auto_reload_script;
+        use crate::workload::fixtures::template_annotations;
         for mode in [Mode::Standalone, Mode::Cluster, Mode::Sentinel] {
             let d = with_tls(mode, |_| {});
             let start = &container(&d, "valkey").command.as_ref().unwrap()[2];
             let reload = start.find(&auto_reload_script()).expect("the reload lines");
             assert!(start[reload..].ends_with("exec \"$0\" \"$@\""), "{start}");
-            let annotations = d
-                .workload
-                .template()
-                .unwrap()
-                .metadata
-                .as_ref()
-                .unwrap()
-                .annotations
-                .clone();
             assert_eq!(
-                annotations.unwrap()[names::annotations::TLS_AUTO_RELOAD_SECONDS],
+                template_annotations(&d)[names::annotations::TLS_AUTO_RELOAD_SECONDS],
                 "10"
             );
         }
         let plain = build(&node(Mode::Sentinel, |_| {}));
         let start = container(&plain, "valkey").command.clone().unwrap();
         assert!(!start.concat().contains("tls-auto-reload"), "{start:?}");
-        let annotations = plain
-            .workload
-            .template()
-            .unwrap()
-            .metadata
-            .as_ref()
-            .unwrap()
-            .annotations
-            .clone();
         assert!(
-            !annotations
-                .unwrap_or_default()
-                .contains_key(names::annotations::TLS_AUTO_RELOAD_SECONDS)
+            !template_annotations(&plain).contains_key(names::annotations::TLS_AUTO_RELOAD_SECONDS)
         );
     }
 
