@@ -67,7 +67,6 @@ pub const OPERATOR_OWNED_DIRECTIVES: &[&str] = &[
     "slaveof",
     "supervised",
     "tls-auth-clients",
-    "tls-auto-reload-interval",
     "tls-ca-cert-dir",
     "tls-ca-cert-file",
     "tls-cert-file",
