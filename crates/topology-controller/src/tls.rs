@@ -347,7 +347,8 @@ pub struct SentinelState<'a> {
     /// It reports a failover under way.
     pub failing_over: bool,
     /// It reloads changed certificate files by itself (Valkey 9.1 or later, started with
-    /// `tls-auto-reload-interval`: see [`reloads_itself`]), so it is never restarted for them.
+    /// `tls-auto-reload-interval`: see [`reloads_itself`]), so it is restarted for them only
+    /// once [`SELF_RELOAD_GRACE`] has run.
     pub reloads_itself: bool,
 }
 
@@ -369,6 +370,31 @@ pub fn can_reload(version: Option<&str>) -> bool {
         .is_some_and(|v| v >= Version::new(9, 1))
 }
 
+/// How long a sentinel that reloads by itself is given to serve a renewed certificate,
+/// counted from the certificate's notBefore: the kubelet's update of the files (about a
+/// minute) and the reload interval (10 s), with room to spare. Past it, the sentinel is
+/// restarted like one that cannot reload: its start may not have given it the interval
+/// after all, or it refused the files.
+pub const SELF_RELOAD_GRACE: std::time::Duration = std::time::Duration::from_secs(180);
+
+/// When `cert` became valid (Unix seconds), if it parses.
+fn not_before(cert: &CertificateDer<'_>) -> Option<i64> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert).ok()?;
+    Some(parsed.validity().not_before.timestamp())
+}
+
+/// Whether sentinel `s` is left to load its wanted certificate by itself at `now` (Unix
+/// seconds): it reloads by itself and that certificate is younger than the grace.
+fn left_to_reload(client: &Client, s: &SentinelState<'_>, now: i64) -> bool {
+    let grace = i64::try_from(SELF_RELOAD_GRACE.as_secs()).unwrap_or(i64::MAX);
+    s.reloads_itself
+        && client
+            .wanted
+            .of(s.name)
+            .and_then(not_before)
+            .is_some_and(|since| now < since.saturating_add(grace))
+}
+
 /// The sentinel to restart so that it loads the Secret's certificate, if one may go now.
 /// Sentinels read their TLS files only at start (no `CONFIG SET`; see docs/tls-design.md),
 /// so one still serving another certificate is restarted, one at a time, and only when
@@ -377,13 +403,15 @@ pub fn can_reload(version: Option<&str>) -> bool {
 /// monitors it and none fails over, and every data node (`data`: name, address) already
 /// serves the Secret's certificate (so a sentinel restarted with a new CA is not refused
 /// by data nodes that still trust only the old one). A sentinel that reloads by itself
-/// ([`SentinelState::reloads_itself`]) is left to do so: it serves the new certificate
+/// ([`SentinelState::reloads_itself`]) is left to do so until [`SELF_RELOAD_GRACE`] after
+/// the wanted certificate's notBefore (`now`: Unix seconds): it serves the new certificate
 /// within its interval of the kubelet updating the files.
 pub fn sentinel_to_restart<'a>(
     client: &Client,
     sentinels: &[SentinelState<'a>],
     data: &[(&str, &str)],
     at_rest: bool,
+    now: i64,
 ) -> Option<&'a str> {
     if !at_rest || sentinels.iter().any(|s| !s.monitoring || s.failing_over) {
         return None;
@@ -396,7 +424,7 @@ pub fn sentinel_to_restart<'a>(
     }
     let reached = sentinels
         .iter()
-        .filter(|s| !s.reloads_itself)
+        .filter(|s| !left_to_reload(client, s, now))
         .filter_map(|s| Some((s.name, s.address?)));
     stale(client, reached).into_iter().min()
 }

@@ -10,6 +10,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::*;
 
+/// A time at which no certificate of these tests is younger than the reload grace.
+const NOW: i64 = i64::MAX / 2;
+
 type Ca = CertifiedIssuer<'static, KeyPair>;
 
 fn ca(name: &str) -> Ca {
@@ -238,10 +241,13 @@ fn with_a_certificate_per_member_each_is_judged_against_its_own() {
         certs.insert("s-0".into(), leaf(&operator).unwrap());
     }
     let data = [("c-0", "10.0.0.1"), ("c-1", "10.0.0.2")];
-    assert_eq!(sentinel_to_restart(&client, &sentinel, &data, true), None);
+    assert_eq!(
+        sentinel_to_restart(&client, &sentinel, &data, true, NOW),
+        None
+    );
     serve(&client, &b_renewed, "10.0.0.2");
     assert_eq!(
-        sentinel_to_restart(&client, &sentinel, &data, true),
+        sentinel_to_restart(&client, &sentinel, &data, true, NOW),
         Some("s-0")
     );
 }
@@ -331,52 +337,63 @@ fn one_stale_sentinel_restarts_at_a_time_and_only_when_all_is_quiet() {
         state("g-s-2", "10.0.1.3", true, false),
     ];
     assert_eq!(
-        sentinel_to_restart(&client, &all, &data, true),
+        sentinel_to_restart(&client, &all, &data, true, NOW),
         Some("g-s-0")
     );
     assert_eq!(
-        sentinel_to_restart(&client, &all, &data, false),
+        sentinel_to_restart(&client, &all, &data, false, NOW),
         None,
         "not at rest"
     );
     let mut one_back_unmonitoring = all;
     one_back_unmonitoring[0].monitoring = false;
     assert_eq!(
-        sentinel_to_restart(&client, &one_back_unmonitoring, &data, true),
+        sentinel_to_restart(&client, &one_back_unmonitoring, &data, true, NOW),
         None
     );
     let mut failing_over = all;
     failing_over[1].failing_over = true;
     assert_eq!(
-        sentinel_to_restart(&client, &failing_over, &data, true),
+        sentinel_to_restart(&client, &failing_over, &data, true, NOW),
         None
     );
     // A data node not serving the renewed certificate yet holds the sentinels back.
     serve(&old, "10.0.2.2");
     let both = [("g-0", "10.0.2.1"), ("g-1", "10.0.2.2")];
-    assert_eq!(sentinel_to_restart(&client, &all, &both, true), None);
+    assert_eq!(sentinel_to_restart(&client, &all, &both, true, NOW), None);
     serve(&renewed, "10.0.2.2");
     assert_eq!(
-        sentinel_to_restart(&client, &all, &both, true),
+        sentinel_to_restart(&client, &all, &both, true, NOW),
         Some("g-s-0")
     );
-    // One that reloads by itself is left to it; the next stale one goes instead.
+    // One that reloads by itself is left to it for the grace after the certificate's
+    // notBefore; the next stale one goes instead. Past the grace it goes too.
+    let issued = not_before(&leaf(&renewed).unwrap()).unwrap();
+    let grace = i64::try_from(SELF_RELOAD_GRACE.as_secs()).unwrap();
     let mut reloading = all;
     reloading[0].reloads_itself = true;
     assert_eq!(
-        sentinel_to_restart(&client, &reloading, &both, true),
+        sentinel_to_restart(&client, &reloading, &both, true, issued + grace - 1),
         Some("g-s-2")
     );
     reloading[2].reloads_itself = true;
-    assert_eq!(sentinel_to_restart(&client, &reloading, &both, true), None);
+    assert_eq!(
+        sentinel_to_restart(&client, &reloading, &both, true, issued + grace - 1),
+        None
+    );
+    assert_eq!(
+        sentinel_to_restart(&client, &reloading, &both, true, issued + grace),
+        Some("g-s-0"),
+        "the grace has run"
+    );
     serve(&renewed, "10.0.1.1");
     assert_eq!(
-        sentinel_to_restart(&client, &all, &both, true),
+        sentinel_to_restart(&client, &all, &both, true, NOW),
         Some("g-s-2")
     );
     serve(&renewed, "10.0.1.3");
     assert_eq!(
-        sentinel_to_restart(&client, &all, &both, true),
+        sentinel_to_restart(&client, &all, &both, true, NOW),
         None,
         "all renewed"
     );

@@ -485,23 +485,23 @@ async fn default_password(
     };
     let auth = group.spec.auth.as_ref();
     let default_ref = auth::topology_secrets(&group.name_any(), auth).0.reference;
-    let mut rotations = password_rotation::run(
-        &ctx.runtime,
-        group,
-        auth,
-        password_rotation::DATA_NODES,
-        password_rotation::Password {
-            secrets,
-            reference: &default_ref,
-            value: &passwords.default,
-        },
-        recorded,
-        &data,
-        reasons(),
-    )
-    .await;
     let sentinel_ref = auth::sentinel_secret(group).reference;
-    rotations.extend(
+    // At once: each pass is bounded, and both run before the step.
+    let (mut rotations, on_sentinels) = futures::join!(
+        password_rotation::run(
+            &ctx.runtime,
+            group,
+            auth,
+            password_rotation::DATA_NODES,
+            password_rotation::Password {
+                secrets,
+                reference: &default_ref,
+                value: &passwords.default,
+            },
+            recorded,
+            &data,
+            reasons(),
+        ),
         password_rotation::run(
             &ctx.runtime,
             group,
@@ -516,8 +516,8 @@ async fn default_password(
             &sentinels,
             reasons(),
         )
-        .await,
     );
+    rotations.extend(on_sentinels);
     rotations
 }
 
@@ -697,11 +697,20 @@ async fn restart_stale_sentinel(
     let Some(client) = login.tls.as_ref().filter(|_| at_rest) else {
         return;
     };
+    // Pods are read only for stale sentinels that could reload by themselves.
+    let stale = tls::stale(
+        client,
+        members
+            .sentinels
+            .iter()
+            .filter_map(|s| Some((s.name(), s.facts.address.as_deref()?))),
+    );
     let mut sentinels: Vec<member_tls::SentinelPod<'_>> = Vec::new();
     for s in &members.sentinels {
         let version = s.answer.as_ref().and_then(|a| a.version.as_deref());
         let pod = s.facts.pod.as_deref();
-        let reloads_itself = match pod.filter(|_| tls::can_reload(version)) {
+        let worth_a_look = tls::can_reload(version) && stale.contains(&s.name());
+        let reloads_itself = match pod.filter(|_| worth_a_look) {
             Some(pod) => {
                 let annotation = member_tls::pod_annotation(
                     &apis.pods,
@@ -731,7 +740,8 @@ async fn restart_stale_sentinel(
         .filter_map(|d| Some((d.facts.name.as_str(), d.facts.address.as_deref()?)))
         .collect();
     let states: Vec<tls::SentinelState<'_>> = sentinels.iter().map(|s| s.state).collect();
-    let Some(name) = tls::sentinel_to_restart(client, &states, &data, at_rest) else {
+    let now = Timestamp::now().as_second();
+    let Some(name) = tls::sentinel_to_restart(client, &states, &data, at_rest, now) else {
         return;
     };
     let Some(sentinel) = sentinels.iter().find(|s| s.state.name == name) else {
