@@ -18,4 +18,6 @@ pub mod pvc;
 pub mod report;
 pub mod revision;
 pub mod status;
+#[cfg(test)]
+mod test_support;
 pub mod workload;

@@ -314,13 +314,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("out");
         let server = dir.path().join("valkey-server");
-        std::fs::write(
+        crate::test_support::write_executable(
             &server,
-            format!("#!/bin/sh\necho 'Valkey server v={version} sha=00000000:0 bits=64'\n"),
-        )
-        .unwrap();
+            &format!("#!/bin/sh\necho 'Valkey server v={version} sha=00000000:0 bits=64'\n"),
+        );
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&server, std::fs::Permissions::from_mode(0o755)).unwrap();
         let script = script.replace(file, path.to_str().unwrap());
         let out = std::process::Command::new("sh")
             .args(["-c", &script, server.to_str().unwrap()])

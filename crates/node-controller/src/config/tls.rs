@@ -175,9 +175,7 @@ mod tests {
         let says = version
             .map(|v| format!("echo 'Valkey server v={v} sha=00000000:0 bits=64'"))
             .unwrap_or_default();
-        std::fs::write(&server, format!("#!/bin/sh\n{says}\n")).unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&server, std::fs::Permissions::from_mode(0o755)).unwrap();
+        crate::test_support::write_executable(&server, &format!("#!/bin/sh\n{says}\n"));
         let script = format!("{}\necho \"$@\"", auto_reload_script());
         let out = std::process::Command::new("sh")
             .args([

@@ -82,7 +82,6 @@ echo "prestop: no hand-over within {HAND_OVER_WAIT_SECONDS}s: stopping anyway"
 mod tests {
     use super::*;
 
-    use std::os::unix::fs::PermissionsExt;
     use std::path::Path;
     use std::process::Command;
 
@@ -121,8 +120,7 @@ cat "$dir/$host-$1" 2>/dev/null
             dir = dir.display()
         );
         let path = dir.join("valkey-cli");
-        std::fs::write(&path, script).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        crate::test_support::write_executable(&path, &script);
     }
 
     struct Run {

@@ -237,11 +237,7 @@ a=$(echo "$list" | tr ',' '\n' | sed -n "${{n}}p")
             dir = dir.display()
         );
         let path = dir.join("valkey-cli");
-        std::fs::write(&path, cli).unwrap();
-        Command::new("chmod")
-            .args(["+x", path.to_str().unwrap()])
-            .status()
-            .unwrap();
+        crate::test_support::write_executable(&path, &cli);
     }
 
     /// Runs `script` (the context path pointed at `dir`) as `sh -c script echo started`:
@@ -288,11 +284,7 @@ cat $dir/own-$1 2>/dev/null || echo OK
             dir = dir.display()
         );
         let path = dir.join("valkey-cli");
-        std::fs::write(&path, cli).unwrap();
-        Command::new("chmod")
-            .args(["+x", path.to_str().unwrap()])
-            .status()
-            .unwrap();
+        crate::test_support::write_executable(&path, &cli);
     }
 
     fn run_hook(dir: &Path) -> (String, Vec<String>) {
