@@ -372,10 +372,12 @@ pub fn can_reload(version: Option<&str>) -> bool {
 
 /// How long a sentinel that reloads by itself is given to serve a renewed certificate,
 /// counted from the certificate's notBefore: the kubelet's update of the files (about a
-/// minute) and the reload interval (10 s), with room to spare. Past it, the sentinel is
-/// restarted like one that cannot reload: its start may not have given it the interval
-/// after all, or it refused the files.
-pub const SELF_RELOAD_GRACE: std::time::Duration = std::time::Duration::from_secs(180);
+/// minute) and the reload interval (10 s), with room to spare, after the backdating of
+/// issuers (the operator's own: 5 minutes). Past it, the sentinel is restarted like one
+/// that cannot reload: its start may not have given it the interval after all, or it
+/// refused the files. A certificate backdated further (ACME issuers: up to an hour) is
+/// restarted for at once, as on 8.x.
+pub const SELF_RELOAD_GRACE: std::time::Duration = std::time::Duration::from_secs(8 * 60);
 
 /// When `cert` became valid (Unix seconds), if it parses.
 fn not_before(cert: &CertificateDer<'_>) -> Option<i64> {

@@ -61,6 +61,9 @@ impl TestCa {
         params.extended_key_usages = usages;
         // As cert-manager (Go) writes them: OpenSSL tells CAs of the same name apart by it.
         params.use_authority_key_identifier_extension = true;
+        // Valid from now, as an issuer dates a renewal (rcgen's default is 1975):
+        // topology-controller counts a sentinel's reload grace from it.
+        params.not_before = time::OffsetDateTime::now_utc();
         let key = KeyPair::generate()?;
         let cert = params.signed_by(&key, &self.issuer)?;
         Ok(Issued {
