@@ -9,9 +9,8 @@ use std::time::Duration;
 
 use crd_types::rotation::{DATA_NODES_DEFAULT, PasswordRotation, SENTINELS_DEFAULT};
 use crd_types::template::{Auth, SecretKeyRef};
-use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::{Api, Resource, ResourceExt};
+use kube::{Resource, ResourceExt};
 use operator_runtime::{Context, EventReason};
 use topology_controller::default_password::{self, Facts, Member, Outcome, RequirePass};
 use topology_controller::users::AclMember;
@@ -50,8 +49,8 @@ pub const SENTINELS: Whose = Whose {
 
 /// A default password of a topology, as the reconcile read it.
 pub struct Password<'a> {
-    /// Its Secret (to read its resourceVersion).
-    pub secrets: &'a Api<Secret>,
+    /// `<name>/<resourceVersion>` of the Secret it was read from, if there was one.
+    pub version: Option<&'a str>,
     pub reference: &'a SecretKeyRef,
     /// The password, or why it cannot be read.
     pub value: &'a Result<String, String>,
@@ -103,17 +102,8 @@ where
         }
         return kept();
     }
-    let secret_version = match password.secrets.get_opt(&password.reference.name).await {
-        Ok(Some(s)) => format!(
-            "{}/{}",
-            password.reference.name,
-            s.resource_version().unwrap_or_default()
-        ),
-        Ok(None) => return kept(),
-        Err(e) => {
-            tracing::warn!(topology = %name, error = %e, %what, "password Secret not read");
-            return kept();
-        }
+    let Some(secret_version) = password.version else {
+        return kept();
     };
     let facts = Facts {
         recorded: recorded
@@ -149,7 +139,7 @@ where
             previous_until: Time(r.previous_until),
             members_with_new: i32::try_from(r.members_with_new).unwrap_or(i32::MAX),
             members: i32::try_from(r.members).unwrap_or(i32::MAX),
-            secret_version: secret_version.clone(),
+            secret_version: secret_version.to_string(),
             held_back_by: outcome
                 .silent
                 .iter()

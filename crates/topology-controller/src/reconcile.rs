@@ -190,15 +190,8 @@ pub async fn reconcile(
         mark_gone_servers(&apis, &mut observed).await;
     }
     let users = users(&ctx, &apis, &live.cluster, &observed, &connections).await;
-    let rotations = default_password(
-        &ctx,
-        &apis.secrets,
-        &live.cluster,
-        &passwords,
-        &observed,
-        &connections,
-    )
-    .await;
+    let rotations =
+        default_password(&ctx, &live.cluster, &passwords, &observed, &connections).await;
     if let Some(login) = &login {
         let members: Vec<member_tls::Member<'_>> = observed
             .members
@@ -410,7 +403,6 @@ async fn users(
 /// cluster's members are all data nodes).
 async fn default_password(
     ctx: &ReconcileContext<Shared>,
-    secrets: &Api<Secret>,
     cluster: &ValkeyCluster,
     passwords: &Passwords,
     observed: &Observed,
@@ -440,7 +432,7 @@ async fn default_password(
         cluster.spec.auth.as_ref(),
         password_rotation::DATA_NODES,
         password_rotation::Password {
-            secrets,
+            version: passwords.default_version.as_deref(),
             reference: &auth::cluster_secrets(cluster).0.reference,
             value: &passwords.default,
         },

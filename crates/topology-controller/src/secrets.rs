@@ -20,6 +20,8 @@ pub struct Passwords {
     pub operator: Result<String, String>,
     /// The default user's password, or why it cannot be read (members would not start).
     pub default: Result<String, String>,
+    /// The default password Secret's `<name>/<resourceVersion>`, when it was read.
+    pub default_version: Option<String>,
     /// Why the TLS Secret cannot be used, if it cannot (see [`crate::member_tls::read`]).
     pub tls_problem: Option<String>,
 }
@@ -31,10 +33,13 @@ pub async fn prepare(
     members_exist: bool,
 ) -> Result<Passwords, Error> {
     let (password, operator) = auth::cluster_secrets(cluster);
-    let read = |wanted| read(secrets, cluster, labels::CLUSTER, wanted, members_exist);
+    let operator = read(secrets, cluster, labels::CLUSTER, &operator, members_exist).await?;
+    let (default, default_version) =
+        read_with_version(secrets, cluster, labels::CLUSTER, &password, members_exist).await?;
     Ok(Passwords {
-        operator: read(&operator).await?,
-        default: read(&password).await?,
+        operator,
+        default,
+        default_version,
         tls_problem: None,
     })
 }
@@ -50,6 +55,23 @@ pub async fn read<K>(
     wanted: &TopologySecret,
     members_exist: bool,
 ) -> Result<Result<String, String>, Error>
+where
+    K: Resource<DynamicType = ()> + Debug,
+{
+    let (password, _) =
+        read_with_version(secrets, topology, label_key, wanted, members_exist).await?;
+    Ok(password)
+}
+
+/// [`read`], with the Secret's `<name>/<resourceVersion>` when there is one (a rotation
+/// records which version it goes to).
+pub async fn read_with_version<K>(
+    secrets: &Api<Secret>,
+    topology: &K,
+    label_key: &str,
+    wanted: &TopologySecret,
+    members_exist: bool,
+) -> Result<(Result<String, String>, Option<String>), Error>
 where
     K: Resource<DynamicType = ()> + Debug,
 {
@@ -73,10 +95,18 @@ where
         Some(s) if wanted.generated => auth::not_this_topologys(s, topology),
         _ => None,
     };
-    Ok(match problem {
+    let version = secret.as_ref().map(|s| {
+        format!(
+            "{}/{}",
+            reference.name,
+            s.resource_version().unwrap_or_default()
+        )
+    });
+    let password = match problem {
         Some(why) => Err(why),
         None => auth::password_in(secret.as_ref(), reference),
-    })
+    };
+    Ok((password, version))
 }
 
 /// Creates a generated Secret; if another writer created it first, theirs is kept.

@@ -106,10 +106,13 @@ struct Live {
 /// What is known of the group's passwords.
 struct Passwords {
     operator: Result<String, String>,
-    /// The data nodes' default user's password, or why it cannot be read.
+    /// The data nodes' default user's password, or why it cannot be read, and its Secret's
+    /// `<name>/<resourceVersion>`.
     default: Result<String, String>,
-    /// The sentinels' default user's password, or why it cannot be read.
+    default_version: Option<String>,
+    /// The sentinels' default user's password, or why it cannot be read, and its Secret's.
     sentinel: Result<String, String>,
+    sentinel_version: Option<String>,
     /// Why a password the members need to start cannot be read (the data nodes' default
     /// user's, or the sentinels'), if one cannot.
     start_problem: Option<String>,
@@ -227,15 +230,7 @@ pub async fn reconcile(
         ctx.data.pulse.follow(&apis.namespace, &name, data, login);
     }
     let users = users(&ctx, &apis, &live.group, &observed, &connections).await;
-    let rotations = default_password(
-        &ctx,
-        &apis.secrets,
-        &live.group,
-        &passwords,
-        &observed,
-        &connections,
-    )
-    .await;
+    let rotations = default_password(&ctx, &live.group, &passwords, &observed, &connections).await;
     if let Some(login) = &login {
         // Data nodes only: Sentinel has no CONFIG SET, and 8.x reads TLS files only at start.
         let members: Vec<member_tls::Member<'_>> = observed
@@ -347,10 +342,12 @@ async fn passwords(apis: &Apis, live: &Live) -> Result<Passwords, Error> {
     let exist = !live.owned.is_empty();
     let (default, operator) = auth::topology_secrets(&group.name_any(), group.spec.auth.as_ref());
     let sentinel = auth::sentinel_secret(group);
-    let read = |wanted| secrets::read(&apis.secrets, group, labels::REPLICATION, wanted, exist);
-    let operator = read(&operator).await?;
-    let default = read(&default).await?;
-    let sentinel = read(&sentinel).await?;
+    let read = |wanted| {
+        secrets::read_with_version(&apis.secrets, group, labels::REPLICATION, wanted, exist)
+    };
+    let (operator, _) = read(&operator).await?;
+    let (default, default_version) = read(&default).await?;
+    let (sentinel, sentinel_version) = read(&sentinel).await?;
     let problems: Vec<String> = [default.clone().err(), sentinel.clone().err()]
         .into_iter()
         .flatten()
@@ -358,7 +355,9 @@ async fn passwords(apis: &Apis, live: &Live) -> Result<Passwords, Error> {
     Ok(Passwords {
         operator,
         default,
+        default_version,
         sentinel,
+        sentinel_version,
         start_problem: (!problems.is_empty()).then(|| problems.join("; ")),
         tls_problem: None,
     })
@@ -445,7 +444,6 @@ async fn users(
 /// one over the sentinels (their own password).
 async fn default_password(
     ctx: &ReconcileContext<Shared>,
-    secrets: &Api<Secret>,
     group: &ValkeyReplication,
     passwords: &Passwords,
     observed: &Observed,
@@ -494,7 +492,7 @@ async fn default_password(
             auth,
             password_rotation::DATA_NODES,
             password_rotation::Password {
-                secrets,
+                version: passwords.default_version.as_deref(),
                 reference: &default_ref,
                 value: &passwords.default,
             },
@@ -508,7 +506,7 @@ async fn default_password(
             auth,
             password_rotation::SENTINELS,
             password_rotation::Password {
-                secrets,
+                version: passwords.sentinel_version.as_deref(),
                 reference: &sentinel_ref,
                 value: &passwords.sentinel,
             },
