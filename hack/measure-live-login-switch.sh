@@ -59,22 +59,20 @@ chroot "$root" /usr/bin/valkey-server --version
 echo "linked: $(op 27002 INFO replication | grep master_link_status)"
 op 27001 SET k v > /dev/null
 
-for port in 27001 27002 27003; do
-  echo "add operator B on $port: $(op $port ACL SETUSER operator "#$(hash opB)")"
-done
-for port in 27001 27002; do
-  echo "add replication B on $port: $(op $port ACL SETUSER replication "#$(hash repB)")"
-done
+# ACL SETUSER on each of PORTS (a space-separated list), saying WHAT: acl WHAT PORTS USER ARG...
+acl() {
+  local what=$1 ports=$2
+  shift 2
+  for port in $ports; do echo "$what on $port: $(op "$port" ACL SETUSER "$@")"; done
+}
+acl "add operator B" "27001 27002 27003" operator "#$(hash opB)"
+acl "add replication B" "27001 27002" replication "#$(hash repB)"
 echo "replica masterauth B: $(op 27002 CONFIG SET masterauth repB)"
 echo "sentinel auth-pass B: $(op 27003 SENTINEL SET g auth-pass opB)"
 echo "sentinel sentinel-pass B: $(op 27003 SENTINEL CONFIG SET sentinel-pass opB)"
 password=opB
-for port in 27001 27002 27003; do
-  echo "drop operator A on $port: $(op $port ACL SETUSER operator resetpass "#$(hash opB)")"
-done
-for port in 27001 27002; do
-  echo "drop replication A on $port: $(op $port ACL SETUSER replication resetpass "#$(hash repB)")"
-done
+acl "drop operator A" "27001 27002 27003" operator resetpass "#$(hash opB)"
+acl "drop replication A" "27001 27002" replication resetpass "#$(hash repB)"
 echo "still linked before re-login: $(op 27002 INFO replication | grep master_link_status)"
 op 27001 CLIENT KILL TYPE replica > /dev/null
 op 27001 CLIENT KILL USER operator > /dev/null

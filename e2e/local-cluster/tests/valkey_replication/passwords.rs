@@ -16,7 +16,7 @@ use serde_json::json;
 
 use crate::env::{Env, FORM, SETTLE, nothing_lost};
 use crate::restarts::pod_uids;
-use crate::users::{on_every_data_node, refused_login};
+use crate::users::{on_every, on_every_data_node, refused_login};
 
 /// Long enough that the previous password surely still works when the test looks, after a
 /// data node restarted during the overlap and got it back.
@@ -31,13 +31,18 @@ fn as_default(ip: &str, password: &str, args: &[&str]) -> String {
     valkey_cli_as(ip, Some((None, password)), args)
 }
 
-/// The same on a sentinel at `ip`.
-fn as_sentinel_default(ip: &str, password: &str, args: &[&str]) -> String {
+/// What `login` gets for `args` on the sentinel at `ip`.
+fn on_sentinel(ip: &str, login: (Option<&str>, &str), args: &[&str]) -> String {
     let args: Vec<&str> = ["-p", "26379"]
         .into_iter()
         .chain(args.iter().copied())
         .collect();
-    valkey_cli_as(ip, Some((None, password)), &args)
+    valkey_cli_as(ip, Some(login), &args)
+}
+
+/// What the sentinels' default user with `password` gets for `args` on `ip`.
+fn as_sentinel_default(ip: &str, password: &str, args: &[&str]) -> String {
+    on_sentinel(ip, (None, password), args)
 }
 
 /// Each member's pod's Ready condition: its status and when it last changed.
@@ -115,13 +120,7 @@ async fn the_default_password_rotates_live_with_an_overlap() {
     }
     // So does a sentinel's.
     for s in &access.sentinels {
-        let probe = |args: &[&str]| {
-            let args: Vec<&str> = ["-p", "26379"]
-                .into_iter()
-                .chain(args.iter().copied())
-                .collect();
-            valkey_cli_as(&s.ip, Some((Some("probe"), "any")), &args)
-        };
+        let probe = |args: &[&str]| on_sentinel(&s.ip, (Some("probe"), "any"), args);
         assert_eq!(probe(&["PING"]), "PONG", "{}", s.name);
         let got = probe(&["SENTINEL", "MASTERS"]);
         assert!(got.starts_with("NOPERM"), "{}: probe: {got}", s.name);
@@ -166,13 +165,10 @@ async fn the_default_password_rotates_live_with_an_overlap() {
             m.name
         );
     }
-    env.wait("the new sentinels' password to work", SETTLE, || async {
-        Ok(access.sentinels.iter().try_for_each(|s| {
-            let got = as_sentinel_default(&s.ip, new_sentinel, &["PING"]);
-            (got == "PONG")
-                .then_some(())
-                .ok_or(format!("{}: {got}", s.name))
-        }))
+    let what = "the new sentinels' password to work";
+    on_every(&env, &access.sentinels, what, SETTLE, |ip| {
+        let got = as_sentinel_default(ip, new_sentinel, &["PING"]);
+        (got == "PONG").then_some(()).ok_or(got)
     })
     .await;
     for s in &access.sentinels {
@@ -255,18 +251,11 @@ async fn the_default_password_rotates_live_with_an_overlap() {
         let requirepass = access.operator_cli(&m.ip, &["CONFIG", "GET", "requirepass"]);
         assert_eq!(requirepass, format!("requirepass\n{new}"), "{}", m.name);
     }
-    env.wait(
-        "the previous sentinels' password to stop working",
-        SETTLE,
-        || async {
-            Ok(access.sentinels.iter().try_for_each(|s| {
-                let got = as_sentinel_default(&s.ip, &old_sentinel, &["PING"]);
-                refused_login(&got)
-                    .then_some(())
-                    .ok_or(format!("{}: {got}", s.name))
-            }))
-        },
-    )
+    let what = "the previous sentinels' password to stop working";
+    on_every(&env, &access.sentinels, what, SETTLE, |ip| {
+        let got = as_sentinel_default(ip, &old_sentinel, &["PING"]);
+        refused_login(&got).then_some(()).ok_or(got)
+    })
     .await;
     for s in &access.sentinels {
         let got = as_sentinel_default(&s.ip, new_sentinel, &["SENTINEL", "MASTERS"]);

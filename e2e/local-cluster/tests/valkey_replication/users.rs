@@ -11,7 +11,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ObjectMeta, PostParams};
 use local_cluster::controller_pods::Outage;
-use local_cluster::replication_testing::{GroupAccess, valkey_replication};
+use local_cluster::replication_testing::{GroupAccess, MemberAddr, valkey_replication};
 use local_cluster::testing::valkey_cli_as;
 use serde_json::json;
 
@@ -87,9 +87,19 @@ pub(crate) async fn on_every_data_node(
     timeout: Duration,
     check: impl Fn(&str) -> Result<(), String>,
 ) {
+    on_every(env, &access.data, what, timeout, check).await
+}
+
+/// Waits until `check` holds on every one of `members` (given each one's IP).
+pub(crate) async fn on_every(
+    env: &Env,
+    members: &[MemberAddr],
+    what: &str,
+    timeout: Duration,
+    check: impl Fn(&str) -> Result<(), String>,
+) {
     env.wait(what, timeout, || async {
-        Ok(access
-            .data
+        Ok(members
             .iter()
             .try_for_each(|m| check(&m.ip).map_err(|e| format!("{}: {e}", m.name))))
     })
