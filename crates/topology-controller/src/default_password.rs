@@ -23,7 +23,7 @@ use std::time::Duration;
 use k8s_openapi::jiff::{RoundMode, SignedDuration, Timestamp, TimestampRound, Unit};
 
 use crate::acl::sha256_hex;
-use crate::commands::ValkeyError;
+use crate::commands::{ErrorKind, ValkeyError};
 use crate::users::{AclMember, lines_by_user};
 use crd_types::template::PROBE_USER;
 
@@ -184,8 +184,21 @@ pub struct Outcome {
     /// Data nodes without the `probe` user (not rolled onto this operator's template yet),
     /// which hold back the drop of the previous passwords.
     pub without_probe: Vec<String>,
-    /// Data nodes that did not answer, which hold it back too.
+    /// Data nodes that did not answer, or whose connection went during the pass (a pod
+    /// stopping), which hold it back too.
     pub silent: Vec<String>,
+}
+
+impl Outcome {
+    /// Records that `member` answered a command with `e`: a lost connection makes it
+    /// silent (it is told again at the next pass), anything else a refusal.
+    fn failed_on(&mut self, member: &str, e: ValkeyError) {
+        if e.kind == ErrorKind::Unreachable {
+            self.silent.push(member.to_string());
+        } else {
+            self.failed.push((member.to_string(), e.to_string()));
+        }
+    }
 }
 
 /// Reads every data node's default user, plans ([`plan`]) and carries the plan out.
@@ -214,7 +227,9 @@ pub async fn rotate<V: AclMember + RequirePass>(
                 hashes.push(Some(hashes_in(&line)));
             }
             Err(e) => {
-                outcome.failed.push((m.name.to_string(), e.to_string()));
+                if e.kind != ErrorKind::Unreachable {
+                    outcome.failed.push((m.name.to_string(), e.to_string()));
+                }
                 outcome.silent.push(m.name.to_string());
                 hashes.push(None);
             }
@@ -240,7 +255,7 @@ pub async fn rotate<V: AclMember + RequirePass>(
                     outcome.new_added.push(m.name.to_string());
                 }
             }
-            Err(e) => outcome.failed.push((m.name.to_string(), e.to_string())),
+            Err(e) => outcome.failed_on(m.name, e),
         }
     }
     for &i in &plan.keep_only_new {
@@ -256,7 +271,7 @@ pub async fn rotate<V: AclMember + RequirePass>(
         };
         match dropped {
             Ok(()) => outcome.previous_dropped.push(m.name.to_string()),
-            Err(e) => outcome.failed.push((m.name.to_string(), e.to_string())),
+            Err(e) => outcome.failed_on(m.name, e),
         }
     }
     let all_dropped = !plan.keep_only_new.is_empty()

@@ -162,11 +162,13 @@ fn hashes_are_read_from_an_acl_list_line() {
 }
 
 /// A data node's default user: its hashes, its `requirepass` value (the password it
-/// started with), and whether it refuses commands.
+/// started with), whether it refuses commands, and whether its connection is gone after
+/// `ACL LIST` (its pod stopping).
 struct Fake {
     hashes: Mutex<BTreeSet<String>>,
     requirepass: Mutex<String>,
     refuses: bool,
+    gone: bool,
     /// Started from an older operator's template: no `probe` user.
     old_template: bool,
 }
@@ -178,8 +180,23 @@ impl Fake {
             hashes: Mutex::new(passwords.iter().map(sha256_hex).collect()),
             requirepass: Mutex::new(passwords.last().unwrap().to_string()),
             refuses: false,
+            gone: false,
             old_template: false,
         }
+    }
+
+    /// How it answers a command that changes something.
+    fn answer(&self) -> Result<(), ValkeyError> {
+        if self.gone {
+            return Err(ValkeyError::new(
+                ErrorKind::Unreachable,
+                "Connection closed.",
+            ));
+        }
+        if self.refuses {
+            return Err(ValkeyError::new(ErrorKind::Refused, "ERR refused"));
+        }
+        Ok(())
     }
 
     fn takes(&self, password: &str) -> bool {
@@ -211,9 +228,7 @@ impl AclMember for Fake {
 
     async fn acl_set(&self, user: &str, args: &[String]) -> Result<(), ValkeyError> {
         assert_eq!(user, "default");
-        if self.refuses {
-            return Err(ValkeyError::new(ErrorKind::Refused, "ERR refused"));
-        }
+        self.answer()?;
         let mut hashes = self.hashes.lock().unwrap();
         for a in args {
             match a.strip_prefix('#') {
@@ -235,9 +250,7 @@ impl AclMember for Fake {
 
 impl RequirePass for Fake {
     async fn set_requirepass(&self, password: &str) -> Result<(), ValkeyError> {
-        if self.refuses {
-            return Err(ValkeyError::new(ErrorKind::Refused, "ERR refused"));
-        }
+        self.answer()?;
         // As Valkey: the same value again changes nothing.
         let mut value = self.requirepass.lock().unwrap();
         if *value != password {
@@ -387,4 +400,28 @@ async fn a_sentinel_drops_the_previous_password_without_config_set() {
         "old",
         "Sentinel has no CONFIG SET: its requirepass is never sent"
     );
+}
+
+#[tokio::test]
+async fn a_data_node_going_away_mid_pass_is_silent_not_refusing() {
+    let a = Fake::with(&["old"]);
+    let b = Fake {
+        gone: true,
+        ..Fake::with(&["old"])
+    };
+    let members = [
+        Member {
+            name: "a",
+            conn: Some(&a),
+        },
+        Member {
+            name: "b",
+            conn: Some(&b),
+        },
+    ];
+    let outcome = rotate("new", &members, facts(None, MINUTE, at(0))).await;
+    assert_eq!(outcome.new_added, ["a"]);
+    assert_eq!(outcome.failed, []);
+    assert_eq!(outcome.silent, ["b"]);
+    assert_eq!(outcome.rotation.unwrap().members_with_new, 1);
 }
