@@ -46,6 +46,8 @@ pub mod annotations {
     /// shell gives it `tls-auto-reload-interval` only then). topology-controller leaves a
     /// 9.1 sentinel with it to reload a renewed certificate itself rather than restarting it.
     pub const TLS_AUTO_RELOAD_SECONDS: &str = "valkey.rs/tls-auto-reload-seconds";
+    /// On a pod: the file its preStop hooks read the operator password from (follows the Secret).
+    pub const OPERATOR_PASSWORD_FILE: &str = "valkey.rs/operator-password-file";
 }
 
 /// Server-side-apply field managers: one per controller, so each owns its fields and
@@ -160,6 +162,12 @@ pub fn generated_auth_secret_name(topology: &str) -> String {
 /// named.
 pub fn generated_operator_secret_name(topology: &str) -> String {
     format!("{topology}-operator")
+}
+
+/// The Secret keeping the operator password every member of `topology` was last brought
+/// to: the controller logs in with it while members have not taken a changed one.
+pub fn applied_operator_secret_name(topology: &str) -> String {
+    format!("{topology}-operator-applied")
 }
 
 /// The Secret holding the password generated for user `user` of `topology`.

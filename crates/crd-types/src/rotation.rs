@@ -10,6 +10,9 @@ pub const DATA_NODES_DEFAULT: &str = "default";
 /// [`PasswordRotation::user`] of a ValkeyReplication's sentinels' default user (their own
 /// password Secret). No `spec.users` name can be it: those have no `/`.
 pub const SENTINELS_DEFAULT: &str = "sentinels/default";
+/// [`PasswordRotation::user`] of the `operator` user's password on every member (with the
+/// `replication` user's, derived from it). `spec.users` cannot take that name.
+pub const OPERATOR: &str = "operator";
 
 /// A password rotation under way: the new password works on `membersWithNew` of `members`
 /// data nodes (or sentinels), next to the previous one, which goes once every one of them
@@ -18,8 +21,8 @@ pub const SENTINELS_DEFAULT: &str = "sentinels/default";
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PasswordRotation {
-    /// Whose password: `default` (the data nodes' default user) or `sentinels/default` (the
-    /// sentinels' default user).
+    /// Whose password: `default` (the data nodes' default user), `sentinels/default` (the
+    /// sentinels' default user) or `operator` (the operator user's, on every member).
     pub user: String,
     /// When the new password last reached a member that lacked it: the overlap counts from
     /// here.
@@ -28,15 +31,15 @@ pub struct PasswordRotation {
     pub previous_until: Time,
     /// Members (data nodes, or sentinels) that answered and take the new password.
     pub members_with_new: i32,
-    /// Members of the topology: its data nodes, or its sentinels.
+    /// Members of the topology: its data nodes, or its sentinels (both for `operator`).
     pub members: i32,
     /// The password Secret and its resourceVersion the rotation goes to
     /// (`<name>/<resourceVersion>`): a Secret changed again, even back to the previous
     /// password, starts the overlap again.
     pub secret_version: String,
     /// Members holding back the previous password's end: not answering, or still on an
-    /// older operator's pod template (their readiness probe logs in with the password they
-    /// started with).
+    /// older operator's pod template (their readiness probe, or for `operator` their hooks,
+    /// log in with the password they started with).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub held_back_by: Vec<String>,
 }

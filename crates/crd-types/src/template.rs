@@ -381,8 +381,8 @@ pub fn tls_is_set_at_creation() -> Rule {
 }
 
 /// The topology rule keeping `auth.operatorSecretRef` as created (set or not, and which):
-/// running servers keep the operator password they started with, so a new one would lock
-/// the controller out until password rotation exists.
+/// the operator password rotates when the Secret's content changes; another Secret would
+/// also roll every member (their environment names it), which is not supported.
 pub fn operator_secret_ref_is_immutable() -> Rule {
     let has = |o: &str| format!("(has({o}.auth) && has({o}.auth.operatorSecretRef))");
     Rule::new(format!(
@@ -392,9 +392,9 @@ pub fn operator_secret_ref_is_immutable() -> Rule {
         has("self")
     ))
     .message(
-        "auth.operatorSecretRef cannot change after creation: running servers keep the \
-         operator password they started with, so the operator would be locked out (password \
-         rotation is not supported yet)",
+        "auth.operatorSecretRef cannot change after creation: to rotate the operator \
+         password, change the password in the Secret it names (or in <name>-operator when it \
+         names none); the operator brings it to every member live",
     )
 }
 
