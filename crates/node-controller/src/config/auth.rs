@@ -24,6 +24,24 @@ use super::{AUTH_FILE, OPERATOR_PASSWORD_ENV, PASSWORD_ENV, POD_IP_ENV};
 pub const EXPORTER_AUTH_DIR: &str = "/run/valkey-exporter";
 /// The exporter's password file: redis_exporter's JSON map from address to password.
 pub const EXPORTER_PASSWORD_FILE: &str = "/run/valkey-exporter/passwords.json";
+/// The monitoring user's password as the `exporter-auth` init container derived it at the
+/// pod's start: a server container restarted later takes it from here, so it matches the
+/// exporter's file even after the operator password rotated.
+pub const MONITORING_PASSWORD_FILE: &str = "/run/valkey-exporter/monitoring";
+
+/// Shell lines setting `mp` to the monitoring user's password: the one the pod's exporter
+/// has ([`MONITORING_PASSWORD_FILE`]), else derived from `base` as the init container does.
+fn monitoring_password(base: &str) -> String {
+    monitoring_password_in(MONITORING_PASSWORD_FILE, base)
+}
+
+/// [`monitoring_password`] reading `file` (tests use their own).
+fn monitoring_password_in(file: &str, base: &str) -> String {
+    format!(
+        "mp=$(cat {file} 2>/dev/null) || mp=\nif [ ${{#mp}} -ne 64 ]; then\n{}\nfi",
+        derive("mp", MONITORING_PASSWORD_PREFIX, base)
+    )
+}
 
 /// Shell lines setting `var` to [`derived_password`]`(prefix, $base)`, or exiting when
 /// `sha256sum` fails (an empty password would let anyone in as that user).
@@ -114,7 +132,7 @@ pub fn auth_file_script(spec: &ValkeyNodeSpec) -> Option<String> {
             "  printf 'user {MONITORING_USER} on %s %s\\n' {} \"$mr\"",
             quoted(">$mp")
         ));
-        derive_lines.push(derive("mp", MONITORING_PASSWORD_PREFIX, base));
+        derive_lines.push(monitoring_password(base));
         derive_lines.push(format!("mr='{MONITORING_USER_RULES}'"));
         // COMMANDLOG is 8.1+; 8.0 refuses the rule as an unknown command.
         derive_lines.push(format!(
@@ -150,7 +168,8 @@ pub fn exporter_password_file_script(spec: &ValkeyNodeSpec) -> Option<String> {
     let scheme = super::tls::exporter_scheme(spec.tls.as_ref());
     Some(format!(
         "{}\n(umask 077; printf '{{\"{scheme}://{MONITORING_USER}@%s:{port}\": \"%s\", \"{scheme}://%s:{port}\": \"%s\"}}\\n' \
-         \"${POD_IP_ENV}\" \"$mp\" \"${POD_IP_ENV}\" \"$mp\" > {EXPORTER_PASSWORD_FILE}) || exit 1",
+         \"${POD_IP_ENV}\" \"$mp\" \"${POD_IP_ENV}\" \"$mp\" > {EXPORTER_PASSWORD_FILE} && \
+         printf '%s' \"$mp\" > {MONITORING_PASSWORD_FILE}) || exit 1",
         derive("mp", MONITORING_PASSWORD_PREFIX, &base),
     ))
 }
@@ -232,7 +251,7 @@ pub fn sentinel_auth_script(spec: &ValkeyNodeSpec, conf: &str) -> Option<String>
         ));
     }
     if let Some(base) = monitoring_base(spec) {
-        lines.push(derive("mp", MONITORING_PASSWORD_PREFIX, &base));
+        lines.push(monitoring_password(&base));
         users.push(format!(
             "printf 'user {MONITORING_USER} on %s %s\\n' {} '{SENTINEL_MONITORING_USER_RULES}'",
             quoted(">$mp")
@@ -319,7 +338,9 @@ mod tests {
             &format!("#!/bin/sh\necho 'Valkey server v={version} sha=00000000:0 bits=64'\n"),
         );
         use std::os::unix::fs::PermissionsExt;
-        let script = script.replace(file, path.to_str().unwrap());
+        let script = script
+            .replace(file, path.to_str().unwrap())
+            .replace(EXPORTER_AUTH_DIR, dir.path().to_str().unwrap());
         let out = std::process::Command::new("sh")
             .args(["-c", &script, server.to_str().unwrap()])
             .env_clear()
@@ -721,5 +742,33 @@ Sentinel Sentinel-Pass o"p q\r
                 "rediss://monitoring@10.244.0.7:6379"
             ]
         );
+    }
+
+    #[test]
+    fn a_restarted_server_takes_the_monitoring_password_its_exporter_has() {
+        let dir = std::env::temp_dir().join(format!("node-controller-mp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("monitoring");
+        let script = format!(
+            "{}\nprintf '%s' \"$mp\"",
+            monitoring_password_in(file.to_str().unwrap(), "$VALKEY_OPERATOR_PASSWORD")
+        );
+        let mp = |env_password: &str| {
+            let out = std::process::Command::new("sh")
+                .args(["-c", &script])
+                .env("VALKEY_OPERATOR_PASSWORD", env_password)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+            String::from_utf8(out.stdout).unwrap()
+        };
+        // No file (a pod without an exporter's init container): derived from the env.
+        let started_with = derived_password(MONITORING_PASSWORD_PREFIX, "old");
+        assert_eq!(mp("old"), started_with);
+        // The init container wrote it at the pod's start; the operator password rotated
+        // since, and the container restarted with the new one in its env.
+        std::fs::write(&file, &started_with).unwrap();
+        assert_eq!(mp("new"), started_with);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -51,6 +51,15 @@ pub const POD_IP_ENV: &str = "POD_IP";
 pub const PASSWORD_ENV: &str = "REDISCLI_AUTH";
 /// Environment variable carrying the `operator` user's password (`auth.operatorSecretRef`).
 pub const OPERATOR_PASSWORD_ENV: &str = "VALKEY_OPERATOR_PASSWORD";
+/// Where the valkey container has that Secret's key mounted, read-only: the whole directory,
+/// as a subPath mount never sees the Secret change. The password may be rotated live, and a
+/// running container's env keeps the value it started with, so the preStop hooks, which run
+/// long after the start, read [`OPERATOR_PASSWORD_FILE`] (falling back to the env).
+pub const OPERATOR_PASSWORD_DIR: &str = "/etc/valkey-operator/operator";
+/// The file in [`OPERATOR_PASSWORD_DIR`] the Secret's key is projected to.
+pub const OPERATOR_PASSWORD_FILE_NAME: &str = "password";
+/// [`OPERATOR_PASSWORD_DIR`]/[`OPERATOR_PASSWORD_FILE_NAME`].
+pub const OPERATOR_PASSWORD_FILE: &str = "/etc/valkey-operator/operator/password";
 
 /// ConfigMap key and file name of a Gated data node's live directives, included by its config.
 pub const LIVE_FILE: &str = "live.conf";

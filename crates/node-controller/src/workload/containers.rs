@@ -10,12 +10,15 @@ use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, SecurityContext, VolumeMount,
 };
 
-use super::pod::{DATA_VOLUME, EXPORTER_AUTH_VOLUME, TLS_VOLUME, TMP_VOLUME, USERS_VOLUME};
+use super::pod::{
+    DATA_VOLUME, EXPORTER_AUTH_VOLUME, OPERATOR_PASSWORD_VOLUME, TLS_VOLUME, TMP_VOLUME,
+    USERS_VOLUME, operator_secret,
+};
 use super::{env, lifecycle, probes, scripts};
 use crate::config::{
-    CONFIG_DIR, DATA_DIR, EXPORTER_AUTH_DIR, OPERATOR_PASSWORD_ENV, PASSWORD_ENV, RenderedConfig,
-    SENTINEL_CONFIG_FILE, USERS_DIR, exporter_logs_in_as_monitoring, exporter_password_file_script,
-    users_secret,
+    CONFIG_DIR, DATA_DIR, EXPORTER_AUTH_DIR, OPERATOR_PASSWORD_DIR, OPERATOR_PASSWORD_ENV,
+    PASSWORD_ENV, RenderedConfig, SENTINEL_CONFIG_FILE, USERS_DIR, exporter_logs_in_as_monitoring,
+    exporter_password_file_script, users_secret,
 };
 use crate::configmap::CONFIG_VOLUME;
 
@@ -107,6 +110,14 @@ pub(super) fn valkey_container(node: &ValkeyNode, rendered: &RenderedConfig) -> 
         mounts.push(mount(USERS_VOLUME, USERS_DIR, true));
     }
     mounts.extend(tls_mount(node));
+    // For the preStop hooks, which may run after the password was rotated.
+    if operator_secret(node).is_some() {
+        mounts.push(mount(OPERATOR_PASSWORD_VOLUME, OPERATOR_PASSWORD_DIR, true));
+    }
+    // The monitoring password the exporter has, for a server restarted after a rotation.
+    if exporter_logs_in_as_monitoring(&node.spec) {
+        mounts.push(mount(EXPORTER_AUTH_VOLUME, EXPORTER_AUTH_DIR, true));
+    }
 
     Container {
         name: VALKEY_CONTAINER.into(),

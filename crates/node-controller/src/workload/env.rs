@@ -157,7 +157,7 @@ mod tests {
         assert!(command.contains("/tmp/valkey-auth.conf"), "{command}");
         assert!(!v.args.as_ref().unwrap().iter().any(|a| a.contains("AUTH")));
         // The exporter holds no Secret: it logs in as the monitoring user with the password
-        // the exporter-auth init container derives into a file only it mounts.
+        // the exporter-auth init container derives into a file (read-only to the others).
         let e = container(&d, "exporter");
         assert_eq!(secret_env_of(e), []);
         let init = &pod(&d).init_containers.as_ref().unwrap()[0];
@@ -172,7 +172,8 @@ mod tests {
         };
         assert_eq!(mount(init), Some(("/run/valkey-exporter".into(), None)));
         assert_eq!(mount(e), Some(("/run/valkey-exporter".into(), Some(true))));
-        assert_eq!(mount(v), None);
+        // The server reads the monitoring password back from it when it restarts.
+        assert_eq!(mount(v), Some(("/run/valkey-exporter".into(), Some(true))));
         assert_eq!(
             values_of(e),
             [

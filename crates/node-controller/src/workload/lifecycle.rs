@@ -16,7 +16,7 @@ use crd_types::node::Mode;
 use k8s_openapi::api::core::v1::{ExecAction, Lifecycle, LifecycleHandler};
 
 use super::containers::main_port;
-use crate::config::{OPERATOR_PASSWORD_ENV, POD_IP_ENV};
+use crate::config::{OPERATOR_PASSWORD_ENV, OPERATOR_PASSWORD_FILE, POD_IP_ENV};
 use crd_types::template::OPERATOR_USER;
 
 /// How long the hook waits for the old primary to report the replica role. A manual
@@ -42,13 +42,34 @@ pub fn valkey_lifecycle(mode: Mode, replication: bool) -> Option<Lifecycle> {
     })
 }
 
+/// Shell lines setting `op` to the operator password: from `file` (the mounted Secret, see
+/// [`OPERATOR_PASSWORD_FILE`]) when it is readable and not empty, since the password may have
+/// been rotated after the container started; else from the env, as it was then. The file
+/// may also be ahead of the server (a rotation that has not reached it yet, the operator
+/// down): when the server on `port` refuses it, the env's. Empty without an operator user.
+pub(super) fn read_operator_password(file: &str, port: i32) -> String {
+    format!(
+        r#"op=$(cat '{file}' 2>/dev/null) || op=
+[ -n "$op" ] || op="${{{OPERATOR_PASSWORD_ENV}-}}"
+if [ "$op" != "${{{OPERATOR_PASSWORD_ENV}-}}" ] && REDISCLI_AUTH="$op" timeout 3 valkey-cli --no-auth-warning --user {OPERATOR_USER} -h "${{{POD_IP_ENV}-}}" -p {port} PING 2>&1 | grep -q WRONGPASS; then
+  op="${{{OPERATOR_PASSWORD_ENV}-}}"
+fi
+"#
+    )
+}
+
 /// The preStop shell. It logs in as the operator user when there is one (the default user
 /// may have been narrowed by the application), else with REDISCLI_AUTH as the probes do.
 pub fn hand_over_script() -> String {
+    hand_over_script_reading(OPERATOR_PASSWORD_FILE)
+}
+
+/// [`hand_over_script`] reading the operator password from `file` (tests use their own).
+fn hand_over_script_reading(file: &str) -> String {
     let (port, _) = main_port(Mode::Cluster);
     format!(
-        r#"if [ -n "${{{OPERATOR_PASSWORD_ENV}-}}" ]; then
-  export REDISCLI_AUTH="${OPERATOR_PASSWORD_ENV}" login="--user {OPERATOR_USER}"
+        r#"{read}if [ -n "$op" ]; then
+  export REDISCLI_AUTH="$op" login="--user {OPERATOR_USER}"
 else
   login=
 fi
@@ -74,6 +95,7 @@ while [ "$waited" -lt {tenths} ]; do
 done
 echo "prestop: no hand-over within {HAND_OVER_WAIT_SECONDS}s: stopping anyway"
 "#,
+        read = read_operator_password(file, port),
         tenths = HAND_OVER_WAIT_SECONDS * 10,
     )
 }
@@ -98,13 +120,17 @@ mod tests {
     }
 
     /// A fake `valkey-cli` answering from files in `dir`: `<host>-<first word>` for the
-    /// command, `role-after-failover` once CLUSTER FAILOVER has been asked. Every call is
-    /// appended to `calls`.
+    /// command, `role-after-failover` once CLUSTER FAILOVER has been asked; a login with
+    /// the password in `refuses` fails as valkey-cli says it. Every call is appended to
+    /// `calls`, with the password it was given (`auth=`).
     fn fake_cli(dir: &Path) {
         let script = format!(
             r#"#!/bin/sh
 dir={dir}
-echo "$*" >> "$dir/calls"
+echo "$* auth=${{REDISCLI_AUTH-}}" >> "$dir/calls"
+if [ -n "${{REDISCLI_AUTH-}}" ] && [ "$(cat "$dir/refuses" 2>/dev/null)" = "$REDISCLI_AUTH" ]; then
+  echo "AUTH failed: WRONGPASS invalid username-password pair or user is disabled." >&2
+fi
 while [ "$1" != "-h" ]; do shift; done
 host=$2; shift 4
 [ "$1" = --raw ] && shift
@@ -128,11 +154,13 @@ cat "$dir/$host-$1" 2>/dev/null
         calls: Vec<String>,
     }
 
+    /// Runs the hook with the operator password file at `dir/operator-password`.
     fn run_hook(dir: &Path, env: &[(&str, &str)]) -> Run {
         fake_cli(dir);
         let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap());
+        let file = dir.join("operator-password");
         let out = Command::new("sh")
-            .args(["-c", &hand_over_script()])
+            .args(["-c", &hand_over_script_reading(file.to_str().unwrap())])
             .env_clear()
             .env("PATH", path)
             .env("POD_IP", "10.0.0.1")
@@ -168,14 +196,74 @@ cat "$dir/$host-$1" 2>/dev/null
         slave1:ip=10.0.0.3,port=6379,state=online,offset=1000,lag=0\r\n\
         slave2:ip=10.0.0.4,port=6379,state=wait_bgsave,offset=5000,lag=0\r\n";
 
+    /// A primary with slots whose replica at 10.0.0.3 takes over.
+    fn handing_over(dir: &Path) {
+        write(dir, "10.0.0.1-ROLE", "master\n0\n");
+        write(dir, "10.0.0.1-CLUSTER", MYSELF_WITH_SLOTS);
+        write(dir, "10.0.0.1-INFO", TWO_REPLICAS);
+        write(dir, "10.0.0.3-failover", "OK\n");
+        write(dir, "role-after-failover", "slave\n10.0.0.3\n");
+    }
+
+    #[test]
+    fn the_hook_reads_the_mounted_operator_password_over_the_env() {
+        // The env keeps the password the container started with; the file follows the
+        // Secret, so it has the rotated one. Absent or empty, the env is all there is.
+        for (file, expected) in [
+            (Some("n3w\n"), "n3w"),
+            (Some(""), "s3cret"),
+            (None, "s3cret"),
+        ] {
+            let dir = scratch("password-file");
+            handing_over(&dir);
+            if let Some(text) = file {
+                write(&dir, "operator-password", text);
+            }
+            let run = run_hook(&dir, &[("VALKEY_OPERATOR_PASSWORD", "s3cret")]);
+            assert!(run.stdout.contains("handed over"), "{}", run.stdout);
+            assert!(run.calls.len() > 3, "{:?}", run.calls);
+            for call in &run.calls {
+                assert!(call.contains("--user operator"), "{call}");
+                assert!(
+                    call.ends_with(&format!(" auth={expected}")),
+                    "{file:?}: {call}"
+                );
+            }
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_mounted_password_the_server_refuses_gives_way_to_the_env() {
+        // The Secret changed, but no rotation reached the server yet.
+        let dir = scratch("password-ahead");
+        handing_over(&dir);
+        write(&dir, "operator-password", "n3w");
+        write(&dir, "refuses", "n3w");
+        let run = run_hook(&dir, &[("VALKEY_OPERATOR_PASSWORD", "s3cret")]);
+        assert!(run.stdout.contains("handed over"), "{}", run.stdout);
+        let (check, rest) = run.calls.split_first().unwrap();
+        assert!(check.contains("PING auth=n3w"), "{check}");
+        assert!(rest.len() > 3, "{:?}", run.calls);
+        for call in rest {
+            assert!(call.ends_with(" auth=s3cret"), "{call}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_hook_reads_the_password_file_the_pod_mounts() {
+        let first = hand_over_script().lines().next().unwrap().to_owned();
+        assert_eq!(
+            first,
+            "op=$(cat '/etc/valkey-operator/operator/password' 2>/dev/null) || op="
+        );
+    }
+
     #[test]
     fn a_primary_hands_over_to_its_most_caught_up_online_replica() {
         let dir = scratch("hands-over");
-        write(&dir, "10.0.0.1-ROLE", "master\n0\n");
-        write(&dir, "10.0.0.1-CLUSTER", MYSELF_WITH_SLOTS);
-        write(&dir, "10.0.0.1-INFO", TWO_REPLICAS);
-        write(&dir, "10.0.0.3-failover", "OK\n");
-        write(&dir, "role-after-failover", "slave\n10.0.0.3\n");
+        handing_over(&dir);
         let run = run_hook(&dir, &[("VALKEY_OPERATOR_PASSWORD", "s3cret")]);
         assert!(run.stdout.contains("handed over"), "{}", run.stdout);
         let failover: Vec<_> = run

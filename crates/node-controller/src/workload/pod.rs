@@ -1,13 +1,14 @@
 //! The pod template: the pod spec around the containers, its volumes (the ConfigMap, /data
 //! from the claim or an emptyDir, a scratch /tmp, a data node's users Secret, the TLS
-//! Secret) and its security context (the restricted Pod Security Standard).
+//! Secret, the operator password Secret) and its security context (the restricted Pod
+//! Security Standard).
 
 use std::collections::BTreeMap;
 
 use crd_types::ValkeyNode;
 use crd_types::names;
 use crd_types::node::Mode;
-use crd_types::template::{TLS_CA_KEY, TLS_CERT_KEY, TLS_KEY_KEY, Tls};
+use crd_types::template::{SecretKeyRef, TLS_CA_KEY, TLS_CERT_KEY, TLS_KEY_KEY, Tls};
 use crd_types::users::USERS_KEY;
 use k8s_openapi::api::core::v1::{
     ConfigMapVolumeSource, Container, EmptyDirVolumeSource, KeyToPath,
@@ -22,7 +23,10 @@ use super::containers::{
     exporter_auth_init_container, exporter_container, sentinel_init_container, valkey_container,
 };
 use crate::config::replication::CONTEXT_KEY;
-use crate::config::{LIVE_FILE, RenderedConfig, exporter_logs_in_as_monitoring, tls, users_secret};
+use crate::config::{
+    LIVE_FILE, OPERATOR_PASSWORD_FILE, OPERATOR_PASSWORD_FILE_NAME, RenderedConfig,
+    exporter_logs_in_as_monitoring, tls, users_secret,
+};
 use crate::configmap::{self, CONFIG_VOLUME};
 use crate::meta;
 
@@ -34,6 +38,8 @@ pub const EXPORTER_AUTH_VOLUME: &str = "exporter-auth";
 pub const USERS_VOLUME: &str = "users";
 /// The TLS Secret `spec.tls` names, at [`crd_types::template::TLS_DIR`].
 pub const TLS_VOLUME: &str = "tls";
+/// The operator password Secret (see [`crate::config::OPERATOR_PASSWORD_DIR`]).
+pub const OPERATOR_PASSWORD_VOLUME: &str = "operator-password";
 /// The `valkey` user and group of the official image.
 pub const VALKEY_UID: i64 = 999;
 /// SIGTERM makes Valkey SHUTDOWN: save the RDB (when `save` is on) and fsync the AOF.
@@ -62,13 +68,23 @@ pub fn pod_template(node: &ValkeyNode, rendered: &RenderedConfig) -> PodTemplate
     }
     let init_containers = (!init_containers.is_empty()).then_some(init_containers);
 
+    let mut annotations = BTreeMap::new();
     // Tells topology-controller this server reloads its certificate by itself on 9.1+.
-    let annotations = node.spec.tls.as_ref().map(|_| {
-        BTreeMap::from([(
+    if node.spec.tls.is_some() {
+        annotations.insert(
             names::annotations::TLS_AUTO_RELOAD_SECONDS.to_string(),
             tls::AUTO_RELOAD_SECONDS.to_string(),
-        )])
-    });
+        );
+    }
+    // Tells topology-controller the hooks follow the Secret, so it may rotate the password
+    // without restarting the pod.
+    if operator_secret(node).is_some() {
+        annotations.insert(
+            names::annotations::OPERATOR_PASSWORD_FILE.to_string(),
+            OPERATOR_PASSWORD_FILE.to_string(),
+        );
+    }
+    let annotations = (!annotations.is_empty()).then_some(annotations);
     PodTemplateSpec {
         metadata: Some(ObjectMeta {
             labels: Some(meta::labels(node)),
@@ -184,7 +200,36 @@ pub(super) fn volumes(node: &ValkeyNode, rendered: &RenderedConfig) -> Vec<Volum
     if let Some(tls) = &node.spec.tls {
         volumes.push(tls_volume(tls));
     }
+    if let Some(secret) = operator_secret(node) {
+        volumes.push(operator_password_volume(secret));
+    }
     volumes
+}
+
+/// `auth.operatorSecretRef`: with it, the valkey container gets the password both in its env
+/// and as a file (see [`crate::config::OPERATOR_PASSWORD_DIR`]).
+pub(super) fn operator_secret(node: &ValkeyNode) -> Option<&SecretKeyRef> {
+    node.spec.auth.as_ref()?.operator_secret_ref.as_ref()
+}
+
+/// Only the key the env var reads, as [`OPERATOR_PASSWORD_FILE_NAME`], readable by the valkey
+/// group alone as the users Secret is. Not optional, as the env var is not: the container
+/// cannot start without that key anyway.
+fn operator_password_volume(secret: &SecretKeyRef) -> Volume {
+    Volume {
+        name: OPERATOR_PASSWORD_VOLUME.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret.name.clone()),
+            items: Some(vec![KeyToPath {
+                key: secret.key.clone(),
+                path: OPERATOR_PASSWORD_FILE_NAME.into(),
+                mode: None,
+            }]),
+            default_mode: Some(0o440),
+            optional: Some(false),
+        }),
+        ..Default::default()
+    }
 }
 
 /// The TLS Secret: its three cert-manager keys, the whole directory (a subPath mount never
@@ -370,6 +415,87 @@ mod tests {
             build(&node(Mode::Sentinel, |_| {})),
             "a sentinel ignores the field"
         );
+    }
+
+    #[test]
+    fn the_operator_password_is_mounted_and_announced_only_with_an_operator_secret() {
+        use crate::workload::fixtures::template_annotations;
+        let annotation = names::annotations::OPERATOR_PASSWORD_FILE;
+        let operator = || crd_types::template::Auth {
+            password_secret_ref: Some(crate::workload::fixtures::secret("app")),
+            operator_secret_ref: Some(SecretKeyRef {
+                name: "orders-operator".into(),
+                key: "pw".into(),
+            }),
+            ..Default::default()
+        };
+        for mode in [Mode::Standalone, Mode::Cluster, Mode::Sentinel] {
+            let d = build(&node(mode, |s| {
+                s.template.exporter = exporter();
+                s.auth = Some(operator());
+            }));
+            let volume = pod(&d)
+                .volumes
+                .iter()
+                .flatten()
+                .find(|v| v.name == "operator-password")
+                .cloned()
+                .unwrap_or_else(|| panic!("{mode:?}: no volume"));
+            let secret = volume.secret.unwrap();
+            assert_eq!(secret.secret_name.as_deref(), Some("orders-operator"));
+            // Only the key the env var reads, under a fixed name.
+            assert_eq!(
+                secret.items.unwrap(),
+                [KeyToPath {
+                    key: "pw".into(),
+                    path: "password".into(),
+                    mode: None,
+                }]
+            );
+            assert_eq!(secret.default_mode, Some(0o440));
+            assert_eq!(secret.optional, Some(false));
+            // In the valkey container alone, where the hooks run.
+            let p = pod(&d);
+            let mut mounted = Vec::new();
+            for c in p
+                .init_containers
+                .iter()
+                .flatten()
+                .chain(p.containers.iter())
+            {
+                for m in c.volume_mounts.iter().flatten() {
+                    if m.name == "operator-password" {
+                        assert_eq!(m.mount_path, "/etc/valkey-operator/operator");
+                        assert_eq!(m.read_only, Some(true));
+                        // The whole directory: a subPath mount never sees the Secret change.
+                        assert_eq!(m.sub_path, None);
+                        mounted.push(c.name.as_str());
+                    }
+                }
+            }
+            assert_eq!(mounted, ["valkey"], "{mode:?}");
+            assert_eq!(
+                template_annotations(&d)[annotation],
+                "/etc/valkey-operator/operator/password"
+            );
+
+            // Without an operator Secret (none, or the default user's only): none of it.
+            for auth in [
+                None,
+                Some(crd_types::template::Auth {
+                    operator_secret_ref: None,
+                    ..operator()
+                }),
+            ] {
+                let d = build(&node(mode, |s| {
+                    s.template.exporter = exporter();
+                    s.auth = auth;
+                }));
+                let json = serde_json::to_string(pod(&d)).unwrap();
+                assert!(!json.contains("operator-password"), "{mode:?}: {json}");
+                assert!(!template_annotations(&d).contains_key(annotation));
+            }
+        }
     }
 
     #[test]

@@ -106,19 +106,27 @@ fi
 /// primary. Best effort: on any miss the server just stops, still paused, and the sentinels
 /// fail over after down-after-milliseconds as before. Nothing is restored: the server stops.
 pub fn data_pre_stop() -> String {
-    format!("{READ_CONTEXT}{DATA_PRE_STOP}")
+    data_pre_stop_reading(crate::config::OPERATOR_PASSWORD_FILE)
 }
 
+/// [`data_pre_stop`] reading the operator password from `file` (tests use their own).
+fn data_pre_stop_reading(file: &str) -> String {
+    let read = super::lifecycle::read_operator_password(file, crd_types::names::ports::VALKEY);
+    format!("{READ_CONTEXT}{read}{DATA_PRE_STOP}")
+}
+
+/// `$op` is the operator password, read at the hook's start (see
+/// [`super::lifecycle::read_operator_password`]).
 const DATA_PRE_STOP: &str = r#"[ -n "$name" ] || exit 0
-if [ -n "${VALKEY_OPERATOR_PASSWORD-}" ]; then
-  export REDISCLI_AUTH="$VALKEY_OPERATOR_PASSWORD" login="--user operator"
+if [ -n "$op" ]; then
+  export REDISCLI_AUTH="$op" login="--user operator"
 else
   login=
 fi
 own() { timeout 3 valkey-cli --no-auth-warning $login -h "${POD_IP-}" -p 6379 --raw "$@"; }
 guide() {
   host=$1; shift
-  REDISCLI_AUTH="${VALKEY_OPERATOR_PASSWORD-}" timeout 3 valkey-cli --no-auth-warning     -h "$host" -p 26379 ${VALKEY_OPERATOR_PASSWORD:+--user operator} --raw "$@"
+  REDISCLI_AUTH="$op" timeout 3 valkey-cli --no-auth-warning     -h "$host" -p 26379 ${op:+--user operator} --raw "$@"
 }
 [ "$(own ROLE 2>/dev/null | head -n 1)" = master ] || exit 0
 # The context file reaches a running pod only at the kubelet's next volume sync, so a pod
@@ -262,12 +270,13 @@ a=$(echo "$list" | tr ',' '\n' | sed -n "${{n}}p")
 
     /// A `valkey-cli` for the preStop hook: the node itself at 10.9.9.9:6379 answers from
     /// `own-<first word>` files; a sentinel names `named` until it was asked to fail over,
-    /// then 10.0.0.3. Every call is appended to `calls`.
+    /// then 10.0.0.3. Every call is appended to `calls`, with the password it was given
+    /// (`auth=`).
     fn fake_hook_cli(dir: &Path, named: &str) {
         let cli = format!(
             r#"#!/bin/sh
 dir={dir}
-echo "$*" >> $dir/calls
+echo "$* auth=${{REDISCLI_AUTH-}}" >> $dir/calls
 while [ "$1" != "-h" ]; do shift; done
 host=$2 port=$4; shift 4
 while :; do case "$1" in --raw) shift ;; --user) shift 2 ;; *) break ;; esac; done
@@ -291,10 +300,12 @@ cat $dir/own-$1 2>/dev/null || echo OK
         run_hook_with(dir, CONTEXT)
     }
 
+    /// Runs the hook with the operator password file at `dir/operator-password`.
     fn run_hook_with(dir: &Path, context: &str) -> (String, Vec<String>) {
         std::fs::write(dir.join("replication"), context).unwrap();
-        let script =
-            data_pre_stop().replace(CONTEXT_PATH, dir.join("replication").to_str().unwrap());
+        let file = dir.join("operator-password");
+        let script = data_pre_stop_reading(file.to_str().unwrap())
+            .replace(CONTEXT_PATH, dir.join("replication").to_str().unwrap());
         let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap());
         let out = Command::new("sh")
             .args(["-c", &script])
@@ -311,19 +322,60 @@ cat $dir/own-$1 2>/dev/null || echo OK
         )
     }
 
-    #[test]
-    fn a_stopping_primary_hands_over_through_sentinel_with_writes_paused() {
-        let dir = tempfile::tempdir().unwrap();
-        fake_hook_cli(dir.path(), "10.0.0.2");
-        std::fs::write(dir.path().join("own-ROLE"), "master\n0\n").unwrap();
+    /// A primary (10.0.0.2 in [`CONTEXT`]) whose replicas are caught up.
+    fn primary_handing_over(dir: &Path) {
+        fake_hook_cli(dir, "10.0.0.2");
+        std::fs::write(dir.join("own-ROLE"), "master\n0\n").unwrap();
         std::fs::write(
-            dir.path().join("own-INFO"),
+            dir.join("own-INFO"),
             "role:master\r\nconnected_slaves:2\r\n\
              slave0:ip=10.0.0.1,port=6379,state=online,offset=500,lag=0\r\n\
              slave1:ip=10.0.0.3,port=6379,state=online,offset=500,lag=0\r\n\
              master_repl_offset:500\r\n",
         )
         .unwrap();
+    }
+
+    #[test]
+    fn the_hook_reads_the_mounted_operator_password_over_the_env() {
+        // The env keeps the password the container started with ("pw"); the file follows
+        // the Secret, so it has the rotated one. Absent or empty, the env is all there is.
+        for (file, expected) in [(Some("n3w\n"), "n3w"), (Some(""), "pw"), (None, "pw")] {
+            let dir = tempfile::tempdir().unwrap();
+            primary_handing_over(dir.path());
+            if let Some(text) = file {
+                std::fs::write(dir.path().join("operator-password"), text).unwrap();
+            }
+            let (said, calls) = run_hook(dir.path());
+            assert_eq!(said, "prestop: handed over to 10.0.0.3", "{calls:?}");
+            // Both the node's own calls and the sentinels'.
+            for port in ["-p 6379 ", "-p 26379 "] {
+                assert!(calls.iter().any(|c| c.contains(port)), "{calls:?}");
+            }
+            for call in &calls {
+                assert!(call.contains("--user operator"), "{call}");
+                assert!(
+                    call.ends_with(&format!(" auth={expected}")),
+                    "{file:?}: {call}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_hook_reads_the_password_file_the_pod_mounts() {
+        let hook = data_pre_stop();
+        let read = READ_CONTEXT.len();
+        assert_eq!(
+            hook[read..].lines().next().unwrap(),
+            "op=$(cat '/etc/valkey-operator/operator/password' 2>/dev/null) || op="
+        );
+    }
+
+    #[test]
+    fn a_stopping_primary_hands_over_through_sentinel_with_writes_paused() {
+        let dir = tempfile::tempdir().unwrap();
+        primary_handing_over(dir.path());
         let (said, calls) = run_hook(dir.path());
         assert_eq!(said, "prestop: handed over to 10.0.0.3", "{calls:?}");
         let at = |what: &str| {
