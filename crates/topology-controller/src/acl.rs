@@ -15,6 +15,10 @@ use sha2::{Digest, Sha256};
 pub struct ReplicationPassword {
     password: String,
     hash: String,
+    /// During a rotation of the operator password, the hashes of the replication passwords
+    /// members may hold instead: a member with one is not lacking (the rotation brings it
+    /// the new one; recreating the user would cut replicas that log in with it).
+    previous_hashes: Vec<String>,
 }
 
 impl fmt::Debug for ReplicationPassword {
@@ -28,7 +32,24 @@ impl ReplicationPassword {
     pub fn from_operator(operator_password: &str) -> Self {
         let password = derived_password(REPLICATION_PASSWORD_PREFIX, operator_password);
         let hash = sha256_hex(&password);
-        Self { password, hash }
+        Self {
+            password,
+            hash,
+            previous_hashes: Vec::new(),
+        }
+    }
+
+    /// [`Self::from_operator`], admitting too the replication passwords derived from
+    /// `previous`, the operator passwords members may hold during a rotation.
+    pub fn rotating_from(operator_password: &str, previous: &[String]) -> Self {
+        let previous_hashes = previous
+            .iter()
+            .map(|p| sha256_hex(derived_password(REPLICATION_PASSWORD_PREFIX, p)))
+            .collect();
+        Self {
+            previous_hashes,
+            ..Self::from_operator(operator_password)
+        }
     }
 
     /// `ACL SETUSER replication` arguments making the user exactly what members render; with
@@ -54,7 +75,10 @@ impl ReplicationPassword {
 
     /// Whether `user` (a member's account) can log in with this password.
     pub fn admits(&self, user: Option<&AclUser>) -> bool {
-        user.is_some_and(|u| u.enabled && u.password_hashes.contains(&self.hash))
+        let takes = |u: &AclUser, hash: &String| u.password_hashes.contains(hash);
+        user.is_some_and(|u| {
+            u.enabled && (takes(u, &self.hash) || self.previous_hashes.iter().any(|h| takes(u, h)))
+        })
     }
 }
 
@@ -168,6 +192,21 @@ mod tests {
                 "-swapdb"
             ]
         );
+    }
+
+    #[test]
+    fn during_a_rotation_the_previous_replication_password_is_not_lacking() {
+        let user = |operator: &str| AclUser {
+            enabled: true,
+            password_hashes: vec![ReplicationPassword::from_operator(operator).hash],
+        };
+        let rotating = ReplicationPassword::rotating_from("new", &["old".to_string()]);
+        assert!(rotating.admits(Some(&user("old"))) && rotating.admits(Some(&user("new"))));
+        assert!(!rotating.admits(Some(&user("other"))));
+        // Once settled, only the new one.
+        let settled = ReplicationPassword::rotating_from("new", &[]);
+        assert!(!settled.admits(Some(&user("old"))));
+        assert_eq!(settled, ReplicationPassword::from_operator("new"));
     }
 
     #[test]

@@ -242,10 +242,125 @@ pub fn password_in(secret: Option<&Secret>, reference: &SecretKeyRef) -> Result<
     Ok(password)
 }
 
+/// The key of `<topology>-operator-applied` listing the operator passwords rotations went
+/// toward since the last settled one, one per line (passwords have no line break).
+pub const ROTATING_KEY: &str = "rotating";
+
+/// The operator passwords members hold, as topology-controller keeps them in
+/// `<topology>-operator-applied`: `password`, which every member took when the last
+/// rotation settled, and `rotating`, every password a rotation went toward since then
+/// (a member restarted meanwhile may hold one of those alone). Never printed.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct AppliedOperator {
+    pub password: String,
+    pub rotating: Vec<String>,
+}
+
+impl std::fmt::Debug for AppliedOperator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "AppliedOperator(<redacted>, {} rotating)",
+            self.rotating.len()
+        )
+    }
+}
+
+impl AppliedOperator {
+    /// Read from the kept Secret; `None` without a usable `password`.
+    pub fn read(secret: &Secret) -> Option<Self> {
+        let key = |key: &str| SecretKeyRef {
+            name: secret.name_any(),
+            key: key.into(),
+        };
+        let password = password_in(Some(secret), &key(GENERATED_KEY)).ok()?;
+        let rotating = password_in(Some(secret), &key(ROTATING_KEY))
+            .map(|r| r.lines().map(str::to_string).collect())
+            .unwrap_or_default();
+        Some(Self { password, rotating })
+    }
+
+    /// The Secret keeping it, owned by `topology`.
+    pub fn secret<K: Resource<DynamicType = ()>>(
+        &self,
+        topology: &K,
+        label_key: &str,
+        name: &str,
+    ) -> Secret {
+        let mut secret = generated_secret(topology, label_key, name, &self.password);
+        if let Some(data) = secret.data.as_mut() {
+            let rotating = self.rotating.join("\n");
+            data.insert(ROTATING_KEY.into(), ByteString(rotating.into_bytes()));
+        }
+        secret
+    }
+
+    /// Whether members are settled on `wanted` (the Secret's): no pass is needed.
+    pub fn settled_on(&self, wanted: &str) -> bool {
+        self.password == wanted && self.rotating.is_empty()
+    }
+
+    /// What to keep before a rotation toward `wanted` adds it anywhere, if that changes
+    /// anything: from then on a member may hold it alone.
+    pub fn toward(&self, wanted: &str) -> Option<Self> {
+        if self.password == wanted || self.rotating.iter().any(|r| r == wanted) {
+            return None;
+        }
+        let mut next = self.clone();
+        next.rotating.push(wanted.to_string());
+        Some(next)
+    }
+
+    /// The passwords to log in with where a member refuses `wanted`, kept first.
+    pub fn fallbacks(&self, wanted: &str) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for p in std::iter::once(&self.password).chain(&self.rotating) {
+            if p != wanted && !out.contains(p) {
+                out.push(p.clone());
+            }
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crd_types::ValkeyClusterSpec;
+
+    #[test]
+    fn the_kept_operator_passwords_name_every_login_a_member_may_hold() {
+        let kept = AppliedOperator {
+            password: "a".into(),
+            rotating: Vec::new(),
+        };
+        assert!(kept.settled_on("a") && !kept.settled_on("b"));
+        assert_eq!(kept.toward("a"), None);
+        let toward_b = kept.toward("b").unwrap();
+        assert_eq!(toward_b.rotating, ["b"]);
+        assert!(!toward_b.settled_on("a"), "a -> b -> a is not settled");
+        assert_eq!(toward_b.toward("b"), None);
+        let toward_c = toward_b.toward("c").unwrap();
+        assert_eq!(toward_c.fallbacks("c"), ["a", "b"]);
+        assert_eq!(toward_c.fallbacks("a"), ["b", "c"]);
+        // Through the Secret and back.
+        let secret = toward_c.secret(
+            &cluster(None),
+            "valkey.rs/cluster",
+            "orders-operator-applied",
+        );
+        assert_eq!(AppliedOperator::read(&secret), Some(toward_c));
+        let settled = kept.secret(
+            &cluster(None),
+            "valkey.rs/cluster",
+            "orders-operator-applied",
+        );
+        assert_eq!(AppliedOperator::read(&settled), Some(kept));
+        assert_eq!(
+            format!("{:?}", toward_b),
+            "AppliedOperator(<redacted>, 1 rotating)"
+        );
+    }
 
     fn cluster(auth: Option<Auth>) -> ValkeyCluster {
         let mut c = ValkeyCluster::new(

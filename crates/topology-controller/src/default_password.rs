@@ -156,7 +156,7 @@ pub fn plan(wanted: &str, members: &[Option<BTreeSet<String>>], facts: Facts) ->
 
 /// `at` rounded up to a whole second: the status keeps whole seconds, and an overlap
 /// counted from a rounded-down start would end early.
-fn whole_second_after(at: Timestamp) -> Timestamp {
+pub(crate) fn whole_second_after(at: Timestamp) -> Timestamp {
     let up = TimestampRound::new()
         .smallest(Unit::Second)
         .mode(RoundMode::Ceil);

@@ -46,12 +46,22 @@ operator_runtime::event_reasons! {
         /// A changed default password was added on data nodes next to the previous one
         /// (`ACL SETUSER default`); the note says which, and until when both work.
         DefaultPasswordAdded: Normal,
-        /// The overlap ended: data nodes keep only the new default password; the note says
-        /// which.
+        /// The overlap ended: members keep only the new password (the default one, the
+        /// sentinels' or the operator's); the note says which.
         PreviousPasswordDropped: Normal,
         /// A data node refused a change of the default password; the note says which and
         /// its answer. The next pass tries again.
         DefaultPasswordRefused: Warning,
+        /// A changed operator password was added on members next to the previous one
+        /// (`ACL SETUSER operator`, and `replication` on data nodes); the note says which,
+        /// and until when both work.
+        OperatorPasswordAdded: Normal,
+        /// Members log in to each other with the new operator password (`masterauth`;
+        /// a sentinel's `auth-pass` and `sentinel-pass`); the note says which.
+        OperatorLoginsSwitched: Normal,
+        /// A member refused a change of the operator password; the note says which and
+        /// its answer. The next pass tries again.
+        OperatorPasswordRefused: Warning,
         /// The operator's CA issued certificates (`spec.tls` without a Secret): to new
         /// members, and again before expiry or after an address change; the note says which.
         CertificateIssued: Normal,

@@ -38,6 +38,7 @@ pub mod migrate;
 pub mod model;
 pub mod network;
 pub mod observe;
+pub mod operator_password;
 pub mod owned;
 pub mod plan;
 pub mod replication;
