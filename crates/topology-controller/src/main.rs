@@ -8,6 +8,7 @@ mod error;
 mod member_certs;
 mod member_tls;
 mod objects;
+mod operator_rotation;
 mod password_look;
 mod password_rotation;
 mod pulse;

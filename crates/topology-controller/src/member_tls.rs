@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::{ObjectReference, Pod, Secret};
 use kube::api::EvictParams;
 use kube::{Api, Resource, ResourceExt};
 use operator_runtime::{ApiResultExt, Context, EventReason, ObjectName, Op};
+use topology_controller::auth::AppliedOperator;
 use topology_controller::commands::Valkey;
 use topology_controller::observe::Connections;
 use topology_controller::tls::{self, Client};
@@ -114,9 +115,12 @@ pub fn holds_new_members(
 }
 
 /// How the operator logs in to the members: `None` while the operator password or the TLS
-/// Secret cannot be used (the guard then says why and nothing is asked).
+/// Secret cannot be used (the guard then says why and nothing is asked). During a rotation
+/// of the operator password, a member that refuses the Secret's is asked with those it may
+/// hold instead (`applied`).
 pub fn login(
     operator_password: &Result<String, String>,
+    applied: Option<&AppliedOperator>,
     tls: Option<Result<Client, String>>,
 ) -> Option<Login> {
     let tls = match tls {
@@ -127,6 +131,7 @@ pub fn login(
     operator_password.as_ref().ok().map(|password| Login {
         user: OPERATOR_USER.to_string(),
         password: password.clone(),
+        fallbacks: applied.map(|a| a.fallbacks(password)).unwrap_or_default(),
         tls,
     })
 }

@@ -41,6 +41,7 @@ use topology_controller::members;
 use topology_controller::model::Shape;
 use topology_controller::network;
 use topology_controller::observe::Connections;
+use topology_controller::operator_password;
 use topology_controller::plan::{self, Circumstances, Step};
 use topology_controller::status::{self, Inputs};
 use topology_controller::survey::{self, switchover_outcome};
@@ -52,8 +53,8 @@ use crate::objects::{self, ClusterMembers, fetch_with_members};
 use crate::password_look::PasswordLook;
 use crate::pulse::Pulse;
 use crate::secrets::{self, Passwords};
-use crate::valkey::Conn;
-use crate::{acl_users, member_tls, password_rotation};
+use crate::valkey::{Conn, DataLoginOf, OperatorConn};
+use crate::{acl_users, member_tls, operator_rotation, password_rotation};
 
 /// How soon to look again after a step was carried out, and while waiting (2 s: formation
 /// waits on replication and gossip, and each wait shows in time to Ready).
@@ -115,17 +116,25 @@ pub async fn reconcile(
         return Ok(Action::await_change());
     };
     // Passwords before members, so a member's pod finds its Secrets when it starts.
-    let mut passwords =
-        secrets::prepare(&apis.secrets, &live.cluster, !live.owned.is_empty()).await?;
-    ctx.data.password_look.follow(
+    let mut passwords = secrets::prepare(
         &apis.secrets,
-        &apis.namespace,
-        &name,
-        vec![(
-            auth::cluster_secrets(&live.cluster).0.reference,
-            passwords.default.as_deref().ok(),
-        )],
-    );
+        &live.cluster,
+        !live.owned.is_empty(),
+        apis.field_manager,
+    )
+    .await?;
+    ctx.data
+        .password_look
+        .follow(&apis.secrets, &apis.namespace, &name, {
+            let (default_secret, operator_secret) = auth::cluster_secrets(&live.cluster);
+            vec![
+                (default_secret.reference, passwords.default.as_deref().ok()),
+                (
+                    operator_secret.reference,
+                    passwords.operator.as_deref().ok(),
+                ),
+            ]
+        });
     let reading = member_tls::Reading {
         topology: &live.cluster,
         spec: live.cluster.spec.tls.as_ref(),
@@ -174,7 +183,11 @@ pub async fn reconcile(
             .publish(&live.cluster, reason, note, None)
             .await?;
     }
-    let login = member_tls::login(&passwords.operator, tls);
+    let login = member_tls::login(
+        &passwords.operator,
+        passwords.operator_applied.as_ref(),
+        tls,
+    );
     let (mut observed, connections) = connect::observe(nodes, login.as_ref()).await;
     if let Some(login) = &login {
         let addresses = observed
@@ -190,8 +203,15 @@ pub async fn reconcile(
         mark_gone_servers(&apis, &mut observed).await;
     }
     let users = users(&ctx, &apis, &live.cluster, &observed, &connections).await;
-    let rotations =
-        default_password(&ctx, &live.cluster, &passwords, &observed, &connections).await;
+    let rotations = passwords_pass(
+        &ctx,
+        &apis,
+        &live.cluster,
+        &passwords,
+        &observed,
+        &connections,
+    )
+    .await;
     if let Some(login) = &login {
         let members: Vec<member_tls::Member<'_>> = observed
             .members
@@ -399,10 +419,11 @@ async fn users(
     )
 }
 
-/// The default password's rotations under way after a pass over the data nodes (a
-/// cluster's members are all data nodes).
-async fn default_password(
+/// The rotations under way after a pass over the data nodes (a cluster's members are all
+/// data nodes) for the default password, and one for the operator password.
+async fn passwords_pass(
     ctx: &ReconcileContext<Shared>,
+    apis: &Apis,
     cluster: &ValkeyCluster,
     passwords: &Passwords,
     observed: &Observed,
@@ -416,6 +437,24 @@ async fn default_password(
             conn: connections.find(&m.name),
         })
         .collect();
+    let operator_conns: Vec<(&str, Option<OperatorConn<'_>>)> = observed
+        .members
+        .iter()
+        .map(|m| {
+            let conn = connections
+                .find(&m.name)
+                .map(|c| OperatorConn::Data(DataLoginOf(c)));
+            (m.name.as_str(), conn)
+        })
+        .collect();
+    let operator_members: Vec<operator_password::Member<'_, OperatorConn<'_>>> = operator_conns
+        .iter()
+        .map(|(name, conn)| operator_password::Member {
+            name,
+            kind: operator_password::Kind::DataNode,
+            conn: conn.as_ref(),
+        })
+        .collect();
     let recorded = cluster
         .status
         .as_ref()
@@ -426,21 +465,53 @@ async fn default_password(
         dropped: ClusterEvent::PreviousPasswordDropped,
         refused: ClusterEvent::DefaultPasswordRefused,
     };
-    password_rotation::run(
-        &ctx.runtime,
-        cluster,
-        cluster.spec.auth.as_ref(),
-        password_rotation::DATA_NODES,
-        password_rotation::Password {
-            version: passwords.default_version.as_deref(),
-            reference: &auth::cluster_secrets(cluster).0.reference,
-            value: &passwords.default,
-        },
-        recorded,
-        &members,
-        reasons,
-    )
-    .await
+    let (default_secret, operator_secret) = auth::cluster_secrets(cluster);
+    let auth = cluster.spec.auth.as_ref();
+    // At once: each pass is bounded, and both run before the step.
+    let (mut rotations, operator) = futures::join!(
+        password_rotation::run(
+            &ctx.runtime,
+            cluster,
+            auth,
+            password_rotation::DATA_NODES,
+            password_rotation::Password {
+                version: passwords.default_version.as_deref(),
+                reference: &default_secret.reference,
+                value: &passwords.default,
+            },
+            recorded,
+            &members,
+            reasons,
+        ),
+        operator_rotation::run(
+            &ctx.runtime,
+            operator_rotation::Apis {
+                secrets: &apis.secrets,
+                pods: &apis.pods,
+                label_key: labels::CLUSTER,
+                field_manager: apis.field_manager,
+            },
+            cluster,
+            auth,
+            password_rotation::Password {
+                version: passwords.operator_version.as_deref(),
+                reference: &operator_secret.reference,
+                value: &passwords.operator,
+            },
+            passwords.operator_applied.as_ref(),
+            recorded,
+            &operator_members,
+            &observed.nodes,
+            operator_rotation::Reasons {
+                added: ClusterEvent::OperatorPasswordAdded,
+                switched: ClusterEvent::OperatorLoginsSwitched,
+                dropped: ClusterEvent::PreviousPasswordDropped,
+                refused: ClusterEvent::OperatorPasswordRefused,
+            },
+        )
+    );
+    rotations.extend(operator);
+    rotations
 }
 
 /// Decides, reports, executes and publishes.
@@ -458,11 +529,10 @@ async fn act(
 ) -> Result<Action, Error> {
     let cluster = &live.cluster;
     let shape = Shape {
-        replication_password: passwords
-            .operator
-            .as_deref()
-            .ok()
-            .map(ReplicationPassword::from_operator),
+        replication_password: passwords.operator.as_deref().ok().map(|p| {
+            let previous = passwords.operator_applied.as_ref().map(|a| a.fallbacks(p));
+            ReplicationPassword::rotating_from(p, &previous.unwrap_or_default())
+        }),
         ..Shape::of(cluster)
     };
     let refused: Vec<&str> = observed.login_refused.iter().map(String::as_str).collect();

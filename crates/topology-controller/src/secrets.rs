@@ -5,19 +5,23 @@ use std::fmt::Debug;
 use std::io::Read;
 
 use crd_types::ValkeyCluster;
-use crd_types::names::labels;
+use crd_types::names::{self, labels};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::PostParams;
 use kube::{Api, Resource, ResourceExt};
-use operator_runtime::{ApiResultExt, ObjectName, Op};
-use topology_controller::auth::{self, TopologySecret};
+use operator_runtime::{ApiResultExt, ObjectName, Op, apply};
+use topology_controller::auth::{self, AppliedOperator, TopologySecret};
 
 use crate::error::Error;
 
 /// What the controller knows about a topology's passwords.
 pub struct Passwords {
-    /// The `operator` user's password, or why it cannot be read.
+    /// The `operator` user's password, or why it cannot be read, and its Secret's
+    /// `<name>/<resourceVersion>`.
     pub operator: Result<String, String>,
+    pub operator_version: Option<String>,
+    /// The operator passwords members hold (see [`applied_operator`]).
+    pub operator_applied: Option<AppliedOperator>,
     /// The default user's password, or why it cannot be read (members would not start).
     pub default: Result<String, String>,
     /// The default password Secret's `<name>/<resourceVersion>`, when it was read.
@@ -31,13 +35,19 @@ pub async fn prepare(
     secrets: &Api<Secret>,
     cluster: &ValkeyCluster,
     members_exist: bool,
+    field_manager: &str,
 ) -> Result<Passwords, Error> {
     let (password, operator) = auth::cluster_secrets(cluster);
-    let operator = read(secrets, cluster, labels::CLUSTER, &operator, members_exist).await?;
+    let (operator, operator_version) =
+        read_with_version(secrets, cluster, labels::CLUSTER, &operator, members_exist).await?;
+    let operator_applied =
+        applied_operator(secrets, cluster, labels::CLUSTER, &operator, field_manager).await?;
     let (default, default_version) =
         read_with_version(secrets, cluster, labels::CLUSTER, &password, members_exist).await?;
     Ok(Passwords {
         operator,
+        operator_version,
+        operator_applied,
         default,
         default_version,
         tls_problem: None,
@@ -107,6 +117,61 @@ where
         None => auth::password_in(secret.as_ref(), reference),
     };
     Ok((password, version))
+}
+
+/// The operator passwords members of `topology` hold ([`auth::AppliedOperator`]), kept in
+/// `<name>-operator-applied` (owned by the topology). Created from `operator`, the
+/// Secret's password, when absent: right for every topology whose Secret did not change
+/// since its members started. `None` while neither can be read.
+pub async fn applied_operator<K>(
+    secrets: &Api<Secret>,
+    topology: &K,
+    label_key: &str,
+    operator: &Result<String, String>,
+    field_manager: &str,
+) -> Result<Option<AppliedOperator>, Error>
+where
+    K: Resource<DynamicType = ()> + Debug,
+{
+    let ns = topology.namespace().unwrap_or_default();
+    let name = names::applied_operator_secret_name(&topology.name_any());
+    let kept = secrets
+        .get_opt(&name)
+        .await
+        .on(Op::Read, ObjectName::new::<Secret>(&ns, &name))?;
+    match (kept, operator) {
+        (Some(kept), _) => Ok(AppliedOperator::read(&kept)),
+        (None, Ok(password)) => {
+            let first = AppliedOperator {
+                password: password.clone(),
+                rotating: Vec::new(),
+            };
+            keep_applied_operator(secrets, topology, label_key, &first, field_manager).await?;
+            Ok(Some(first))
+        }
+        (None, Err(_)) => Ok(None),
+    }
+}
+
+/// Keeps `applied` as the operator passwords members of `topology` hold (see
+/// [`applied_operator`]).
+pub async fn keep_applied_operator<K>(
+    secrets: &Api<Secret>,
+    topology: &K,
+    label_key: &str,
+    applied: &AppliedOperator,
+    field_manager: &str,
+) -> Result<(), Error>
+where
+    K: Resource<DynamicType = ()> + Debug,
+{
+    let ns = topology.namespace().unwrap_or_default();
+    let name = names::applied_operator_secret_name(&topology.name_any());
+    let secret = applied.secret(topology, label_key, &name);
+    apply::apply(secrets, &name, &secret, field_manager)
+        .await
+        .on(Op::Apply, ObjectName::new::<Secret>(&ns, &name))?;
+    Ok(())
 }
 
 /// Creates a generated Secret; if another writer created it first, theirs is kept.

@@ -14,6 +14,7 @@ use rustls::ClientConfig;
 use topology_controller::acl::AclUser;
 use topology_controller::commands::{ErrorKind, Fields, Key, SlotState, Valkey, ValkeyError};
 use topology_controller::default_password::RequirePass;
+use topology_controller::operator_password::OutgoingLogin;
 use topology_controller::tls;
 use topology_controller::users::AclMember;
 
@@ -27,6 +28,9 @@ const MIGRATE_TIMEOUT_MS: u64 = 10_000;
 pub struct Login {
     pub user: String,
     pub password: String,
+    /// During a rotation of the operator password, those members may hold instead: a
+    /// member that refuses `password` (it has not taken it yet) is asked with each in turn.
+    pub fallbacks: Vec<String>,
     pub tls: Option<tls::Client>,
 }
 
@@ -52,7 +56,10 @@ impl Login {
     /// long-lived follower restarts when the password or the TLS Secret changes.
     pub fn same_as(&self, other: &Login) -> bool {
         let digest = |l: &Login| l.tls.as_ref().map(|t| t.digest.clone());
-        self.user == other.user && self.password == other.password && digest(self) == digest(other)
+        self.user == other.user
+            && self.password == other.password
+            && self.fallbacks == other.fallbacks
+            && digest(self) == digest(other)
     }
 }
 
@@ -109,6 +116,29 @@ impl Conn {
     }
 
     async fn connect_bounded(
+        ip: &str,
+        port: u16,
+        login: &Login,
+        connecting: Duration,
+        commands: Duration,
+    ) -> Result<Self, ValkeyError> {
+        let mut tried = Self::connect_once(ip, port, login, connecting, commands).await;
+        for fallback in &login.fallbacks {
+            if !matches!(&tried, Err(e) if e.kind == ErrorKind::Login) {
+                break;
+            }
+            // Recorded with the one that worked: MIGRATE logs in to the target with it.
+            let previous = Login {
+                password: fallback.clone(),
+                fallbacks: Vec::new(),
+                ..login.clone()
+            };
+            tried = Self::connect_once(ip, port, &previous, connecting, commands).await;
+        }
+        tried
+    }
+
+    async fn connect_once(
         ip: &str,
         port: u16,
         login: &Login,
@@ -210,6 +240,91 @@ impl AclMember for Conn {
         let mut all: Vec<Value> = vec!["DELUSER".into()];
         all.extend(users.iter().map(|u| Value::from(u.as_str())));
         self.raw::<Value>("ACL", all).await.map(drop)
+    }
+}
+
+/// A data node's own login (for the operator password's rotation): `masterauth`, the replication
+/// password it logs in to its primary with.
+pub struct DataLoginOf<'a>(pub &'a Conn);
+
+/// A sentinel's own logins (for the operator password's rotation): `sentinel-pass` to the other
+/// sentinels, and `auth-pass` of its group to the data nodes (which cannot be read back:
+/// set before `sentinel-pass`, which stands for both).
+pub struct SentinelLoginOf<'a> {
+    pub conn: &'a Conn,
+    pub group: &'a str,
+}
+
+/// A member's connection for the operator password's pass.
+pub enum OperatorConn<'a> {
+    Data(DataLoginOf<'a>),
+    Sentinel(SentinelLoginOf<'a>),
+}
+
+impl OperatorConn<'_> {
+    fn conn(&self) -> &Conn {
+        match self {
+            Self::Data(d) => d.0,
+            Self::Sentinel(s) => s.conn,
+        }
+    }
+}
+
+impl AclMember for OperatorConn<'_> {
+    async fn acl_lines(&self) -> Result<Vec<String>, ValkeyError> {
+        self.conn().acl_lines().await
+    }
+
+    async fn acl_set(&self, user: &str, args: &[String]) -> Result<(), ValkeyError> {
+        self.conn().acl_set(user, args).await
+    }
+
+    async fn acl_del(&self, users: &[String]) -> Result<(), ValkeyError> {
+        self.conn().acl_del(users).await
+    }
+}
+
+impl OutgoingLogin for OperatorConn<'_> {
+    async fn outgoing(&self) -> Result<Option<String>, ValkeyError> {
+        match self {
+            Self::Data(d) => {
+                let got = d.0.config_get(&["masterauth"]).await?;
+                Ok(got
+                    .into_iter()
+                    .find(|(k, _)| k == "masterauth")
+                    .map(|(_, v)| v))
+            }
+            Self::Sentinel(s) => {
+                let reply = s
+                    .conn
+                    .sentinel(vec!["CONFIG".into(), "GET".into(), "sentinel-pass".into()])
+                    .await?;
+                Ok(fields(reply).remove("sentinel-pass"))
+            }
+        }
+    }
+
+    async fn switch_outgoing(&self, password: &str) -> Result<(), ValkeyError> {
+        match self {
+            Self::Data(d) => d.0.config_set("masterauth", password).await,
+            Self::Sentinel(s) => {
+                // One that does not monitor the group yet gets the login with its MONITOR.
+                let auth_pass = [("auth-pass".to_string(), password.to_string())];
+                match s.conn.sentinel_set(s.group, &auth_pass).await {
+                    Err(e) if !e.says(NOT_MONITORED) => return Err(e),
+                    _ => {}
+                }
+                s.conn
+                    .sentinel(vec![
+                        "CONFIG".into(),
+                        "SET".into(),
+                        "sentinel-pass".into(),
+                        password.into(),
+                    ])
+                    .await
+                    .map(drop)
+            }
+        }
     }
 }
 

@@ -33,12 +33,13 @@ use kube::{Api, Resource, ResourceExt};
 use operator_runtime::controller::ReconcileContext;
 use operator_runtime::{ApiResultExt, Context, ObjectName, Op, apply};
 use topology_controller::acl::ReplicationPassword;
-use topology_controller::auth;
+use topology_controller::auth::{self, AppliedOperator};
 use topology_controller::default_password::{self, Sentinel};
 use topology_controller::disruption;
 use topology_controller::member_status::{member_status_changed, versions_in_play};
 use topology_controller::network;
 use topology_controller::observe::Connections;
+use topology_controller::operator_password;
 use topology_controller::replication::events::{ReplicationEvent, primary_changed, step_event};
 use topology_controller::replication::execute::{DataLogin, execute};
 use topology_controller::replication::model::Group;
@@ -56,8 +57,8 @@ use crate::objects::fetch_with_members;
 use crate::password_look::PasswordLook;
 use crate::pulse::Pulse;
 use crate::secrets;
-use crate::valkey::{Conn, Login};
-use crate::{acl_users, member_tls, password_rotation};
+use crate::valkey::{Conn, DataLoginOf, Login, OperatorConn, SentinelLoginOf};
+use crate::{acl_users, member_tls, operator_rotation, password_rotation};
 use connect::Observed;
 
 /// How soon to look again: after a step, and while waiting or not ready. When Ready, the
@@ -105,7 +106,11 @@ struct Live {
 
 /// What is known of the group's passwords.
 struct Passwords {
+    /// The operator password, or why it cannot be read, its Secret's
+    /// `<name>/<resourceVersion>`, and the one members were last brought to.
     operator: Result<String, String>,
+    operator_version: Option<String>,
+    operator_applied: Option<AppliedOperator>,
     /// The data nodes' default user's password, or why it cannot be read, and its Secret's
     /// `<name>/<resourceVersion>`.
     default: Result<String, String>,
@@ -134,13 +139,18 @@ pub async fn reconcile(
     };
     // Passwords before members, so a member's pod finds its Secrets when it starts.
     let mut passwords = passwords(&apis, &live).await?;
-    let (default_secret, _) = auth::topology_secrets(&name, live.group.spec.auth.as_ref());
+    let (default_secret, operator_secret) =
+        auth::topology_secrets(&name, live.group.spec.auth.as_ref());
     ctx.data.password_look.follow(
         &apis.secrets,
         &apis.namespace,
         &name,
         vec![
             (default_secret.reference, passwords.default.as_deref().ok()),
+            (
+                operator_secret.reference,
+                passwords.operator.as_deref().ok(),
+            ),
             (
                 auth::sentinel_secret(&live.group).reference,
                 passwords.sentinel.as_deref().ok(),
@@ -209,7 +219,11 @@ pub async fn reconcile(
             .publish(&live.group, reason, note, None)
             .await?;
     }
-    let login = member_tls::login(&passwords.operator, tls);
+    let login = member_tls::login(
+        &passwords.operator,
+        passwords.operator_applied.as_ref(),
+        tls,
+    );
     let (observed, connections) = connect::observe(&name, nodes, login.as_ref()).await;
     if let Some(login) = &login {
         let sentinels = observed
@@ -230,7 +244,15 @@ pub async fn reconcile(
         ctx.data.pulse.follow(&apis.namespace, &name, data, login);
     }
     let users = users(&ctx, &apis, &live.group, &observed, &connections).await;
-    let rotations = default_password(&ctx, &live.group, &passwords, &observed, &connections).await;
+    let rotations = passwords_pass(
+        &ctx,
+        &apis,
+        &live.group,
+        &passwords,
+        &observed,
+        &connections,
+    )
+    .await;
     if let Some(login) = &login {
         // Data nodes only: Sentinel has no CONFIG SET, and 8.x reads TLS files only at start.
         let members: Vec<member_tls::Member<'_>> = observed
@@ -345,7 +367,15 @@ async fn passwords(apis: &Apis, live: &Live) -> Result<Passwords, Error> {
     let read = |wanted| {
         secrets::read_with_version(&apis.secrets, group, labels::REPLICATION, wanted, exist)
     };
-    let (operator, _) = read(&operator).await?;
+    let (operator, operator_version) = read(&operator).await?;
+    let operator_applied = secrets::applied_operator(
+        &apis.secrets,
+        group,
+        labels::REPLICATION,
+        &operator,
+        apis.field_manager,
+    )
+    .await?;
     let (default, default_version) = read(&default).await?;
     let (sentinel, sentinel_version) = read(&sentinel).await?;
     let problems: Vec<String> = [default.clone().err(), sentinel.clone().err()]
@@ -354,6 +384,8 @@ async fn passwords(apis: &Apis, live: &Live) -> Result<Passwords, Error> {
         .collect();
     Ok(Passwords {
         operator,
+        operator_version,
+        operator_applied,
         default,
         default_version,
         sentinel,
@@ -440,10 +472,11 @@ async fn users(
     )
 }
 
-/// The rotations under way after a pass over the data nodes (the default password) and
-/// one over the sentinels (their own password).
-async fn default_password(
+/// The rotations under way after a pass over the data nodes (the default password), one
+/// over the sentinels (their own password) and one over both (the operator password).
+async fn passwords_pass(
     ctx: &ReconcileContext<Shared>,
+    apis: &Apis,
     group: &ValkeyReplication,
     passwords: &Passwords,
     observed: &Observed,
@@ -482,10 +515,40 @@ async fn default_password(
         refused: ReplicationEvent::DefaultPasswordRefused,
     };
     let auth = group.spec.auth.as_ref();
-    let default_ref = auth::topology_secrets(&group.name_any(), auth).0.reference;
+    let (default_secret, operator_secret) = auth::topology_secrets(&group.name_any(), auth);
+    let default_ref = default_secret.reference;
     let sentinel_ref = auth::sentinel_secret(group).reference;
-    // At once: each pass is bounded, and both run before the step.
-    let (mut rotations, on_sentinels) = futures::join!(
+    let group_name = group.name_any();
+    let operator_conns: Vec<(&str, operator_password::Kind, Option<OperatorConn<'_>>)> = observed
+        .members
+        .data
+        .iter()
+        .map(|d| {
+            let conn = connections
+                .find(d.name())
+                .map(|c| OperatorConn::Data(DataLoginOf(c)));
+            (d.name(), operator_password::Kind::DataNode, conn)
+        })
+        .chain(observed.members.sentinels.iter().map(|s| {
+            let conn = connections.find(s.name()).map(|conn| {
+                OperatorConn::Sentinel(SentinelLoginOf {
+                    conn,
+                    group: &group_name,
+                })
+            });
+            (s.name(), operator_password::Kind::Sentinel, conn)
+        }))
+        .collect();
+    let operator_members: Vec<operator_password::Member<'_, OperatorConn<'_>>> = operator_conns
+        .iter()
+        .map(|(name, kind, conn)| operator_password::Member {
+            name,
+            kind: *kind,
+            conn: conn.as_ref(),
+        })
+        .collect();
+    // At once: each pass is bounded, and all run before the step.
+    let (mut rotations, on_sentinels, operator) = futures::join!(
         password_rotation::run(
             &ctx.runtime,
             group,
@@ -513,9 +576,36 @@ async fn default_password(
             recorded,
             &sentinels,
             reasons(),
+        ),
+        operator_rotation::run(
+            &ctx.runtime,
+            operator_rotation::Apis {
+                secrets: &apis.secrets,
+                pods: &apis.pods,
+                label_key: labels::REPLICATION,
+                field_manager: apis.field_manager,
+            },
+            group,
+            auth,
+            password_rotation::Password {
+                version: passwords.operator_version.as_deref(),
+                reference: &operator_secret.reference,
+                value: &passwords.operator,
+            },
+            passwords.operator_applied.as_ref(),
+            recorded,
+            &operator_members,
+            &observed.nodes,
+            operator_rotation::Reasons {
+                added: ReplicationEvent::OperatorPasswordAdded,
+                switched: ReplicationEvent::OperatorLoginsSwitched,
+                dropped: ReplicationEvent::PreviousPasswordDropped,
+                refused: ReplicationEvent::OperatorPasswordRefused,
+            },
         )
     );
     rotations.extend(on_sentinels);
+    rotations.extend(operator);
     rotations
 }
 
@@ -534,11 +624,10 @@ async fn act(
 ) -> Result<Duration, Error> {
     let vkr = &live.group;
     let group = Group {
-        replication_password: passwords
-            .operator
-            .as_deref()
-            .ok()
-            .map(ReplicationPassword::from_operator),
+        replication_password: passwords.operator.as_deref().ok().map(|p| {
+            let previous = passwords.operator_applied.as_ref().map(|a| a.fallbacks(p));
+            ReplicationPassword::rotating_from(p, &previous.unwrap_or_default())
+        }),
         ..Group::of(vkr)
     };
     let members = &observed.members;
