@@ -34,6 +34,7 @@ mod failover;
 mod forced_failover;
 mod full_restart;
 mod mid_migration;
+mod operator_password;
 mod partition;
 mod passwords;
 mod planned_departure;

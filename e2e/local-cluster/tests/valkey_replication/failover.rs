@@ -28,7 +28,7 @@ async fn two_writers(access: &GroupAccess) -> [GroupWriter; 2] {
 }
 
 /// The primary status names once it is another than `old`.
-async fn successor(env: &Env, name: &str, old: &str) -> String {
+pub(crate) async fn successor(env: &Env, name: &str, old: &str) -> String {
     env.wait(
         "Sentinel to fail over and status to follow",
         FAILOVER,
@@ -44,7 +44,7 @@ async fn successor(env: &Env, name: &str, old: &str) -> String {
 }
 
 /// What the start script of `member`'s restarted pod said of the sentinels, and its log.
-async fn said_at_start(env: &Env, name: &str, member: &str) -> (Vec<String>, String) {
+pub(crate) async fn said_at_start(env: &Env, name: &str, member: &str) -> (Vec<String>, String) {
     let log = env
         .apis
         .pods

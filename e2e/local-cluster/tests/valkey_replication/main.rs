@@ -23,6 +23,7 @@ mod bad_input;
 mod env;
 mod failover;
 mod forming;
+mod operator_password;
 mod partition;
 mod passwords;
 mod ready_follows;
