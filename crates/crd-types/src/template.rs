@@ -380,21 +380,18 @@ pub fn tls_is_set_at_creation() -> Rule {
         )
 }
 
-/// The topology rule keeping `auth.operatorSecretRef` as created (set or not, and which):
-/// the operator password rotates when the Secret's content changes; another Secret would
-/// also roll every member (their environment names it), which is not supported.
-pub fn operator_secret_ref_is_immutable() -> Rule {
-    let has = |o: &str| format!("(has({o}.auth) && has({o}.auth.operatorSecretRef))");
-    Rule::new(format!(
-        "{} == {} && (!{} || self.auth.operatorSecretRef == oldSelf.auth.operatorSecretRef)",
-        has("self"),
-        has("oldSelf"),
-        has("self")
-    ))
+/// The topology rule keeping `auth.operatorSecretRef` once set: another Secret rotates the
+/// operator password live (members roll onto it, their environment names it), but without
+/// one the controller would fall back to `<name>-operator`, which may not exist.
+pub fn operator_secret_ref_is_kept() -> Rule {
+    Rule::new(
+        "!has(oldSelf.auth) || !has(oldSelf.auth.operatorSecretRef) || \
+         (has(self.auth) && has(self.auth.operatorSecretRef))",
+    )
     .message(
-        "auth.operatorSecretRef cannot change after creation: to rotate the operator \
-         password, change the password in the Secret it names (or in <name>-operator when it \
-         names none); the operator brings it to every member live",
+        "auth.operatorSecretRef cannot be removed once set: to rotate the operator password, \
+         change the password in the Secret it names or name another Secret; the operator \
+         brings it to every member live",
     )
 }
 

@@ -374,17 +374,20 @@ fn auth_secret_refs_are_checked() {
 }
 
 #[test]
-fn the_operator_secret_of_a_cluster_cannot_change() {
+fn the_operator_secret_of_a_cluster_may_change_but_not_go() {
     let with = |auth: Value| cluster(json!({"shards": 3, "template": {}, "auth": auth}));
     let none = cluster(json!({"shards": 3, "template": {}}));
     let named = with(json!({"operatorSecretRef": {"name": "op", "key": "password"}}));
     let other = with(json!({"operatorSecretRef": {"name": "op2", "key": "password"}}));
-    let message = "auth.operatorSecretRef cannot change after creation";
+    let message = "auth.operatorSecretRef cannot be removed once set";
     accepted::<ValkeyCluster>(&named, None);
     accepted::<ValkeyCluster>(&named, Some(&named));
-    rejected::<ValkeyCluster>(&other, Some(&named), message);
-    rejected::<ValkeyCluster>(&named, Some(&none), message);
+    // Another Secret, or one named instead of the generated one: a rotation.
+    accepted::<ValkeyCluster>(&other, Some(&named));
+    accepted::<ValkeyCluster>(&named, Some(&none));
     rejected::<ValkeyCluster>(&none, Some(&named), message);
+    let other_auth = with(json!({"passwordSecretRef": {"name": "app", "key": "password"}}));
+    rejected::<ValkeyCluster>(&other_auth, Some(&named), message);
     // The default user's Secret may change (it rolls the members).
     let password = with(json!({"passwordSecretRef": {"name": "app", "key": "password"}}));
     accepted::<ValkeyCluster>(&password, Some(&none));
@@ -399,7 +402,8 @@ fn the_operator_secret_of_a_cluster_cannot_change() {
     let a = replication(json!({"operatorSecretRef": {"name": "a", "key": "password"}}));
     let b = replication(json!({"operatorSecretRef": {"name": "b", "key": "password"}}));
     accepted::<ValkeyReplication>(&a, Some(&a));
-    rejected::<ValkeyReplication>(&b, Some(&a), message);
+    accepted::<ValkeyReplication>(&b, Some(&a));
+    rejected::<ValkeyReplication>(&replication(json!({})), Some(&a), message);
 }
 
 #[test]
