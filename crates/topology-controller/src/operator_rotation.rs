@@ -20,7 +20,6 @@ use topology_controller::default_password;
 use topology_controller::operator_password::{self, Facts, Member, Outcome, OutgoingLogin};
 use topology_controller::users::AclMember;
 
-use crate::member_tls;
 use crate::password_rotation::Password;
 use crate::secrets;
 
@@ -98,7 +97,7 @@ where
     // Pods are read only when the previous password could go now.
     let drop_due = recorded_since.is_some_and(|r| now >= r.previous_until.0);
     let held_by_pods = match drop_due {
-        true => pods_without_the_file(apis.pods, nodes).await,
+        true => pods_without_the_file(apis.pods, nodes, &password.reference.name).await,
         false => Vec::new(),
     };
     // Kept before the new password reaches any member: from then on one may hold it alone
@@ -180,28 +179,45 @@ where
         .collect()
 }
 
-/// Members whose pod's hooks do not read the password from the mounted Secret (an older
-/// operator's template, or a pod that cannot be read): their hooks would hold the previous
-/// password once it goes.
-async fn pods_without_the_file(pods: &Api<Pod>, nodes: &[ValkeyNode]) -> Vec<String> {
+/// Members whose pod's hooks do not read the password from the mounted Secret `secret` (an
+/// older operator's template, a pod not rolled yet onto another Secret the spec now names,
+/// or a pod that cannot be read): their hooks would hold the previous password once it goes.
+async fn pods_without_the_file(pods: &Api<Pod>, nodes: &[ValkeyNode], secret: &str) -> Vec<String> {
     let mut without = Vec::new();
     for node in nodes {
-        let pod = node
+        let name = node
             .status
             .as_ref()
             .and_then(|s| s.workload.as_ref())
             .and_then(|w| w.pod_name.as_deref());
-        let annotation = match pod {
-            Some(pod) => {
-                member_tls::pod_annotation(pods, pod, annotations::OPERATOR_PASSWORD_FILE).await
-            }
+        let pod = match name {
+            Some(name) => pods.get_opt(name).await.unwrap_or_else(|e| {
+                tracing::warn!(pod = %name, error = %e, "pod not read");
+                None
+            }),
             None => None,
         };
-        if annotation.is_none() {
+        if !pod.as_ref().is_some_and(|p| reads_the_file(p, secret)) {
             without.push(node.name_any());
         }
     }
     without
+}
+
+/// Whether `pod`'s hooks read the operator password from a mount of `secret`.
+fn reads_the_file(pod: &Pod, secret: &str) -> bool {
+    let annotated = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(annotations::OPERATOR_PASSWORD_FILE));
+    let mounts = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .filter_map(|v| v.secret.as_ref()?.secret_name.as_deref())
+        .any(|name| name == secret);
+    annotated && mounts
 }
 
 fn refused_note(reference: &SecretKeyRef) -> String {
@@ -262,4 +278,51 @@ fn notes<R>(outcome: &Outcome, reasons: Reasons<R>) -> Vec<(R, String)> {
         ));
     }
     notes
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{PodSpec, SecretVolumeSource, Volume};
+
+    use super::*;
+
+    fn pod(annotated: bool, mounted: Option<&str>) -> Pod {
+        let mut pod = Pod::default();
+        if annotated {
+            pod.metadata.annotations = Some(
+                [(
+                    annotations::OPERATOR_PASSWORD_FILE.to_string(),
+                    "/etc/valkey-operator/operator/password".to_string(),
+                )]
+                .into(),
+            );
+        }
+        pod.spec = Some(PodSpec {
+            volumes: Some(
+                mounted
+                    .map(|name| Volume {
+                        name: "operator-password".into(),
+                        secret: Some(SecretVolumeSource {
+                            secret_name: Some(name.into()),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    })
+                    .into_iter()
+                    .collect(),
+            ),
+            ..Default::default()
+        });
+        pod
+    }
+
+    #[test]
+    fn only_a_pod_mounting_the_current_secret_lets_the_previous_password_go() {
+        assert!(reads_the_file(&pod(true, Some("op")), "op"));
+        // Not rolled yet onto the Secret the spec names now.
+        assert!(!reads_the_file(&pod(true, Some("old-op")), "op"));
+        // An older operator's template.
+        assert!(!reads_the_file(&pod(false, None), "op"));
+        assert!(!reads_the_file(&pod(false, Some("op")), "op"));
+    }
 }
