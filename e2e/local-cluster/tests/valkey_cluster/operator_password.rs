@@ -4,15 +4,19 @@
 //! one works; the replica links again with a partial resync, no pod restarts, no
 //! acknowledged write is lost, and a primary deleted afterwards still hands its slots over
 //! (`CLUSTER FAILOVER`): its hook reads the password from the mounted Secret, not from the
-//! environment it started with.
+//! environment it started with. Naming another Secret rolls the members onto it and rotates
+//! the same way.
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use crd_types::names::{self, statefulset_pod_name};
-use crd_types::template::{Auth, REPLICATION_PASSWORD_PREFIX, derived_password};
+use crd_types::template::{Auth, REPLICATION_PASSWORD_PREFIX, SecretKeyRef, derived_password};
 use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
-use kube::api::{Patch, PatchParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use local_cluster::cluster_testing::{Access, AckedWriter, valkey_cluster};
 use local_cluster::testing::{events_about, valkey_cli_as};
 use serde_json::json;
@@ -220,5 +224,120 @@ async fn the_operator_password_rotates_on_every_member() {
     writer.progressed(100, SETTLE).await.unwrap();
     env.nothing_lost(name, "through the rotation", writer, &access)
         .await;
+    env.finish().await;
+}
+
+/// `auth.operatorSecretRef` pointed at another Secret: the members roll onto it (their
+/// environment and mount name it) while the rotation runs as for a changed value; the new
+/// password ends up alone everywhere, with no acknowledged write lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn another_operator_secret_rolls_the_members_and_rotates_the_password() {
+    let env = Env::start().await;
+    let name = "opref";
+    let secret = |name: &str, password: &str| Secret {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        string_data: Some(BTreeMap::from([("password".into(), password.into())])),
+        ..Default::default()
+    };
+    let (old, new) = (
+        "the first operator password",
+        "the second operator password",
+    );
+    for (secret_name, password) in [("op-first", old), ("op-second", new)] {
+        env.apis
+            .secrets
+            .create(&PostParams::default(), &secret(secret_name, password))
+            .await
+            .unwrap();
+    }
+    let mut cluster = valkey_cluster(name, 1, 1, true);
+    cluster.spec.auth = Some(Auth {
+        operator_secret_ref: Some(SecretKeyRef {
+            name: "op-first".into(),
+            key: "password".into(),
+        }),
+        password_overlap_seconds: Some(30),
+        ..Default::default()
+    });
+    let access = env.create_ready(cluster).await;
+    for m in &access.members {
+        assert_eq!(as_operator(&m.ip, old, &["PING"]), "PONG", "{}", m.name);
+    }
+    let uids = async || {
+        let mut uids = Vec::new();
+        for m in &access.members {
+            let pod = env.apis.pods.get(&statefulset_pod_name(&m.name)).await;
+            uids.push(pod.unwrap().uid());
+        }
+        uids
+    };
+    let before = uids().await;
+    let writer = AckedWriter::start(&access).await.unwrap();
+    writer.progressed(100, SETTLE).await.unwrap();
+
+    let changed = Instant::now();
+    let patch =
+        json!({"spec": {"auth": {"operatorSecretRef": {"name": "op-second", "key": "password"}}}});
+    env.apis
+        .clusters
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    env.wait("every member to run the new template", FORM, || async {
+        for node in env.apis.members(name).await? {
+            let member = node.name_any();
+            let w = node.status.and_then(|s| s.workload).unwrap_or_default();
+            if w.revision.is_none() || w.revision != w.desired_revision || !w.ready {
+                return Ok(Err(format!("{member} at {:?}", w.revision)));
+            }
+        }
+        Ok(Ok(()))
+    })
+    .await;
+    let after = uids().await;
+    assert!(
+        before.iter().zip(&after).all(|(b, a)| b != a),
+        "every pod was replaced: {before:?} -> {after:?}"
+    );
+    eprintln!(
+        "operator password: every member rolled onto the other Secret {:?} after the change",
+        changed.elapsed()
+    );
+    on_every(
+        &env,
+        &access,
+        "the previous operator password to stop working",
+        FORM,
+        |ip| {
+            let got = as_operator(ip, old, &["PING"]);
+            refused(&got).then_some(()).ok_or(got)
+        },
+    )
+    .await;
+    eprintln!(
+        "operator password: the previous one refused {:?} after the change",
+        changed.elapsed()
+    );
+    for m in &access.members {
+        assert_eq!(as_operator(&m.ip, new, &["PING"]), "PONG", "{}", m.name);
+    }
+    env.wait("status to show no rotation", SETTLE, || async {
+        let now = env.status(name).await?.password_rotations;
+        Ok(now.is_empty().then_some(()).ok_or(format!("{now:?}")))
+    })
+    .await;
+    env.ready(name, SETTLE).await;
+    env.healthy(name, &access, 1, 1).await;
+    writer.progressed(100, SETTLE).await.unwrap();
+    env.nothing_lost(
+        name,
+        "through the roll onto another Secret",
+        writer,
+        &access,
+    )
+    .await;
     env.finish().await;
 }
