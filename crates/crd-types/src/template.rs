@@ -310,6 +310,20 @@ pub const PROBE_USER: &str = "probe";
 /// What [`PROBE_USER`] may do.
 pub const PROBE_USER_RULES: &str = "nopass resetchannels -@all +ping";
 
+/// What the `default` user (the clients' password) may do on a data node that has an
+/// [`OPERATOR_USER`], after its password: every key, channel and command but Valkey's
+/// `@admin` ones, so a client cannot change or read the server's configuration (`CONFIG`,
+/// whose `masterauth` is a password), users (`ACL SETUSER`, `ACL LIST`), replication or
+/// cluster layout (`REPLICAOF`, `FAILOVER`, `CLUSTER SETSLOT|FORGET|RESET`...), stop it
+/// (`SHUTDOWN`) or cut other clients (`CLIENT KILL|PAUSE`): those are the operator's. The
+/// read-only ones clients and people use stay (`ROLE`, which Sentinel-aware and
+/// primary/replica clients ask, `LASTSAVE`, `CLUSTER REPLICAS`, `CLIENT LIST`, slow log and
+/// latency). Category, not list: an admin command a newer Valkey adds is denied too. Every
+/// command named exists on 7.0+.
+pub const DEFAULT_USER_RULES: &str = "~* &* +@all -@admin +role +lastsave \
+     +cluster|replicas +cluster|slaves +client|list +slowlog|get +slowlog|len \
+     +latency|latest +latency|history";
+
 /// The ACL user replicas log in to their primary as. It may only replicate, so the
 /// `masterauth` any client can read with `CONFIG GET` opens no admin account.
 pub const REPLICATION_USER: &str = "replication";

@@ -98,8 +98,8 @@ where
         None if wanted.generated && members_exist => Some(format!(
             "Secret {} does not exist but the members already run (it was deleted, or \
              they predate generated passwords); a new password would lock them out, so \
-             restore it (CONFIG GET requirepass on a member shows the default user's; a \
-             member container's VALKEY_OPERATOR_PASSWORD the operator's)",
+             restore it (a member container's REDISCLI_AUTH holds the default user's, \
+             its VALKEY_OPERATOR_PASSWORD the operator's)",
             reference.name
         )),
         Some(s) if wanted.generated => auth::not_this_topologys(s, topology),

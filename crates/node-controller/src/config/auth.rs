@@ -11,8 +11,8 @@ use crd_types::node::Mode;
 #[cfg(doc)]
 use crd_types::template::derived_password;
 use crd_types::template::{
-    ATOMIC_MIGRATION_RULES, COMMANDLOG_RULES, MONITORING_PASSWORD_PREFIX, MONITORING_USER,
-    MONITORING_USER_RULES, OPERATOR_USER, PROBE_USER, PROBE_USER_RULES,
+    ATOMIC_MIGRATION_RULES, COMMANDLOG_RULES, DEFAULT_USER_RULES, MONITORING_PASSWORD_PREFIX,
+    MONITORING_USER, MONITORING_USER_RULES, OPERATOR_USER, PROBE_USER, PROBE_USER_RULES,
     REPLICATION_PASSWORD_PREFIX, REPLICATION_USER, REPLICATION_USER_RULES,
     SENTINEL_MONITORING_USER_RULES,
 };
@@ -74,8 +74,8 @@ fn monitoring_base(spec: &ValkeyNodeSpec) -> Option<String> {
 /// `\` is silently changed (measured on 8.1.1; 8.0.1 and 9.1.2 keep them). With an operator
 /// user, replication logs in as the `replication` user (password derived from the
 /// operator's, see [`REPLICATION_PASSWORD_PREFIX`]): a change of the default user's password
-/// cannot break it mid-roll, and `CONFIG GET masterauth` shows no admin password. With an
-/// exporter, the `monitoring` user it logs in as. `None` for sentinels and for nodes without
+/// cannot break it mid-roll, and the default user is a client's, without the admin
+/// commands ([`DEFAULT_USER_RULES`]). With an exporter, the `monitoring` user it logs in as. `None` for sentinels and for nodes without
 /// passwords.
 pub fn auth_file_script(spec: &ValkeyNodeSpec) -> Option<String> {
     let auth = spec.auth.as_ref().filter(|_| spec.mode != Mode::Sentinel)?;
@@ -97,8 +97,22 @@ pub fn auth_file_script(spec: &ValkeyNodeSpec) -> Option<String> {
     ];
     let pw = format!("${PASSWORD_ENV}");
     let op = format!("${OPERATOR_PASSWORD_ENV}");
-    if password {
+    if operator {
+        // The clients' user, without the admin commands the operator's user keeps; a
+        // `user default` line replaces what `requirepass` would set, so it holds the password.
+        match password {
+            true => lines.push(format!(
+                "  printf 'user default on %s {DEFAULT_USER_RULES}\\n' {}",
+                quoted(&format!(">{pw}"))
+            )),
+            false => lines.push(format!(
+                "  printf 'user default on nopass {DEFAULT_USER_RULES}\\n'"
+            )),
+        }
+    } else if password {
         lines.push(format!("  printf 'requirepass %s\\n' {}", quoted(&pw)));
+    }
+    if password {
         // The readiness probe's: PING without the default password, which may change.
         lines.push(format!(
             "  printf 'user {PROBE_USER} on {PROBE_USER_RULES}\\n'"
@@ -376,8 +390,10 @@ mod tests {
         assert_eq!(
             text,
             concat!(
-                r#"requirepass "s3cret \"with\" \\x41 'quotes' and spaces""#,
-                "\n",
+                // The clients' user: its password, every command but the admin ones.
+                r#"user default on ">s3cret \"with\" \\x41 'quotes' and spaces" ~* &* +@all -@admin "#,
+                "+role +lastsave +cluster|replicas +cluster|slaves +client|list +slowlog|get ",
+                "+slowlog|len +latency|latest +latency|history\n",
                 // The readiness probe's user: PING only, no password.
                 "user probe on nopass resetchannels -@all +ping\n",
                 r#"user operator on ">--op-pass'\"\\" ~* &* +@all"#,
@@ -421,6 +437,28 @@ mod tests {
             text,
             "requirepass \"a-b\"\nuser probe on nopass resetchannels -@all +ping\nmasterauth \"a-b\"\n"
         );
+    }
+
+    #[test]
+    fn the_default_user_loses_the_admin_commands_only_next_to_an_operator_user() {
+        let env = [("VALKEY_OPERATOR_PASSWORD", "s3cret")];
+        let default_line = |spec: &ValkeyNodeSpec| {
+            auth_file(spec, &env)
+                .lines()
+                .find(|l| l.starts_with("user default") || l.starts_with("requirepass"))
+                .map(String::from)
+        };
+        // No default password: still no admin commands for whoever connects.
+        assert_eq!(
+            default_line(&with_auth(Mode::Standalone, false, true)),
+            Some(format!("user default on nopass {DEFAULT_USER_RULES}"))
+        );
+        // Without an operator user the default user is the only admin: left whole.
+        let alone = auth_file(
+            &with_auth(Mode::Standalone, true, false),
+            &[("REDISCLI_AUTH", "a-b")],
+        );
+        assert!(!alone.contains("user default"), "{alone}");
     }
 
     #[test]

@@ -153,7 +153,7 @@ mod tests {
         );
         // The start-up shell writes them to the included auth file; no argument holds one.
         let command = v.command.as_ref().unwrap().join(" ");
-        assert!(command.contains("\"$REDISCLI_AUTH\""), "{command}");
+        assert!(command.contains(">$REDISCLI_AUTH\""), "{command}");
         assert!(command.contains("/tmp/valkey-auth.conf"), "{command}");
         assert!(!v.args.as_ref().unwrap().iter().any(|a| a.contains("AUTH")));
         // The exporter holds no Secret: it logs in as the monitoring user with the password
