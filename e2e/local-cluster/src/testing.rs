@@ -104,6 +104,59 @@ pub fn valkey_cli_as(host: &str, login: Option<(Option<&str>, &str)>, args: &[&s
     stdout
 }
 
+/// Asserts what a topology member's default user may do, through `cli` (valkey-cli logged
+/// in as it on one member): every admin command below is refused (`NOPERM`), the read-only
+/// ones clients use are not (docs/security.md, "Valkey users"). `cluster` adds the cluster
+/// layout's commands. A command let through would harm the member (that is the point), and
+/// the assertion then fails.
+pub fn assert_default_user_is_a_clients(cli: impl Fn(&[&str]) -> String, cluster: bool) {
+    let mut refused: Vec<&[&str]> = vec![
+        &["CONFIG", "GET", "masterauth"],
+        &["CONFIG", "SET", "maxmemory-policy", "noeviction"],
+        &["ACL", "SETUSER", "operator", ">taken-over"],
+        &["ACL", "GETUSER", "operator"],
+        &["ACL", "LIST"],
+        &["CLIENT", "KILL", "TYPE", "replica"],
+        &["CLIENT", "PAUSE", "1"],
+        &["REPLICAOF", "127.0.0.1", "1"],
+        &["FAILOVER"],
+        &["BGSAVE"],
+        &["SHUTDOWN", "NOSAVE"],
+    ];
+    if cluster {
+        refused.extend([
+            &["CLUSTER", "SETSLOT", "0", "STABLE"][..],
+            &[
+                "CLUSTER",
+                "FORGET",
+                "0000000000000000000000000000000000000000",
+            ],
+            &["CLUSTER", "RESET"],
+        ]);
+    }
+    for args in refused {
+        let got = cli(args);
+        assert!(got.starts_with("NOPERM"), "default user {args:?}: {got}");
+    }
+    assert_eq!(cli(&["ACL", "WHOAMI"]), "default");
+    let role = cli(&["ROLE"]);
+    assert!(
+        role.starts_with("master") || role.starts_with("slave"),
+        "default user ROLE: {role}"
+    );
+    for (args, shows) in [
+        (&["CLIENT", "LIST"][..], "id="),
+        (&["SLOWLOG", "LEN"], ""),
+        (&["INFO", "server"], "valkey_version"),
+    ] {
+        let got = cli(args);
+        assert!(
+            !got.starts_with("NOPERM") && got.contains(shows),
+            "default user {args:?}: {got}"
+        );
+    }
+}
+
 /// Events with `reason` about the object of `kind` named `name`.
 pub async fn events_about(
     events: &Api<Event>,

@@ -717,6 +717,7 @@ fn floor_access(prefix: &str, ips: &[String]) -> Access {
             })
             .collect(),
         password: None,
+        operator_password: None,
         tls: None,
     }
 }
@@ -1237,7 +1238,7 @@ async fn cli_scale_out_on(
 /// operation and state ("none": the slots it holds came the classic way). valkey-cli prints
 /// each job's fields and values one per line.
 fn migration_jobs(access: &Access, ip: &str) -> String {
-    let text = access.cli(ip, &["CLUSTER", "GETSLOTMIGRATIONS"]);
+    let text = access.admin_cli(ip, &["CLUSTER", "GETSLOTMIGRATIONS"]);
     let lines: Vec<&str> = text.lines().map(str::trim).collect();
     let after = |field: &str| -> Vec<&str> {
         lines

@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use crd_types::ValkeyNode;
 use crd_types::names::{self, labels};
+use crd_types::template::SecretKeyRef;
 use fred::prelude::{
     ClientLike, ConnectionConfig, PerformanceConfig, ReconnectPolicy, ServerConfig,
 };
@@ -26,43 +27,59 @@ pub struct MemberAddr {
     pub ip: String,
 }
 
-/// How to reach a cluster: its members' ClusterIPs and the password, if any.
+/// How to reach a cluster: its members' ClusterIPs and the passwords, if any.
 #[derive(Clone, Debug)]
 pub struct Access {
     pub members: Vec<MemberAddr>,
+    /// The default user's (the clients').
     pub password: Option<String>,
+    /// The `operator` user's, as the members started with it: for the admin commands the
+    /// default user may not run.
+    pub operator_password: Option<String>,
     /// With `spec.tls`: valkey-cli's client side (the cluster's own Secret's certificate).
     pub tls: Option<ClientTls>,
 }
 
-/// The password of the members' `spec.auth`, if they have one (its Secret named there or
-/// generated as `<cluster>-auth`).
-async fn password(
+/// The default user's and the operator's passwords of the members' `spec.auth`, if they
+/// have one (its Secret named there or generated as `<cluster>-auth`, `<cluster>-operator`).
+async fn passwords(
     apis: &ClusterApis,
     cluster: &str,
     members: &[ValkeyNode],
-) -> Result<Option<String>> {
+) -> Result<(Option<String>, Option<String>)> {
     let Some(auth) = members.iter().find_map(|n| n.spec.auth.clone()) else {
-        return Ok(None);
+        return Ok((None, None));
     };
-    let (secret, key) = match auth.password_secret_ref {
-        Some(r) => (r.name, r.key),
-        None => (
-            names::generated_auth_secret_name(cluster),
-            "password".to_string(),
-        ),
+    let generated = |name: String| SecretKeyRef {
+        name,
+        key: "password".to_string(),
     };
-    let secret = apis.secrets.get(&secret).await?;
+    let default = auth
+        .password_secret_ref
+        .unwrap_or_else(|| generated(names::generated_auth_secret_name(cluster)));
+    let operator = auth
+        .operator_secret_ref
+        .unwrap_or_else(|| generated(names::generated_operator_secret_name(cluster)));
+    Ok((
+        Some(secret_value(apis, &default).await?),
+        Some(secret_value(apis, &operator).await?),
+    ))
+}
+
+/// The value of `reference`.
+async fn secret_value(apis: &ClusterApis, reference: &SecretKeyRef) -> Result<String> {
+    let (secret, key) = (&reference.name, &reference.key);
+    let secret = apis.secrets.get(secret).await?;
     let value = secret
         .data
-        .and_then(|d| d.get(&key).cloned())
+        .and_then(|d| d.get(key).cloned())
         .with_context(|| {
             format!(
                 "Secret {} has no key {key}",
                 secret.metadata.name.unwrap_or_default()
             )
         })?;
-    Ok(Some(String::from_utf8(value.0)?))
+    Ok(String::from_utf8(value.0)?)
 }
 
 /// [`Access`] to the members that exist now (those with a ClusterIP).
@@ -99,8 +116,10 @@ pub async fn access(apis: &ClusterApis, cluster: &str) -> Result<Access> {
         Some(tls) => Some(client_of_secret(&apis.secrets, &tls.secret_name, cluster).await?),
         None => None,
     };
+    let (password, operator_password) = passwords(apis, cluster, &nodes).await?;
     Ok(Access {
-        password: password(apis, cluster, &nodes).await?,
+        password,
+        operator_password,
         members,
         tls,
     })
@@ -155,6 +174,29 @@ impl Access {
     pub fn cli(&self, ip: &str, args: &[&str]) -> String {
         let mut all: Vec<String> = vec!["-h".into(), ip.into(), "-p".into(), PORT.to_string()];
         all.extend(self.auth_args());
+        all.extend(args.iter().map(|a| a.to_string()));
+        run_cli(&all).0
+    }
+
+    /// [`Access::cli`] as the `operator` user (the default user's when the members have no
+    /// passwords): for `CONFIG`, `CLIENT KILL`, `CLUSTER SETSLOT` and the other admin
+    /// commands, which the default user may not run.
+    pub fn admin_cli(&self, ip: &str, args: &[&str]) -> String {
+        let Some(password) = &self.operator_password else {
+            return self.cli(ip, args);
+        };
+        let mut all: Vec<String> = vec!["-h".into(), ip.into(), "-p".into(), PORT.to_string()];
+        all.extend(
+            [
+                "--user",
+                "operator",
+                "-a",
+                password.as_str(),
+                "--no-auth-warning",
+            ]
+            .map(String::from),
+        );
+        all.extend(self.tls.iter().flat_map(ClientTls::cli_args));
         all.extend(args.iter().map(|a| a.to_string()));
         run_cli(&all).0
     }

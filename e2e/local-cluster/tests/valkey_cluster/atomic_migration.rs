@@ -13,7 +13,7 @@ use crate::env::{Env, RESHAPE};
 
 /// The `name`, `operation` and `state` of each job `CLUSTER GETSLOTMIGRATIONS` lists on `ip`.
 fn jobs(access: &Access, ip: &str) -> Vec<(String, String, String)> {
-    let text = access.cli(ip, &["CLUSTER", "GETSLOTMIGRATIONS"]);
+    let text = access.admin_cli(ip, &["CLUSTER", "GETSLOTMIGRATIONS"]);
     // valkey-cli prints each job's fields and values one per line.
     let mut out = Vec::new();
     let mut fields: Vec<&str> = Vec::new();
@@ -69,7 +69,7 @@ async fn atomic_slot_migration_survives_a_killed_controller() {
     // in flight when the controller is killed.
     for m in &originals.members {
         assert_eq!(
-            originals.cli(&m.ip, &["CONFIG", "SET", "rdb-key-save-delay", "200"]),
+            originals.admin_cli(&m.ip, &["CONFIG", "SET", "rdb-key-save-delay", "200"]),
             "OK"
         );
     }
@@ -136,7 +136,7 @@ async fn atomic_slot_migration_survives_a_killed_controller() {
 
     for m in &originals.members {
         assert_eq!(
-            originals.cli(&m.ip, &["CONFIG", "SET", "rdb-key-save-delay", "0"]),
+            originals.admin_cli(&m.ip, &["CONFIG", "SET", "rdb-key-save-delay", "0"]),
             "OK"
         );
     }

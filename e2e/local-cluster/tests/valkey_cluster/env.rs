@@ -319,7 +319,8 @@ impl Env {
     /// With no `spec.auth`, both Secrets were generated and owned by the cluster: clients
     /// need the default password, the `operator` user has its own, replication logs in
     /// as `replication` (the replicas are in sync, see `healthy`), which may do nothing but
-    /// replicate: the `masterauth` any client reads opens no admin account. A member that
+    /// replicate, and the default user runs no admin command (it cannot read `masterauth`
+    /// either). A member that
     /// loses the user gets it back live and its replica syncs again.
     pub(crate) async fn passwords_guard(&self, name: &str, access: &Access) {
         let uid = self.apis.clusters.get(name).await.unwrap().uid();
@@ -352,11 +353,14 @@ impl Env {
         assert_eq!(operator, "operator");
         for m in &access.members {
             assert_eq!(
-                access.cli(&m.ip, &["CONFIG", "GET", "masteruser"]),
+                access.admin_cli(&m.ip, &["CONFIG", "GET", "masteruser"]),
                 "masteruser\nreplication"
             );
         }
-        let masterauth = access.cli(ip, &["CONFIG", "GET", "masterauth"]);
+        // The clients' user runs no admin command: the masterauth below is the operator's to
+        // read.
+        local_cluster::testing::assert_default_user_is_a_clients(|args| access.cli(ip, args), true);
+        let masterauth = access.admin_cli(ip, &["CONFIG", "GET", "masterauth"]);
         let masterauth = masterauth.strip_prefix("masterauth\n").unwrap();
         assert!(!passwords.iter().any(|p| p == masterauth));
         let as_replication = |ip: &str, args: &[&str]| {

@@ -62,7 +62,7 @@ async fn rolling_update_keeps_acknowledged_writes() {
             let Some(ip) = access.ip(&member) else {
                 return Ok(Err(format!("{member} has no address")));
             };
-            let got = access.cli(ip, &["CONFIG", "GET", "maxmemory"]);
+            let got = access.admin_cli(ip, &["CONFIG", "GET", "maxmemory"]);
             if got != "maxmemory\n209715200" {
                 return Ok(Err(format!("{member} answers {got:?}")));
             }
@@ -183,13 +183,13 @@ async fn rolling_update_keeps_acknowledged_writes() {
         );
         let ip = access.ip(member).unwrap();
         assert_eq!(
-            access.cli(ip, &["CONFIG", "GET", "tcp-backlog"]),
+            access.admin_cli(ip, &["CONFIG", "GET", "tcp-backlog"]),
             "tcp-backlog\n256",
             "{member}"
         );
         // The live value survived the restart: it is in the file the server reads at start.
         assert_eq!(
-            access.cli(ip, &["CONFIG", "GET", "maxmemory"]),
+            access.admin_cli(ip, &["CONFIG", "GET", "maxmemory"]),
             "maxmemory\n209715200",
             "{member}"
         );

@@ -36,7 +36,7 @@ async fn a_cluster_forms_scales_and_keeps_every_key() {
     // The planner places replicas; Valkey's own replica migration is off.
     for m in &access.members {
         assert_eq!(
-            access.cli(&m.ip, &["CONFIG", "GET", "cluster-allow-replica-migration"]),
+            access.admin_cli(&m.ip, &["CONFIG", "GET", "cluster-allow-replica-migration"]),
             "cluster-allow-replica-migration\nno"
         );
     }

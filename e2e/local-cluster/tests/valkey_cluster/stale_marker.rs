@@ -56,12 +56,12 @@ fn myself(access: &Access, ip: &str) -> anyhow::Result<ClusterNode> {
 
 /// `CONFIG GET` of one parameter ("" for an empty value).
 fn config_get(access: &Access, ip: &str, name: &str) -> String {
-    let reply = access.cli(ip, &["CONFIG", "GET", name]);
+    let reply = access.admin_cli(ip, &["CONFIG", "GET", name]);
     reply.lines().nth(1).unwrap_or_default().to_string()
 }
 
 fn config_set(access: &Access, ip: &str, name: &str, value: &str) {
-    let reply = access.cli(ip, &["CONFIG", "SET", name, value]);
+    let reply = access.admin_cli(ip, &["CONFIG", "SET", name, value]);
     assert_eq!(reply, "OK", "CONFIG SET {name} {value:?} on {ip}");
 }
 
@@ -186,9 +186,9 @@ async fn a_replica_that_missed_the_end_of_a_move_is_healed() {
     .await;
 
     // The slot opens while B' is online: it has B's importing marker, as it should.
-    let opened = access.cli(&b_ip, &["CLUSTER", "SETSLOT", &s, "IMPORTING", &a_id]);
+    let opened = access.admin_cli(&b_ip, &["CLUSTER", "SETSLOT", &s, "IMPORTING", &a_id]);
     assert_eq!(opened, "OK", "SETSLOT {slot} IMPORTING on {b}");
-    let opened = access.cli(&a_ip, &["CLUSTER", "SETSLOT", &s, "MIGRATING", &b_id]);
+    let opened = access.admin_cli(&a_ip, &["CLUSTER", "SETSLOT", &s, "MIGRATING", &b_id]);
     assert_eq!(opened, "OK", "SETSLOT {slot} MIGRATING on {a}");
 
     // B' is frozen (SIGSTOP) so it cannot reconnect before its offset has left B's backlog:
@@ -197,7 +197,7 @@ async fn a_replica_that_missed_the_end_of_a_move_is_healed() {
     let pod = format!("{NS}/{}", statefulset_pod_name(&replica));
     let full_syncs = info_number(&access, &b_ip, "stats", "sync_full");
     control.freeze(&pod).await.unwrap();
-    let killed = access.cli(&b_ip, &["CLIENT", "KILL", "TYPE", "replica"]);
+    let killed = access.admin_cli(&b_ip, &["CLIENT", "KILL", "TYPE", "replica"]);
     let cut = Instant::now();
     assert_eq!(killed, "1", "CLIENT KILL TYPE replica on {b}");
     let cut_offset = info_number(&access, &b_ip, "replication", "master_repl_offset");
@@ -252,8 +252,16 @@ async fn a_replica_that_missed_the_end_of_a_move_is_healed() {
     migrate.extend(keys.iter().copied());
     assert_eq!(access.cli(&a_ip, &migrate), "OK", "MIGRATE on {a}");
     let node = ["CLUSTER", "SETSLOT", &s, "NODE", &b_id];
-    assert_eq!(access.cli(&b_ip, &node), "OK", "SETSLOT {slot} NODE on {b}");
-    assert_eq!(access.cli(&a_ip, &node), "OK", "SETSLOT {slot} NODE on {a}");
+    assert_eq!(
+        access.admin_cli(&b_ip, &node),
+        "OK",
+        "SETSLOT {slot} NODE on {b}"
+    );
+    assert_eq!(
+        access.admin_cli(&a_ip, &node),
+        "OK",
+        "SETSLOT {slot} NODE on {a}"
+    );
     let moved = fork.elapsed();
     let state = replica_state(&access, &b_ip);
     assert_ne!(

@@ -62,7 +62,7 @@ async fn three_data_nodes_and_three_sentinels_form() {
     assert!(anonymous.starts_with("NOAUTH"), "{anonymous}");
     assert_eq!(access.cli(ip, &["SET", "k", "v"]), "OK");
     assert_eq!(
-        access.cli(ip, &["CONFIG", "GET", "min-replicas-to-write"]),
+        access.operator_cli(ip, &["CONFIG", "GET", "min-replicas-to-write"]),
         "min-replicas-to-write\n1"
     );
     assert_ne!(access.password, access.sentinel_password);
@@ -153,18 +153,20 @@ async fn sentinels_are_scraped(env: &Env, access: &GroupAccess) {
     }
 }
 
-/// Replicas log in as `replication`, which may do nothing but replicate: the `masterauth`
-/// any client reads opens no admin account. A primary that loses the user (as one whose
+/// Replicas log in as `replication`, which may do nothing but replicate, and the default
+/// user may not read its `masterauth` (nor run any admin command). A primary that loses the user (as one whose
 /// config predates it would lack it) gets it back live, and its replicas' links come back.
 async fn replication_user(env: &Env, name: &str, access: &GroupAccess, primary: &str) {
     let ip = access.ip(primary).unwrap();
     for m in &access.data {
         assert_eq!(
-            access.cli(&m.ip, &["CONFIG", "GET", "masteruser"]),
+            access.operator_cli(&m.ip, &["CONFIG", "GET", "masteruser"]),
             "masteruser\nreplication"
         );
     }
-    let masterauth = access.cli(ip, &["CONFIG", "GET", "masterauth"]);
+    // The clients' user runs no admin command: the masterauth below is the operator's to read.
+    local_cluster::testing::assert_default_user_is_a_clients(|args| access.cli(ip, args), false);
+    let masterauth = access.operator_cli(ip, &["CONFIG", "GET", "masterauth"]);
     let masterauth = masterauth.strip_prefix("masterauth\n").unwrap();
     assert_ne!(masterauth, access.operator_password);
     assert_ne!(masterauth, access.password);

@@ -171,7 +171,7 @@ async fn data_nodes_and_sentinels_scale_out_and_in() {
         SETTLE,
         || async {
             for ip in &data_ips {
-                let got = access.cli(ip, &["CONFIG", "GET", "maxmemory"]);
+                let got = access.operator_cli(ip, &["CONFIG", "GET", "maxmemory"]);
                 if got != "maxmemory\n209715200" {
                     return Ok(Err(format!("{ip} answers {got:?}")));
                 }
