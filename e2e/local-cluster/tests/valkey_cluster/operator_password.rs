@@ -18,7 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use kube::api::{Patch, PatchParams, PostParams};
 use local_cluster::cluster_testing::{Access, AckedWriter, valkey_cluster};
-use local_cluster::testing::{events_about, valkey_cli_as};
+use local_cluster::testing::{events_about, ready_node, valkey_cli_as};
 use serde_json::json;
 
 use crate::env::{Env, FAILOVER, FORM, SETTLE};
@@ -286,16 +286,24 @@ async fn another_operator_secret_rolls_the_members_and_rotates_the_password() {
         .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
-    env.wait("every member to run the new template", FORM, || async {
-        for node in env.apis.members(name).await? {
-            let member = node.name_any();
-            let w = node.status.and_then(|s| s.workload).unwrap_or_default();
-            if w.revision.is_none() || w.revision != w.desired_revision || !w.ready {
-                return Ok(Err(format!("{member} at {:?}", w.revision)));
+    // Each member's pod replaced and ready: the revisions alone could still be the old
+    // template's for a moment, before node-controller saw the change.
+    env.wait(
+        "every member's pod to be replaced and ready",
+        FORM,
+        || async {
+            for (m, before) in access.members.iter().zip(&before) {
+                let old = before.as_deref();
+                if ready_node(&env.apis.nodes, &env.apis.pods, &m.name, old)
+                    .await?
+                    .is_none()
+                {
+                    return Ok(Err(format!("{} not replaced and ready yet", m.name)));
+                }
             }
-        }
-        Ok(Ok(()))
-    })
+            Ok(Ok(()))
+        },
+    )
     .await;
     let after = uids().await;
     assert!(
