@@ -480,6 +480,37 @@ impl LocalCluster {
         all[all.len().saturating_sub(lines)..].join("\n")
     }
 
+    /// The last `lines` lines of the latest log of `container` in the pod with `uid` on the
+    /// node agent (`agent/pods/<uid>/<container>/<restart>.log`): for a failure message
+    /// about a container that exits, whose own words (a crash report) are there.
+    pub fn container_log_tail(&self, uid: &str, container: &str, lines: usize) -> String {
+        let dir = self
+            .layout
+            .run_dir
+            .join("agent/pods")
+            .join(uid)
+            .join(container);
+        let latest = std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                let restart: u32 = name.strip_suffix(".log")?.parse().ok()?;
+                Some((restart, e.path()))
+            })
+            .max_by_key(|(restart, _)| *restart);
+        let Some((restart, path)) = latest else {
+            return format!("(no log in {})", dir.display());
+        };
+        let text = String::from_utf8_lossy(&std::fs::read(path).unwrap_or_default()).into_owned();
+        let all: Vec<&str> = text.lines().collect();
+        format!(
+            "{restart}.log:\n{}",
+            all[all.len().saturating_sub(lines)..].join("\n")
+        )
+    }
+
     /// A component's whole log (empty when it has none yet).
     fn log_text(&self, name: &str) -> String {
         let path = self.layout.run_dir.join("logs").join(format!("{name}.log"));

@@ -67,8 +67,14 @@ async fn a_full_restart_reforms_with_data() {
                     .await?;
                     let pod = statefulset_pod_name(member);
                     let agent = env.cluster.log_matching("node-agent", &pod, 12);
+                    // A server that exits at start says why in its own log.
+                    let uid = env.apis.pods.get_opt(&pod).await?.and_then(|p| p.uid());
+                    let valkey = uid
+                        .map(|uid| env.cluster.container_log_tail(&uid, "valkey", 60))
+                        .unwrap_or_default();
                     return Ok(Err(format!(
-                        "not back: {why}\nthe node agent on {pod}:\n{agent}"
+                        "not back: {why}\nthe node agent on {pod}:\n{agent}\n\
+                         its valkey container's log, {valkey}"
                     )));
                 }
             }

@@ -234,10 +234,16 @@ impl Env {
 }
 
 impl Drop for Env {
+    /// Keeps the run dir when asked, and after a failure: its logs (the controllers', each
+    /// container's) are the post-mortem.
     fn drop(&mut self) {
-        if std::env::var_os("E2E_KEEP_RUN_DIRS").is_some() {
+        let failed = std::thread::panicking();
+        if failed || std::env::var_os("E2E_KEEP_RUN_DIRS").is_some() {
             let dir = std::mem::replace(&mut self._run, tempfile::tempdir().unwrap());
-            let _ = dir.keep();
+            let kept = dir.keep();
+            if failed {
+                eprintln!("run dir kept after the failure: {}", kept.display());
+            }
         }
     }
 }
