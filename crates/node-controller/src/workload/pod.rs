@@ -213,8 +213,11 @@ pub(super) fn operator_secret(node: &ValkeyNode) -> Option<&SecretKeyRef> {
 }
 
 /// Only the key the env var reads, as [`OPERATOR_PASSWORD_FILE_NAME`], readable by the valkey
-/// group alone as the users Secret is. Not optional, as the env var is not: the container
-/// cannot start without that key anyway.
+/// group alone as the users Secret is. Optional: the env var, which is not, already keeps
+/// the container from starting without the key, and says so (`CreateContainerConfigError`,
+/// naming the Secret, which the node reports); a required volume would hold the pod in
+/// `ContainerCreating` first, with the reason only in an Event. The hooks read the env
+/// var when the file is missing.
 fn operator_password_volume(secret: &SecretKeyRef) -> Volume {
     Volume {
         name: OPERATOR_PASSWORD_VOLUME.into(),
@@ -226,7 +229,7 @@ fn operator_password_volume(secret: &SecretKeyRef) -> Volume {
                 mode: None,
             }]),
             default_mode: Some(0o440),
-            optional: Some(false),
+            optional: Some(true),
         }),
         ..Default::default()
     }
@@ -453,7 +456,8 @@ mod tests {
                 }]
             );
             assert_eq!(secret.default_mode, Some(0o440));
-            assert_eq!(secret.optional, Some(false));
+            // The env var reports a missing Secret; the volume must not hold the pod first.
+            assert_eq!(secret.optional, Some(true));
             // In the valkey container alone, where the hooks run.
             let p = pod(&d);
             let mut mounted = Vec::new();
