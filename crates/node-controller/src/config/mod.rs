@@ -15,6 +15,7 @@
 
 pub mod args;
 mod auth;
+mod nodes_conf;
 pub mod replication;
 pub mod tls;
 mod users;
@@ -23,6 +24,7 @@ pub use auth::{
     EXPORTER_AUTH_DIR, EXPORTER_PASSWORD_FILE, auth_file_script, exporter_logs_in_as_monitoring,
     exporter_password_file_script, sentinel_auth_script,
 };
+pub use nodes_conf::shard_id_repair_script;
 pub use users::{users_file_script, users_secret};
 
 use crd_types::conditions::reasons::ConfigValid;
@@ -39,6 +41,8 @@ use crd_types::{ValkeyNode, ValkeyNodeSpec};
 pub const CONFIG_DIR: &str = "/etc/valkey";
 /// The data directory: the PVC or an emptyDir.
 pub const DATA_DIR: &str = "/data";
+/// A cluster member's own cluster state, kept by Valkey in the data directory.
+pub const CLUSTER_CONFIG_FILE: &str = "/data/nodes.conf";
 /// File name of a server's config.
 pub const SERVER_CONFIG_FILE: &str = "valkey.conf";
 /// File name of a sentinel's config.
@@ -325,7 +329,7 @@ pub fn render(spec: &ValkeyNodeSpec, cluster_ip: Option<&str>) -> Result<Rendere
             push(&mut text, "protected-mode", "no");
             let (ip_directive, port_directive) = if spec.mode == Mode::Cluster {
                 push(&mut text, "cluster-enabled", "yes");
-                push(&mut text, "cluster-config-file", "/data/nodes.conf");
+                push(&mut text, "cluster-config-file", CLUSTER_CONFIG_FILE);
                 push(&mut text, "cluster-port", &ports::CLUSTER_BUS.to_string());
                 push(
                     &mut text,

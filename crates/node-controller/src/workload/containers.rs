@@ -146,8 +146,10 @@ pub(super) fn valkey_container(node: &ValkeyNode, rendered: &RenderedConfig) -> 
 /// everyone. It then writes the users: a data node's to its auth file, a sentinel's into its
 /// config copy (see [`crate::config::sentinel_auth_script`]); those of a data node's users
 /// Secret to its users file (see [`crate::config::users_file_script`]); a replication data
-/// node's shell decides its role, see [`scripts`]; a TLS node's adds the certificate
-/// reload where the server has it (see [`crate::config::tls::auto_reload_script`]). `exec`
+/// node's shell decides its role, see [`scripts`]; a cluster member's repairs the replicas'
+/// shard ids in its nodes.conf (see [`crate::config::shard_id_repair_script`]); a TLS node's
+/// adds the certificate reload where the server has it (see
+/// [`crate::config::tls::auto_reload_script`]). `exec`
 /// keeps the server the container's process; `$0` is the program.
 fn server_command(node: &ValkeyNode, program: &str) -> Vec<String> {
     let mut checks = Vec::new();
@@ -183,6 +185,9 @@ fn server_command(node: &ValkeyNode, program: &str) -> Vec<String> {
     }
     if node.spec.replication.is_some() && node.spec.mode != Mode::Sentinel {
         checks.push(scripts::data_role());
+    }
+    if node.spec.mode == Mode::Cluster {
+        checks.push(crate::config::shard_id_repair_script());
     }
     if node.spec.tls.is_some() {
         checks.push(crate::config::tls::auto_reload_script());
@@ -292,9 +297,21 @@ mod tests {
     fn server_command_and_config_mount() {
         let d = build(&node(Mode::Cluster, |_| {}));
         let c = container(&d, "valkey");
+        // Even without passwords a cluster member's shell repairs its nodes.conf first.
+        let repair_then_start = format!(
+            "{}\nexec \"$0\" \"$@\"",
+            crate::config::shard_id_repair_script()
+        );
         assert_eq!(
             c.command.as_deref(),
-            Some(&["valkey-server".to_string()][..])
+            Some(
+                &[
+                    "sh".into(),
+                    "-c".into(),
+                    repair_then_start,
+                    "valkey-server".into()
+                ][..]
+            )
         );
         assert_eq!(
             c.args.as_deref(),
@@ -480,10 +497,15 @@ mod tests {
         assert_eq!(command[3], "valkey-server", "$0 is the program");
         // The auth file goes to a scratch directory, not the host's /tmp.
         let dir = tempfile::tempdir().unwrap();
-        let script = command[2].replace(
-            crate::config::AUTH_FILE,
-            dir.path().join("auth.conf").to_str().unwrap(),
-        );
+        let script = command[2]
+            .replace(
+                crate::config::AUTH_FILE,
+                dir.path().join("auth.conf").to_str().unwrap(),
+            )
+            .replace(
+                crate::config::CLUSTER_CONFIG_FILE,
+                dir.path().join("nodes.conf").to_str().unwrap(),
+            );
         let run = |env: &[(&str, &str)]| {
             let out = std::process::Command::new("sh")
                 .args(["-c", &script, "echo"])
@@ -512,8 +534,8 @@ mod tests {
             assert!(!success && stdout.is_empty(), "{bad:?}");
             assert!(stderr.contains("refusing to start"), "{stderr}");
         }
-        // Without auth the server is started directly.
-        let plain = build(&node(Mode::Cluster, |_| {}));
+        // Without auth a standalone server is started directly.
+        let plain = build(&node(Mode::Standalone, |_| {}));
         assert_eq!(
             container(&plain, "valkey").command.as_deref(),
             Some(&["valkey-server".to_string()][..])
