@@ -1,4 +1,6 @@
-//! Scenario 3: every pod deleted at once; the cluster reforms with its data.
+//! Scenario 3: every pod deleted at once; the cluster reforms with its data. And a member
+//! whose saved cluster state puts a replica in another shard than its primary (which Valkey
+//! 8.0 and 8.1 refuse at every start) comes back.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -7,9 +9,11 @@ use crd_types::names::statefulset_pod_name;
 use kube::ResourceExt;
 use kube::api::DeleteParams;
 use local_cluster::cluster_testing::{DataSet, ready_status, valkey_cluster};
-use local_cluster::testing::{ContainerExits, ready_node, why_node_not_ready};
+use local_cluster::testing::{
+    ContainerExits, pod_ready, ready_node, signal, valkey_server_pid, why_node_not_ready,
+};
 
-use crate::env::{Env, FORM};
+use crate::env::{Env, FORM, SETTLE};
 
 /// Scenario 3: every pod of a 3x1 cluster with persistence is deleted at once; the cluster
 /// comes back Ready with the same node identities and every key, with no manual step.
@@ -115,6 +119,116 @@ async fn a_full_restart_reforms_with_data() {
         Env::ids(&access, &members),
         ids,
         "every member kept its node id"
+    );
+    data.verify(&access).await.unwrap();
+    env.finish().await;
+}
+
+/// A replica's server is frozen, its nodes.conf gets another shard id on its own line (what a
+/// server that logged "Shard id ... diverges from existing primary shard id" saved in CI), and
+/// the server is killed, so it cannot save over the file. Valkey 8.0 and 8.1 refuse such a
+/// file at every start (valkey-io/valkey#2171); the start shell gives the replica its
+/// primary's shard id first, so the container restarts once, and the member is back in its
+/// shard with its data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_saved_in_another_shard_than_its_primary_starts_again() {
+    let env = Env::start().await;
+    let name = "astray";
+    let access = env.create_ready(valkey_cluster(name, 1, 1, true)).await;
+    let data = DataSet::new("key", 1_000);
+    data.load(&access).await.unwrap();
+    let (primary, replica) = env.primary_and_successor(name, &access, 0).await;
+    let shard_of = |ip: &str| {
+        access
+            .admin_cli(ip, &["CLUSTER", "MYSHARDID"])
+            .trim()
+            .to_string()
+    };
+    let shard = shard_of(&primary.ip);
+    assert_eq!(shard_of(&replica.ip), shard);
+    let pod_name = statefulset_pod_name(&replica.name);
+    let pod = env.apis.pods.get(&pod_name).await.unwrap();
+    let uid = pod.uid().unwrap();
+    let restarts = |pod: &k8s_openapi::api::core::v1::Pod| {
+        pod.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .and_then(|c| c.iter().find(|c| c.name == "valkey"))
+            .map_or(0, |c| c.restart_count)
+    };
+    let before = restarts(&pod);
+    let pod_ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap();
+
+    let pid = valkey_server_pid(&pod_ip).unwrap();
+    signal(pid, "STOP").unwrap();
+    // The server's working directory is its data directory, where nodes.conf is.
+    let conf = format!("/proc/{pid}/cwd/nodes.conf");
+    let text = std::fs::read_to_string(&conf).unwrap();
+    let stray = "0123456789abcdef0123456789abcdef01234567";
+    let own = format!("{} ", replica.id);
+    let astray: String = text
+        .lines()
+        .map(|line| match line.starts_with(&own) {
+            true => line.replace(&format!("shard-id={shard}"), &format!("shard-id={stray}")),
+            false => line.to_string(),
+        })
+        .map(|line| line + "\n")
+        .collect();
+    assert_eq!(
+        astray.matches(stray).count(),
+        1,
+        "the replica's own line carries its shard id:\n{text}"
+    );
+    // Written in place, keeping the file's owner.
+    std::fs::write(&conf, &astray).unwrap();
+    signal(pid, "KILL").unwrap();
+
+    env.wait(
+        "the replica's server to start again and be ready",
+        FORM,
+        || async {
+            let pod = env.apis.pods.get(&pod_name).await?;
+            let log = env.cluster.container_log_tail(&uid, "valkey", 40);
+            Ok(match restarts(&pod) > before && pod_ready(&pod) {
+                true => Ok(()),
+                false => Err(format!(
+                    "{} restarts (from {before}), ready {}; its log, {log}",
+                    restarts(&pod),
+                    pod_ready(&pod)
+                )),
+            })
+        },
+    )
+    .await;
+    let pod = env.apis.pods.get(&pod_name).await.unwrap();
+    assert_eq!(pod.uid().as_deref(), Some(&*uid), "the same pod");
+    assert_eq!(restarts(&pod), before + 1, "one restart, no crash loop");
+    let log = env.cluster.container_log_tail(&uid, "valkey", 400);
+    assert!(
+        log.contains(&format!(
+            "replica {} had shard id {stray}, its primary {} has {shard}: the replica takes it",
+            replica.id, primary.id
+        )),
+        "the start shell repaired the file: {log}"
+    );
+    env.wait(
+        "the replica to be back in its primary's shard",
+        SETTLE,
+        || async {
+            let now = shard_of(&replica.ip);
+            Ok(if now == shard {
+                Ok(())
+            } else {
+                Err(format!("shard id {now}"))
+            })
+        },
+    )
+    .await;
+    env.healthy(name, &access, 1, 1).await;
+    assert_eq!(
+        access.node_id(&replica.ip).unwrap(),
+        replica.id,
+        "same node id"
     );
     data.verify(&access).await.unwrap();
     env.finish().await;
