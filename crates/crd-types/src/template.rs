@@ -324,6 +324,20 @@ pub const DEFAULT_USER_RULES: &str = "~* &* +@all -@admin +role +lastsave \
      +cluster|replicas +cluster|slaves +client|list +slowlog|get +slowlog|len \
      +latency|latest +latency|history";
 
+/// What the `default` user (the clients' password) may do on a sentinel that has an
+/// [`OPERATOR_USER`]: what a Sentinel-aware client asks (the primary's address, the group's
+/// primaries, replicas and sentinels, `ROLE`, `INFO`, subscribing to `+switch-master`), and
+/// not what changes the group: every `SENTINEL` subcommand is `@admin` in Sentinel, so
+/// `SET`, `REMOVE`, `MONITOR`, `RESET`, `FAILOVER`, `CONFIG`, `IS-MASTER-DOWN-BY-ADDR` (a
+/// vote in a leader election) and the rest go with `-@admin`, and `PUBLISH`, with which a
+/// client could feed Sentinel a forged hello message naming another primary, is denied. The
+/// subcommands named exist on 8.0+ (the `primary` names are 8.0's).
+pub const SENTINEL_DEFAULT_USER_RULES: &str = "~* &* +@all -@admin -publish +role \
+     +client|list +sentinel|get-master-addr-by-name +sentinel|get-primary-addr-by-name \
+     +sentinel|masters +sentinel|primaries +sentinel|master +sentinel|primary \
+     +sentinel|replicas +sentinel|slaves +sentinel|sentinels +sentinel|myid \
+     +sentinel|ckquorum +sentinel|info-cache +sentinel|pending-scripts";
+
 /// The ACL user replicas log in to their primary as. It may only replicate, so the
 /// `masterauth` any client can read with `CONFIG GET` opens no admin account.
 pub const REPLICATION_USER: &str = "replication";

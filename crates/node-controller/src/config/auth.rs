@@ -14,7 +14,7 @@ use crd_types::template::{
     ATOMIC_MIGRATION_RULES, COMMANDLOG_RULES, DEFAULT_USER_RULES, MONITORING_PASSWORD_PREFIX,
     MONITORING_USER, MONITORING_USER_RULES, OPERATOR_USER, PROBE_USER, PROBE_USER_RULES,
     REPLICATION_PASSWORD_PREFIX, REPLICATION_USER, REPLICATION_USER_RULES,
-    SENTINEL_MONITORING_USER_RULES,
+    SENTINEL_DEFAULT_USER_RULES, SENTINEL_MONITORING_USER_RULES,
 };
 
 use super::{AUTH_FILE, OPERATOR_PASSWORD_ENV, PASSWORD_ENV, POD_IP_ENV};
@@ -214,8 +214,9 @@ fn refuse_empty_quoted(what: &str) -> String {
 /// sentinel-user|sentinel-pass`, for a replication member its group's `sentinel
 /// auth-user|auth-pass` (the login to the data nodes, as `operator`), and the `# ???`
 /// comments 8.0 and 8.1 turn their own unparsable lines into (old passwords, in clear).
-/// Users: the default one's password and the readiness probe's `probe` user (PING only, no
-/// password), `operator` (sentinels log in to each other as it too) and next to an exporter
+/// Users: the default one (with `operator` there, a client's rights only, see
+/// [`SENTINEL_DEFAULT_USER_RULES`], and its password on its `user` line; else `requirepass`),
+/// the readiness probe's `probe` user (PING only, no password), `operator` (sentinels log in to each other as it too) and next to an exporter
 /// the read-only `monitoring` user. The umask is set for Sentinel too, which writes the
 /// file (passwords included) with it. `None` for data nodes
 /// (see [`auth_file_script`]) and sentinels without passwords.
@@ -241,11 +242,22 @@ pub fn sentinel_auth_script(spec: &ValkeyNodeSpec, conf: &str) -> Option<String>
     let op = format!("${OPERATOR_PASSWORD_ENV}");
     let mut lines = vec!["umask 077".to_string(), VALKEY_QUOTE.to_string()];
     let mut users = Vec::new();
-    if password {
+    if operator {
+        // Clients' rights only, as on a data node; the line holds the password.
+        users.push(match password {
+            true => format!(
+                "printf 'user default on %s {SENTINEL_DEFAULT_USER_RULES}\\n' {}",
+                quoted(&format!(">${PASSWORD_ENV}"))
+            ),
+            false => format!("printf 'user default on nopass {SENTINEL_DEFAULT_USER_RULES}\\n'"),
+        });
+    } else if password {
         users.push(format!(
             "printf 'requirepass %s\\n' {}",
             quoted(&format!("${PASSWORD_ENV}"))
         ));
+    }
+    if password {
         // The readiness probe's, as on a data node: the password above may rotate live.
         users.push(format!(
             "printf 'user {PROBE_USER} on {PROBE_USER_RULES}\\n'"
@@ -610,15 +622,17 @@ Sentinel Sentinel-Pass o"p q\r
                     sentinel auth-user other admin\n\
                     sentinel myid f4d73e0d22c113a79679868b6865c67862b2c83c\n\
                     sentinel current-epoch 0\nsentinel auth-pass other theirs\n";
-        let users = concat!(
-            r#"requirepass "a\"b c\\d""#,
-            "\n",
-            "user probe on nopass resetchannels -@all +ping\n",
-            r#"user operator on ">o\"p q\\r" ~* &* +@all"#,
-            "\n",
-            "sentinel sentinel-user operator\n",
-            r#"sentinel sentinel-pass "o\"p q\\r""#,
-            "\n",
+        let users = format!(
+            "{}{SENTINEL_DEFAULT_USER_RULES}\n{}",
+            r#"user default on ">a\"b c\\d" "#,
+            concat!(
+                "user probe on nopass resetchannels -@all +ping\n",
+                r#"user operator on ">o\"p q\\r" ~* &* +@all"#,
+                "\n",
+                "sentinel sentinel-user operator\n",
+                r#"sentinel sentinel-pass "o\"p q\\r""#,
+                "\n",
+            )
         );
         // A replication member's sentinel also logs in to its group's data nodes; a group
         // monitored by hand keeps its own login.
@@ -670,6 +684,13 @@ Sentinel Sentinel-Pass o"p q\r
             "{after}"
         );
         assert!(!after.contains("requirepass"), "{after}");
+        // Its default user has no password, and a client's rights still.
+        assert!(
+            after.contains(&format!(
+                "user default on nopass {SENTINEL_DEFAULT_USER_RULES}\n"
+            )),
+            "{after}"
+        );
 
         // No passwords, nothing to write.
         let open = with_auth(Mode::Sentinel, false, false);
