@@ -157,6 +157,62 @@ pub fn assert_default_user_is_a_clients(cli: impl Fn(&[&str]) -> String, cluster
     }
 }
 
+/// Asserts what a ValkeyReplication sentinel's default user may do, through `cli`
+/// (valkey-cli logged in as it on one sentinel of `group`): nothing that changes the group
+/// or the sentinel (every such command below is `NOPERM`, `PUBLISH` too, which could feed it
+/// a forged hello), and what a Sentinel-aware client asks still answers.
+pub fn assert_sentinel_default_user_is_a_clients(cli: impl Fn(&[&str]) -> String, group: &str) {
+    let refused: [&[&str]; 16] = [
+        &["SENTINEL", "SET", group, "quorum", "1"],
+        &["SENTINEL", "REMOVE", group],
+        &["SENTINEL", "MONITOR", "hijack", "127.0.0.1", "1", "1"],
+        &["SENTINEL", "FAILOVER", group],
+        &["SENTINEL", "RESET", group],
+        &["SENTINEL", "CONFIG", "GET", "*"],
+        &[
+            "SENTINEL",
+            "IS-MASTER-DOWN-BY-ADDR",
+            "127.0.0.1",
+            "1",
+            "0",
+            "*",
+        ],
+        &["SENTINEL", "FLUSHCONFIG"],
+        &["SENTINEL", "DEBUG"],
+        &["SENTINEL", "SIMULATE-FAILURE", "crash-after-election"],
+        &["PUBLISH", "__sentinel__:hello", "forged"],
+        &["ACL", "LIST"],
+        &["ACL", "SETUSER", "operator", ">taken-over"],
+        &["CLIENT", "KILL", "TYPE", "normal"],
+        &["CLIENT", "PAUSE", "1"],
+        &["SHUTDOWN", "NOSAVE"],
+    ];
+    for args in refused {
+        let got = cli(args);
+        assert!(
+            got.starts_with("NOPERM"),
+            "sentinel default user {args:?}: {got}"
+        );
+    }
+    assert_eq!(cli(&["ACL", "WHOAMI"]), "default");
+    for (args, shows) in [
+        (&["ROLE"][..], "sentinel"),
+        (&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", group], "6379"),
+        (&["SENTINEL", "MASTERS"], group),
+        (&["SENTINEL", "REPLICAS", group], "name"),
+        (&["SENTINEL", "SENTINELS", group], "name"),
+        (&["SENTINEL", "CKQUORUM", group], "OK"),
+        (&["CLIENT", "LIST"], "id="),
+        (&["INFO", "sentinel"], group),
+    ] {
+        let got = cli(args);
+        assert!(
+            !got.starts_with("NOPERM") && got.contains(shows),
+            "sentinel default user {args:?}: {got}"
+        );
+    }
+}
+
 /// Events with `reason` about the object of `kind` named `name`.
 pub async fn events_about(
     events: &Api<Event>,

@@ -166,6 +166,12 @@ async fn replication_user(env: &Env, name: &str, access: &GroupAccess, primary: 
     }
     // The clients' user runs no admin command: the masterauth below is the operator's to read.
     local_cluster::testing::assert_default_user_is_a_clients(|args| access.cli(ip, args), false);
+    // Nor on a sentinel: the group stays the operator's to change.
+    let sentinel = &access.sentinels[0].ip;
+    local_cluster::testing::assert_sentinel_default_user_is_a_clients(
+        |args| access.sentinel_cli(sentinel, args),
+        &access.name,
+    );
     let masterauth = access.operator_cli(ip, &["CONFIG", "GET", "masterauth"]);
     let masterauth = masterauth.strip_prefix("masterauth\n").unwrap();
     assert_ne!(masterauth, access.operator_password);
