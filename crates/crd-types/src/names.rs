@@ -226,6 +226,9 @@ pub mod ports {
     /// Client port of valkey-server (modes Standalone and Cluster).
     pub const VALKEY: i32 = 6379;
     pub const VALKEY_NAME: &str = "valkey";
+    /// Plain-text client port of a TLS data node whose `tls.plainTextClients` is on.
+    pub const VALKEY_PLAIN: i32 = 6380;
+    pub const VALKEY_PLAIN_NAME: &str = "valkey-plain";
     /// Cluster bus (mode Cluster): always the client port + 10000.
     pub const CLUSTER_BUS: i32 = VALKEY + 10000;
     pub const CLUSTER_BUS_NAME: &str = "cluster-bus";
@@ -309,6 +312,7 @@ mod tests {
         // IANA_SVC_NAME: at most 15 characters, lower-case letters, digits and '-'.
         for name in [
             ports::VALKEY_NAME,
+            ports::VALKEY_PLAIN_NAME,
             ports::CLUSTER_BUS_NAME,
             ports::SENTINEL_NAME,
             ports::METRICS_NAME,

@@ -108,6 +108,15 @@ pub struct ValkeyNodeSpec {
     pub replication: Option<NodeReplication>,
 }
 
+impl ValkeyNodeSpec {
+    /// Whether the node serves clients in plain text on [`crate::names::ports::VALKEY_PLAIN`]
+    /// next to TLS ([`crate::template::Tls::plain_text_clients`]): data nodes only, as
+    /// sentinels serve TLS alone.
+    pub fn serves_plain_text_beside_tls(&self) -> bool {
+        self.mode != Mode::Sentinel && self.tls.as_ref().is_some_and(|t| t.plain_text_clients)
+    }
+}
+
 /// What a data node or sentinel of a ValkeyReplication needs to know at start.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]

@@ -450,12 +450,12 @@ pub struct Auth {
 pub const DEFAULT_PASSWORD_OVERLAP_SECONDS: i64 = 300;
 
 /// TLS for clients, replication, the cluster bus and Sentinel, from a Secret the user names.
-/// Set at creation only: TLS and plain-text members cannot talk to each other, so turning it
-/// on or off would split a running topology. Certificates are renewed by updating the
-/// Secret's content: members load it without a restart.
+/// Set at creation only (but for `plainTextClients`): TLS and plain-text members cannot talk
+/// to each other, so turning it on or off would split a running topology. Certificates are
+/// renewed by updating the Secret's content: members load it without a restart.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("self == oldSelf").message("tls cannot be changed after creation: TLS and plain-text members cannot talk to each other; renew certificates by updating the Secret's content, which members load without a restart"))]
+#[x_kube(validation = Rule::new("self.secretName == oldSelf.secretName && self.authClients == oldSelf.authClients").message("tls cannot be changed after creation (but for plainTextClients): TLS and plain-text members cannot talk to each other; renew certificates by updating the Secret's content, which members load without a restart"))]
 pub struct Tls {
     /// A Secret in the cert-manager layout (type kubernetes.io/tls): `tls.crt`, `tls.key`
     /// and `ca.crt`. Every member serves `tls.crt` and also presents it as its client
@@ -472,14 +472,22 @@ pub struct Tls {
     #[serde(default)]
     #[x_kube(validation = Rule::new("self in ['Never', 'Optional', 'Required']").message("tls.authClients must be Never, Optional or Required"))]
     pub auth_clients: TlsAuthClients,
+    /// A data node also serves clients in plain text, on port 6380 (`valkey-plain`, on its
+    /// Service too), while clients move to TLS; replication, the cluster bus and Sentinel
+    /// stay TLS, and so does port 6379. A cluster redirects each client to the port of its
+    /// own kind. Sentinels name the TLS port, so a Sentinel-aware client must use TLS.
+    /// Passwords apply on both ports. Off by default; may be turned on and off (the members
+    /// roll, one at a time).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub plain_text_clients: bool,
 }
 
 /// TLS of a ValkeyCluster or ValkeyReplication: from a Secret the user names, or, without
 /// one, from a CA the operator keeps for the topology, which issues each member its own
-/// certificate. Set at creation only, like [`Tls`].
+/// certificate. Set at creation only (but for `plainTextClients`), like [`Tls`].
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("self == oldSelf").message("tls cannot be changed after creation: TLS and plain-text members cannot talk to each other, and members keep the CA they trust; renew certificates by updating the Secret's content, which members load without a restart"))]
+#[x_kube(validation = Rule::new("(has(self.secretName) ? self.secretName : '') == (has(oldSelf.secretName) ? oldSelf.secretName : '') && self.authClients == oldSelf.authClients").message("tls cannot be changed after creation (but for plainTextClients): TLS and plain-text members cannot talk to each other, and members keep the CA they trust; renew certificates by updating the Secret's content, which members load without a restart"))]
 pub struct TopologyTls {
     /// A Secret in the cert-manager layout (`tls.crt`, `tls.key`, `ca.crt`) that every
     /// member serves, and presents as its client certificate: it must allow server and
@@ -499,6 +507,14 @@ pub struct TopologyTls {
     #[serde(default)]
     #[x_kube(validation = Rule::new("self in ['Never', 'Optional', 'Required']").message("tls.authClients must be Never, Optional or Required"))]
     pub auth_clients: TlsAuthClients,
+    /// A data node also serves clients in plain text, on port 6380 (`valkey-plain`, on its
+    /// Service too), while clients move to TLS; replication, the cluster bus and Sentinel
+    /// stay TLS, and so does port 6379. A cluster redirects each client to the port of its
+    /// own kind. Sentinels name the TLS port, so a Sentinel-aware client must use TLS.
+    /// Passwords apply on both ports. Off by default; may be turned on and off (the members
+    /// roll, one at a time).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub plain_text_clients: bool,
 }
 
 /// Valkey's `tls-auth-clients`.

@@ -472,6 +472,38 @@ fn tls_is_set_at_creation_and_checked() {
         None,
         "tls.secretName is a Secret name",
     );
+    // The plain-text client port may come and go; the rest stays.
+    let both = tls(json!({"secretName": "cache-tls", "plainTextClients": true}));
+    accepted::<ValkeyNode>(&both, Some(&a));
+    accepted::<ValkeyNode>(&a, Some(&both));
+    let both_renamed = tls(json!({"secretName": "other-tls", "plainTextClients": true}));
+    rejected::<ValkeyNode>(
+        &both_renamed,
+        Some(&a),
+        "tls cannot be changed after creation (but for plainTextClients)",
+    );
+    let issued_both =
+        cluster(json!({"shards": 3, "template": {}, "tls": {"plainTextClients": true}}));
+    accepted::<ValkeyCluster>(&issued_both, Some(&issued));
+    accepted::<ValkeyCluster>(&issued, Some(&issued_both));
+    let strict = cluster(
+        json!({"shards": 3, "template": {}, "tls": {"authClients": "Required", "plainTextClients": true}}),
+    );
+    rejected::<ValkeyCluster>(
+        &strict,
+        Some(&issued),
+        "tls cannot be changed after creation",
+    );
+    let group = |t: Value| replication(json!({"template": {}, "tls": t}));
+    accepted::<ValkeyReplication>(
+        &group(json!({"secretName": "t", "plainTextClients": true})),
+        Some(&group(json!({"secretName": "t"}))),
+    );
+    rejected::<ValkeyReplication>(
+        &group(json!({"secretName": "u"})),
+        Some(&group(json!({"secretName": "t"}))),
+        "tls cannot be changed after creation",
+    );
     rejected::<ValkeyNode>(
         &node(json!({"config": {"tls-replication": "no"}})),
         None,

@@ -24,7 +24,8 @@ pub struct Port {
     pub port: i32,
 }
 
-/// The ports the node's Service exposes, by mode, plus the exporter's when there is one.
+/// The ports the node's Service exposes, by mode, plus a TLS data node's plain-text client
+/// port when it has one and the exporter's when there is one.
 pub fn ports(node: &ValkeyNode) -> Vec<Port> {
     let mut list = match node.spec.mode {
         Mode::Standalone => vec![Port {
@@ -46,6 +47,15 @@ pub fn ports(node: &ValkeyNode) -> Vec<Port> {
             port: ports::SENTINEL,
         }],
     };
+    if node.spec.serves_plain_text_beside_tls() {
+        list.insert(
+            1,
+            Port {
+                name: ports::VALKEY_PLAIN_NAME,
+                port: ports::VALKEY_PLAIN,
+            },
+        );
+    }
     if let Some(exporter) = &node.spec.template.exporter {
         list.push(Port {
             name: ports::METRICS_NAME,
@@ -222,6 +232,32 @@ pub(crate) mod tests {
                 named("metrics", 9200)
             ]
         );
+    }
+
+    #[test]
+    fn a_tls_data_node_with_plain_text_clients_adds_their_port() {
+        let plain_beside = |mode| {
+            let mut n = node(mode);
+            n.spec.tls = Some(crd_types::template::Tls {
+                secret_name: "t".into(),
+                auth_clients: Default::default(),
+                plain_text_clients: true,
+            });
+            port_list(&desired(&n).unwrap())
+        };
+        assert_eq!(
+            plain_beside(Mode::Cluster),
+            [
+                named("valkey", 6379),
+                named("valkey-plain", 6380),
+                named("cluster-bus", 16379)
+            ]
+        );
+        assert_eq!(
+            plain_beside(Mode::Standalone),
+            [named("valkey", 6379), named("valkey-plain", 6380)]
+        );
+        assert_eq!(plain_beside(Mode::Sentinel), [named("sentinel", 26379)]);
     }
 
     #[test]

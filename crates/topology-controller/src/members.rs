@@ -151,7 +151,7 @@ pub fn member(
                 .spec
                 .tls
                 .as_ref()
-                .map(|t| member_tls(t, &member_name)),
+                .map(|t| member_tls(t, &member_name, true)),
             rollout_policy: RolloutPolicy::Gated,
             allowed_revision,
             replication: None,
@@ -166,14 +166,16 @@ pub fn member(
 }
 
 /// The `spec.tls` member `member` of a topology with `spec` runs with: the user's Secret,
-/// or the one the operator issues it.
-pub fn member_tls(spec: &TopologyTls, member: &str) -> Tls {
+/// or the one the operator issues it; a plain-text client port too where the spec asks for
+/// one and the member is a data node (`data`): sentinels serve TLS only.
+pub fn member_tls(spec: &TopologyTls, member: &str, data: bool) -> Tls {
     Tls {
         secret_name: spec
             .secret_name
             .clone()
             .unwrap_or_else(|| names::member_tls_secret_name(member)),
         auth_clients: spec.auth_clients,
+        plain_text_clients: data && spec.plain_text_clients,
     }
 }
 

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use crd_types::names::{labels, ports};
 use crd_types::network::NetworkPolicySpec;
-use crd_types::template::ValkeyNodeTemplate;
+use crd_types::template::{TopologyTls, ValkeyNodeTemplate};
 use crd_types::{ValkeyCluster, ValkeyReplication};
 use k8s_openapi::api::networking::v1::{
     NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
@@ -54,10 +54,19 @@ pub fn cluster_policy(cluster: &ValkeyCluster, operator_namespace: &str) -> Vec<
         members,
         &spec.network_policy,
         &spec.template,
-        &[ports::VALKEY],
+        &client_ports(spec.tls.as_ref(), &[ports::VALKEY]),
         Some(bus),
         operator_namespace,
     )
+}
+
+/// `ports`, and the data nodes' plain-text client port when TLS has one beside it.
+fn client_ports(tls: Option<&TopologyTls>, ports: &[i32]) -> Vec<i32> {
+    let mut list = ports.to_vec();
+    if tls.is_some_and(|t| t.plain_text_clients) {
+        list.push(ports::VALKEY_PLAIN);
+    }
+    list
 }
 
 /// A ValkeyReplication's policy over its data nodes and sentinels.
@@ -74,7 +83,7 @@ pub fn replication_policy(
         members,
         &spec.network_policy,
         &spec.template,
-        &[ports::VALKEY, ports::SENTINEL],
+        &client_ports(spec.tls.as_ref(), &[ports::VALKEY, ports::SENTINEL]),
         None,
         operator_namespace,
     )
@@ -301,6 +310,20 @@ mod tests {
         let policies = replication_policy(&r, "valkey-operator-system");
         let ingress = spec_json(&policies[0])["ingress"].clone();
         assert_eq!(ingress.as_array().unwrap().len(), 1, "{ingress}");
+        // TLS with plain-text clients: their port is a client port too.
+        r.spec.tls = Some(TopologyTls {
+            plain_text_clients: true,
+            ..Default::default()
+        });
+        let policies = replication_policy(&r, "valkey-operator-system");
+        assert_eq!(
+            spec_json(&policies[0])["ingress"][0]["ports"],
+            json!([
+                {"port": 6379, "protocol": "TCP"},
+                {"port": 26379, "protocol": "TCP"},
+                {"port": 6380, "protocol": "TCP"},
+            ])
+        );
     }
 
     #[test]

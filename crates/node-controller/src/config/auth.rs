@@ -790,6 +790,7 @@ Sentinel Sentinel-Pass o"p q\r
         tls.tls = Some(crd_types::template::Tls {
             secret_name: "orders-tls".into(),
             auth_clients: Default::default(),
+            plain_text_clients: false,
         });
         let script = exporter_password_file_script(&tls).unwrap();
         let text = run(&script, &env, "9.1.2", EXPORTER_PASSWORD_FILE).unwrap();

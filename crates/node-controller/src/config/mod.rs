@@ -322,7 +322,9 @@ pub fn render(spec: &ValkeyNodeSpec, cluster_ip: Option<&str>) -> Result<Rendere
     let tls = spec.tls.as_ref();
     match spec.mode {
         Mode::Standalone | Mode::Cluster => {
-            for (name, value) in tls::listen(tls, ports::VALKEY) {
+            for (name, value) in
+                tls::listen(tls, ports::VALKEY, spec.serves_plain_text_beside_tls())
+            {
                 push(&mut text, name, &value);
             }
             push(&mut text, "dir", DATA_DIR);
@@ -357,7 +359,7 @@ pub fn render(spec: &ValkeyNodeSpec, cluster_ip: Option<&str>) -> Result<Rendere
             }
         }
         Mode::Sentinel => {
-            for (name, value) in tls::listen(tls, ports::SENTINEL) {
+            for (name, value) in tls::listen(tls, ports::SENTINEL, false) {
                 push(&mut text, name, &value);
             }
             push(&mut text, "dir", DATA_DIR);
@@ -1002,6 +1004,7 @@ mod tests {
         s.tls = Some(Tls {
             secret_name: "orders-tls".into(),
             auth_clients,
+            plain_text_clients: false,
         });
         s
     }
@@ -1071,6 +1074,39 @@ mod tests {
         ]);
         assert_eq!(lines(&c.text), expected);
         assert!(!c.text.contains("cluster-announce-port"), "{}", c.text);
+    }
+
+    #[test]
+    fn plain_text_clients_open_port_6380_on_data_nodes_only() {
+        let plain_beside = |mode| {
+            let mut s = with_tls(spec(mode, Announce::Service, &[]), TlsAuthClients::Never);
+            s.tls.as_mut().unwrap().plain_text_clients = true;
+            lines(&config(render(&s, Some("10.96.0.8"))).text)
+                .into_iter()
+                .filter(|l| l.contains("port"))
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        // A cluster member announces 6380 as its plain-text `port` by default, 6379 as TLS.
+        assert_eq!(
+            plain_beside(Mode::Cluster),
+            [
+                "port 6380",
+                "tls-port 6379",
+                "cluster-port 16379",
+                "cluster-announce-bus-port 16379",
+                "cluster-announce-tls-port 6379",
+            ]
+        );
+        assert_eq!(
+            plain_beside(Mode::Standalone),
+            ["port 6380", "tls-port 6379", "replica-announce-port 6379"]
+        );
+        // Sentinels name the TLS port and serve TLS alone.
+        assert_eq!(
+            plain_beside(Mode::Sentinel),
+            ["port 0", "tls-port 26379", "sentinel announce-port 26379"]
+        );
     }
 
     #[test]

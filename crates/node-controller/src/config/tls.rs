@@ -3,7 +3,8 @@
 //! measured on the Valkey builds we ship.
 //!
 //! A TLS node serves TLS only (`port 0`) on the port a plain-text node uses, so Services,
-//! NetworkPolicies and the TCP probes do not change. Replication, the cluster bus and
+//! NetworkPolicies and the TCP probes do not change. A data node asked to
+//! (`tls.plainTextClients`) also serves clients in plain text on port 6380. Replication, the cluster bus and
 //! Sentinel's links use TLS too: a TLS and a plain-text member cannot talk to each other,
 //! which is why `spec.tls` is set at creation only. Every member presents `tls.crt` as its
 //! client certificate as well (Valkey's default without `tls-client-cert-file`): the cluster
@@ -11,6 +12,7 @@
 //!
 //! Without `spec.tls` nothing here adds a byte: existing nodes do not roll.
 
+use crd_types::names::ports;
 use crd_types::node::Mode;
 use crd_types::template::{TLS_CA_KEY, TLS_CERT_KEY, TLS_DIR, TLS_KEY_KEY, Tls, TlsAuthClients};
 
@@ -59,10 +61,20 @@ pub(super) fn cluster_announce_port_directive(tls: Option<&Tls>) -> &'static str
     }
 }
 
-/// `port` and, with TLS, `tls-port` for a node serving on `port`.
-pub(super) fn listen(tls: Option<&Tls>, port: i32) -> Vec<(&'static str, String)> {
+/// `port` and, with TLS, `tls-port` for a node serving on `port`; with `plain_beside`
+/// (see [`crd_types::ValkeyNodeSpec::serves_plain_text_beside_tls`]) plain text on
+/// [`ports::VALKEY_PLAIN`] as well. A cluster member then announces that one as its `port`
+/// (its default), and a cluster sends each client to the port of the client's own kind.
+pub(super) fn listen(
+    tls: Option<&Tls>,
+    port: i32,
+    plain_beside: bool,
+) -> Vec<(&'static str, String)> {
     match tls {
-        Some(_) => vec![("port", "0".into()), ("tls-port", port.to_string())],
+        Some(_) => {
+            let plain = if plain_beside { ports::VALKEY_PLAIN } else { 0 };
+            vec![("port", plain.to_string()), ("tls-port", port.to_string())]
+        }
         None => vec![("port", port.to_string())],
     }
 }
@@ -151,6 +163,7 @@ mod tests {
         let tls = Tls {
             secret_name: "orders-tls".into(),
             auth_clients: TlsAuthClients::Required,
+            plain_text_clients: false,
         };
         let over = cli_over_tls(script, Some(&tls));
         assert_eq!(

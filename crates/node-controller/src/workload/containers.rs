@@ -84,6 +84,12 @@ pub(super) fn valkey_container(node: &ValkeyNode, rendered: &RenderedConfig) -> 
     let mode = node.spec.mode;
     let (port, port_name) = main_port(mode);
     let mut container_ports = vec![container_port(port_name, port)];
+    if node.spec.serves_plain_text_beside_tls() {
+        container_ports.push(container_port(
+            ports::VALKEY_PLAIN_NAME,
+            ports::VALKEY_PLAIN,
+        ));
+    }
     if mode == Mode::Cluster {
         container_ports.push(container_port(ports::CLUSTER_BUS_NAME, ports::CLUSTER_BUS));
     }
@@ -291,6 +297,26 @@ mod tests {
             port_names(container(&d, "valkey")),
             [name("sentinel", 26379)]
         );
+        // A TLS data node may serve plain-text clients beside; a sentinel never does.
+        let plain_beside = |mode| {
+            let d = build(&node(mode, |s| {
+                s.tls = Some(crd_types::template::Tls {
+                    secret_name: "t".into(),
+                    auth_clients: Default::default(),
+                    plain_text_clients: true,
+                });
+            }));
+            port_names(container(&d, "valkey"))
+        };
+        assert_eq!(
+            plain_beside(Mode::Cluster),
+            [
+                name("valkey", 6379),
+                name("valkey-plain", 6380),
+                name("cluster-bus", 16379)
+            ]
+        );
+        assert_eq!(plain_beside(Mode::Sentinel), [name("sentinel", 26379)]);
     }
 
     #[test]

@@ -228,6 +228,7 @@ mod tests {
             s.tls = Some(Tls {
                 secret_name: "orders-tls".into(),
                 auth_clients: TlsAuthClients::Optional,
+                plain_text_clients: false,
             });
             s.template.exporter = Some(Exporter {
                 image: "e".into(),

@@ -564,6 +564,7 @@ mod tests {
             s.tls = Some(Tls {
                 secret_name: "orders-tls".into(),
                 auth_clients: Default::default(),
+                plain_text_clients: false,
             });
             f(s);
         }))
@@ -793,6 +794,7 @@ mod tests {
         let tls = Tls {
             secret_name: "orders-tls".into(),
             auth_clients: Default::default(),
+            plain_text_clients: false,
         };
         let group = |s: &mut crd_types::ValkeyNodeSpec| {
             s.replication = Some(NodeReplication {

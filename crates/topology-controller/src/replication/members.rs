@@ -145,7 +145,10 @@ pub fn member(
             mode,
             template,
             auth: Some(auth),
-            tls: spec.tls.as_ref().map(|t| member_tls(t, &member_name)),
+            tls: spec
+                .tls
+                .as_ref()
+                .map(|t| member_tls(t, &member_name, matches!(at, At::Data(_)))),
             rollout_policy: RolloutPolicy::Gated,
             allowed_revision,
             replication: Some(context.clone()),

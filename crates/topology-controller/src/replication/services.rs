@@ -40,38 +40,47 @@ pub fn client_services(replication: &ValkeyReplication) -> Vec<Service> {
             components::SENTINEL.to_string(),
         ),
     ]);
-    let valkey = (ports::VALKEY_NAME, ports::VALKEY);
-    let sentinel = (ports::SENTINEL_NAME, ports::SENTINEL);
+    let mut valkey = vec![(ports::VALKEY_NAME, ports::VALKEY)];
+    if replication
+        .spec
+        .tls
+        .as_ref()
+        .is_some_and(|t| t.plain_text_clients)
+    {
+        valkey.push((ports::VALKEY_PLAIN_NAME, ports::VALKEY_PLAIN));
+    }
+    let sentinel = vec![(ports::SENTINEL_NAME, ports::SENTINEL)];
     vec![
         service(
             replication,
             names::primary_service_name(&name),
             data(labels::ROLE_PRIMARY),
-            valkey,
+            &valkey,
         ),
         service(
             replication,
             names::replicas_service_name(&name),
             data(labels::ROLE_REPLICA),
-            valkey,
+            &valkey,
         ),
         service(
             replication,
             names::sentinel_service_name(&name),
             sentinels,
-            sentinel,
+            &sentinel,
         ),
     ]
 }
 
-/// A ClusterIP Service owned by the group, selecting `selector`, serving `port` (its name and
-/// number, the pods' named port as target). Only ready pods: a client must not land on a
-/// node that cannot serve.
+/// A ClusterIP Service owned by the group, selecting `selector`, serving `ports` (each its
+/// name and number, the pods' named port as target; a TLS group's data nodes' plain-text
+/// port too when it has one). Only ready pods: a client must not land on a node that cannot
+/// serve.
 fn service(
     replication: &ValkeyReplication,
     name: String,
     selector: BTreeMap<String, String>,
-    (port_name, port): (&str, i32),
+    ports: &[(&str, i32)],
 ) -> Service {
     let group = replication.name_any();
     Service {
@@ -94,13 +103,18 @@ fn service(
         spec: Some(ServiceSpec {
             type_: Some("ClusterIP".into()),
             selector: Some(selector),
-            ports: Some(vec![ServicePort {
-                name: Some(port_name.into()),
-                port,
-                target_port: Some(IntOrString::String(port_name.into())),
-                protocol: Some("TCP".into()),
-                ..Default::default()
-            }]),
+            ports: Some(
+                ports
+                    .iter()
+                    .map(|&(port_name, port)| ServicePort {
+                        name: Some(port_name.into()),
+                        port,
+                        target_port: Some(IntOrString::String(port_name.into())),
+                        protocol: Some("TCP".into()),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
             publish_not_ready_addresses: Some(false),
             ..Default::default()
         }),
@@ -161,6 +175,29 @@ mod tests {
             services[0].metadata.owner_references.as_ref().unwrap()[0].kind,
             "ValkeyReplication"
         );
+        assert_eq!(spec(0).ports.unwrap().len(), 1);
+
+        // TLS with plain-text clients: both data Services add the port, not the sentinels'.
+        r.spec.tls = Some(crd_types::template::TopologyTls {
+            plain_text_clients: true,
+            ..Default::default()
+        });
+        let services = client_services(&r);
+        let ports = |i: usize| -> Vec<(String, i32)> {
+            let spec = services[i].spec.clone().unwrap();
+            spec.ports
+                .unwrap()
+                .into_iter()
+                .map(|p| (p.name.unwrap(), p.port))
+                .collect()
+        };
+        let data = [
+            ("valkey".to_string(), 6379),
+            ("valkey-plain".to_string(), 6380),
+        ];
+        assert_eq!(ports(0), data);
+        assert_eq!(ports(1), data);
+        assert_eq!(ports(2), [("sentinel".to_string(), 26379)]);
     }
 
     #[test]

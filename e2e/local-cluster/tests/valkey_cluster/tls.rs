@@ -1,10 +1,11 @@
 //! `spec.tls`: a cluster whose members serve a Secret's certificate on the client port and
-//! the cluster bus, TLS only, and load a renewed certificate without a restart.
+//! the cluster bus, TLS only, and load a renewed certificate without a restart; and one that
+//! serves plain-text clients beside TLS while asked to.
 
 use std::time::Instant;
 
 use crd_types::template::{Exporter, TlsAuthClients, TopologyTls};
-use local_cluster::cluster_testing::{MemberAddr, valkey_cluster};
+use local_cluster::cluster_testing::{DataSet, MemberAddr, valkey_cluster};
 use local_cluster::images::exporter_image;
 use local_cluster::testing::valkey_cli_as;
 use local_cluster::valkey_tls::{
@@ -15,7 +16,7 @@ use local_cluster::valkey_tls::{
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 
-use crate::env::{Env, FORM, NS, SETTLE};
+use crate::env::{Env, FORM, NS, ROLL, SETTLE};
 
 const CLIENT_PORT: u16 = 6379;
 const BUS_PORT: u16 = 16379;
@@ -48,6 +49,7 @@ async fn a_cluster_speaks_only_tls_and_loads_a_renewed_certificate_live() {
     cluster.spec.tls = Some(TopologyTls {
         secret_name: Some(secret_name.into()),
         auth_clients: TlsAuthClients::Never,
+        plain_text_clients: false,
     });
     cluster.spec.template.exporter = Some(Exporter {
         image: exporter_image().unwrap(),
@@ -251,6 +253,7 @@ async fn a_cluster_serves_certificates_the_operator_issues_per_member() {
     cluster.spec.tls = Some(TopologyTls {
         secret_name: None,
         auth_clients: TlsAuthClients::Required,
+        plain_text_clients: false,
     });
     let created = Instant::now();
     env.apis.create(&cluster).await.unwrap();
@@ -406,4 +409,168 @@ async fn wait_served(
         Ok(stale.is_empty().then_some(()).ok_or(stale.join("; ")))
     })
     .await;
+}
+
+/// `tls.plainTextClients` turned on and off on a running TLS cluster: the members roll onto
+/// a plain-text client port (6380, on their Services too) beside TLS on 6379; a plain-text
+/// client is redirected to the plain-text ports and a TLS client to the TLS ones; the bus
+/// and replication stay TLS. Turned off, the members roll back and 6380 is closed. Every
+/// key written before, through either port, is still there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn plain_text_clients_are_served_beside_tls_while_asked() {
+    let env = Env::start().await;
+    let name = "both";
+    let mut cluster = valkey_cluster(name, 2, 1, false);
+    cluster.spec.tls = Some(TopologyTls::default());
+    env.apis.create(&cluster).await.unwrap();
+    env.ready(name, FORM).await;
+    let access = env.exact_access(name, 2, 1).await;
+    env.healthy(name, &access, 2, 1).await;
+    let data = DataSet::new("both", 2_000);
+    data.load(&access).await.unwrap();
+    let password = access.password.clone().unwrap();
+    let plain = |ip: &str, args: &[&str]| {
+        let mut all = vec!["-p", "6380"];
+        all.extend(args);
+        valkey_cli_as(ip, Some((None, &password)), &all)
+    };
+    let first = &access.members[0];
+    let closed = plain(&first.ip, &["PING"]);
+    assert!(
+        closed.contains("Connection refused"),
+        "6380 before: {closed}"
+    );
+
+    let turned = Instant::now();
+    env.apis
+        .patch(
+            name,
+            serde_json::json!({"spec": {"tls": {"plainTextClients": true}}}),
+        )
+        .await
+        .unwrap();
+    env.wait(
+        "every member to answer plain text on 6380",
+        ROLL,
+        || async {
+            let closed: Vec<String> = access
+                .members
+                .iter()
+                .filter(|m| plain(&m.ip, &["PING"]) != "PONG")
+                .map(|m| m.name.clone())
+                .collect();
+            Ok(closed
+                .is_empty()
+                .then_some(())
+                .ok_or(format!("not yet: {closed:?}")))
+        },
+    )
+    .await;
+    eprintln!(
+        "both: plain text on every member {:?} after asking",
+        turned.elapsed()
+    );
+    env.ready(name, ROLL).await;
+    env.healthy(name, &access, 2, 1).await;
+
+    // Each client is sent to the ports of its own kind.
+    let slots_ports = |text: String| -> Vec<String> {
+        text.lines()
+            .filter(|l| *l == "6379" || *l == "6380")
+            .map(str::to_string)
+            .collect()
+    };
+    let over_plain = slots_ports(plain(&first.ip, &["CLUSTER", "SLOTS"]));
+    assert!(
+        !over_plain.is_empty() && over_plain.iter().all(|p| p == "6380"),
+        "{over_plain:?}"
+    );
+    let over_tls = slots_ports(access.cli(&first.ip, &["CLUSTER", "SLOTS"]));
+    assert!(
+        !over_tls.is_empty() && over_tls.iter().all(|p| p == "6379"),
+        "{over_tls:?}"
+    );
+    // Keys of both shards through one member's plain-text port, following redirections.
+    for i in 0..50 {
+        let key = format!("plain:{i}");
+        assert_eq!(plain(&first.ip, &["-c", "SET", &key, &key]), "OK", "{key}");
+        assert_eq!(
+            access.cli_cluster(&["GET", &key]),
+            key,
+            "{key} read over TLS"
+        );
+    }
+    for m in &access.members {
+        assert_eq!(access.cli(&m.ip, &["PING"]), "PONG", "{} over TLS", m.name);
+        // Replication and the bus stay TLS.
+        let info = access.admin_cli(&m.ip, &["CONFIG", "GET", "tls-replication"]);
+        assert_eq!(info, "tls-replication\nyes", "{}", m.name);
+        let info = access.admin_cli(&m.ip, &["CONFIG", "GET", "tls-cluster"]);
+        assert_eq!(info, "tls-cluster\nyes", "{}", m.name);
+        let service: k8s_openapi::api::core::v1::Service =
+            kube::Api::namespaced(env.client.clone(), NS)
+                .get(&m.name)
+                .await
+                .unwrap();
+        let ports: Vec<(String, i32)> = service
+            .spec
+            .and_then(|s| s.ports)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|p| (p.name.unwrap_or_default(), p.port))
+            .collect();
+        assert!(
+            ports.contains(&("valkey-plain".to_string(), 6380)),
+            "{}: {ports:?}",
+            m.name
+        );
+    }
+
+    env.apis
+        .patch(
+            name,
+            serde_json::json!({"spec": {"tls": {"plainTextClients": false}}}),
+        )
+        .await
+        .unwrap();
+    env.wait("every member to close 6380", ROLL, || async {
+        let open: Vec<String> = access
+            .members
+            .iter()
+            .filter(|m| !plain(&m.ip, &["PING"]).contains("Connection refused"))
+            .map(|m| m.name.clone())
+            .collect();
+        Ok(open
+            .is_empty()
+            .then_some(())
+            .ok_or(format!("still open: {open:?}")))
+    })
+    .await;
+    env.ready(name, ROLL).await;
+    env.healthy(name, &access, 2, 1).await;
+    for m in &access.members {
+        let service: k8s_openapi::api::core::v1::Service =
+            kube::Api::namespaced(env.client.clone(), NS)
+                .get(&m.name)
+                .await
+                .unwrap();
+        let names: Vec<String> = service
+            .spec
+            .and_then(|s| s.ports)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|p| p.name)
+            .collect();
+        assert!(
+            !names.contains(&"valkey-plain".to_string()),
+            "{}: {names:?}",
+            m.name
+        );
+    }
+    data.verify(&access).await.unwrap();
+    for i in 0..50 {
+        let key = format!("plain:{i}");
+        assert_eq!(access.cli_cluster(&["GET", &key]), key, "{key}");
+    }
+    env.finish().await;
 }

@@ -59,6 +59,7 @@ async fn a_group_speaks_only_tls_and_loads_a_renewed_certificate_live() {
     group.spec.tls = Some(TopologyTls {
         secret_name: Some(secret_name.into()),
         auth_clients: TlsAuthClients::Required,
+        plain_text_clients: false,
     });
     group.spec.template.exporter = Some(Exporter {
         image: exporter_image().unwrap(),
@@ -243,6 +244,7 @@ async fn a_group_serves_certificates_the_operator_issues_per_member() {
     group.spec.tls = Some(TopologyTls {
         secret_name: None,
         auth_clients: TlsAuthClients::Optional,
+        plain_text_clients: false,
     });
     let created = Instant::now();
     let access = env.create_ready(group).await;
@@ -386,6 +388,7 @@ async fn a_9_1_sentinel_reloads_a_renewed_certificate_itself() {
     group.spec.tls = Some(TopologyTls {
         secret_name: Some(secret_name.into()),
         auth_clients: TlsAuthClients::Required,
+        plain_text_clients: false,
     });
     let access = env.create_ready(group).await;
     let tls = access.tls.clone().expect("the group has tls");
