@@ -104,6 +104,20 @@ pub fn valkey_cli_as(host: &str, login: Option<(Option<&str>, &str)>, args: &[&s
     stdout
 }
 
+/// `valkey-cli` to the plain-text client port (6380) a TLS data node opens with
+/// `tls.plainTextClients`, at `host` (a member's or a group's Service), as the default user.
+pub fn plain_text_cli(host: &str, password: &str, args: &[&str]) -> String {
+    let port = crd_types::names::ports::VALKEY_PLAIN.to_string();
+    let mut all = vec!["-p", &port];
+    all.extend(args);
+    valkey_cli_as(host, Some((None, password)), &all)
+}
+
+/// Whether a `valkey-cli` answer says that nothing listens there.
+pub fn connection_refused(answer: &str) -> bool {
+    answer.contains("Connection refused")
+}
+
 /// Asserts what a topology member's default user may do, through `cli` (valkey-cli logged
 /// in as it on one member): every admin command below is refused (`NOPERM`), the read-only
 /// ones clients use are not (docs/security.md, "Valkey users"). `cluster` adds the cluster

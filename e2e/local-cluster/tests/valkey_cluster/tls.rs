@@ -5,9 +5,9 @@
 use std::time::Instant;
 
 use crd_types::template::{Exporter, TlsAuthClients, TopologyTls};
-use local_cluster::cluster_testing::{DataSet, MemberAddr, valkey_cluster};
+use local_cluster::cluster_testing::{Access, MemberAddr, valkey_cluster};
 use local_cluster::images::exporter_image;
-use local_cluster::testing::valkey_cli_as;
+use local_cluster::testing::{connection_refused, plain_text_cli, valkey_cli_as};
 use local_cluster::valkey_tls::{
     ClientTls, ExtendedKeyUsagePurpose, Issued, Kept, TestCa, client_of_secret, create_secret,
     renew_secret, replace_secret, secret_certificate, secret_text,
@@ -382,6 +382,42 @@ enum Checked {
     Address,
 }
 
+/// Turns `tls.plainTextClients` of the cluster `name` on or off and waits until every member
+/// answers on 6380, or refuses it: each does once the roll has replaced its pod.
+async fn plain_text_clients(env: &Env, name: &str, access: &Access, on: bool) {
+    env.apis
+        .patch(
+            name,
+            serde_json::json!({"spec": {"tls": {"plainTextClients": on}}}),
+        )
+        .await
+        .unwrap();
+    let password = access.password.clone().unwrap_or_default();
+    let what = match on {
+        true => "every member to answer plain text on 6380",
+        false => "every member to refuse 6380",
+    };
+    env.wait(what, ROLL, || async {
+        let pending: Vec<String> = access
+            .members
+            .iter()
+            .filter(|m| {
+                let answer = plain_text_cli(&m.ip, &password, &["PING"]);
+                match on {
+                    true => answer != "PONG",
+                    false => !connection_refused(&answer),
+                }
+            })
+            .map(|m| m.name.clone())
+            .collect();
+        Ok(pending
+            .is_empty()
+            .then_some(())
+            .ok_or(format!("not yet: {pending:?}")))
+    })
+    .await;
+}
+
 /// Waits until each of `members` serves `wanted` on the client port and the bus.
 async fn wait_served(
     env: &Env,
@@ -426,52 +462,32 @@ async fn plain_text_clients_are_served_beside_tls_while_asked() {
     env.ready(name, FORM).await;
     let access = env.exact_access(name, 2, 1).await;
     env.healthy(name, &access, 2, 1).await;
-    let data = DataSet::new("both", 2_000);
-    data.load(&access).await.unwrap();
+    // Written over TLS with valkey-cli (the test's own cluster client speaks no TLS).
+    for i in 0..100 {
+        let key = format!("tls:{i}");
+        assert_eq!(access.cli_cluster(&["SET", &key, &key]), "OK", "{key}");
+    }
     let password = access.password.clone().unwrap();
-    let plain = |ip: &str, args: &[&str]| {
-        let mut all = vec!["-p", "6380"];
-        all.extend(args);
-        valkey_cli_as(ip, Some((None, &password)), &all)
-    };
+    let plain = |ip: &str, args: &[&str]| plain_text_cli(ip, &password, args);
     let first = &access.members[0];
     let closed = plain(&first.ip, &["PING"]);
-    assert!(
-        closed.contains("Connection refused"),
-        "6380 before: {closed}"
-    );
+    assert!(connection_refused(&closed), "6380 before: {closed}");
 
+    let members = env.apis.members(name).await.unwrap();
+    let pods_before = env.pod_starts(&members).await;
     let turned = Instant::now();
-    env.apis
-        .patch(
-            name,
-            serde_json::json!({"spec": {"tls": {"plainTextClients": true}}}),
-        )
-        .await
-        .unwrap();
-    env.wait(
-        "every member to answer plain text on 6380",
-        ROLL,
-        || async {
-            let closed: Vec<String> = access
-                .members
-                .iter()
-                .filter(|m| plain(&m.ip, &["PING"]) != "PONG")
-                .map(|m| m.name.clone())
-                .collect();
-            Ok(closed
-                .is_empty()
-                .then_some(())
-                .ok_or(format!("not yet: {closed:?}")))
-        },
-    )
-    .await;
+    plain_text_clients(&env, name, &access, true).await;
     eprintln!(
         "both: plain text on every member {:?} after asking",
         turned.elapsed()
     );
     env.ready(name, ROLL).await;
     env.healthy(name, &access, 2, 1).await;
+    // Each member took its new port in a new pod: the roll, one at a time.
+    let pods_after = env.pod_starts(&members).await;
+    for (member, (uid, _)) in &pods_before {
+        assert_ne!(&pods_after[member].0, uid, "{member}'s pod was replaced");
+    }
 
     // Each client is sent to the ports of its own kind.
     let slots_ports = |text: String| -> Vec<String> {
@@ -526,26 +542,7 @@ async fn plain_text_clients_are_served_beside_tls_while_asked() {
         );
     }
 
-    env.apis
-        .patch(
-            name,
-            serde_json::json!({"spec": {"tls": {"plainTextClients": false}}}),
-        )
-        .await
-        .unwrap();
-    env.wait("every member to close 6380", ROLL, || async {
-        let open: Vec<String> = access
-            .members
-            .iter()
-            .filter(|m| !plain(&m.ip, &["PING"]).contains("Connection refused"))
-            .map(|m| m.name.clone())
-            .collect();
-        Ok(open
-            .is_empty()
-            .then_some(())
-            .ok_or(format!("still open: {open:?}")))
-    })
-    .await;
+    plain_text_clients(&env, name, &access, false).await;
     env.ready(name, ROLL).await;
     env.healthy(name, &access, 2, 1).await;
     for m in &access.members {
@@ -567,9 +564,10 @@ async fn plain_text_clients_are_served_beside_tls_while_asked() {
             m.name
         );
     }
-    data.verify(&access).await.unwrap();
-    for i in 0..50 {
-        let key = format!("plain:{i}");
+    for key in (0..100)
+        .map(|i| format!("tls:{i}"))
+        .chain((0..50).map(|i| format!("plain:{i}")))
+    {
         assert_eq!(access.cli_cluster(&["GET", &key]), key, "{key}");
     }
     env.finish().await;

@@ -7,7 +7,7 @@ use crd_types::names::statefulset_pod_name;
 use crd_types::template::{Exporter, TlsAuthClients, TopologyTls};
 use local_cluster::images::exporter_image;
 use local_cluster::replication_testing::{GroupWriter, Route, valkey_replication};
-use local_cluster::testing::valkey_cli_as;
+use local_cluster::testing::{connection_refused, plain_text_cli, valkey_cli_as};
 use local_cluster::valkey_tls::{create_secret, renew_secret, secret_certificate, secret_text};
 
 use rustls::pki_types::CertificateDer;
@@ -370,6 +370,58 @@ async fn a_group_serves_certificates_the_operator_issues_per_member() {
     assert!(!events("CertificateIssued").await.is_empty());
     assert!(!events("CertificateReloaded").await.is_empty());
     assert!(events("CertificateRefused").await.is_empty());
+
+    // Plain-text clients beside TLS: the data nodes roll onto port 6380 and the group's
+    // Services carry it; the sentinels stay as they are (TLS only).
+    let uids = pod_uids(&env, name).await;
+    env.apis
+        .patch(
+            name,
+            serde_json::json!({"spec": {"tls": {"plainTextClients": true}}}),
+        )
+        .await
+        .unwrap();
+    let plain = |ip: &str, args: &[&str]| plain_text_cli(ip, &access.password, args);
+    let read_write = access.service_ip.clone().unwrap();
+    let read_only = access.replicas_service_ip.clone().unwrap();
+    env.wait(
+        "the data nodes and Services to serve 6380",
+        FORM,
+        || async {
+            let mut closed: Vec<String> = access
+                .data
+                .iter()
+                .filter(|m| plain(&m.ip, &["PING"]) != "PONG")
+                .map(|m| m.name.clone())
+                .collect();
+            if plain(&read_write, &["SET", "plain", "text"]) != "OK" {
+                closed.push("the read-write Service".into());
+            }
+            Ok(closed
+                .is_empty()
+                .then_some(())
+                .ok_or(format!("not yet: {closed:?}")))
+        },
+    )
+    .await;
+    env.ready_agreeing(name, None, SETTLE).await;
+    env.wait("the read-only Service to read it", SETTLE, || async {
+        let got = plain(&read_only, &["GET", "plain"]);
+        Ok((got == "text").then_some(()).ok_or(got))
+    })
+    .await;
+    assert_eq!(
+        access.cli(&read_write, &["GET", "plain"]),
+        "text",
+        "over TLS"
+    );
+    let now = pod_uids(&env, name).await;
+    for s in &access.sentinels {
+        let pod = statefulset_pod_name(&s.name);
+        assert_eq!(now.get(&pod), uids.get(&pod), "{} kept its pod", s.name);
+        let refused = plain(&s.ip, &["PING"]);
+        assert!(connection_refused(&refused), "{}: {refused}", s.name);
+    }
     env.finish().await;
 }
 
