@@ -258,6 +258,28 @@ impl Access {
         Ok(id)
     }
 
+    /// Whether every member says `cluster_state:ok` (`CLUSTER INFO`), as a client needs
+    /// (fred refuses a connection otherwise); `--cluster check` does not ask it. A primary
+    /// that just started says `fail` for its first 2 s (Valkey's writable delay) even when
+    /// its config is whole.
+    pub fn serving(&self) -> Progress<()> {
+        let not: Vec<String> = self
+            .members
+            .iter()
+            .filter(|m| {
+                !self
+                    .cli(&m.ip, &["CLUSTER", "INFO"])
+                    .lines()
+                    .any(|l| l.trim() == "cluster_state:ok")
+            })
+            .map(|m| m.name.clone())
+            .collect();
+        match not.is_empty() {
+            true => Ok(()),
+            false => Err(format!("not cluster_state:ok: {not:?}")),
+        }
+    }
+
     /// A fred cluster client seeded with every member's ClusterIP; it follows MOVED and ASK
     /// and reconnects for ever (every 250 ms).
     pub async fn client(&self) -> Result<ValkeyClient> {

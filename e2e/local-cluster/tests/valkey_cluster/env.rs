@@ -177,11 +177,16 @@ impl Env {
         access
     }
 
-    /// Valkey agrees with the spec and the status: `--cluster check` passes, the shape is
-    /// right (see [`shape`]) and every member's status.valkey matches what Valkey says.
+    /// Valkey agrees with the spec and the status: `--cluster check` passes, every member
+    /// serves (`cluster_state:ok`), the shape is right (see [`shape`]) and every member's
+    /// status.valkey matches what Valkey says.
     pub(crate) async fn healthy(&self, name: &str, access: &Access, shards: u32, replicas: u32) {
         self.wait("valkey-cli --cluster check to pass", SETTLE, || async {
             Ok(access.check().map(drop))
+        })
+        .await;
+        self.wait("every member to say cluster_state:ok", SETTLE, || async {
+            Ok(access.serving())
         })
         .await;
         self.wait(
