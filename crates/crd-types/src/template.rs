@@ -517,6 +517,14 @@ pub struct TopologyTls {
     pub plain_text_clients: bool,
 }
 
+impl TopologyTls {
+    /// Whether a topology with `tls` has its data nodes serve plain-text clients beside TLS
+    /// (their port is then on the group's Services and in the NetworkPolicy too).
+    pub fn serves_plain_text(tls: Option<&Self>) -> bool {
+        tls.is_some_and(|t| t.plain_text_clients)
+    }
+}
+
 /// Valkey's `tls-auth-clients`.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum TlsAuthClients {

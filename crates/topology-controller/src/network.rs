@@ -63,7 +63,7 @@ pub fn cluster_policy(cluster: &ValkeyCluster, operator_namespace: &str) -> Vec<
 /// `ports`, and the data nodes' plain-text client port when TLS has one beside it.
 fn client_ports(tls: Option<&TopologyTls>, ports: &[i32]) -> Vec<i32> {
     let mut list = ports.to_vec();
-    if tls.is_some_and(|t| t.plain_text_clients) {
+    if TopologyTls::serves_plain_text(tls) {
         list.push(ports::VALKEY_PLAIN);
     }
     list

@@ -97,21 +97,9 @@ pub fn auth_file_script(spec: &ValkeyNodeSpec) -> Option<String> {
     ];
     let pw = format!("${PASSWORD_ENV}");
     let op = format!("${OPERATOR_PASSWORD_ENV}");
-    if operator {
-        // The clients' user, without the admin commands the operator's user keeps; a
-        // `user default` line replaces what `requirepass` would set, so it holds the password.
-        match password {
-            true => lines.push(format!(
-                "  printf 'user default on %s {DEFAULT_USER_RULES}\\n' {}",
-                quoted(&format!(">{pw}"))
-            )),
-            false => lines.push(format!(
-                "  printf 'user default on nopass {DEFAULT_USER_RULES}\\n'"
-            )),
-        }
-    } else if password {
-        lines.push(format!("  printf 'requirepass %s\\n' {}", quoted(&pw)));
-    }
+    lines.extend(
+        default_user_line(password, operator, DEFAULT_USER_RULES).map(|l| format!("  {l}")),
+    );
     if password {
         // The readiness probe's: PING without the default password, which may change.
         lines.push(format!(
@@ -198,6 +186,22 @@ pub fn exporter_logs_in_as_monitoring(spec: &ValkeyNodeSpec) -> bool {
 const VALKEY_QUOTE: &str =
     r#"valkey_quote() { printf '"%s"' "$(printf '%s' "$1" | sed 's/[\\"]/\\&/g')"; }"#;
 
+/// The shell line printing the default user's config line. Next to an `operator` user it is
+/// a client's, with `rules`; its `user default` line replaces what `requirepass` would set,
+/// so it holds the password (quoted, from the environment) or says `nopass`. Without one it
+/// keeps every command (it is the only admin) and takes `requirepass`. `None` with neither.
+fn default_user_line(password: bool, operator: bool, rules: &str) -> Option<String> {
+    let quoted = format!("\"$(valkey_quote \">${PASSWORD_ENV}\")\"");
+    match (operator, password) {
+        (true, true) => Some(format!("printf 'user default on %s {rules}\\n' {quoted}")),
+        (true, false) => Some(format!("printf 'user default on nopass {rules}\\n'")),
+        (false, true) => Some(format!(
+            "printf 'requirepass %s\\n' \"$(valkey_quote \"${PASSWORD_ENV}\")\""
+        )),
+        (false, false) => None,
+    }
+}
+
 /// Refuses to start when a quoted password came out empty (no `sed`, say): `requirepass ""`
 /// would mean no password at all.
 fn refuse_empty_quoted(what: &str) -> String {
@@ -214,9 +218,9 @@ fn refuse_empty_quoted(what: &str) -> String {
 /// sentinel-user|sentinel-pass`, for a replication member its group's `sentinel
 /// auth-user|auth-pass` (the login to the data nodes, as `operator`), and the `# ???`
 /// comments 8.0 and 8.1 turn their own unparsable lines into (old passwords, in clear).
-/// Users: the default one (with `operator` there, a client's rights only, see
-/// [`SENTINEL_DEFAULT_USER_RULES`], and its password on its `user` line; else `requirepass`),
-/// the readiness probe's `probe` user (PING only, no password), `operator` (sentinels log in to each other as it too) and next to an exporter
+/// Users: the default one (see [`default_user_line`], with
+/// [`SENTINEL_DEFAULT_USER_RULES`]), the readiness probe's `probe` user (PING only, no
+/// password), `operator` (sentinels log in to each other as it too) and next to an exporter
 /// the read-only `monitoring` user. The umask is set for Sentinel too, which writes the
 /// file (passwords included) with it. `None` for data nodes
 /// (see [`auth_file_script`]) and sentinels without passwords.
@@ -242,21 +246,11 @@ pub fn sentinel_auth_script(spec: &ValkeyNodeSpec, conf: &str) -> Option<String>
     let op = format!("${OPERATOR_PASSWORD_ENV}");
     let mut lines = vec!["umask 077".to_string(), VALKEY_QUOTE.to_string()];
     let mut users = Vec::new();
-    if operator {
-        // Clients' rights only, as on a data node; the line holds the password.
-        users.push(match password {
-            true => format!(
-                "printf 'user default on %s {SENTINEL_DEFAULT_USER_RULES}\\n' {}",
-                quoted(&format!(">${PASSWORD_ENV}"))
-            ),
-            false => format!("printf 'user default on nopass {SENTINEL_DEFAULT_USER_RULES}\\n'"),
-        });
-    } else if password {
-        users.push(format!(
-            "printf 'requirepass %s\\n' {}",
-            quoted(&format!("${PASSWORD_ENV}"))
-        ));
-    }
+    users.extend(default_user_line(
+        password,
+        operator,
+        SENTINEL_DEFAULT_USER_RULES,
+    ));
     if password {
         // The readiness probe's, as on a data node: the password above may rotate live.
         users.push(format!(

@@ -4,11 +4,12 @@
 //!
 //! A TLS node serves TLS only (`port 0`) on the port a plain-text node uses, so Services,
 //! NetworkPolicies and the TCP probes do not change. A data node asked to
-//! (`tls.plainTextClients`) also serves clients in plain text on port 6380. Replication, the cluster bus and
-//! Sentinel's links use TLS too: a TLS and a plain-text member cannot talk to each other,
-//! which is why `spec.tls` is set at creation only. Every member presents `tls.crt` as its
-//! client certificate as well (Valkey's default without `tls-client-cert-file`): the cluster
-//! bus always asks for one, whatever `tls-auth-clients` says.
+//! (`tls.plainTextClients`) also serves clients in plain text on port 6380. Replication, the
+//! cluster bus and Sentinel's links use TLS too: a TLS and a plain-text member cannot talk
+//! to each other, which is why `spec.tls` is set at creation only (but for that port).
+//! Every member presents `tls.crt` as its client certificate as well (Valkey's default
+//! without `tls-client-cert-file`): the cluster bus always asks for one, whatever
+//! `tls-auth-clients` says.
 //!
 //! Without `spec.tls` nothing here adds a byte: existing nodes do not roll.
 

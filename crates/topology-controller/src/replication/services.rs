@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 
 use crd_types::ValkeyReplication;
 use crd_types::names::{self, components, labels, ports};
+use crd_types::template::TopologyTls;
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -41,12 +42,7 @@ pub fn client_services(replication: &ValkeyReplication) -> Vec<Service> {
         ),
     ]);
     let mut valkey = vec![(ports::VALKEY_NAME, ports::VALKEY)];
-    if replication
-        .spec
-        .tls
-        .as_ref()
-        .is_some_and(|t| t.plain_text_clients)
-    {
+    if TopologyTls::serves_plain_text(replication.spec.tls.as_ref()) {
         valkey.push((ports::VALKEY_PLAIN_NAME, ports::VALKEY_PLAIN));
     }
     let sentinel = vec![(ports::SENTINEL_NAME, ports::SENTINEL)];

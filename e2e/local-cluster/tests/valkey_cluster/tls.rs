@@ -418,6 +418,22 @@ async fn plain_text_clients(env: &Env, name: &str, access: &Access, on: bool) {
     .await;
 }
 
+/// The (name, port) pairs of the Service `name`.
+async fn service_ports(env: &Env, name: &str) -> Vec<(String, i32)> {
+    let service: k8s_openapi::api::core::v1::Service =
+        kube::Api::namespaced(env.client.clone(), NS)
+            .get(name)
+            .await
+            .unwrap();
+    service
+        .spec
+        .and_then(|s| s.ports)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| (p.name.unwrap_or_default(), p.port))
+        .collect()
+}
+
 /// Waits until each of `members` serves `wanted` on the client port and the bus.
 async fn wait_served(
     env: &Env,
@@ -523,18 +539,7 @@ async fn plain_text_clients_are_served_beside_tls_while_asked() {
         assert_eq!(info, "tls-replication\nyes", "{}", m.name);
         let info = access.admin_cli(&m.ip, &["CONFIG", "GET", "tls-cluster"]);
         assert_eq!(info, "tls-cluster\nyes", "{}", m.name);
-        let service: k8s_openapi::api::core::v1::Service =
-            kube::Api::namespaced(env.client.clone(), NS)
-                .get(&m.name)
-                .await
-                .unwrap();
-        let ports: Vec<(String, i32)> = service
-            .spec
-            .and_then(|s| s.ports)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|p| (p.name.unwrap_or_default(), p.port))
-            .collect();
+        let ports = service_ports(&env, &m.name).await;
         assert!(
             ports.contains(&("valkey-plain".to_string(), 6380)),
             "{}: {ports:?}",
@@ -546,17 +551,10 @@ async fn plain_text_clients_are_served_beside_tls_while_asked() {
     env.ready(name, ROLL).await;
     env.healthy(name, &access, 2, 1).await;
     for m in &access.members {
-        let service: k8s_openapi::api::core::v1::Service =
-            kube::Api::namespaced(env.client.clone(), NS)
-                .get(&m.name)
-                .await
-                .unwrap();
-        let names: Vec<String> = service
-            .spec
-            .and_then(|s| s.ports)
-            .unwrap_or_default()
+        let names: Vec<String> = service_ports(&env, &m.name)
+            .await
             .into_iter()
-            .filter_map(|p| p.name)
+            .map(|(name, _)| name)
             .collect();
         assert!(
             !names.contains(&"valkey-plain".to_string()),
