@@ -17,21 +17,23 @@ use rcgen::{
 };
 use x509_parser::extensions::GeneralName;
 
-/// How long the CA is valid. Replacing a CA needs every member to trust both for a while,
-/// which is not built: ten years keeps that far away (docs/security.md says so).
+/// How long the CA is valid. It is replaced (see [`crate::ca_replacement`]) once a third of
+/// that is left, or when the topology asks.
 pub const CA_LIFETIME: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 /// How long a member's (and the operator's) certificate is valid.
 pub const LEAF_LIFETIME: Duration = Duration::from_secs(90 * 24 * 3600);
 /// Issued again once less than this is left: a third of its life, as cert-manager does.
 pub const RENEW_BEFORE: Duration = Duration::from_secs(30 * 24 * 3600);
 /// Valid from a little before issuance, for clocks slightly behind ours.
-const BACKDATE: Duration = Duration::from_secs(5 * 60);
+pub const BACKDATE: Duration = Duration::from_secs(5 * 60);
 
 /// A topology's CA: its certificate (what clients and members trust) and its key.
 pub struct Authority {
     pub cert_pem: String,
     pub key_pem: String,
     issuer: Issuer<'static, KeyPair>,
+    /// When the CA became valid (seconds since the epoch).
+    not_before: i64,
     /// When the CA expires (seconds since the epoch): no certificate outlives it.
     not_after: i64,
 }
@@ -106,14 +108,19 @@ impl Request {
 }
 
 impl Authority {
-    /// A new CA for `topology` in `namespace`, valid from `now` for [`CA_LIFETIME`].
+    /// A new CA for `topology` in `namespace`, valid from `now` for [`CA_LIFETIME`]. Its
+    /// name carries `now`: while one CA replaces another, members trust both, and
+    /// verifiers (OpenSSL's, webpki's) pick a leaf's CA by name.
     pub fn generate(namespace: &str, topology: &str, now: SystemTime) -> Result<Self, String> {
         let mut params = CertificateParams::new(Vec::<String>::new()).map_err(text)?;
         params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
         params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let made = at(now)?
+            .format(&time::format_description::well_known::Rfc3339)
+            .map_err(text)?;
         params.distinguished_name.push(
             DnType::CommonName,
-            format!("valkey-operator CA {namespace}/{topology}"),
+            format!("valkey-operator CA {namespace}/{topology} {made}"),
         );
         params.not_before = at(now.checked_sub(BACKDATE).unwrap_or(now))?;
         params.not_after = at(now + CA_LIFETIME)?;
@@ -123,6 +130,7 @@ impl Authority {
         Ok(Self {
             cert_pem: cert.pem(),
             key_pem,
+            not_before: params.not_before.unix_timestamp(),
             not_after: params.not_after.unix_timestamp(),
             issuer: Issuer::new(params, key),
         })
@@ -137,14 +145,26 @@ impl Authority {
         if cert.public_key().subject_public_key.data.as_ref() != key.public_key_raw() {
             return Err("ca.key is not the key of ca.crt".into());
         }
+        let not_before = cert.validity().not_before.timestamp();
         let not_after = cert.validity().not_after.timestamp();
         let issuer = Issuer::from_ca_cert_pem(cert_pem, key).map_err(|e| format!("ca.crt: {e}"))?;
         Ok(Self {
             cert_pem: cert_pem.to_string(),
             key_pem: key_pem.to_string(),
             issuer,
+            not_before,
             not_after,
         })
+    }
+
+    /// When the CA became valid (seconds since the epoch).
+    pub fn not_before(&self) -> i64 {
+        self.not_before
+    }
+
+    /// When the CA expires (seconds since the epoch).
+    pub fn not_after(&self) -> i64 {
+        self.not_after
     }
 
     /// A certificate for `request`, with a new key, valid from `now` for
@@ -182,6 +202,20 @@ impl Authority {
     /// issue another (why), or refuse it (why): one of another CA means the CA was replaced
     /// under running members, which trust only the one they started with.
     pub fn judge(&self, held: &Held<'_>, request: &Request, now: SystemTime) -> Verdict {
+        self.judge_among(held, request, now, &self.cert_pem, None)
+    }
+
+    /// [`Self::judge`] while this CA issues and `trusted` (the `ca.crt` a Secret should
+    /// hold) may name another: a certificate from `other` (a CA, and why its certificates
+    /// are issued again) is issued again rather than refused.
+    pub fn judge_among(
+        &self,
+        held: &Held<'_>,
+        request: &Request,
+        now: SystemTime,
+        trusted: &str,
+        other: Option<(&Authority, &str)>,
+    ) -> Verdict {
         let Some(cert_pem) = held.cert else {
             return Verdict::Issue("it has none".into());
         };
@@ -195,6 +229,11 @@ impl Authority {
             return Verdict::Issue("its certificate cannot be parsed".into());
         };
         if leaf.verify_signature(Some(ca.public_key())).is_err() {
+            if let Some((other, why)) = other
+                && other.signed(&leaf)
+            {
+                return Verdict::Issue(why.to_string());
+            }
             return Verdict::Refuse(
                 "its certificate is not from the topology's CA: the CA was replaced, which \
                  running members cannot follow (they trust only the CA they started with); \
@@ -211,8 +250,8 @@ impl Authority {
         if !key_fits {
             return Verdict::Issue("its key is missing or not its certificate's".into());
         }
-        if held.ca != Some(self.cert_pem.as_str()) {
-            return Verdict::Issue("its ca.crt is not the topology's CA".into());
+        if held.ca != Some(trusted) {
+            return Verdict::Issue("its ca.crt is not the CA the topology trusts".into());
         }
         if names(&leaf) != (sorted(&request.dns), sorted(&request.ips)) {
             return Verdict::Issue("its certificate names another address".into());
@@ -223,6 +262,17 @@ impl Authority {
             return Verdict::Issue(format!("its certificate expires in {}", days(left)));
         }
         Verdict::Keep
+    }
+}
+
+impl Authority {
+    /// Whether `leaf` was signed by this CA.
+    fn signed(&self, leaf: &x509_parser::certificate::X509Certificate<'_>) -> bool {
+        let Some(ca) = der(&self.cert_pem) else {
+            return false;
+        };
+        x509_parser::parse_x509_certificate(&ca)
+            .is_ok_and(|(_, ca)| leaf.verify_signature(Some(ca.public_key())).is_ok())
     }
 }
 

@@ -137,7 +137,7 @@ fn another_address_or_a_damaged_secret_is_issued_again() {
     assert_eq!(damaged(|h| h.key = None), missing_key);
     assert_eq!(
         damaged(|h| h.ca = None),
-        issue("its ca.crt is not the topology's CA")
+        issue("its ca.crt is not the CA the topology trusts")
     );
     let other = ca.issue(&member(), now()).unwrap();
     let mut wrong_key = held(&ca, &leaf);
