@@ -168,6 +168,9 @@ pub struct ValkeyClusterStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["user".into()]))]
     pub password_rotations: Vec<crate::rotation::PasswordRotation>,
+    /// The replacement of the operator's CA under way, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_replacement: Option<crate::rotation::CaReplacement>,
     /// The spec generation this status reflects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,

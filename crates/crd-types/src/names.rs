@@ -48,6 +48,10 @@ pub mod annotations {
     pub const TLS_AUTO_RELOAD_SECONDS: &str = "valkey.rs/tls-auto-reload-seconds";
     /// On a pod: the file its preStop hooks read the operator password from (follows the Secret).
     pub const OPERATOR_PASSWORD_FILE: &str = "valkey.rs/operator-password-file";
+    /// On a ValkeyCluster or ValkeyReplication whose CA the operator keeps: a new value
+    /// replaces the CA (a key that may have leaked). topology-controller writes the value it
+    /// answered on `<topology>-ca-key`; one set at creation asks for nothing.
+    pub const REPLACE_CA: &str = "valkey.rs/replace-ca";
 }
 
 /// Server-side-apply field managers: one per controller, so each owns its fields and

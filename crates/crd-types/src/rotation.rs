@@ -43,3 +43,23 @@ pub struct PasswordRotation {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub held_back_by: Vec<String>,
 }
+
+/// A replacement of the CA the operator keeps for the topology (`spec.tls` without a
+/// Secret; docs/ca-replacement.md), while under way. Absent otherwise.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CaReplacement {
+    /// `Trusting`: members are given both CAs to trust, certificates still come from the
+    /// current one. `Switching`: members are issued certificates of the new CA.
+    pub phase: String,
+    /// When `<name>-ca` first held both CAs: clients trusting only the old one must read it
+    /// again from here on.
+    pub started: Time,
+    /// While `Trusting`: when members may start serving certificates of the new CA (the
+    /// end of `tls.caOverlapSeconds`), if every member trusts both by then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clients_until: Option<Time>,
+    /// What the next step waits for, if anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
+}

@@ -487,7 +487,7 @@ pub struct Tls {
 /// certificate. Set at creation only (but for `plainTextClients`), like [`Tls`].
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("(has(self.secretName) ? self.secretName : '') == (has(oldSelf.secretName) ? oldSelf.secretName : '') && self.authClients == oldSelf.authClients").message("tls cannot be changed after creation (but for plainTextClients): TLS and plain-text members cannot talk to each other, and members keep the CA they trust; renew certificates by updating the Secret's content, which members load without a restart"))]
+#[x_kube(validation = Rule::new("(has(self.secretName) ? self.secretName : '') == (has(oldSelf.secretName) ? oldSelf.secretName : '') && self.authClients == oldSelf.authClients").message("tls cannot be changed after creation (but for plainTextClients and caOverlapSeconds): TLS and plain-text members cannot talk to each other, and members keep the CA they trust; renew certificates by updating the Secret's content, which members load without a restart"))]
 pub struct TopologyTls {
     /// A Secret in the cert-manager layout (`tls.crt`, `tls.key`, `ca.crt`) that every
     /// member serves, and presents as its client certificate: it must allow server and
@@ -515,6 +515,14 @@ pub struct TopologyTls {
     /// roll, one at a time).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub plain_text_clients: bool,
+    /// Without `secretName`: while the operator replaces the topology's CA (a third of its
+    /// ten years left, or the `valkey.rs/replace-ca` annotation given a new value), how
+    /// long `ca.crt` of `<name>-ca` holds both CAs before members serve certificates of
+    /// the new one: clients trusting only the old CA must re-read it by then. Default one
+    /// day; may be changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 2_592_000))]
+    pub ca_overlap_seconds: Option<u32>,
 }
 
 impl TopologyTls {

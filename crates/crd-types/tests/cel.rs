@@ -486,6 +486,10 @@ fn tls_is_set_at_creation_and_checked() {
         cluster(json!({"shards": 3, "template": {}, "tls": {"plainTextClients": true}}));
     accepted::<ValkeyCluster>(&issued_both, Some(&issued));
     accepted::<ValkeyCluster>(&issued, Some(&issued_both));
+    // So may the CA replacement's overlap.
+    let overlap = cluster(json!({"shards": 3, "template": {}, "tls": {"caOverlapSeconds": 60}}));
+    accepted::<ValkeyCluster>(&overlap, Some(&issued));
+    accepted::<ValkeyCluster>(&issued, Some(&overlap));
     let strict = cluster(
         json!({"shards": 3, "template": {}, "tls": {"authClients": "Required", "plainTextClients": true}}),
     );

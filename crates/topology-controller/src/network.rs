@@ -313,6 +313,7 @@ mod tests {
         // TLS with plain-text clients: their port is a client port too.
         r.spec.tls = Some(TopologyTls {
             plain_text_clients: true,
+            ca_overlap_seconds: None,
             ..Default::default()
         });
         let policies = replication_policy(&r, "valkey-operator-system");

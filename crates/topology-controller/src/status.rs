@@ -58,6 +58,7 @@ pub fn cluster_status(i: Inputs) -> ValkeyClusterStatus {
         storage: None,
         // Filled in by the caller, from its pass over the default password.
         password_rotations: Vec::new(),
+        ca_replacement: None,
         versions: Vec::new(),
         observed_generation: i.generation,
         conditions,

@@ -176,6 +176,7 @@ mod tests {
         // TLS with plain-text clients: both data Services add the port, not the sentinels'.
         r.spec.tls = Some(crd_types::template::TopologyTls {
             plain_text_clients: true,
+            ca_overlap_seconds: None,
             ..Default::default()
         });
         let services = client_services(&r);

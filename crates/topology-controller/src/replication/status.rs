@@ -61,6 +61,7 @@ pub fn replication_status(i: Inputs) -> ValkeyReplicationStatus {
         storage: None,
         // Filled in by the caller, from its pass over the default password.
         password_rotations: Vec::new(),
+        ca_replacement: None,
         versions: Vec::new(),
         observed_generation: i.generation,
         conditions,

@@ -342,6 +342,7 @@ mod tests {
             config: None,
             storage: None,
             password_rotations: Vec::new(),
+            ca_replacement: None,
             observed_generation: Some(3),
             conditions: vec![
                 condition(types::READY, "True"),

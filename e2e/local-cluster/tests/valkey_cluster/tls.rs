@@ -50,6 +50,7 @@ async fn a_cluster_speaks_only_tls_and_loads_a_renewed_certificate_live() {
         secret_name: Some(secret_name.into()),
         auth_clients: TlsAuthClients::Never,
         plain_text_clients: false,
+        ca_overlap_seconds: None,
     });
     cluster.spec.template.exporter = Some(Exporter {
         image: exporter_image().unwrap(),
@@ -254,6 +255,7 @@ async fn a_cluster_serves_certificates_the_operator_issues_per_member() {
         secret_name: None,
         auth_clients: TlsAuthClients::Required,
         plain_text_clients: false,
+        ca_overlap_seconds: None,
     });
     let created = Instant::now();
     env.apis.create(&cluster).await.unwrap();

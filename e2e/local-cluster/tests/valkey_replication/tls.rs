@@ -60,6 +60,7 @@ async fn a_group_speaks_only_tls_and_loads_a_renewed_certificate_live() {
         secret_name: Some(secret_name.into()),
         auth_clients: TlsAuthClients::Required,
         plain_text_clients: false,
+        ca_overlap_seconds: None,
     });
     group.spec.template.exporter = Some(Exporter {
         image: exporter_image().unwrap(),
@@ -245,6 +246,7 @@ async fn a_group_serves_certificates_the_operator_issues_per_member() {
         secret_name: None,
         auth_clients: TlsAuthClients::Optional,
         plain_text_clients: false,
+        ca_overlap_seconds: None,
     });
     let created = Instant::now();
     let access = env.create_ready(group).await;
@@ -441,6 +443,7 @@ async fn a_9_1_sentinel_reloads_a_renewed_certificate_itself() {
         secret_name: Some(secret_name.into()),
         auth_clients: TlsAuthClients::Required,
         plain_text_clients: false,
+        ca_overlap_seconds: None,
     });
     let access = env.create_ready(group).await;
     let tls = access.tls.clone().expect("the group has tls");
