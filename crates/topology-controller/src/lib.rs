@@ -20,6 +20,7 @@ pub mod acl;
 pub mod agreement;
 pub mod atomic;
 pub mod auth;
+pub mod ca_replacement;
 pub mod cluster_nodes;
 pub mod commands;
 pub mod default_password;

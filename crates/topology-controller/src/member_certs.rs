@@ -18,8 +18,9 @@ use std::fmt::Debug;
 use std::time::SystemTime;
 
 use crd_types::ValkeyNode;
-use crd_types::names::{self, labels};
+use crd_types::names::{self, annotations, labels};
 use crd_types::node::Mode;
+use crd_types::rotation::CaReplacement;
 use crd_types::template::{TLS_CA_KEY, TLS_CERT_KEY, TLS_KEY_KEY};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -29,6 +30,9 @@ use operator_runtime::{ApiResultExt, ObjectName, Op};
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use topology_controller::auth;
+use topology_controller::ca_replacement::{
+    self, Cas, NEXT_CA_CERT_KEY, NEXT_CA_KEY_KEY, Next, PHASE_ANNOTATION, Phase,
+};
 use topology_controller::issuer::{
     Authority, Held, Leaf, Request, SecretOwner, Verdict, member_secret_owner,
 };
@@ -59,6 +63,7 @@ pub async fn prepare<K>(
     label_key: &str,
     members: &[ValkeyNode],
     client_auth: bool,
+    overlap: std::time::Duration,
     field_manager: &str,
 ) -> Result<Prepared, Error>
 where
@@ -69,10 +74,10 @@ where
     let mut refused = Vec::new();
     let members_exist = !members.is_empty();
     let ca = authority(secrets, topology, label_key, members_exist, field_manager).await?;
-    let (authority, operator) = match ca {
-        Ok((authority, operator, why)) => {
+    let (cas, operator) = match ca {
+        Ok((cas, operator, why)) => {
             issued.extend(why);
-            (authority, operator)
+            (cas, operator)
         }
         Err(why) => {
             return Ok(Prepared {
@@ -82,12 +87,12 @@ where
             });
         }
     };
-    let public = publish_ca(secrets, topology, label_key, &authority, field_manager);
+    let public = publish_ca(secrets, topology, label_key, &cas, field_manager);
     refused.extend(public.await.err());
     let mut wanted = BTreeMap::new();
     for node in members {
         let name = node.name_any();
-        match member(secrets, &authority, node, field_manager, now).await {
+        match member(secrets, &cas, node, field_manager, now).await {
             Ok((cert, why)) => {
                 wanted.extend(cert.map(|c| (name.clone(), c)));
                 issued.extend(why.map(|w| format!("{name}: {w}")));
@@ -96,7 +101,7 @@ where
         }
     }
     let files = TlsFiles {
-        ca: authority.cert_pem.clone().into_bytes(),
+        ca: cas.trusted().into_bytes(),
         cert: operator.cert_pem.into_bytes(),
         key: operator.key_pem.into_bytes(),
     };
@@ -104,6 +109,7 @@ where
     let client = tls::client(&files, client_auth)
         .map(|client| Client {
             wanted: Wanted::PerMember(wanted),
+            replacement: cas.replacement(overlap),
             ..client
         })
         .map_err(|e| format!("the operator's certificate in Secret {secret}: {e}"));
@@ -114,10 +120,11 @@ where
     })
 }
 
-type Ca = (Authority, Leaf, Option<String>);
+type Ca = (Cas, Leaf, Option<String>);
 
-/// The CA and the operator's certificate from `<topology>-ca-key` (the certificate renewed
-/// when due; `Some` says why), or why they cannot be used.
+/// The CAs and the operator's certificate from `<topology>-ca-key` (a replacement started
+/// and the certificate renewed when due; `Some` says what was done), or why they cannot be
+/// used.
 async fn authority<K>(
     secrets: &Api<Secret>,
     topology: &K,
@@ -156,7 +163,7 @@ where
             }
         };
     }
-    let Some(secret) = secret else {
+    let Some(mut secret) = secret else {
         return Ok(Err(format!("CA Secret {name} does not exist")));
     };
     if let Some(why) = not_owned_by(&secret, topology) {
@@ -170,25 +177,69 @@ where
         Ok(a) => a,
         Err(why) => return Ok(Err(format!("CA Secret {name}: {why}"))),
     };
+    let mut done = Vec::new();
+    let next = match next_ca(&secret) {
+        Some(Ok(next)) => Some(next),
+        Some(Err(why)) => return Ok(Err(format!("CA Secret {name}: {why}"))),
+        None => {
+            let requested = topology.annotations().get(annotations::REPLACE_CA);
+            let answered = secret.annotations().get(annotations::REPLACE_CA);
+            let due = ca_replacement::due(
+                requested.map(String::as_str),
+                answered.map(String::as_str),
+                &authority,
+                now,
+            );
+            match due {
+                None => None,
+                Some(why) => {
+                    let namespace = topology.namespace().unwrap_or_default();
+                    let made = Authority::generate(&namespace, &topology.name_any(), now);
+                    let made = match made {
+                        Ok(made) => made,
+                        Err(e) => return Ok(Err(format!("a next CA: {e}"))),
+                    };
+                    let (next, written) =
+                        start_replacement(secrets, made, &secret, requested, field_manager)
+                            .await
+                            .on(Op::Apply, object())?;
+                    secret = written;
+                    tracing::info!(topology = %topology.name_any(), %why, "replacing the CA");
+                    done.push(format!(
+                        "replacing the CA ({why}): {TLS_CA_KEY} of {} holds both",
+                        names::topology_ca_secret_name(&topology.name_any())
+                    ));
+                    Some(next)
+                }
+            }
+        }
+    };
+    let cas = Cas {
+        current: authority,
+        next,
+    };
     let request = Request::operator(&topology.name_any());
     let (cert, key) = (value(&secret, TLS_CERT_KEY), value(&secret, TLS_KEY_KEY));
+    let trusted = cas.trusted();
+    // The operator's certificate is judged like a member's whose ca.crt is right: it lives
+    // beside the CA, not with a copy of it.
     let held = Held {
         cert: cert.as_deref(),
         key: key.as_deref(),
-        ca: Some(&authority.cert_pem),
+        ca: Some(&trusted),
     };
-    let why = match authority.judge(&held, &request, now) {
+    let why = match cas.judge(&held, &request, now) {
         Verdict::Keep => {
             let leaf = Leaf {
                 cert_pem: cert.unwrap_or_default(),
                 key_pem: key.unwrap_or_default(),
             };
-            return Ok(Ok((authority, leaf, None)));
+            return Ok(Ok((cas, leaf, done.pop())));
         }
         Verdict::Refuse(why) => return Ok(Err(format!("CA Secret {name}: {why}"))),
         Verdict::Issue(why) => why,
     };
-    let leaf = match authority.issue(&request, now) {
+    let leaf = match cas.issuing().issue(&request, now) {
         Ok(leaf) => leaf,
         Err(e) => return Ok(Err(format!("CA Secret {name}: {e}"))),
     };
@@ -196,8 +247,175 @@ where
     patch_data(secrets, &secret, &data, &[], field_manager)
         .await
         .on(Op::Apply, object())?;
-    let why = format!("the operator's own certificate: {why}");
-    Ok(Ok((authority, leaf, Some(why))))
+    done.push(format!("the operator's own certificate: {why}"));
+    Ok(Ok((cas, leaf, Some(done.join("; ")))))
+}
+
+/// The next CA `<topology>-ca-key` holds during a replacement, if any, or why it cannot be
+/// used.
+fn next_ca(secret: &Secret) -> Option<Result<Next, String>> {
+    let cert = value(secret, NEXT_CA_CERT_KEY);
+    let key = value(secret, NEXT_CA_KEY_KEY);
+    if cert.is_none() && key.is_none() {
+        return None;
+    }
+    let (Some(cert), Some(key)) = (cert, key) else {
+        return Some(Err(format!(
+            "it needs both {NEXT_CA_CERT_KEY} and {NEXT_CA_KEY_KEY}, or neither"
+        )));
+    };
+    let phase = Phase::from_annotation(
+        secret
+            .annotations()
+            .get(PHASE_ANNOTATION)
+            .map(|s| s.as_str()),
+    );
+    Some(
+        Authority::from_pem(&cert, &key)
+            .map(|authority| Next { authority, phase })
+            .map_err(|e| format!("{NEXT_CA_CERT_KEY}/{NEXT_CA_KEY_KEY}: {e}")),
+    )
+}
+
+/// Keeps `authority` in `<topology>-ca-key` as the next CA, with the value of the topology's
+/// `valkey.rs/replace-ca` it answers (only if the Secret is still the version read: two
+/// leaders cannot both start one).
+async fn start_replacement(
+    secrets: &Api<Secret>,
+    authority: Authority,
+    secret: &Secret,
+    requested: Option<&String>,
+    field_manager: &str,
+) -> Result<(Next, Secret), kube::Error> {
+    let patch = serde_json::json!({
+        "metadata": {
+            "resourceVersion": secret.resource_version(),
+            "annotations": {
+                annotations::REPLACE_CA: requested,
+                PHASE_ANNOTATION: null,
+            },
+        },
+        "data": {
+            NEXT_CA_CERT_KEY: bytes(&authority.cert_pem),
+            NEXT_CA_KEY_KEY: bytes(&authority.key_pem),
+        },
+    });
+    let written = merge_patch(secrets, &secret.name_any(), &patch, field_manager).await?;
+    let next = Next {
+        authority,
+        phase: Phase::Trusting,
+    };
+    Ok((next, written))
+}
+
+async fn merge_patch(
+    secrets: &Api<Secret>,
+    name: &str,
+    patch: &serde_json::Value,
+    field_manager: &str,
+) -> Result<Secret, kube::Error> {
+    let params = PatchParams {
+        field_manager: Some(field_manager.to_string()),
+        ..Default::default()
+    };
+    secrets.patch(name, &params, &Patch::Merge(patch)).await
+}
+
+/// What [`advance`] did, and what the topology's status says of the replacement after it.
+#[derive(Default)]
+pub struct Advanced {
+    /// The step taken, for an Event.
+    pub done: Option<String>,
+    pub status: Option<CaReplacement>,
+}
+
+/// Takes the replacement's next step, if it may: what members served to `client` at this
+/// reconcile (`members`: every member's name and the address it was dialled at, `None` when
+/// not reached) decides.
+pub async fn advance<K>(
+    secrets: &Api<Secret>,
+    topology: &K,
+    client: &Client,
+    members: &[(&str, Option<&str>)],
+    field_manager: &str,
+) -> Result<Advanced, kube::Error>
+where
+    K: Resource<DynamicType = ()>,
+{
+    let Some(replacement) = client.replacement.as_ref() else {
+        return Ok(Advanced::default());
+    };
+    let states: Vec<ca_replacement::MemberCa<'_>> = members
+        .iter()
+        .map(|(name, address)| ca_replacement::MemberCa {
+            name,
+            secret_done: client.wanted.of(name).is_some(),
+            serving: address.and_then(|a| tls::serves_wanted(client, name, a)),
+        })
+        .collect();
+    let step = ca_replacement::step(replacement, &states, SystemTime::now());
+    let topology_name = topology.name_any();
+    let name = names::topology_ca_key_secret_name(&topology_name);
+    // The Secret changed since it was read: the phase stays as it was until the next look.
+    let changed = "the CA Secret changed meanwhile; judged again at the next look";
+    let unchanged = Advanced {
+        done: None,
+        status: ca_replacement::status(replacement, &ca_replacement::Step::Wait(changed.into())),
+    };
+    let secret = match &step {
+        // At each look (every 10 s) for as long as the overlap lasts: not for the info log.
+        ca_replacement::Step::Wait(why) => {
+            tracing::debug!(topology = %topology_name, %why, "replacing the CA");
+            return Ok(Advanced {
+                done: None,
+                status: ca_replacement::status(replacement, &step),
+            });
+        }
+        _ => secrets.get(&name).await?,
+    };
+    // Written only to the Secret that still holds the next CA this step was judged on.
+    if value(&secret, NEXT_CA_CERT_KEY).as_deref() != Some(replacement.next_cert_pem.as_str()) {
+        return Ok(unchanged);
+    }
+    let version = secret.resource_version();
+    let (patch, done) = match &step {
+        ca_replacement::Step::Wait(_) => return Ok(unchanged),
+        ca_replacement::Step::Switch => (
+            serde_json::json!({
+                "metadata": {
+                    "resourceVersion": version,
+                    "annotations": {PHASE_ANNOTATION: ca_replacement::SWITCHING},
+                },
+            }),
+            "every member trusts both CAs: members are issued certificates of the next one",
+        ),
+        ca_replacement::Step::Promote => {
+            let Some(key) = value(&secret, NEXT_CA_KEY_KEY) else {
+                return Ok(unchanged);
+            };
+            let patch = serde_json::json!({
+                "metadata": {
+                    "resourceVersion": version,
+                    "annotations": {PHASE_ANNOTATION: null},
+                },
+                "data": {
+                    TLS_CA_KEY: bytes(&replacement.next_cert_pem),
+                    CA_KEY_KEY: bytes(&key),
+                    NEXT_CA_CERT_KEY: null,
+                    NEXT_CA_KEY_KEY: null,
+                },
+            });
+            let done = "every member serves a certificate of the next CA: it is now the CA, \
+                        and the previous one is trusted no more";
+            (patch, done)
+        }
+    };
+    merge_patch(secrets, &name, &patch, field_manager).await?;
+    tracing::info!(topology = %topology_name, done, "replacing the CA");
+    Ok(Advanced {
+        done: Some(done.to_string()),
+        status: ca_replacement::status(replacement, &step),
+    })
 }
 
 /// Why `secret`, of a name the operator gives a topology's CA, is not `topology`'s to use.
@@ -231,6 +449,19 @@ fn new_ca_secret<K: Resource<DynamicType = ()>>(
     let authority = Authority::generate(&namespace, &topology_name, now)?;
     let operator = authority.issue(&Request::operator(&topology_name), now)?;
     let mut secret = auth::owned_secret(topology, label_key, name, TLS_CA_KEY, &authority.cert_pem);
+    // A replacement asked for before the CA existed is answered by this one.
+    if let Some(asked) = topology
+        .meta()
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(annotations::REPLACE_CA))
+    {
+        (secret
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new))
+        .insert(annotations::REPLACE_CA.into(), asked.clone());
+    }
     let data = secret.data.get_or_insert_with(BTreeMap::new);
     data.insert(CA_KEY_KEY.into(), bytes(&authority.key_pem));
     data.insert(TLS_CERT_KEY.into(), bytes(&operator.cert_pem));
@@ -238,21 +469,23 @@ fn new_ca_secret<K: Resource<DynamicType = ()>>(
     Ok(secret)
 }
 
-/// Keeps `<topology>-ca` holding the CA's certificate alone; or says why it cannot.
+/// Keeps `<topology>-ca` holding what members trust alone (both CAs during a replacement);
+/// or says why it cannot.
 async fn publish_ca<K>(
     secrets: &Api<Secret>,
     topology: &K,
     label_key: &str,
-    authority: &Authority,
+    cas: &Cas,
     field_manager: &str,
 ) -> Result<(), String>
 where
     K: Resource<DynamicType = ()> + Debug,
 {
+    let trusted = cas.trusted();
     let name = names::topology_ca_secret_name(&topology.name_any());
     let failed = |e: kube::Error| format!("Secret {name}: {e}");
     let Some(secret) = secrets.get_opt(&name).await.map_err(failed)? else {
-        let made = auth::owned_secret(topology, label_key, &name, TLS_CA_KEY, &authority.cert_pem);
+        let made = auth::owned_secret(topology, label_key, &name, TLS_CA_KEY, &trusted);
         return match secrets.create(&PostParams::default(), &made).await {
             // Created meanwhile: looked at again at the next reconcile.
             Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
@@ -263,11 +496,11 @@ where
         return Err(why);
     }
     let only_the_ca = secret.data.as_ref().is_some_and(|d| d.len() == 1)
-        && value(&secret, TLS_CA_KEY).as_deref() == Some(authority.cert_pem.as_str());
+        && value(&secret, TLS_CA_KEY).as_deref() == Some(trusted.as_str());
     if only_the_ca {
         return Ok(());
     }
-    let data = [(TLS_CA_KEY, &authority.cert_pem)];
+    let data = [(TLS_CA_KEY, &trusted)];
     let others: Vec<&str> = (secret.data.iter().flatten())
         .map(|(k, _)| k.as_str())
         .filter(|k| *k != TLS_CA_KEY)
@@ -315,7 +548,7 @@ type Issued = (Option<CertificateDer<'static>>, Option<String>);
 /// cannot be had.
 async fn member(
     secrets: &Api<Secret>,
-    authority: &Authority,
+    cas: &Cas,
     node: &ValkeyNode,
     field_manager: &str,
     now: SystemTime,
@@ -366,13 +599,14 @@ async fn member(
         key: key.as_deref(),
         ca: ca.as_deref(),
     };
-    let (cert_pem, why) = match authority.judge(&held, &request, now) {
+    let (cert_pem, why) = match cas.judge(&held, &request, now) {
         Verdict::Keep => (cert.unwrap_or_default(), None),
         Verdict::Refuse(why) => return Err(why),
         Verdict::Issue(why) => {
-            let leaf = authority.issue(&request, now)?;
+            let leaf = cas.issuing().issue(&request, now)?;
+            let trusted = cas.trusted();
             let data = [
-                (TLS_CA_KEY, &authority.cert_pem),
+                (TLS_CA_KEY, &trusted),
                 (TLS_CERT_KEY, &leaf.cert_pem),
                 (TLS_KEY_KEY, &leaf.key_pem),
             ];

@@ -8,12 +8,14 @@
 use std::fmt::Debug;
 
 use crd_types::ValkeyNode;
+use crd_types::rotation::CaReplacement;
 use crd_types::template::{OPERATOR_USER, TLS_CERT_KEY, TLS_DIR, TlsAuthClients, TopologyTls};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Secret};
 use kube::api::EvictParams;
 use kube::{Api, Resource, ResourceExt};
 use operator_runtime::{ApiResultExt, Context, EventReason, ObjectName, Op};
 use topology_controller::auth::AppliedOperator;
+use topology_controller::ca_replacement;
 use topology_controller::commands::Valkey;
 use topology_controller::observe::Connections;
 use topology_controller::tls::{self, Client};
@@ -64,6 +66,9 @@ where
                 of.label_key,
                 of.members,
                 client_auth,
+                spec.ca_overlap_seconds
+                    .map(|s| std::time::Duration::from_secs(s.into()))
+                    .unwrap_or(ca_replacement::DEFAULT_OVERLAP),
                 field_manager,
             )
             .await?;
@@ -236,6 +241,57 @@ pub async fn reload<K, R>(
         tracing::warn!(topology = %topology.name_any(), %note);
         publish(ctx, topology, refused_reason, note).await;
     }
+}
+
+/// Takes the next step of a replacement of the operator's CA, if one is under way and may
+/// ([`member_certs::advance`]), and tells it (`reasons`: done, refused); returns what the
+/// topology's status says of it. `members`: every member, by name, with the address it was
+/// dialled at this reconcile ([`dialled`]). Nothing fails the reconcile: the step is judged
+/// again at the next look.
+pub async fn advance_ca<K, R>(
+    ctx: &Context,
+    secrets: &Api<Secret>,
+    field_manager: &str,
+    topology: &K,
+    login: &Login,
+    members: &[(String, Option<&str>)],
+    reasons: (R, R),
+) -> Option<CaReplacement>
+where
+    K: Resource<DynamicType = ()> + Debug,
+    R: EventReason,
+{
+    let client = login.tls.as_ref()?;
+    let members: Vec<(&str, Option<&str>)> =
+        members.iter().map(|(n, a)| (n.as_str(), *a)).collect();
+    let (done, refused) = reasons;
+    match member_certs::advance(secrets, topology, client, &members, field_manager).await {
+        Ok(advanced) => {
+            if let Some(note) = advanced.done {
+                publish(ctx, topology, done, format!("replacing the CA: {note}")).await;
+            }
+            advanced.status
+        }
+        Err(e) => {
+            let note = format!("replacing the CA: its Secret was not written: {e}");
+            tracing::warn!(topology = %topology.name_any(), %note);
+            publish(ctx, topology, refused, note.clone()).await;
+            let replacement = client.replacement.as_ref()?;
+            ca_replacement::status(replacement, &ca_replacement::Step::Wait(note))
+        }
+    }
+}
+
+/// Every member of `owned` by name, with the address `reached` says it was dialled at.
+pub fn dialled<'a>(owned: &[ValkeyNode], reached: &[Member<'a>]) -> Vec<(String, Option<&'a str>)> {
+    owned
+        .iter()
+        .map(|node| {
+            let name = node.name_any();
+            let address = reached.iter().find(|m| m.name == name).map(|m| m.ip);
+            (name, address)
+        })
+        .collect()
 }
 
 async fn publish<K, R>(ctx: &Context, topology: &K, reason: R, note: String)

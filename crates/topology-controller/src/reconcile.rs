@@ -20,6 +20,7 @@ use crd_types::cluster::{Phase, ValkeyClusterStatus};
 use crd_types::conditions::reasons::Waiting;
 use crd_types::conditions::{self, ConditionSpec};
 use crd_types::names::{self, labels};
+use crd_types::rotation::CaReplacement;
 use crd_types::rotation::PasswordRotation;
 use crd_types::{ValkeyCluster, ValkeyNode, ValkeyNodeStatus};
 use k8s_openapi::api::core::v1::{Pod, Secret};
@@ -212,6 +213,7 @@ pub async fn reconcile(
         &connections,
     )
     .await;
+    let mut ca_replacement = None;
     if let Some(login) = &login {
         let members: Vec<member_tls::Member<'_>> = observed
             .members
@@ -240,6 +242,16 @@ pub async fn reconcile(
         .await;
         let refused = ClusterEvent::CertificateRefused;
         member_tls::report_untrusted(&ctx.runtime, &live.cluster, login, &members, refused).await;
+        ca_replacement = member_tls::advance_ca(
+            &ctx.runtime,
+            &apis.secrets,
+            apis.field_manager,
+            &live.cluster,
+            login,
+            &member_tls::dialled(&live.owned, &members),
+            (ClusterEvent::CertificateIssued, refused),
+        )
+        .await;
     }
     let outcome = act(
         &ctx.runtime,
@@ -255,6 +267,7 @@ pub async fn reconcile(
         &connections,
         users.as_ref(),
         &rotations,
+        ca_replacement,
     )
     .await;
     connections.close().await;
@@ -526,6 +539,7 @@ async fn act(
     connections: &Connections<Conn>,
     users: Option<&ConditionSpec>,
     rotations: &[PasswordRotation],
+    ca_replacement: Option<CaReplacement>,
 ) -> Result<Action, Error> {
     let cluster = &live.cluster;
     let shape = Shape {
@@ -576,6 +590,7 @@ async fn act(
         let generation = cluster.metadata.generation;
         acl_users::report(&mut status.conditions, current, users, generation, now);
         status.password_rotations = rotations.to_vec();
+        status.ca_replacement = ca_replacement.clone();
         status
     };
 

@@ -115,6 +115,9 @@ pub struct Client {
     pub wanted: Wanted,
     /// SHA-256 of the three files: long-lived connections made with another are redone.
     pub digest: String,
+    /// The replacement of the operator's CA under way, if any: its next step is taken on
+    /// what members served to this client.
+    pub replacement: Option<crate::ca_replacement::Replacement>,
     #[cfg(test)]
     verifier: Arc<ChainOnly>,
 }
@@ -170,6 +173,7 @@ pub fn client(files: &TlsFiles, client_auth: bool) -> Result<Client, String> {
         served,
         wanted: Wanted::Shared(leaf(files)?),
         digest: crate::acl::sha256_hex([files.ca.as_slice(), &files.cert, &files.key].concat()),
+        replacement: None,
         #[cfg(test)]
         verifier,
     })
@@ -319,7 +323,7 @@ impl Wanted {
 
 /// Whether `member`, dialled at `address`, served the certificate it should at its last
 /// handshake (`None`: not reached, or nothing known to want).
-fn serves_wanted(client: &Client, member: &str, address: &str) -> Option<bool> {
+pub fn serves_wanted(client: &Client, member: &str, address: &str) -> Option<bool> {
     let served = client.served.at(address)?;
     Some(&served == client.wanted.of(member)?)
 }

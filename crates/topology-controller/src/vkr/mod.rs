@@ -22,6 +22,7 @@ use std::time::Duration;
 use crd_types::cluster::Phase;
 use crd_types::conditions::ConditionSpec;
 use crd_types::names::{annotations, labels};
+use crd_types::rotation::CaReplacement;
 use crd_types::rotation::PasswordRotation;
 use crd_types::{ValkeyNode, ValkeyNodeStatus, ValkeyReplication, ValkeyReplicationStatus};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Secret, Service};
@@ -253,6 +254,7 @@ pub async fn reconcile(
         &connections,
     )
     .await;
+    let mut ca_replacement = None;
     if let Some(login) = &login {
         // Data nodes only: Sentinel has no CONFIG SET, and 8.x reads TLS files only at start.
         let members: Vec<member_tls::Member<'_>> = observed
@@ -295,6 +297,16 @@ pub async fn reconcile(
         let everyone: Vec<member_tls::Member<'_>> = members.into_iter().chain(sentinels).collect();
         let refused = ReplicationEvent::CertificateRefused;
         member_tls::report_untrusted(&ctx.runtime, &live.group, login, &everyone, refused).await;
+        ca_replacement = member_tls::advance_ca(
+            &ctx.runtime,
+            &apis.secrets,
+            apis.field_manager,
+            &live.group,
+            login,
+            &member_tls::dialled(&live.owned, &everyone),
+            (ReplicationEvent::CertificateIssued, refused),
+        )
+        .await;
     }
     let outcome = act(
         &ctx,
@@ -306,6 +318,7 @@ pub async fn reconcile(
         &connections,
         users.as_ref(),
         &rotations,
+        ca_replacement,
     )
     .await;
     connections.close().await;
@@ -621,6 +634,7 @@ async fn act(
     connections: &Connections<Conn>,
     users: Option<&ConditionSpec>,
     rotations: &[PasswordRotation],
+    ca_replacement: Option<CaReplacement>,
 ) -> Result<Duration, Error> {
     let vkr = &live.group;
     let group = Group {
@@ -688,6 +702,7 @@ async fn act(
         let generation = vkr.metadata.generation;
         acl_users::report(&mut status.conditions, current, users, generation, now);
         status.password_rotations = rotations.to_vec();
+        status.ca_replacement = ca_replacement.clone();
         status
     };
 
