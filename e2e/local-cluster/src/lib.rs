@@ -20,6 +20,7 @@ pub mod pki;
 pub mod process;
 pub mod ranges;
 pub mod replication_testing;
+pub mod sampler;
 pub mod testing;
 pub mod valkey_tls;
 

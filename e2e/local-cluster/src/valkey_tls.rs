@@ -326,3 +326,8 @@ pub async fn secret_certificate(
         .context("tls.crt")?
         .into_owned())
 }
+
+/// How many certificates `pem` holds (a bundle of CAs holds several).
+pub fn certificate_count(pem: &str) -> usize {
+    CertificateDer::pem_slice_iter(pem.as_bytes()).count()
+}

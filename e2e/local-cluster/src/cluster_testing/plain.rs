@@ -19,6 +19,8 @@ const WRITER_TIMEOUT: Duration = Duration::from_secs(3);
 pub(super) struct Nodes {
     seeds: Vec<String>,
     password: Option<String>,
+    /// With `spec.tls`: the test's client side (names checked are the members' IPs).
+    tls: Option<fred::types::config::TlsConfig>,
     connections: HashMap<String, ValkeyClient>,
 }
 
@@ -29,10 +31,15 @@ pub(super) fn redirect_ip(details: &str) -> Option<String> {
 }
 
 /// A plain (non-cluster) connection that fails fast and never reconnects by itself.
-async fn connect_node(ip: &str, password: Option<&str>) -> Result<ValkeyClient> {
+async fn connect_node(
+    ip: &str,
+    password: Option<&str>,
+    tls: Option<fred::types::config::TlsConfig>,
+) -> Result<ValkeyClient> {
     let config = fred::types::config::Config {
         fail_fast: true,
         password: password.map(str::to_string),
+        tls,
         server: ServerConfig::new_centralized(ip, PORT),
         ..Default::default()
     };
@@ -72,6 +79,7 @@ impl Nodes {
         Self {
             seeds: access.members.iter().map(|m| m.ip.clone()).collect(),
             password: access.password.clone(),
+            tls: access.tls.as_ref().map(|t| t.fred()),
             connections: HashMap::new(),
         }
     }
@@ -89,7 +97,7 @@ impl Nodes {
             }
             self.drop_connection(ip).await;
         }
-        let client = connect_node(ip, self.password.as_deref()).await?;
+        let client = connect_node(ip, self.password.as_deref(), self.tls.clone()).await?;
         self.connections.insert(ip.to_string(), client.clone());
         Ok(client)
     }

@@ -28,6 +28,7 @@
 
 mod atomic_migration;
 mod bad_input;
+mod ca_replacement;
 mod drain;
 mod env;
 mod failover;

@@ -20,6 +20,7 @@
 //! Each test starts its own local cluster; they run one at a time (`SERIAL`).
 
 mod bad_input;
+mod ca_replacement;
 mod env;
 mod failover;
 mod forming;

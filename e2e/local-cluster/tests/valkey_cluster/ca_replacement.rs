@@ -1,0 +1,250 @@
+//! Replacing the CA the operator keeps for a TLS cluster, under a writer: members come to
+//! trust both CAs, then serve the new one's certificates, then trust it alone, with no
+//! moment in which the bus or replication breaks and no pod restarted.
+
+use std::time::Instant;
+
+use crd_types::names::annotations::REPLACE_CA;
+use crd_types::template::{TlsAuthClients, TopologyTls};
+use local_cluster::cluster_testing::{Access, AckedWriter, MemberAddr, valkey_cluster};
+use local_cluster::sampler::Sampler;
+use local_cluster::valkey_tls::{
+    ClientTls, certificate_count, client_of_secret, secret_certificate, secret_text,
+};
+
+use crate::env::{Env, FORM, SETTLE};
+
+const CLIENT_PORT: u16 = 6379;
+const BUS_PORT: u16 = 16379;
+
+/// A 2x1 cluster with operator-issued certificates is asked to replace its CA
+/// (`valkey.rs/replace-ca`). With an overlap of an hour, `<name>-ca` holds both CAs and
+/// every member loads both with a fresh certificate of the old CA, which a client trusting
+/// the old CA alone still accepts; nothing more happens. With the overlap set to 0, under a
+/// writer acknowledged by replicas: every member serves a certificate of the new CA, then
+/// trusts it alone. All along every member says `cluster_state:ok` and every replica's link
+/// is up; no pod restarts, no acknowledged write is lost, a client trusting only the old CA
+/// is refused at the end, and the previous keys read back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_operators_ca_is_replaced_under_a_writer_with_no_restart() {
+    let env = Env::start().await;
+    let name = "newca";
+    let secrets = &env.apis.secrets;
+    let mut cluster = valkey_cluster(name, 2, 1, false);
+    cluster.spec.tls = Some(TopologyTls {
+        secret_name: None,
+        auth_clients: TlsAuthClients::Never,
+        plain_text_clients: false,
+        ca_overlap_seconds: Some(3600),
+    });
+    env.apis.create(&cluster).await.unwrap();
+    env.ready(name, FORM).await;
+    let access = env.exact_access(name, 2, 1).await;
+    env.healthy(name, &access, 2, 1).await;
+    let public = format!("{name}-ca");
+    let old_ca = secret_text(secrets, &public, "ca.crt").await.unwrap();
+    // Member 0's Secret: the old CA alone. Its in-memory config stays so.
+    let old_only = access.tls.clone().expect("the cluster has tls");
+    for i in 0..100 {
+        let key = format!("newca:{i}");
+        assert_eq!(access.cli_cluster(&["SET", &key, &key]), "OK");
+    }
+    let members = env.apis.members(name).await.unwrap();
+    let starts = env.pod_starts(&members).await;
+
+    // Asked: both CAs are trusted; certificates stay the old CA's during the overlap.
+    let asked = Instant::now();
+    let annotate = serde_json::json!({"metadata": {"annotations": {REPLACE_CA: "leaked-1"}}});
+    env.apis.patch(name, annotate).await.unwrap();
+    let bundle = env
+        .wait(&format!("{public} to hold both CAs"), SETTLE, || async {
+            let ca = secret_text(secrets, &public, "ca.crt").await?;
+            Ok((certificate_count(&ca) == 2)
+                .then_some(ca)
+                .ok_or("one CA yet".to_string()))
+        })
+        .await;
+    assert!(bundle.starts_with(old_ca.trim_end()), "the old CA first");
+    let what = "every member to trust both CAs (serving a fresh certificate of the old CA)";
+    wait_serving_own(&env, &old_only, &access.members, &bundle, what).await;
+    eprintln!(
+        "newca: every member trusts both CAs {:?} after the ask",
+        asked.elapsed()
+    );
+    let key_secret = secrets.get(&format!("{name}-ca-key")).await.unwrap();
+    let data = key_secret.data.clone().unwrap_or_default();
+    assert!(data.contains_key("next-ca.crt") && data.contains_key("next-ca.key"));
+    let phase = key_secret
+        .metadata
+        .annotations
+        .unwrap_or_default()
+        .remove("valkey.rs/ca-replacement");
+    assert_eq!(phase, None, "no switch while clients have their overlap");
+    let told = env
+        .wait(
+            "the status to say members trust both CAs",
+            SETTLE,
+            || async {
+                let status = env.status(name).await?.ca_replacement;
+                Ok(status
+                    .filter(|r| r.phase == "Trusting")
+                    .filter(|r| {
+                        r.waiting_for
+                            .as_ref()
+                            .is_some_and(|w| w.contains("clientsUntil"))
+                    })
+                    .ok_or("not yet".to_string()))
+            },
+        )
+        .await;
+    let until = told
+        .clients_until
+        .expect("when clients must trust the new CA")
+        .0;
+    assert_eq!(until.as_second() - told.started.0.as_second(), 3600);
+    let new_ca = bundle[old_ca.trim_end().len()..].trim_start().to_string();
+
+    // The overlap cut to 0, under a writer whose client trusts both.
+    let access = env.exact_access(name, 2, 1).await;
+    let writer = AckedWriter::start(&access).await.unwrap();
+    writer.progressed(100, SETTLE).await.unwrap();
+    let sampled = access.clone();
+    let sampler = Sampler::start(move || every_member_serving(&sampled));
+    let overlap = serde_json::json!({"spec": {"tls": {"caOverlapSeconds": 0}}});
+    env.apis.patch(name, overlap).await.unwrap();
+    let switched = Instant::now();
+    env.wait(
+        "every member's Secret to trust the new CA alone",
+        SETTLE * 3,
+        || async {
+            let mut behind = Vec::new();
+            for m in &access.members {
+                let ca = secret_text(secrets, &format!("{}-tls", m.name), "ca.crt").await?;
+                if ca != new_ca {
+                    behind.push(m.name.clone());
+                }
+            }
+            Ok(behind
+                .is_empty()
+                .then_some(())
+                .ok_or(format!("not yet: {behind:?}")))
+        },
+    )
+    .await;
+    // Member 0's Secret now: the new CA alone (in a directory of its own: the sampler
+    // reads the files of `access` meanwhile).
+    let own = format!("{}-tls", access.members[0].name);
+    let new_only = client_of_secret(secrets, &own, "newca-after")
+        .await
+        .unwrap();
+    let what = "every member to serve a certificate of the new CA, trusting it alone";
+    wait_serving_own(&env, &new_only, &access.members, &new_ca, what).await;
+    eprintln!(
+        "newca: replaced {:?} after the overlap ended",
+        switched.elapsed()
+    );
+    writer.progressed(100, SETTLE).await.unwrap();
+    let samples = sampler.stop();
+    eprintln!(
+        "newca: {} samples of every member during the replacement",
+        samples.taken
+    );
+    assert!(samples.taken > 0);
+    assert!(samples.failed.is_empty(), "{:?}", samples.failed);
+    env.nothing_lost(name, "through the CA replacement", writer, &access)
+        .await;
+
+    assert_eq!(
+        secret_text(secrets, &public, "ca.crt").await.unwrap(),
+        new_ca
+    );
+    env.wait("the status to say no replacement", SETTLE, || async {
+        let status = env.status(name).await?.ca_replacement;
+        Ok(status.map_or(Ok(()), |r| Err(format!("{r:?}"))))
+    })
+    .await;
+    let data = secrets
+        .get(&format!("{name}-ca-key"))
+        .await
+        .unwrap()
+        .data
+        .unwrap_or_default();
+    assert!(!data.contains_key("next-ca.crt") && !data.contains_key("next-ca.key"));
+    for m in &access.members {
+        let refused = old_only.served_as(&m.ip, CLIENT_PORT, &m.ip).await;
+        let refused = format!("{:#}", refused.expect_err("the old CA is trusted no more"));
+        assert!(
+            refused.contains("UnknownIssuer") || refused.contains("issuer"),
+            "{refused}"
+        );
+    }
+    assert_eq!(env.pod_starts(&members).await, starts, "no pod restarted");
+    env.healthy(name, &access, 2, 1).await;
+    for i in 0..100 {
+        let key = format!("newca:{i}");
+        assert_eq!(access.cli_cluster(&["GET", &key]), key);
+    }
+    let events = env.apis.topology_events(name).await.unwrap();
+    let steps: Vec<String> = events
+        .iter()
+        .filter_map(|e| e.note.clone())
+        .filter(|n| n.contains("replacing the CA"))
+        .collect();
+    for step in [
+        "the topology asks for it",
+        "every member trusts both CAs",
+        "it is now the CA",
+    ] {
+        assert!(steps.iter().any(|s| s.contains(step)), "{step}: {steps:?}");
+    }
+    let reasons: Vec<&str> = events.iter().filter_map(|e| e.reason.as_deref()).collect();
+    assert!(!reasons.contains(&"CertificateRefused"), "{reasons:?}");
+    env.finish().await;
+}
+
+/// Waits until each of `members` holds `ca` in its Secret and serves its Secret's
+/// certificate on the client port and the bus, as `tls` sees it (checking its IP).
+async fn wait_serving_own(
+    env: &Env,
+    tls: &ClientTls,
+    members: &[MemberAddr],
+    ca: &str,
+    what: &str,
+) {
+    let secrets = &env.apis.secrets;
+    env.wait(what, SETTLE * 3, || async {
+        let mut behind = Vec::new();
+        for m in members {
+            let secret = format!("{}-tls", m.name);
+            if secret_text(secrets, &secret, "ca.crt").await? != ca {
+                behind.push(format!("{secret} holds another ca.crt"));
+                continue;
+            }
+            let own = secret_certificate(secrets, &secret).await?;
+            for port in [CLIENT_PORT, BUS_PORT] {
+                match tls.served_as(&m.ip, port, &m.ip).await {
+                    Ok(served) if served == own => {}
+                    Ok(_) => behind.push(format!("{}:{port} serves another", m.name)),
+                    Err(e) => behind.push(format!("{}:{port}: {e:#}", m.name)),
+                }
+            }
+        }
+        Ok(behind.is_empty().then_some(()).ok_or(behind.join("; ")))
+    })
+    .await;
+}
+
+/// What is wrong now: a member not at `cluster_state:ok`, a replica whose link to its
+/// primary is down (asked over TLS, as `access` says).
+fn every_member_serving(access: &Access) -> Vec<String> {
+    let mut wrong: Vec<String> = access.serving().err().into_iter().collect();
+    for m in &access.members {
+        let info = access.cli(&m.ip, &["INFO", "replication"]);
+        let replica = info.lines().any(|l| l.trim() == "role:slave");
+        let up = info.lines().any(|l| l.trim() == "master_link_status:up");
+        if replica && !up {
+            wrong.push(format!("{}: {info}", m.name));
+        }
+    }
+    wrong
+}
