@@ -341,6 +341,14 @@ pub async fn evict_sentinel<K, R>(
         tracing::warn!(group = %group.name_any(), sentinel = %name, "no pod to evict");
         return;
     };
+    // The sentinel's readiness (from its ValkeyNode's status) lags its pod: a pod evicted a
+    // moment ago still looks ready and stale to the next reconcile.
+    if let Ok(Some(current)) = pods.get_opt(pod).await
+        && current.metadata.deletion_timestamp.is_some()
+    {
+        tracing::info!(group = %group.name_any(), sentinel = %name, %pod, "sentinel's pod already going");
+        return;
+    }
     match pods.evict(pod, &EvictParams::default()).await {
         Ok(_) => {
             let note = format!(
