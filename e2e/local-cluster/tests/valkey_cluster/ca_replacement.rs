@@ -7,6 +7,7 @@ use std::time::Instant;
 use crd_types::names::annotations::REPLACE_CA;
 use crd_types::template::{TlsAuthClients, TopologyTls};
 use local_cluster::cluster_testing::{Access, AckedWriter, MemberAddr, valkey_cluster};
+use local_cluster::controller_pods::Outage;
 use local_cluster::sampler::Sampler;
 use local_cluster::valkey_tls::{
     ClientTls, certificate_count, client_of_secret, secret_certificate, secret_text,
@@ -20,7 +21,8 @@ const BUS_PORT: u16 = 16379;
 /// A 2x1 cluster with operator-issued certificates is asked to replace its CA
 /// (`valkey.rs/replace-ca`). With an overlap of an hour, `<name>-ca` holds both CAs and
 /// every member loads both with a fresh certificate of the old CA, which a client trusting
-/// the old CA alone still accepts; nothing more happens. With the overlap set to 0, under a
+/// the old CA alone still accepts; nothing more happens, not even after topology-controller
+/// is killed and comes back. With the overlap set to 0, under a
 /// writer acknowledged by replicas: every member serves a certificate of the new CA, then
 /// trusts it alone. All along every member says `cluster_state:ok` and every replica's link
 /// is up; no pod restarts, no acknowledged write is lost, a client trusting only the old CA
@@ -103,6 +105,31 @@ async fn the_operators_ca_is_replaced_under_a_writer_with_no_restart() {
         .0;
     assert_eq!(until.as_second() - told.started.0.as_second(), 3600);
     let new_ca = bundle[old_ca.trim_end().len()..].trim_start().to_string();
+
+    // topology-controller killed while both CAs are trusted: the one that comes back reads
+    // where the replacement stands from the Secrets, makes no other next CA and issues no
+    // certificate again.
+    let issued = |m: &MemberAddr| {
+        let secret = format!("{}-tls", m.name);
+        async move { secret_text(secrets, &secret, "tls.crt").await }
+    };
+    let mut before = Vec::new();
+    for m in &access.members {
+        before.push(issued(m).await.unwrap());
+    }
+    env.stop_topology_controller(Outage::Crash).await;
+    let led = env.restart_topology_controller().await;
+    eprintln!("newca: the restarted topology-controller reconciled {led:?} after its start");
+    let next = secret_text(secrets, &format!("{name}-ca-key"), "next-ca.crt").await;
+    assert_eq!(next.unwrap(), new_ca, "the same next CA");
+    for (m, before) in access.members.iter().zip(&before) {
+        assert_eq!(
+            &issued(m).await.unwrap(),
+            before,
+            "{}'s certificate",
+            m.name
+        );
+    }
 
     // The overlap cut to 0, under a writer whose client trusts both.
     let access = env.exact_access(name, 2, 1).await;
