@@ -16,11 +16,11 @@
 //! and a step is taken only on what members serve at this reconcile, so a restarted
 //! controller goes on where the last one was.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use crd_types::rotation::CaReplacement;
 
-use crate::issuer::{Authority, BACKDATE, Held, Request, Verdict};
+use crate::issuer::{Authority, BACKDATE, Held, Request, Verdict, unix};
 
 /// The next CA's certificate in `<topology>-ca-key`, while it replaces `ca.crt`.
 pub const NEXT_CA_CERT_KEY: &str = "next-ca.crt";
@@ -246,12 +246,6 @@ pub fn status(replacement: &Replacement, step: &Step) -> Option<CaReplacement> {
             _ => None,
         },
     })
-}
-
-fn unix(t: SystemTime) -> i64 {
-    t.duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -219,16 +219,13 @@ impl Authority {
         let Some(cert_pem) = held.cert else {
             return Verdict::Issue("it has none".into());
         };
-        let (Some(ca), Some(leaf)) = (der(&self.cert_pem), der(cert_pem)) else {
+        let Some(leaf) = der(cert_pem) else {
             return Verdict::Issue("it holds no readable certificate".into());
         };
-        let (Ok((_, ca)), Ok((_, leaf))) = (
-            x509_parser::parse_x509_certificate(&ca),
-            x509_parser::parse_x509_certificate(&leaf),
-        ) else {
+        let Ok((_, leaf)) = x509_parser::parse_x509_certificate(&leaf) else {
             return Verdict::Issue("its certificate cannot be parsed".into());
         };
-        if leaf.verify_signature(Some(ca.public_key())).is_err() {
+        if !self.signed(&leaf) {
             if let Some((other, why)) = other
                 && other.signed(&leaf)
             {
@@ -263,10 +260,9 @@ impl Authority {
         }
         Verdict::Keep
     }
-}
 
-impl Authority {
-    /// Whether `leaf` was signed by this CA.
+    /// Whether `leaf` was signed by this CA (whose certificate was parsed when it was made
+    /// or read).
     fn signed(&self, leaf: &x509_parser::certificate::X509Certificate<'_>) -> bool {
         let Some(ca) = der(&self.cert_pem) else {
             return false;
@@ -357,7 +353,7 @@ fn at(t: SystemTime) -> Result<time::OffsetDateTime, String> {
     time::OffsetDateTime::from_unix_timestamp(unix(t)).map_err(text)
 }
 
-fn unix(t: SystemTime) -> i64 {
+pub(crate) fn unix(t: SystemTime) -> i64 {
     t.duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0)

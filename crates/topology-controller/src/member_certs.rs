@@ -234,7 +234,7 @@ where
                 cert_pem: cert.unwrap_or_default(),
                 key_pem: key.unwrap_or_default(),
             };
-            return Ok(Ok((cas, leaf, done.pop())));
+            return Ok(Ok((cas, leaf, (!done.is_empty()).then(|| done.join("; ")))));
         }
         Verdict::Refuse(why) => return Ok(Err(format!("CA Secret {name}: {why}"))),
         Verdict::Issue(why) => why,
@@ -357,10 +357,14 @@ where
     let topology_name = topology.name_any();
     let name = names::topology_ca_key_secret_name(&topology_name);
     // The Secret changed since it was read: the phase stays as it was until the next look.
-    let changed = "the CA Secret changed meanwhile; judged again at the next look";
-    let unchanged = Advanced {
+    let unchanged = || Advanced {
         done: None,
-        status: ca_replacement::status(replacement, &ca_replacement::Step::Wait(changed.into())),
+        status: ca_replacement::status(
+            replacement,
+            &ca_replacement::Step::Wait(
+                "the CA Secret changed meanwhile; judged again at the next look".into(),
+            ),
+        ),
     };
     let secret = match &step {
         // At each look (every 10 s) for as long as the overlap lasts: not for the info log.
@@ -375,11 +379,11 @@ where
     };
     // Written only to the Secret that still holds the next CA this step was judged on.
     if value(&secret, NEXT_CA_CERT_KEY).as_deref() != Some(replacement.next_cert_pem.as_str()) {
-        return Ok(unchanged);
+        return Ok(unchanged());
     }
     let version = secret.resource_version();
     let (patch, done) = match &step {
-        ca_replacement::Step::Wait(_) => return Ok(unchanged),
+        ca_replacement::Step::Wait(_) => return Ok(unchanged()),
         ca_replacement::Step::Switch => (
             serde_json::json!({
                 "metadata": {
@@ -391,7 +395,7 @@ where
         ),
         ca_replacement::Step::Promote => {
             let Some(key) = value(&secret, NEXT_CA_KEY_KEY) else {
-                return Ok(unchanged);
+                return Ok(unchanged());
             };
             let patch = serde_json::json!({
                 "metadata": {
@@ -532,13 +536,7 @@ async fn patch_data(
         "metadata": {"resourceVersion": secret.resource_version()},
         "data": data,
     });
-    let params = PatchParams {
-        field_manager: Some(field_manager.to_string()),
-        ..Default::default()
-    };
-    secrets
-        .patch(&secret.name_any(), &params, &Patch::Merge(&patch))
-        .await
+    merge_patch(secrets, &secret.name_any(), &patch, field_manager).await
 }
 
 type Issued = (Option<CertificateDer<'static>>, Option<String>);

@@ -254,7 +254,7 @@ pub async fn advance_ca<K, R>(
     field_manager: &str,
     topology: &K,
     login: &Login,
-    members: &[(String, Option<&str>)],
+    members: &[(&str, Option<&str>)],
     reasons: (R, R),
 ) -> Option<CaReplacement>
 where
@@ -262,10 +262,8 @@ where
     R: EventReason,
 {
     let client = login.tls.as_ref()?;
-    let members: Vec<(&str, Option<&str>)> =
-        members.iter().map(|(n, a)| (n.as_str(), *a)).collect();
     let (done, refused) = reasons;
-    match member_certs::advance(secrets, topology, client, &members, field_manager).await {
+    match member_certs::advance(secrets, topology, client, members, field_manager).await {
         Ok(advanced) => {
             if let Some(note) = advanced.done {
                 publish(ctx, topology, done, format!("replacing the CA: {note}")).await;
@@ -283,11 +281,14 @@ where
 }
 
 /// Every member of `owned` by name, with the address `reached` says it was dialled at.
-pub fn dialled<'a>(owned: &[ValkeyNode], reached: &[Member<'a>]) -> Vec<(String, Option<&'a str>)> {
+pub fn dialled<'a>(
+    owned: &'a [ValkeyNode],
+    reached: &[Member<'a>],
+) -> Vec<(&'a str, Option<&'a str>)> {
     owned
         .iter()
-        .map(|node| {
-            let name = node.name_any();
+        .filter_map(|node| node.metadata.name.as_deref())
+        .map(|name| {
             let address = reached.iter().find(|m| m.name == name).map(|m| m.ip);
             (name, address)
         })

@@ -1,4 +1,5 @@
 use std::sync::Arc;
+use std::time::UNIX_EPOCH;
 
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::ServerCertVerifier;
