@@ -331,3 +331,54 @@ pub async fn secret_certificate(
 pub fn certificate_count(pem: &str) -> usize {
     CertificateDer::pem_slice_iter(pem.as_bytes()).count()
 }
+
+/// `ca.crt` of Secret `name` once it holds two CAs (the previous and the next, while the
+/// operator replaces a topology's CA), or what it holds yet.
+pub async fn both_cas(secrets: &Api<Secret>, name: &str) -> Result<Result<String, String>> {
+    let ca = secret_text(secrets, name, "ca.crt").await?;
+    Ok(match certificate_count(&ca) {
+        2 => Ok(ca),
+        n => Err(format!("{name} holds {n} CA(s)")),
+    })
+}
+
+/// The members (by name) whose Secret `<member>-tls` holds another `ca.crt` than `ca`.
+pub async fn members_without_ca<'a>(
+    secrets: &Api<Secret>,
+    members: impl IntoIterator<Item = &'a str>,
+    ca: &str,
+) -> Result<Vec<String>> {
+    let mut behind = Vec::new();
+    for member in members {
+        if secret_text(secrets, &format!("{member}-tls"), "ca.crt").await? != ca {
+            behind.push(member.to_string());
+        }
+    }
+    Ok(behind)
+}
+
+/// Why `member`, at `ip`, does not serve its own Secret's (`<member>-tls`) certificate on
+/// each of `ports` with `ca` as that Secret's `ca.crt`, as `tls` sees it (checking `ip`):
+/// nothing when it does.
+pub async fn not_serving_own(
+    secrets: &Api<Secret>,
+    tls: &ClientTls,
+    (member, ip): (&str, &str),
+    ports: &[u16],
+    ca: &str,
+) -> Result<Vec<String>> {
+    let secret = format!("{member}-tls");
+    if secret_text(secrets, &secret, "ca.crt").await? != ca {
+        return Ok(vec![format!("{secret} holds another ca.crt")]);
+    }
+    let own = secret_certificate(secrets, &secret).await?;
+    let mut wrong = Vec::new();
+    for &port in ports {
+        match tls.served_as(ip, port, ip).await {
+            Ok(served) if served == own => {}
+            Ok(_) => wrong.push(format!("{member}:{port} serves another")),
+            Err(e) => wrong.push(format!("{member}:{port}: {e:#}")),
+        }
+    }
+    Ok(wrong)
+}

@@ -10,7 +10,7 @@ use local_cluster::cluster_testing::{Access, AckedWriter, MemberAddr, valkey_clu
 use local_cluster::controller_pods::Outage;
 use local_cluster::sampler::Sampler;
 use local_cluster::valkey_tls::{
-    ClientTls, certificate_count, client_of_secret, secret_certificate, secret_text,
+    ClientTls, both_cas, client_of_secret, members_without_ca, not_serving_own, secret_text,
 };
 
 use crate::env::{Env, FORM, SETTLE};
@@ -59,11 +59,8 @@ async fn the_operators_ca_is_replaced_under_a_writer_with_no_restart() {
     let annotate = serde_json::json!({"metadata": {"annotations": {REPLACE_CA: "leaked-1"}}});
     env.apis.patch(name, annotate).await.unwrap();
     let bundle = env
-        .wait(&format!("{public} to hold both CAs"), SETTLE, || async {
-            let ca = secret_text(secrets, &public, "ca.crt").await?;
-            Ok((certificate_count(&ca) == 2)
-                .then_some(ca)
-                .ok_or("one CA yet".to_string()))
+        .wait(&format!("{public} to hold both CAs"), SETTLE, || {
+            both_cas(secrets, &public)
         })
         .await;
     assert!(bundle.starts_with(old_ca.trim_end()), "the old CA first");
@@ -144,13 +141,8 @@ async fn the_operators_ca_is_replaced_under_a_writer_with_no_restart() {
         "every member's Secret to trust the new CA alone",
         SETTLE * 3,
         || async {
-            let mut behind = Vec::new();
-            for m in &access.members {
-                let ca = secret_text(secrets, &format!("{}-tls", m.name), "ca.crt").await?;
-                if ca != new_ca {
-                    behind.push(m.name.clone());
-                }
-            }
+            let names = access.members.iter().map(|m| m.name.as_str());
+            let behind = members_without_ca(secrets, names, &new_ca).await?;
             Ok(behind
                 .is_empty()
                 .then_some(())
@@ -242,19 +234,9 @@ async fn wait_serving_own(
     env.wait(what, SETTLE * 3, || async {
         let mut behind = Vec::new();
         for m in members {
-            let secret = format!("{}-tls", m.name);
-            if secret_text(secrets, &secret, "ca.crt").await? != ca {
-                behind.push(format!("{secret} holds another ca.crt"));
-                continue;
-            }
-            let own = secret_certificate(secrets, &secret).await?;
-            for port in [CLIENT_PORT, BUS_PORT] {
-                match tls.served_as(&m.ip, port, &m.ip).await {
-                    Ok(served) if served == own => {}
-                    Ok(_) => behind.push(format!("{}:{port} serves another", m.name)),
-                    Err(e) => behind.push(format!("{}:{port}: {e:#}", m.name)),
-                }
-            }
+            let own = (m.name.as_str(), m.ip.as_str());
+            let ports = [CLIENT_PORT, BUS_PORT];
+            behind.extend(not_serving_own(secrets, tls, own, &ports, ca).await?);
         }
         Ok(behind.is_empty().then_some(()).ok_or(behind.join("; ")))
     })

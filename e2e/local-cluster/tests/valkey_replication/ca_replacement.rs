@@ -10,7 +10,7 @@ use crd_types::template::{TlsAuthClients, TopologyTls};
 use local_cluster::replication_testing::{GroupAccess, GroupWriter, Route, valkey_replication};
 use local_cluster::sampler::Sampler;
 use local_cluster::valkey_tls::{
-    ClientTls, certificate_count, client_of_secret, secret_certificate, secret_text,
+    ClientTls, both_cas, client_of_secret, members_without_ca, not_serving_own, secret_text,
 };
 
 use crate::env::{Env, FORM, SETTLE, nothing_lost};
@@ -48,11 +48,8 @@ async fn the_operators_ca_is_replaced_under_a_writer() {
     let annotate = serde_json::json!({"metadata": {"annotations": {REPLACE_CA: "leaked-1"}}});
     env.apis.patch(name, annotate).await.unwrap();
     let bundle = env
-        .wait(&format!("{public} to hold both CAs"), SETTLE, || async {
-            let ca = secret_text(secrets, &public, "ca.crt").await?;
-            Ok((certificate_count(&ca) == 2)
-                .then_some(ca)
-                .ok_or("one CA yet".to_string()))
+        .wait(&format!("{public} to hold both CAs"), SETTLE, || {
+            both_cas(secrets, &public)
         })
         .await;
     let what = "every member to trust both CAs (serving a fresh certificate of the old CA)";
@@ -98,13 +95,12 @@ async fn the_operators_ca_is_replaced_under_a_writer() {
         "every member's Secret to trust the new CA alone",
         FORM * 2,
         || async {
-            let mut behind = Vec::new();
-            for m in access.data.iter().chain(&access.sentinels) {
-                let ca = secret_text(secrets, &format!("{}-tls", m.name), "ca.crt").await?;
-                if ca != new_ca {
-                    behind.push(m.name.clone());
-                }
-            }
+            let names = access
+                .data
+                .iter()
+                .chain(&access.sentinels)
+                .map(|m| m.name.as_str());
+            let behind = members_without_ca(secrets, names, &new_ca).await?;
             Ok(behind
                 .is_empty()
                 .then_some(())
@@ -192,17 +188,8 @@ async fn wait_serving_own(env: &Env, tls: &ClientTls, access: &GroupAccess, ca: 
     env.wait(what, FORM * 2, || async {
         let mut behind = Vec::new();
         for (name, ip, port) in &members {
-            let secret = format!("{name}-tls");
-            if secret_text(secrets, &secret, "ca.crt").await? != ca {
-                behind.push(format!("{secret} holds another ca.crt"));
-                continue;
-            }
-            let own = secret_certificate(secrets, &secret).await?;
-            match tls.served_as(ip, *port, ip).await {
-                Ok(served) if served == own => {}
-                Ok(_) => behind.push(format!("{name} serves another")),
-                Err(e) => behind.push(format!("{name}: {e:#}")),
-            }
+            let wrong = not_serving_own(secrets, tls, (name, ip), &[*port], ca).await?;
+            behind.extend(wrong);
         }
         Ok(behind.is_empty().then_some(()).ok_or(behind.join("; ")))
     })
