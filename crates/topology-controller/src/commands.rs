@@ -52,6 +52,10 @@ pub trait Valkey: Send + Sync {
     /// `CLUSTER FORGET node_id`.
     fn forget(&self, node_id: &str) -> impl Future<Output = Result<(), ValkeyError>> + Send;
 
+    /// `CLUSTER RESET SOFT`: the node forgets every other node and its slot markers; a
+    /// replica turns into an empty primary and drops its data (it keeps its node id).
+    fn reset_soft(&self) -> impl Future<Output = Result<(), ValkeyError>> + Send;
+
     /// `CLUSTER FAILOVER` on a replica: a coordinated hand-over with the primary's agreement,
     /// so no acknowledged write is left behind.
     fn failover(&self) -> impl Future<Output = Result<(), ValkeyError>> + Send;

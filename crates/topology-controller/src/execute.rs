@@ -15,7 +15,7 @@ use crate::commands::{CommandResultExt, SlotState, StepError, Valkey};
 use crate::migrate::{self, End, Moved};
 use crate::model::Member;
 use crate::observe::Connections;
-use crate::plan::{FailoverReason, Step};
+use crate::plan::{FailoverReason, MarkerHeal, Step};
 use crate::slots::Move;
 
 /// How long a failover may take before it is reported as not done.
@@ -34,6 +34,37 @@ pub trait MemberObjects: Sync {
         member: &str,
         revision: &str,
     ) -> impl Future<Output = Result<(), StepError>> + Send;
+}
+
+/// Clears a replica's stale marker for `slot` by `heal` (see [`MarkerHeal`]).
+async fn clear_stale_marker<V: Valkey>(
+    slot: u16,
+    replica: &str,
+    primary: &str,
+    owner_id: &str,
+    heal: MarkerHeal,
+    conns: &Connections<V>,
+) -> Result<(), StepError> {
+    let setslot = |state: SlotState<'_>| format!("CLUSTER SETSLOT {slot} {state}");
+    match heal {
+        MarkerHeal::Stable => {
+            let on = conns.get(primary)?;
+            let stable = SlotState::Stable;
+            on.set_slot(slot, stable).await.on(setslot(stable), primary)
+        }
+        MarkerHeal::Reopen => {
+            let on = conns.get(primary)?;
+            for state in [SlotState::Importing(owner_id), SlotState::Stable] {
+                on.set_slot(slot, state).await.on(setslot(state), primary)?;
+            }
+            Ok(())
+        }
+        MarkerHeal::Resync => conns
+            .get(replica)?
+            .reset_soft()
+            .await
+            .on("CLUSTER RESET SOFT", replica),
+    }
 }
 
 /// `CONFIG SET` of each member's pairs (a `SetConfig` step, of either topology). Stops at the
@@ -141,17 +172,12 @@ pub async fn execute<V: Valkey, O: MemberObjects>(
         }
         Step::ClearStaleMarker {
             slot,
+            replica,
             primary,
             owner_id,
+            heal,
             ..
-        } => {
-            let node = SlotState::Node(owner_id);
-            conns
-                .get(primary)?
-                .set_slot(*slot, node)
-                .await
-                .on(format!("CLUSTER SETSLOT {slot} {node}"), primary)?;
-        }
+        } => clear_stale_marker(*slot, replica, primary, owner_id, *heal, conns).await?,
         Step::SetConfig(changes) => set_config(changes, conns).await?,
         Step::CreateReplicationUser { members, password } => {
             create_replication_user(members, password, conns).await?
@@ -249,7 +275,8 @@ mod tests {
     use crate::fake::{FakeCluster, FakeConn, node_id};
     use crate::model::{Address, Position, Revisions, Shape};
     use crate::observe::ask;
-    use crate::plan::next_step;
+    use crate::plan::progress::{Attempts, Seen};
+    use crate::plan::{Circumstances, MarkerKind, decide, next_step};
     use crd_types::conditions::reasons::Waiting;
 
     /// Records what the Kubernetes half of a step was asked to do.
@@ -348,11 +375,17 @@ mod tests {
         layout: &[(String, Position)],
     ) -> Vec<Step> {
         let mut taken = Vec::new();
+        let mut attempts = Attempts::default();
         for _ in 0..20 {
             let (members, conns) = observe_all(cluster, layout).await;
-            let step = next_step(shape, &members, None);
+            let circumstances = Circumstances {
+                attempts: Some(&attempts),
+                ..Default::default()
+            };
+            let step = decide(shape, &members, &circumstances);
             let result = execute(&step, &members, &conns, &Objects::default()).await;
             conns.close().await;
+            attempts.record(&step, Seen::of(&members));
             result.unwrap_or_else(|e| panic!("{step}: {e}"));
             if matches!(step, Step::Idle | Step::Wait { .. }) {
                 taken.push(step);
@@ -454,9 +487,12 @@ mod tests {
             taken[0],
             Step::ClearStaleMarker {
                 slot: 100,
+                marker: MarkerKind::Importing,
                 replica: "c-1-1".into(),
                 primary: "c-1-0".into(),
                 owner_id: b.clone(),
+                owner: "its primary c-1-0".into(),
+                heal: MarkerHeal::Stable,
             }
         );
         // Then slot 100's move left the split one slot off, which a move back evens out.

@@ -797,6 +797,31 @@ impl Valkey for FakeConn {
         .await
     }
 
+    /// As Valkey: refused on a primary holding keys; a replica drops its data and turns
+    /// into an empty primary; both forget the others and every slot marker.
+    async fn reset_soft(&self) -> Result<(), ValkeyError> {
+        self.run("CLUSTER RESET SOFT".into(), |state, me| {
+            let node = state.node(me);
+            if node.primary.is_none() && node.keys.values().any(|k| !k.is_empty()) {
+                return Err(refused(
+                    "ERR CLUSTER RESET can't be called with master nodes containing keys",
+                ));
+            }
+            for slot in state.slots_of(me) {
+                state.owners.remove(&slot);
+            }
+            let node = state.node_mut(me);
+            node.primary = None;
+            node.sync = Sync::Online;
+            node.keys.clear();
+            node.known.clear();
+            node.importing.clear();
+            node.migrating.clear();
+            Ok(())
+        })
+        .await
+    }
+
     async fn failover(&self) -> Result<(), ValkeyError> {
         self.run("CLUSTER FAILOVER".into(), take_over).await
     }

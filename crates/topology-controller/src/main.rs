@@ -129,6 +129,7 @@ async fn run(ctx: Context, settings: Settings) -> Result<(), std::convert::Infal
                 forced_failover,
                 operator_namespace: operator_namespace.clone(),
                 user_checks: Default::default(),
+                attempts: Default::default(),
             }),
             reconcile::reconcile
         ),

@@ -12,8 +12,8 @@
 //! remembered between reconciles: the next one starts from what Valkey and the API server
 //! say.
 
-use std::collections::BTreeSet;
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crd_types::cluster::{Phase, ValkeyClusterStatus};
@@ -43,6 +43,7 @@ use topology_controller::model::Shape;
 use topology_controller::network;
 use topology_controller::observe::Connections;
 use topology_controller::operator_password;
+use topology_controller::plan::progress::{Attempts, Seen};
 use topology_controller::plan::{self, Circumstances, Step};
 use topology_controller::status::{self, Inputs};
 use topology_controller::survey::{self, switchover_outcome};
@@ -83,6 +84,9 @@ pub struct Shared {
     pub operator_namespace: String,
     /// `spec.users` rule checks made so far (see [`topology_controller::users::Checks`]).
     pub user_checks: Checks,
+    /// The steps taken lately per cluster, for the planner's progress check
+    /// ([`topology_controller::plan::progress`]).
+    pub attempts: Mutex<HashMap<(String, String), Attempts>>,
 }
 
 /// The API handles of one namespace, and the field manager every write uses.
@@ -114,6 +118,8 @@ pub async fn reconcile(
     let Some(live) = fetch(&apis, &name).await? else {
         ctx.data.pulse.forget(&apis.namespace, &name);
         ctx.data.password_look.forget(&apis.namespace, &name);
+        let key = (apis.namespace.clone(), name.clone());
+        ctx.data.attempts.lock().unwrap().remove(&key);
         return Ok(Action::await_change());
     };
     // Passwords before members, so a member's pod finds its Secrets when it starts.
@@ -255,6 +261,7 @@ pub async fn reconcile(
     }
     let outcome = act(
         &ctx.runtime,
+        &ctx.data.attempts,
         topology_controller::users::idle_look(
             network::idle_look(ctx.data.idle_look, policy_refused),
             live.cluster.spec.users.is_some() || live.cluster.spec.tls.is_some(),
@@ -531,6 +538,7 @@ async fn passwords_pass(
 #[allow(clippy::too_many_arguments)]
 async fn act(
     ctx: &Context,
+    attempts: &Mutex<HashMap<(String, String), Attempts>>,
     idle: Duration,
     apis: &Apis,
     live: &Live,
@@ -551,6 +559,8 @@ async fn act(
     };
     let refused: Vec<&str> = observed.login_refused.iter().map(String::as_str).collect();
     let foreign = live.foreign.first().map(ResourceExt::name_any);
+    let key = (apis.namespace.clone(), cluster.name_any());
+    let tried = attempts.lock().unwrap().get(&key).cloned();
     let step = plan::decide(
         &shape,
         &observed.members,
@@ -566,6 +576,7 @@ async fn act(
             tls_problem: passwords.tls_problem.as_deref(),
             default_password_problem: passwords.default.as_ref().err().map(String::as_str),
             login_refused: &refused,
+            attempts: tried.as_ref(),
         },
     );
     let survey = survey::survey(&shape, &observed.members);
@@ -620,6 +631,12 @@ async fn act(
         field_manager: apis.field_manager,
     };
     let done = execute(&step, &observed.members, connections, &objects).await;
+    attempts
+        .lock()
+        .unwrap()
+        .entry(key)
+        .or_default()
+        .record(&step, Seen::of(&observed.members));
     let step_error = done.as_ref().err().map(ToString::to_string);
     match &done {
         Ok(Done { moved: Some(moved) }) => {

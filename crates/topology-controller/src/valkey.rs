@@ -385,6 +385,12 @@ impl Valkey for Conn {
             .map(drop)
     }
 
+    async fn reset_soft(&self) -> Result<(), ValkeyError> {
+        self.cluster::<Value>(vec!["RESET".into(), "SOFT".into()])
+            .await
+            .map(drop)
+    }
+
     async fn failover(&self) -> Result<(), ValkeyError> {
         self.cluster::<Value>(vec!["FAILOVER".into()])
             .await

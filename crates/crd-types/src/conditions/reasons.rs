@@ -271,6 +271,9 @@ reasons! {
         /// An atomic slot migration job runs on a member (Valkey 9.0+); nothing else moves or
         /// restarts until it ends.
         SlotsMovingAtomically,
+        /// A step was taken again and again and changed nothing the members show (or a
+        /// heal tried every method): it is not taken again until something changes.
+        NoProgress,
     }
 }
 

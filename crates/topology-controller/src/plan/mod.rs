@@ -19,6 +19,7 @@ mod gone;
 pub mod guard;
 pub mod live;
 mod membership;
+pub mod progress;
 pub mod replicas;
 pub mod roll;
 pub(crate) mod slots;
@@ -34,7 +35,9 @@ use crate::acl::{self, ReplicationPassword};
 use crate::model::{Address, Member, Shape};
 use crate::slot_jobs;
 use crate::slots::{Move, SlotRange, format_ranges, slot_count};
+use progress::{Attempts, Seen};
 use roll::RollStep;
+pub use slots::MarkerKind;
 use snapshot::Snapshot;
 
 /// Why a failover is asked for.
@@ -49,6 +52,36 @@ pub enum FailoverReason {
     /// Kubernetes shows the primary's server is not running and it does not answer
     /// (`CLUSTER FAILOVER FORCE`, see [`gone`]).
     PrimaryGone,
+}
+
+/// How a replica's stale slot marker is cleared. Each method is taken only after the one
+/// before it changed nothing (see [`progress`]); docs/architecture.md has the table of
+/// marker shapes and what reaches the replica on each Valkey version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MarkerHeal {
+    /// `SETSLOT slot STABLE` on the primary, which has no marker for the slot: Valkey 8.0+
+    /// copies it to its online replicas, where it clears both markers whoever owns the slot
+    /// (`SETSLOT NODE owner` would not: a replica drops an importing marker for it only when
+    /// the owner is its own primary, and a migrating one only for a slot without keys).
+    Stable,
+    /// Where another shard owns the slot: the primary opens it (`IMPORTING owner`) and
+    /// closes it again (`STABLE`), both copied to its replicas.
+    Reopen,
+    /// The last resort: `CLUSTER RESET SOFT` on the replica, which forgets its markers and
+    /// its data (its primary has the data); the planner then meets it and attaches it again,
+    /// a full sync.
+    Resync,
+}
+
+impl MarkerHeal {
+    /// The methods in the order they are tried.
+    pub fn ladder(owned_by_primary: bool) -> &'static [MarkerHeal] {
+        if owned_by_primary {
+            &[MarkerHeal::Stable, MarkerHeal::Resync]
+        } else {
+            &[MarkerHeal::Stable, MarkerHeal::Reopen, MarkerHeal::Resync]
+        }
+    }
 }
 
 /// The one thing to do next.
@@ -74,13 +107,17 @@ pub enum Step {
     /// Clear open-slot markers no migration can finish (`SETSLOT STABLE` on each member).
     Stabilize { slot: u16, on: Vec<String> },
     /// A replica kept a marker for `slot` its primary no longer has (it missed the move's
-    /// final state while syncing): `SETSLOT slot NODE owner_id` again on `primary`, which
-    /// copies it to its online replicas.
+    /// final state while syncing, or its primary dropped the marker by itself): cleared by
+    /// `heal`, through `primary` where it can be.
     ClearStaleMarker {
         slot: u16,
+        marker: MarkerKind,
         replica: String,
         primary: String,
+        /// The slot's owner, and how it stands to the replica, for people.
         owner_id: String,
+        owner: String,
+        heal: MarkerHeal,
     },
     /// `CLUSTER REPLICATE primary_id` on each `(member, primary_id)`: every replica that can
     /// be attached, at once (a forming cluster attaches all its replicas in one step).
@@ -186,13 +223,28 @@ impl fmt::Display for Step {
             }
             Step::ClearStaleMarker {
                 slot,
+                marker,
                 replica,
                 primary,
+                owner,
+                heal,
                 ..
-            } => write!(
-                f,
-                "clearing the stale marker of slot {slot} on replica {replica} through {primary}"
-            ),
+            } => {
+                let how = match heal {
+                    MarkerHeal::Stable => format!("SETSLOT {slot} STABLE through {primary}"),
+                    MarkerHeal::Reopen => format!(
+                        "opening and closing slot {slot} on {primary} (STABLE alone changed nothing)"
+                    ),
+                    MarkerHeal::Resync => format!(
+                        "CLUSTER RESET SOFT and a full sync from {primary} (nothing sent through {primary} reached it)"
+                    ),
+                };
+                write!(
+                    f,
+                    "clearing the stale {} marker of slot {slot} (owned by {owner}) on replica {replica}: {how}",
+                    marker.as_str()
+                )
+            }
             Step::Replicate(attaches) => {
                 let each: Vec<String> = attaches
                     .iter()
@@ -246,6 +298,9 @@ pub struct Circumstances<'a> {
     pub default_password_problem: Option<&'a str>,
     /// Members that refuse the operator user's login.
     pub login_refused: &'a [&'a str],
+    /// The steps this controller took lately and how often, for the progress check
+    /// ([`progress`]); `None` counts nothing.
+    pub attempts: Option<&'a Attempts>,
 }
 
 /// The step to take: the planner's, unless a foreign ValkeyNode holds a member's name (never
@@ -258,7 +313,13 @@ pub fn decide(shape: &Shape, members: &[Member], c: &Circumstances) -> Step {
                 "ValkeyNode {name} exists but does not belong to this cluster; rename or delete it"
             ),
         ),
-        None => next_step(shape, members, c.recorded_switchover),
+        None => {
+            let seen = Seen::of(members);
+            let tried = |step: &Step| c.attempts.map_or(0, |a| a.times(step, seen));
+            let step = next_step_after(shape, members, c.recorded_switchover, &tried);
+            let times = tried(&step);
+            progress::hold_without_effect(step, times)
+        }
     };
     guard::guard_step(
         step,
@@ -290,6 +351,17 @@ fn unaddressed(shape: &Shape, members: &[Member]) -> String {
 
 /// The next step. `recorded_switchover` is the request id status already reports as done.
 pub fn next_step(shape: &Shape, members: &[Member], recorded_switchover: Option<&str>) -> Step {
+    next_step_after(shape, members, recorded_switchover, &|_| 0)
+}
+
+/// The next step, with `tried` telling how often a step was taken already on the cluster as
+/// it is now (heals escalate on it).
+fn next_step_after(
+    shape: &Shape,
+    members: &[Member],
+    recorded_switchover: Option<&str>,
+    tried: &dyn Fn(&Step) -> u32,
+) -> Step {
     let Some(s) = Snapshot::new(shape, members) else {
         return Step::wait(
             Waiting::NoMemberAnswers,
@@ -311,7 +383,7 @@ pub fn next_step(shape: &Shape, members: &[Member], recorded_switchover: Option<
             );
         }
     }
-    let step = decide_next(&s, recorded_switchover, forming);
+    let step = decide_next(&s, recorded_switchover, forming, tried);
     // Nothing to do but wait for gossip: bring stale views up to date instead.
     match step {
         Step::Idle
@@ -343,7 +415,12 @@ fn replication_user(shape: &Shape, members: &[Member]) -> Option<Step> {
 }
 
 /// The first rule that has something to do, in order.
-fn decide_next(s: &Snapshot, recorded_switchover: Option<&str>, forming: bool) -> Step {
+fn decide_next(
+    s: &Snapshot,
+    recorded_switchover: Option<&str>,
+    forming: bool,
+    tried: &dyn Fn(&Step) -> u32,
+) -> Step {
     let (shape, members) = (s.shape, s.members);
     let node_id = |m: &Member| s.node_of(m).map(|n| n.id.as_str());
     // Slots first, while the primaries know nobody: they join already holding them.
@@ -353,7 +430,7 @@ fn decide_next(s: &Snapshot, recorded_switchover: Option<&str>, forming: bool) -
         .or_else(|| membership::meet(s))
         .or_else(|| membership::forget(s))
         .or_else(|| slots::open_slots(s).map(|step| across_versions(step, members)))
-        .or_else(|| slots::clear_stale_markers(s))
+        .or_else(|| slots::clear_stale_markers(s, tried))
         .or_else(|| replicas::attach_replicas(s))
         .or_else(|| atomic_in_flight(s))
         .or_else(|| {

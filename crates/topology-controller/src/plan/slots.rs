@@ -6,8 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crd_types::conditions::reasons::Waiting;
 
-use super::Step;
+use super::progress::TRIES_PER_METHOD;
 use super::snapshot::Snapshot;
+use super::{MarkerHeal, Step};
 use crate::cluster_nodes::ClusterView;
 use crate::model::Member;
 use crate::slots::{SlotRange, even_split, format_ranges, plan_rebalance};
@@ -89,18 +90,36 @@ pub(super) fn open_slots(s: &Snapshot) -> Option<Step> {
     })
 }
 
+/// Which marker a replica keeps, and the node it names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MarkerKind {
+    Importing,
+    Migrating,
+}
+
+impl MarkerKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MarkerKind::Importing => "importing",
+            MarkerKind::Migrating => "migrating",
+        }
+    }
+}
+
 /// A slot marker a replica keeps but its primary does not have.
 pub(crate) struct StaleMarker<'a> {
     pub slot: u16,
+    pub kind: MarkerKind,
     pub replica: &'a Member,
     pub primary: &'a Member,
 }
 
 /// Replicas' slot markers their primaries no longer have. Valkey 8.0 copies slot states
-/// only to replicas online at that moment, and a replica's full sync loads the markers its
-/// primary had when the sync began (valkey-io/valkey#998): a replica that synced across the
-/// end of a move keeps its marker, refuses SETSLOT itself, and would serve with it if
-/// promoted. During a move a replica mirrors its primary's markers, which is not stale.
+/// only to replicas online at that moment, a replica's full sync loads the markers its
+/// primary had when the sync began (valkey-io/valkey#998), and a primary's own gossip
+/// handling clears an importing marker without telling its replicas: a replica left so
+/// keeps its marker, refuses SETSLOT itself, and would serve with it if promoted. During a
+/// move a replica mirrors its primary's markers, which is not stale.
 pub(crate) fn stale_markers<'a>(s: &Snapshot<'a>) -> Vec<StaleMarker<'a>> {
     let mut found = Vec::new();
     for replica in s.reachable() {
@@ -122,10 +141,13 @@ pub(crate) fn stale_markers<'a>(s: &Snapshot<'a>) -> Vec<StaleMarker<'a>> {
                 .chain(&theirs.migrating)
                 .any(|(open, _)| *open == slot)
         };
-        for (slot, _) in me.importing.iter().chain(&me.migrating) {
+        let markers = (me.importing.iter().map(|m| (m, MarkerKind::Importing)))
+            .chain(me.migrating.iter().map(|m| (m, MarkerKind::Migrating)));
+        for ((slot, _), kind) in markers {
             if !open_there(*slot) {
                 found.push(StaleMarker {
                     slot: *slot,
+                    kind,
                     replica,
                     primary,
                 });
@@ -135,16 +157,18 @@ pub(crate) fn stale_markers<'a>(s: &Snapshot<'a>) -> Vec<StaleMarker<'a>> {
     found
 }
 
-/// A stale marker on a replica: its primary sends the slot's owner again, which Valkey
-/// copies to the replica once it is online.
-pub(super) fn clear_stale_markers(s: &Snapshot) -> Option<Step> {
+/// A stale marker on a replica, cleared through its primary once the replica is online:
+/// the methods of [`MarkerHeal::ladder`] in turn, each taken until it has been taken
+/// [`TRIES_PER_METHOD`] times on an unchanged cluster (`tried` counts), then the next; once
+/// every method is spent, a `NoProgress` wait.
+pub(super) fn clear_stale_markers(s: &Snapshot, tried: &dyn Fn(&Step) -> u32) -> Option<Step> {
     let stale = stale_markers(s);
     let first = stale.first()?;
     let Some(owner) = s.view.slot_owner(first.slot) else {
         return None; // an unowned slot is form's or rebalance's business
     };
-    // The replica says it is in sync, and its primary that every replica is online: the
-    // re-sent state then reaches it.
+    // The replica says it is in sync, and its primary that every replica is online: what
+    // the primary is sent then reaches it.
     let not_online = replica_not_online(first.primary).or_else(|| {
         (!first.replica.is_synced_replica())
             .then(|| format!("{} is not in sync", first.replica.name))
@@ -158,12 +182,37 @@ pub(super) fn clear_stale_markers(s: &Snapshot) -> Option<Step> {
             ),
         ));
     }
-    Some(Step::ClearStaleMarker {
+    let owned_by_primary = first.primary.id() == Some(owner.id.as_str());
+    let owner_name = match s.member_with_id(&owner.id) {
+        _ if owned_by_primary => format!("its primary {}", first.primary.name),
+        Some(m) if !s.shape.wants(m.at) => format!("{}, which is leaving", m.name),
+        Some(m) => format!("{} of another shard", m.name),
+        None => format!("node {}, which is no member", owner.id),
+    };
+    let step = |heal| Step::ClearStaleMarker {
         slot: first.slot,
+        marker: first.kind,
         replica: first.replica.name.clone(),
         primary: first.primary.name.clone(),
         owner_id: owner.id.clone(),
-    })
+        owner: owner_name.clone(),
+        heal,
+    };
+    let ladder = MarkerHeal::ladder(owned_by_primary);
+    if let Some(heal) = ladder
+        .iter()
+        .find(|heal| tried(&step(**heal)) < TRIES_PER_METHOD)
+    {
+        return Some(step(*heal));
+    }
+    let last = step(*ladder.last().unwrap());
+    Some(Step::wait(
+        Waiting::NoProgress,
+        format!(
+            "{last}: every method was tried {TRIES_PER_METHOD} times and the marker stays; \
+             nothing more is tried until something changes (or topology-controller restarts)"
+        ),
+    ))
 }
 
 /// Why some replica of `primary` (as its own CLUSTER NODES counts them) is not online on
@@ -281,7 +330,7 @@ pub(super) fn rebalance(s: &Snapshot) -> Option<Step> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::next_step;
+    use crate::plan::{next_step, next_step_after};
     use crate::sim::*;
     use crate::slots;
 
@@ -409,15 +458,7 @@ mod tests {
             "{why}"
         );
         sims[3].synced = true;
-        assert_eq!(
-            step(&d, &sims),
-            Step::ClearStaleMarker {
-                slot: 100,
-                replica: "c-1-1".into(),
-                primary: "c-1-0".into(),
-                owner_id: id(0, 0),
-            }
-        );
+        assert_eq!(step(&d, &sims), stale_step(MarkerHeal::Stable));
         // While its primary has the slot open too, it is a move in flight, not stale.
         sims[2].markers = format!("[100-<-{}]", id(0, 0));
         sims[0].markers = format!("[100->-{}]", id(1, 0));
@@ -425,6 +466,81 @@ mod tests {
             step(&d, &sims),
             Step::FixOpenSlot { slot: 100, .. }
         ));
+    }
+
+    /// The step clearing c-1-1's importing marker for slot 100, which c-0-0 of the other
+    /// shard owns, by `heal`.
+    fn stale_step(heal: MarkerHeal) -> Step {
+        Step::ClearStaleMarker {
+            slot: 100,
+            marker: MarkerKind::Importing,
+            replica: "c-1-1".into(),
+            primary: "c-1-0".into(),
+            owner_id: id(0, 0),
+            owner: "c-0-0 of another shard".into(),
+            heal,
+        }
+    }
+
+    #[test]
+    fn a_heal_that_changes_nothing_escalates_and_then_stops() {
+        let d = shape(2, 1);
+        let mut sims = formed(2, 1);
+        // The shape of issue 41: the replica imports a slot another shard owns, its primary
+        // has no marker, and `SETSLOT NODE owner` through the primary would not reach it.
+        sims[3].markers = format!("[100-<-{}]", id(0, 0));
+        let m = members(&sims);
+        let after = |stable: u32, reopen: u32, resync: u32| {
+            let tried = move |step: &Step| match step {
+                Step::ClearStaleMarker { heal, .. } => match heal {
+                    MarkerHeal::Stable => stable,
+                    MarkerHeal::Reopen => reopen,
+                    MarkerHeal::Resync => resync,
+                },
+                _ => 0,
+            };
+            next_step_after(&d, &m, None, &tried)
+        };
+        let t = TRIES_PER_METHOD;
+        assert_eq!(after(0, 0, 0), stale_step(MarkerHeal::Stable));
+        assert_eq!(after(t - 1, 0, 0), stale_step(MarkerHeal::Stable));
+        assert_eq!(after(t, 0, 0), stale_step(MarkerHeal::Reopen));
+        assert_eq!(after(t, t, 0), stale_step(MarkerHeal::Resync));
+        assert_eq!(
+            stale_step(MarkerHeal::Reopen).to_string(),
+            "clearing the stale importing marker of slot 100 (owned by c-0-0 of another shard) \
+             on replica c-1-1: opening and closing slot 100 on c-1-0 (STABLE alone changed \
+             nothing)"
+        );
+        let (reason, why) = wait_of(after(t, t, t));
+        assert_eq!(reason, Waiting::NoProgress);
+        assert!(
+            why.contains("CLUSTER RESET SOFT and a full sync from c-1-0 (nothing sent through c-1-0 reached it): every method was tried 3 times"),
+            "{why}"
+        );
+
+        // Owned by the replica's own primary (and migrating): nothing to re-open through
+        // the primary, so the resync follows STABLE.
+        let mut sims = formed(2, 1);
+        sims[3].markers = format!("[9000->-{}]", id(0, 0));
+        let m = members(&sims);
+        let tried = |step: &Step| match step {
+            Step::ClearStaleMarker { heal, .. } if *heal == MarkerHeal::Stable => t,
+            _ => 0,
+        };
+        match next_step_after(&d, &m, None, &tried) {
+            Step::ClearStaleMarker {
+                marker,
+                owner,
+                heal,
+                ..
+            } => {
+                assert_eq!(marker, MarkerKind::Migrating);
+                assert_eq!(owner, "its primary c-1-0");
+                assert_eq!(heal, MarkerHeal::Resync);
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

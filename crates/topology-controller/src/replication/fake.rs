@@ -489,6 +489,10 @@ impl Valkey for FakeGroupConn {
         Err(no_cluster())
     }
 
+    async fn reset_soft(&self) -> Result<(), ValkeyError> {
+        Err(no_cluster())
+    }
+
     async fn failover(&self) -> Result<(), ValkeyError> {
         Err(no_cluster())
     }
