@@ -36,13 +36,15 @@ pub trait MemberObjects: Sync {
     ) -> impl Future<Output = Result<(), StepError>> + Send;
 }
 
-/// Clears a replica's stale marker for `slot` by `heal` (see [`MarkerHeal`]).
+/// Clears a replica's stale marker for `slot` by `heal` (see [`MarkerHeal`]). A reset
+/// replica knows nobody, and Valkey takes no stranger's PING: it meets its primary again,
+/// whose gossip brings it the rest; the planner then attaches it.
 async fn clear_stale_marker<V: Valkey>(
     slot: u16,
-    replica: &str,
-    primary: &str,
+    (replica, primary): (&str, &str),
     owner_id: &str,
     heal: MarkerHeal,
+    members: &[Member],
     conns: &Connections<V>,
 ) -> Result<(), StepError> {
     let setslot = |state: SlotState<'_>| format!("CLUSTER SETSLOT {slot} {state}");
@@ -59,11 +61,21 @@ async fn clear_stale_marker<V: Valkey>(
             }
             Ok(())
         }
-        MarkerHeal::Resync => conns
-            .get(replica)?
-            .reset_soft()
-            .await
-            .on("CLUSTER RESET SOFT", replica),
+        MarkerHeal::Resync => {
+            let address = members
+                .iter()
+                .find(|m| m.name == primary)
+                .and_then(|m| m.address.as_ref())
+                .ok_or_else(|| StepError::NotAnswering(primary.to_string()))?;
+            let on = conns.get(replica)?;
+            on.reset_soft().await.on("CLUSTER RESET SOFT", replica)?;
+            on.meet(&address.ip, address.port, address.bus_port)
+                .await
+                .on(
+                    format!("CLUSTER MEET {}:{}", address.ip, address.port),
+                    replica,
+                )
+        }
     }
 }
 
@@ -177,7 +189,7 @@ pub async fn execute<V: Valkey, O: MemberObjects>(
             owner_id,
             heal,
             ..
-        } => clear_stale_marker(*slot, replica, primary, owner_id, *heal, conns).await?,
+        } => clear_stale_marker(*slot, (replica, primary), owner_id, *heal, members, conns).await?,
         Step::SetConfig(changes) => set_config(changes, conns).await?,
         Step::CreateReplicationUser { members, password } => {
             create_replication_user(members, password, conns).await?
@@ -281,7 +293,7 @@ mod tests {
 
     /// Records what the Kubernetes half of a step was asked to do.
     #[derive(Default)]
-    struct Objects {
+    pub(super) struct Objects {
         calls: Mutex<Vec<String>>,
     }
 
@@ -302,7 +314,7 @@ mod tests {
 
     /// The fake's nodes as cluster members `c-<shard>-<member>`: primary `p` of
     /// `FakeCluster::formed` is member 0 of shard `p`, its replica `r` member `r + 1`.
-    fn layout(shards: usize, replicas: usize) -> Vec<(String, Position)> {
+    pub(super) fn layout(shards: usize, replicas: usize) -> Vec<(String, Position)> {
         (0..shards)
             .flat_map(|p| {
                 (0..=replicas).map(move |m| {
@@ -318,7 +330,7 @@ mod tests {
     }
 
     /// Asks every node, as a reconcile does: the members and their connections.
-    async fn observe_all(
+    pub(super) async fn observe_all(
         cluster: &FakeCluster,
         layout: &[(String, Position)],
     ) -> (Vec<Member>, Connections<FakeConn>) {
@@ -354,7 +366,7 @@ mod tests {
         (members, conns)
     }
 
-    fn shape(shards: u32, replicas: u32) -> Shape {
+    pub(super) fn shape(shards: u32, replicas: u32) -> Shape {
         Shape {
             cluster: "c".into(),
             shards,
@@ -500,6 +512,70 @@ mod tests {
         assert_eq!(taken.last(), Some(&Step::Idle));
         assert_eq!(cluster.markers(&replica_of_b), Default::default());
         assert_eq!(cluster.keys(b).get(&100), Some(&30));
+    }
+
+    #[tokio::test]
+    async fn a_replicas_stale_import_of_a_slot_another_shard_owns_is_cleared() {
+        // Issue 41: b's replica imports slot 100 from a, which owns it; b has no marker.
+        // `SETSLOT 100 NODE a` through b would leave it (a replica drops an importing marker
+        // only for its own primary); STABLE through b clears it at once.
+        let (cluster, ids) = FakeCluster::formed(2, 1);
+        cluster.load(100, 30);
+        let (a, replica_of_b) = (&ids[0], node_id(110));
+        cluster.set_markers(&replica_of_b, &[(100, a)], &[]);
+        let taken = settle(&cluster, &shape(2, 1), &layout(2, 1)).await;
+        match &taken[..] {
+            [Step::ClearStaleMarker { heal, owner, .. }, Step::Idle] => {
+                assert_eq!(*heal, MarkerHeal::Stable);
+                assert_eq!(owner, "c-0-0 of another shard");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(cluster.markers(&replica_of_b), Default::default());
+        assert_eq!(cluster.owner(100).as_ref(), Some(a));
+        assert!(
+            cluster
+                .log()
+                .iter()
+                .any(|c| c.ends_with("CLUSTER SETSLOT 100 STABLE")),
+            "{:?}",
+            cluster.log()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_marker_nothing_through_the_primary_reaches_ends_with_a_resync_of_the_replica() {
+        let (cluster, ids) = FakeCluster::formed(2, 1);
+        cluster.load(100, 30);
+        let (a, replica_of_b) = (&ids[0], node_id(110));
+        cluster.set_markers(&replica_of_b, &[(100, a)], &[]);
+        cluster.deafen_to_setslot(&replica_of_b);
+        let taken = settle(&cluster, &shape(2, 1), &layout(2, 1)).await;
+        let heals: Vec<MarkerHeal> = taken
+            .iter()
+            .filter_map(|s| match s {
+                Step::ClearStaleMarker { heal, .. } => Some(*heal),
+                _ => None,
+            })
+            .collect();
+        use MarkerHeal::*;
+        assert_eq!(
+            heals,
+            [Stable, Stable, Stable, Reopen, Reopen, Reopen, Resync],
+            "{taken:?}"
+        );
+        // Reset, it met its primary again and is attached again (a full sync), and nothing
+        // is left open.
+        let after: Vec<&Step> = taken.iter().skip(7).collect();
+        assert!(
+            matches!(after[..], [Step::Replicate(_), Step::Idle]),
+            "{after:?}"
+        );
+        for id in cluster.ids() {
+            assert_eq!(cluster.markers(&id), Default::default(), "{id}");
+        }
+        assert_eq!(cluster.primary_of(&replica_of_b).as_ref(), Some(&ids[1]));
+        assert_eq!(cluster.keys(a).get(&100), Some(&30));
     }
 
     #[tokio::test]
@@ -709,3 +785,6 @@ mod tests {
         conns.close().await;
     }
 }
+
+#[cfg(test)]
+mod crash_points;

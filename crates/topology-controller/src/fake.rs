@@ -50,6 +50,8 @@ struct Node {
     answering: bool,
     /// `CLUSTER FAILOVER` is accepted but never completes (no primary agrees).
     stuck_failover: bool,
+    /// A replica that applies none of the SETSLOTs its primary copies to it.
+    deaf_to_setslot: bool,
     /// Commands this node still answers before its connections die; `None`: no limit.
     commands_left: Option<usize>,
     offset: i64,
@@ -98,6 +100,9 @@ struct State {
     /// Atomic slot migrations stay in flight until [`FakeCluster::finish_slot_migrations`].
     hold_slot_migrations: bool,
     jobs_started: usize,
+    /// Commands any node still answers before the controller dies (every connection with
+    /// it); `None`: no limit.
+    controller_commands_left: Option<usize>,
 }
 
 impl State {
@@ -178,6 +183,7 @@ impl FakeCluster {
             known: BTreeSet::new(),
             answering: true,
             stuck_failover: false,
+            deaf_to_setslot: false,
             commands_left: None,
             offset: 0,
             config: live_defaults(FAKE_VERSION),
@@ -323,6 +329,64 @@ impl FakeCluster {
     /// `CLUSTER FAILOVER` on replica `id` is accepted but never completes.
     pub fn stick_failover(&self, id: &str) {
         self.lock().node_mut(id).stuck_failover = true;
+    }
+
+    /// Replica `id` applies none of the SETSLOTs its primary copies to it (whatever the
+    /// cause: the heal must not rely on one path).
+    pub fn deafen_to_setslot(&self, id: &str) {
+        self.lock().node_mut(id).deaf_to_setslot = true;
+    }
+
+    /// The controller dies after `commands` more commands to any node: every later one
+    /// fails as a dead connection does, until [`FakeCluster::new_controller`].
+    pub fn crash_after(&self, commands: usize) {
+        self.lock().controller_commands_left = Some(commands);
+    }
+
+    /// Whether the controller set to die by [`FakeCluster::crash_after`] is dead.
+    pub fn crashed(&self) -> bool {
+        self.lock().controller_commands_left == Some(0)
+    }
+
+    /// A new controller process: every command is answered again.
+    pub fn new_controller(&self) {
+        self.lock().controller_commands_left = None;
+    }
+
+    /// The primary node `id` replicates, if it is a replica.
+    pub fn primary_of(&self, id: &str) -> Option<String> {
+        self.lock().node(id).primary.clone()
+    }
+
+    /// Every node's id.
+    pub fn ids(&self) -> Vec<String> {
+        self.lock().nodes.iter().map(|n| n.id.clone()).collect()
+    }
+
+    /// Slots `first..=last` with their keys go to primary `id` (an uneven start).
+    pub fn give(&self, first: u16, last: u16, id: &str) {
+        let mut state = self.lock();
+        for slot in first..=last {
+            let Some(owner) = state.owners.insert(slot, id.to_string()) else {
+                continue;
+            };
+            let keys = state.node_mut(&owner).keys.remove(&slot);
+            if let Some(keys) = keys {
+                state.node_mut(id).keys.insert(slot, keys);
+            }
+        }
+    }
+
+    /// Keys held by a node that does not own their slot (a client could not read them).
+    pub fn misplaced_keys(&self) -> usize {
+        let state = self.lock();
+        state
+            .nodes
+            .iter()
+            .flat_map(|n| n.keys.iter().map(move |(slot, keys)| (n, slot, keys)))
+            .filter(|(n, slot, _)| state.owners.get(slot) != Some(&n.id))
+            .map(|(_, _, keys)| keys.len())
+            .sum()
     }
 
     /// Node `id` answers every command again (a new controller process connects).
@@ -523,6 +587,15 @@ impl FakeConn {
             tokio::time::sleep(latency).await;
         }
         let mut state = self.cluster.lock();
+        if let Some(left) = state.controller_commands_left.as_mut() {
+            if *left == 0 {
+                return Err(ValkeyError::new(
+                    ErrorKind::Unreachable,
+                    "the controller is dead".to_string(),
+                ));
+            }
+            *left -= 1;
+        }
         let node = state.node_mut(&self.id);
         let who = format!("{}:{}", node.ip, node.port);
         if !node.answering {
@@ -813,6 +886,7 @@ impl Valkey for FakeConn {
             let node = state.node_mut(me);
             node.primary = None;
             node.sync = Sync::Online;
+            node.deaf_to_setslot = false;
             node.keys.clear();
             node.known.clear();
             node.importing.clear();
@@ -863,7 +937,8 @@ impl Valkey for FakeConn {
             FakeCluster::apply_set_slot(state, me, slot, &owned);
             // Valkey 8.0 replicates SETSLOT only to replicas online right now.
             for replica in state.replicas_of(me) {
-                if state.node(&replica).sync == Sync::Online && state.node(&replica).answering {
+                let r = state.node(&replica);
+                if r.sync == Sync::Online && r.answering && !r.deaf_to_setslot {
                     FakeCluster::apply_set_slot(state, &replica, slot, &owned);
                 }
             }

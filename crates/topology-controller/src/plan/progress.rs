@@ -75,9 +75,9 @@ impl Seen {
                     link.host, link.port, link.link_up, link.sync_in_progress
                 );
             }
-            let _ = write!(
+            let _ = writeln!(
                 text,
-                "|{:?}|{:?}|{:?}|{:?}|{:?}\n",
+                "|{:?}|{:?}|{:?}|{:?}|{:?}",
                 reply.live_config,
                 reply.replication_user,
                 reply.slot_jobs,
