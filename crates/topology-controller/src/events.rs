@@ -1,7 +1,9 @@
 //! Events (layer 5): what topology-controller publishes on a ValkeyCluster, one per step
 //! carried out, none for waiting or idle (the Progressing condition says those).
 
-use crate::plan::Step;
+use crd_types::conditions::reasons::Waiting;
+
+use crate::plan::{MarkerHeal, Step};
 
 operator_runtime::event_reasons! {
     /// Event reasons on a ValkeyCluster.
@@ -12,8 +14,16 @@ operator_runtime::event_reasons! {
         NodeForgotten: Normal,
         /// Slots were given to primaries (`ADDSLOTSRANGE`).
         SlotsAssigned: Normal,
-        /// A slot left open by an interrupted move was finished or cleared.
+        /// A slot left open by an interrupted move was finished or cleared, or a replica's
+        /// stale marker cleared through its primary with `SETSLOT STABLE`.
         SlotRepaired: Normal,
+        /// A replica's stale slot marker survived the first method, so a stronger one runs
+        /// (re-opening the slot on its primary, then a reset and full sync of the replica);
+        /// the note names the marker, the slot's owner and the method.
+        StaleMarkerEscalated: Warning,
+        /// A step was taken again and again and changed nothing the members show, so it is
+        /// held back until something changes; the note says which.
+        NoProgress: Warning,
         /// A member was made a replica of its shard's primary.
         ReplicaAttached: Normal,
         /// Slots are moving between primaries.
@@ -81,12 +91,19 @@ operator_runtime::event_reasons! {
 pub fn step_event(step: &Step, error: Option<&str>) -> Option<(ClusterEvent, String)> {
     let reason = match step {
         Step::Wait { reason, .. } if reason.is_refusal() => ClusterEvent::UpdateRefused,
+        Step::Wait {
+            reason: Waiting::NoProgress,
+            ..
+        } => ClusterEvent::NoProgress,
         // Refreshing views is routine gossip help, not news.
         Step::Wait { .. } | Step::Idle | Step::Refresh(_) => return None,
         _ if error.is_some() => ClusterEvent::StepFailed,
         Step::Meet(_) => ClusterEvent::MembersMet,
         Step::Forget { .. } => ClusterEvent::NodeForgotten,
         Step::AddSlots(_) => ClusterEvent::SlotsAssigned,
+        Step::ClearStaleMarker { heal, .. } if *heal != MarkerHeal::Stable => {
+            ClusterEvent::StaleMarkerEscalated
+        }
         Step::FixOpenSlot { .. } | Step::Stabilize { .. } | Step::ClearStaleMarker { .. } => {
             ClusterEvent::SlotRepaired
         }
@@ -110,8 +127,38 @@ pub fn step_event(step: &Step, error: Option<&str>) -> Option<(ClusterEvent, Str
 mod tests {
     use super::*;
     use crate::plan::FailoverReason;
-    use crd_types::conditions::reasons::Waiting;
     use operator_runtime::EventReason;
+
+    #[test]
+    fn an_escalated_heal_and_a_step_held_back_are_warnings() {
+        let heal = |heal| Step::ClearStaleMarker {
+            slot: 7,
+            marker: crate::plan::MarkerKind::Importing,
+            replica: "c-1-1".into(),
+            primary: "c-1-0".into(),
+            owner_id: "a".repeat(40),
+            owner: "c-0-0 of another shard".into(),
+            heal,
+        };
+        let reason = |step: &Step| step_event(step, None).unwrap().0;
+        assert_eq!(
+            reason(&heal(MarkerHeal::Stable)),
+            ClusterEvent::SlotRepaired
+        );
+        assert_eq!(
+            reason(&heal(MarkerHeal::Reopen)),
+            ClusterEvent::StaleMarkerEscalated
+        );
+        assert_eq!(
+            reason(&heal(MarkerHeal::Resync)),
+            ClusterEvent::StaleMarkerEscalated
+        );
+        assert!(ClusterEvent::StaleMarkerEscalated.is_warning());
+        let held = Step::wait(Waiting::NoProgress, "x was done 5 times");
+        let (reason, note) = step_event(&held, None).unwrap();
+        assert_eq!(reason, ClusterEvent::NoProgress);
+        assert_eq!(note, "x was done 5 times");
+    }
 
     #[test]
     fn waiting_and_idle_publish_nothing() {

@@ -1,5 +1,7 @@
 //! Scenario 7: a replica that missed the end of a slot move keeps a stale slot marker
-//! (valkey-io/valkey#998); topology-controller clears it.
+//! (valkey-io/valkey#998); topology-controller clears it. Two shapes: the move finished
+//! (its primary owns the slot), and the move abandoned (the other shard kept the slot:
+//! issue 41, where `SETSLOT NODE owner` through the primary never reached the replica).
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -105,16 +107,40 @@ async fn wait_in_sync(
     .await;
 }
 
-/// Scenario 7: in a 2x1 cluster with 20k keys, the test (topology-controller stopped) moves a
-/// slot from shard 0's primary A to shard 1's primary B while B's replica B' is in a full
-/// sync whose snapshot was forked with the slot open: B' loads the importing marker after
-/// the move ended and keeps it. Restarted, topology-controller clears it through B (Event
-/// SlotRepaired), the cluster is Ready, `--cluster check` passes, every key reads back, and
-/// the marker stays gone when B' restarts from its nodes.conf.
+/// How the slot move the replica misses ends.
+#[derive(Clone, Copy, PartialEq)]
+enum MoveEnd {
+    /// The keys move and both ends get `SETSLOT NODE B`: B owns the slot.
+    Finished,
+    /// Both ends get `SETSLOT STABLE`: A keeps the slot and its keys (issue 41's shape).
+    Abandoned,
+}
+
+/// Scenario 7: in a 2x1 cluster with 20k keys, the test (topology-controller stopped) opens
+/// a slot from shard 0's primary A to shard 1's primary B while B's replica B' is in a full
+/// sync whose snapshot was forked with the slot open, and ends the move (finished or
+/// abandoned) before B' is online: B' loads the importing marker and keeps it. Restarted,
+/// topology-controller clears it through B (Event SlotRepaired naming the shape and the
+/// method), the cluster is Ready, `--cluster check` passes, every key reads back, and the
+/// marker stays gone when B' restarts from its nodes.conf.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_replica_that_missed_the_end_of_a_move_is_healed() {
+    stale_marker_healed(MoveEnd::Finished).await;
+}
+
+/// Issue 41: the same with the move abandoned, so the stale marker imports a slot that
+/// another shard owns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_importing_a_slot_another_shard_kept_is_healed() {
+    stale_marker_healed(MoveEnd::Abandoned).await;
+}
+
+async fn stale_marker_healed(end: MoveEnd) {
     let env = Env::start().await;
-    let name = "stale";
+    let name = match end {
+        MoveEnd::Finished => "stale",
+        MoveEnd::Abandoned => "abandoned",
+    };
     let access = env.create_ready(valkey_cluster(name, 2, 1, true)).await;
     let data = DataSet::new("key", 20_000);
     data.load(&access).await.unwrap();
@@ -244,24 +270,23 @@ async fn a_replica_that_missed_the_end_of_a_move_is_healed() {
         "setup: {b} counts no new full sync"
     );
 
-    // The move ends while B' waits for its snapshot: Valkey does not copy SETSLOT NODE to it.
-    let port = PORT.to_string();
-    let mut migrate = vec![
-        "MIGRATE", &b_ip, &port, "", "0", "10000", "AUTH", &password, "KEYS",
-    ];
-    migrate.extend(keys.iter().copied());
-    assert_eq!(access.cli(&a_ip, &migrate), "OK", "MIGRATE on {a}");
-    let node = ["CLUSTER", "SETSLOT", &s, "NODE", &b_id];
-    assert_eq!(
-        access.admin_cli(&b_ip, &node),
-        "OK",
-        "SETSLOT {slot} NODE on {b}"
-    );
-    assert_eq!(
-        access.admin_cli(&a_ip, &node),
-        "OK",
-        "SETSLOT {slot} NODE on {a}"
-    );
+    // The move ends while B' waits for its snapshot: Valkey copies no SETSLOT to it.
+    if end == MoveEnd::Finished {
+        let port = PORT.to_string();
+        let mut migrate = vec![
+            "MIGRATE", &b_ip, &port, "", "0", "10000", "AUTH", &password, "KEYS",
+        ];
+        migrate.extend(keys.iter().copied());
+        assert_eq!(access.cli(&a_ip, &migrate), "OK", "MIGRATE on {a}");
+    }
+    let close = match end {
+        MoveEnd::Finished => vec!["CLUSTER", "SETSLOT", &s, "NODE", &b_id],
+        MoveEnd::Abandoned => vec!["CLUSTER", "SETSLOT", &s, "STABLE"],
+    };
+    for (member, ip) in [(&b, &b_ip), (&a, &a_ip)] {
+        let reply = access.admin_cli(ip, &close);
+        assert_eq!(reply, "OK", "{} on {member}", close.join(" "));
+    }
     let moved = fork.elapsed();
     let state = replica_state(&access, &b_ip);
     assert_ne!(
@@ -280,12 +305,22 @@ async fn a_replica_that_missed_the_end_of_a_move_is_healed() {
     config_set(&access, &b_ip, "save", &save);
     config_set(&access, &b_ip, "repl-backlog-size", &backlog);
 
-    // Reproduced: B owns the slot with no marker, B' loaded the importing marker.
+    // Reproduced: the owner (B, or A after the abandoned move) holds the slot with no
+    // marker, and so does B; B' loaded the importing marker.
     let marker = format!("[{slot}-<-{a_id}]");
-    let owner = myself(&access, &b_ip).unwrap();
+    let (owner_name, owner_ip) = match end {
+        MoveEnd::Finished => (&b, &b_ip),
+        MoveEnd::Abandoned => (&a, &a_ip),
+    };
+    let owner = myself(&access, owner_ip).unwrap();
     assert!(
         owner.owns(slot) && owner.open_slots.is_empty(),
-        "setup: {b} should own slot {slot} with no marker: {owner:?}"
+        "setup: {owner_name} should own slot {slot} with no marker: {owner:?}"
+    );
+    let primary = myself(&access, &b_ip).unwrap();
+    assert!(
+        primary.open_slots.is_empty(),
+        "setup: {b} should have no marker: {primary:?}"
     );
     let stale = myself(&access, &r_ip).unwrap();
     assert_eq!(
@@ -304,7 +339,14 @@ async fn a_replica_that_missed_the_end_of_a_move_is_healed() {
 
     env.restart_topology_controller().await;
     let restarted = Instant::now();
-    let note = format!("clearing the stale marker of slot {slot} on replica {replica} through {b}");
+    let owned_by = match end {
+        MoveEnd::Finished => format!("its primary {b}"),
+        MoveEnd::Abandoned => format!("{a} of another shard"),
+    };
+    let note = format!(
+        "clearing the stale importing marker of slot {slot} (owned by {owned_by}) on replica \
+         {replica}: SETSLOT {slot} STABLE through {b}"
+    );
     let degraded = Cell::new(None);
     env.wait(
         &format!("a SlotRepaired Event \"{note}\""),
