@@ -11,7 +11,8 @@
 //! a template change rolls one member at a time without losing an acknowledged write; a
 //! topology-controller killed in the middle of a slot migration finishes it on restart; a
 //! replica that missed the end of a slot move while syncing keeps a stale slot marker, which
-//! topology-controller clears; bad input is refused at admission, and an image that cannot
+//! topology-controller clears through its primary, the move finished (its primary owns the
+//! slot) or abandoned (another shard kept it); bad input is refused at admission, and an image that cannot
 //! be pulled halts the roll at its first member while the cluster keeps serving; the same
 //! cluster forms on every Valkey version the local registry has an image of (8.0, 8.1, 9.1);
 //! it upgrades 8.0 -> 8.1 -> 9.1 under a writer, member by member, and refuses a downgrade
