@@ -42,27 +42,34 @@ impl Seen {
                 text.push_str("silent\n");
                 continue;
             };
-            for n in reply.view.nodes() {
-                let f = &n.flags;
-                let _ = write!(
-                    text,
-                    "{} {}:{} p{} r{} f{} pf{} h{} na{} {:?} e{} {:?} i{:?} m{:?};",
-                    n.id,
-                    n.ip,
-                    n.port,
-                    f.primary,
-                    f.replica,
-                    f.fail,
-                    f.pfail,
-                    f.handshake,
-                    f.noaddr,
-                    n.primary_id,
-                    n.config_epoch,
-                    n.slots,
-                    n.importing,
-                    n.migrating,
-                );
-            }
+            // Sorted: Valkey lists its nodes in its own table's order, which may change.
+            let mut nodes: Vec<String> = reply
+                .view
+                .nodes()
+                .iter()
+                .map(|n| {
+                    let f = &n.flags;
+                    format!(
+                        "{} {}:{} p{} r{} f{} pf{} h{} na{} {:?} e{} {:?} i{:?} m{:?};",
+                        n.id,
+                        n.ip,
+                        n.port,
+                        f.primary,
+                        f.replica,
+                        f.fail,
+                        f.pfail,
+                        f.handshake,
+                        f.noaddr,
+                        n.primary_id,
+                        n.config_epoch,
+                        n.slots,
+                        n.importing,
+                        n.migrating,
+                    )
+                })
+                .collect();
+            nodes.sort();
+            text.extend(nodes);
             let r = &reply.replication;
             let _ = write!(text, "|{:?}", r.role);
             for c in &r.replicas {

@@ -1,6 +1,11 @@
-//! Scenario 5: topology-controller killed mid slot migration finishes it on restart.
+//! Scenario 5: topology-controller killed mid slot migration finishes it on restart: at a
+//! moment seen from outside (a scale-out), and at the one command boundary issue 41 asks
+//! for (a scale-in with replicas: after the target's `SETSLOT IMPORTING`, before the
+//! source's `MIGRATING`).
 
 use std::time::{Duration, Instant};
+
+use local_cluster::cluster_testing::ClusterNode;
 
 use local_cluster::cluster_testing::{
     Access, DataSet, open_slots, slots_by_primary, valkey_cluster,
@@ -113,5 +118,94 @@ async fn operator_restart_mid_migration_completes() {
         metric(&text, series).unwrap_or(0.0) >= 1.0,
         "the restarted controller finished no reconcile: {text}"
     );
+    env.finish().await;
+}
+
+/// The members' own lines whose open slots name `source_id` as where they import from.
+fn importing_from(access: &Access, source_id: &str) -> anyhow::Result<Vec<(String, ClusterNode)>> {
+    let marker = format!("-<-{source_id}]");
+    Ok(access
+        .views()?
+        .into_iter()
+        .filter_map(|(member, view)| {
+            let me = view.into_iter().find(ClusterNode::is_myself)?;
+            me.open_slots
+                .iter()
+                .any(|s| s.ends_with(&marker))
+                .then_some((member, me))
+        })
+        .collect())
+}
+
+/// Issue 41's crash point, on real pods: a 3x1 cluster with 20k keys scales in to 2 shards.
+/// The leaving shard's primary (the source) pauses writes (`CLIENT PAUSE WRITE`), which holds
+/// `SETSLOT MIGRATING` too: the controller opens slots on a target (`IMPORTING`, copied to
+/// its replica) and then waits on the source. Its leader is killed there; the source is
+/// unpaused (the dead connection's MIGRATING never runs). The restarted controller finishes
+/// the scale-in: Ready, `--cluster check` clean, no slot open anywhere, every key read back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn operator_killed_between_importing_and_migrating_in_a_scale_in_converges() {
+    let env = Env::start().await;
+    let name = "shrink";
+    let access = env.create_ready(valkey_cluster(name, 3, 1, false)).await;
+    let data = DataSet::new("key", 20_000);
+    data.load(&access).await.unwrap();
+    let status = env.ready(name, RESHAPE).await;
+    let source = status.shards[2].primary.clone().unwrap();
+    let source_ip = access.ip(&source).unwrap().to_string();
+    let source_id = access.node_id(&source_ip).unwrap();
+
+    let paused = access.admin_cli(&source_ip, &["CLIENT", "PAUSE", "120000", "WRITE"]);
+    assert_eq!(paused, "OK", "CLIENT PAUSE WRITE on {source}");
+    env.apis
+        .patch(name, json!({"spec": {"shards": 2}}))
+        .await
+        .unwrap();
+    // A target primary and its replica import from the source, which migrates nothing.
+    let opened = env
+        .wait(
+            &format!("a target and its replica to import from {source}"),
+            RESHAPE,
+            || async {
+                let importing = importing_from(&access, &source_id)?;
+                let primaries = importing.iter().filter(|(_, n)| n.is_primary()).count();
+                let replicas = importing.iter().filter(|(_, n)| n.is_replica()).count();
+                Ok(if primaries >= 1 && replicas >= 1 {
+                    Ok(importing)
+                } else {
+                    Err(format!("importing: {importing:?}"))
+                })
+            },
+        )
+        .await;
+    let source_line = access
+        .nodes_seen_by(&source_ip)
+        .unwrap()
+        .into_iter()
+        .find(ClusterNode::is_myself)
+        .unwrap();
+    assert!(
+        source_line.open_slots.is_empty(),
+        "{source} migrates although paused: {source_line:?}"
+    );
+    env.stop_topology_controller(Outage::Crash).await;
+    let unpaused = access.admin_cli(&source_ip, &["CLIENT", "UNPAUSE"]);
+    assert_eq!(unpaused, "OK", "CLIENT UNPAUSE on {source}");
+    let shown: Vec<String> = opened
+        .iter()
+        .map(|(m, n)| format!("{m} {:?}", n.open_slots))
+        .collect();
+    eprintln!("{name}: killed topology-controller with {shown:?} and nothing open on {source}");
+    data.verify(&access).await.unwrap();
+
+    env.restart_topology_controller().await;
+    let started = Instant::now();
+    env.ready(name, RESHAPE).await;
+    eprintln!("{name}: Ready {:?} after the restart", started.elapsed());
+    let access = env.exact_access(name, 2, 1).await;
+    env.healthy(name, &access, 2, 1).await;
+    let views = access.views().unwrap();
+    assert!(open_slots(&views).is_empty(), "{:?}", open_slots(&views));
+    data.verify(&access).await.unwrap();
     env.finish().await;
 }
