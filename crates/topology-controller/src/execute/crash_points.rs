@@ -150,23 +150,34 @@ fn assert_converged(sc: &Scenario, what: &str) {
 }
 
 /// The commands of one uninterrupted run's slot move to crash after (indices into the
-/// fake's log): classic, every command of the first slot moved (its IMPORTING to its last
-/// NODE, with the MIGRATE after its GETKEYSINSLOT); atomic, the MIGRATESLOTS and the three
-/// commands after it.
+/// fake's log): classic, every command of the first slot moved that holds keys (its
+/// IMPORTING to its last NODE, with the MIGRATE after its GETKEYSINSLOT); atomic, the
+/// MIGRATESLOTS and the three commands after it.
 fn crash_points(log: &[String]) -> Vec<usize> {
     if let Some(start) = log.iter().position(|c| c.contains("MIGRATESLOTS")) {
         return (start..(start + 4).min(log.len())).collect();
     }
-    let start = log
+    // The first slot moved that holds keys (listed twice: a batch, then nothing), so the
+    // MIGRATE is among the points. The fake answers at once, so a slot's commands are
+    // consecutive in the log.
+    let slot_of = |c: &str| {
+        let words: Vec<&str> = c.split(' ').collect();
+        let at = words
+            .iter()
+            .position(|w| *w == "SETSLOT" || *w == "GETKEYSINSLOT")?;
+        words.get(at + 1).map(|s| s.to_string())
+    };
+    let listings = |slot: &str| {
+        let listing = format!("GETKEYSINSLOT {slot} ");
+        log.iter().filter(|c| c.contains(&listing)).count()
+    };
+    let (start, slot) = log
         .iter()
-        .position(|c| c.contains("IMPORTING"))
-        .expect("a classic move");
-    let slot = log[start]
-        .split(' ')
-        .skip_while(|w| *w != "SETSLOT")
-        .nth(1)
-        .unwrap()
-        .to_string();
+        .enumerate()
+        .filter(|(_, c)| c.contains("IMPORTING"))
+        .filter_map(|(i, c)| Some((i, slot_of(c)?)))
+        .find(|(_, slot)| listings(slot) >= 2)
+        .expect("a classic move of a slot with keys");
     let mentions = |c: &str| {
         c.contains(&format!("SETSLOT {slot} ")) || c.contains(&format!("GETKEYSINSLOT {slot} "))
     };
@@ -193,8 +204,22 @@ async fn crash_everywhere(change: Change, atomic: bool) {
     let mut clean = scenario(change, atomic);
     assert_eq!(run_controller(&mut clean, |_| {}).await, Ended::Idle);
     assert_converged(&clean, &format!("{change:?} uninterrupted"));
-    let points = crash_points(&clean.cluster.log());
+    let log = clean.cluster.log();
+    let points = crash_points(&log);
     assert!(points.len() >= 2, "{change:?}: crash points {points:?}");
+    let kinds: Vec<&str> = points
+        .iter()
+        .map(|&i| {
+            let words: Vec<&str> = log[i].split(' ').skip(1).collect();
+            match words.as_slice() {
+                ["CLUSTER", "SETSLOT", _, how, ..] => how,
+                [command, sub, ..] if *command == "CLUSTER" => sub,
+                [command, ..] => command,
+                [] => "?",
+            }
+        })
+        .collect();
+    eprintln!("{change:?} (atomic {atomic}): killed after each of {kinds:?}");
     // How many commands one look at every member takes.
     let look = {
         let sc = scenario(change, atomic);
@@ -206,7 +231,7 @@ async fn crash_everywhere(change: Change, atomic: bool) {
         for (twice, syncing) in [(false, false), (false, true), (true, false), (true, true)] {
             let what = format!(
                 "{change:?} (atomic {atomic}) killed after command {point} ({}), twice {twice}, syncing {syncing}",
-                clean.cluster.log()[point]
+                log[point]
             );
             let mut sc = scenario(change, atomic);
             sc.cluster.crash_after(point + 1);

@@ -133,24 +133,16 @@ fn key(step: &Step) -> String {
     format!("{step:?}")
 }
 
-/// Steps whose effect shows in what the members answer right after them. Waiting, meeting
-/// again for gossip's sake, failing over (an election takes its time) and Kubernetes-side
-/// steps (removing members, opening a roll gate) are not judged by Valkey's answers.
+/// Steps whose effect shows in what the members answer right after them: the scaling steps
+/// but removal, and the live settings. Waiting, meeting again for gossip's sake, failing
+/// over (an election takes its time) and Kubernetes-side steps (removing members, opening a
+/// roll gate) are not judged by Valkey's answers.
 fn expects_effect(step: &Step) -> bool {
-    matches!(
-        step,
-        Step::Meet(_)
-            | Step::Forget { .. }
-            | Step::AddSlots(_)
-            | Step::FixOpenSlot { .. }
-            | Step::Stabilize { .. }
-            | Step::ClearStaleMarker { .. }
-            | Step::Replicate(_)
-            | Step::Migrate(_)
-            | Step::MigrateAtomically(_)
-            | Step::SetConfig(_)
-            | Step::CreateReplicationUser { .. }
-    )
+    match step {
+        Step::Remove(_) => false,
+        Step::SetConfig(_) | Step::CreateReplicationUser { .. } => true,
+        _ => step.is_scaling(),
+    }
 }
 
 /// `step`, unless it was taken [`MAX_NO_EFFECT`] times on the cluster as it is now: then a
