@@ -76,6 +76,11 @@ bench-replication: e2e-deps
     cargo build --quiet --release --workspace --bins
     cargo run --quiet --release -p local-cluster --bin bench-replication
 
+# Issue 42's measurement (not a test): ITERATIONS full restarts of a ValkeyReplication under
+# writers, and the acknowledged writes each one lost (docs/full-restart-loss.md).
+full-restart-loop ITERATIONS="20": e2e-deps build
+    cargo run --quiet -p local-cluster --bin full-restart-loop -- {{ITERATIONS}}
+
 # Image sizes, push and pull/unpack times (Valkey images and the operator image).
 bench-images: e2e-deps build image
     bash hack/bench-images.sh
