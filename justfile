@@ -76,8 +76,7 @@ bench-replication: e2e-deps
     cargo build --quiet --release --workspace --bins
     cargo run --quiet --release -p local-cluster --bin bench-replication
 
-# Issue 42's measurement (not a test): ITERATIONS full restarts of a ValkeyReplication under
-# writers, and the acknowledged writes each one lost (docs/full-restart-loss.md).
+# Acknowledged writes lost over full restarts of a ValkeyReplication under writers (issue 42).
 full-restart-loop ITERATIONS="20": e2e-deps build
     cargo run --quiet -p local-cluster --bin full-restart-loop -- {{ITERATIONS}}
 
