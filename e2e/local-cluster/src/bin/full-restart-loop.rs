@@ -1,11 +1,15 @@
-//! `cargo run -p local-cluster --bin full-restart-loop -- [ITERATIONS [SKEW_MS]]` (20, 0):
+//! `cargo run -p local-cluster --bin full-restart-loop -- [ITERATIONS [SKEW_MS [freeze]]]`
+//! (20, 0):
 //! issue 42's measurement, not a test (it can fail today; docs/full-restart-loss.md).
 //! A ValkeyReplication of 3 data nodes and 3 sentinels runs under two writers (`SET` then
 //! `WAIT 1 1000`; one Sentinel-aware, one through the read-write Service). Each iteration
 //! deletes every pod: with SKEW_MS, one replica's pod first and the rest SKEW_MS later (a
 //! `kubectl delete` of pods one by one, a drain of several nodes), so the other replica
 //! acknowledges writes the first one never gets. It waits until every pod is replaced and
-//! the group is Ready, stops the writers and reads every acknowledged write back. One line
+//! the group is Ready, stops the writers and reads every acknowledged write back. With
+//! `freeze`, that replica is frozen (SIGSTOP) instead of deleted first, and deleted with the
+//! rest: it cannot come back within the old primary's 5 s hand-over wait, as a pod slow to
+//! restart on a real node would not (here a deleted pod is back in about a second). One line
 //! per iteration: acknowledged, lost, the primary before and after. Exits non-zero if any
 //! write was lost.
 
@@ -18,7 +22,7 @@ use local_cluster::cluster_testing::poll_until;
 use local_cluster::replication_testing::{
     GroupWriter, ReplicationApis, Route, access, ready_status, valkey_replication,
 };
-use local_cluster::testing::cluster_with_local_controllers;
+use local_cluster::testing::{cluster_with_local_controllers, signal, valkey_server_pid};
 use local_cluster::{LocalCluster, Options};
 
 const NS: &str = "default";
@@ -36,6 +40,7 @@ async fn main() -> Result<()> {
         Some(ms) => ms.parse().context("SKEW_MS must be a number")?,
         None => 0,
     });
+    let freeze = std::env::args().nth(3).is_some_and(|a| a == "freeze");
     let run = std::env::temp_dir().join(format!("full-restart-loop-{}", std::process::id()));
     let (cluster, _controllers) = cluster_with_local_controllers(Options::new(&run), &[]).await?;
     let client = cluster.client().await?;
@@ -46,15 +51,15 @@ async fn main() -> Result<()> {
 
     let (mut acked, mut lost, mut losing) = (0, 0, 0);
     for i in 1..=iterations {
-        let (a, l, before, after) = iteration(&cluster, &apis, i, skew).await?;
+        let (a, l, before, after) = iteration(&cluster, &apis, i, (skew, freeze)).await?;
         println!("iteration {i}: {a} acknowledged, {l} lost, primary {before} -> {after}");
         acked += a;
         lost += l;
         losing += usize::from(l > 0);
     }
     println!(
-        "full-restart-loop: {iterations} full restarts (skew {skew:?}), {acked} acknowledged \
-         writes, {lost} lost in {losing} restarts"
+        "full-restart-loop: {iterations} full restarts (skew {skew:?}, freeze {freeze}), {acked} \
+         acknowledged writes, {lost} lost in {losing} restarts"
     );
     drop(cluster);
     if lost > 0 {
@@ -68,7 +73,7 @@ async fn iteration(
     cluster: &LocalCluster,
     apis: &ReplicationApis,
     i: usize,
-    skew: Duration,
+    (skew, freeze): (Duration, bool),
 ) -> Result<(usize, usize, String, String)> {
     let writing = access(apis, GROUP).await?;
     let before = apis.groups.get(GROUP).await?.status.unwrap_or_default();
@@ -103,10 +108,18 @@ async fn iteration(
         .filter(|_| !skew.is_zero());
     let deleted = Instant::now();
     if let Some(pod) = &first {
-        apis.pods.delete(pod, &Default::default()).await?;
+        if freeze {
+            let ip = apis.pods.get(pod).await?.status.and_then(|s| s.pod_ip);
+            signal(
+                valkey_server_pid(&ip.context("the pod has no IP")?)?,
+                "STOP",
+            )?;
+        } else {
+            apis.pods.delete(pod, &Default::default()).await?;
+        }
         tokio::time::sleep(skew).await;
     }
-    for pod in pods.iter().filter(|p| Some(*p) != first.as_ref()) {
+    for pod in pods.iter().filter(|p| freeze || Some(*p) != first.as_ref()) {
         apis.pods.delete(pod, &Default::default()).await?;
     }
     poll_until(cluster, "every pod to be replaced", LIMIT, POLL, || async {
