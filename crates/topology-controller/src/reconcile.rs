@@ -8,9 +8,10 @@
 //! 5. execute the step (`execute`, over the connections and [`crate::objects`]);
 //! 6. publish its Event.
 //!
-//! The connections opened in 3 are closed in one place, whatever happens after. Nothing is
-//! remembered between reconciles: the next one starts from what Valkey and the API server
-//! say.
+//! The connections opened in 3 are closed in one place, whatever happens after. The next
+//! reconcile starts from what Valkey and the API server say; the one thing kept in memory is
+//! how often each step was taken on an unchanged cluster (the planner's progress check,
+//! [`topology_controller::plan::progress`]), which a restart forgets harmlessly.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};

@@ -9,6 +9,11 @@
 //! live directives, switchover, refuse a template the members cannot take ([`target`]),
 //! roll. [`guard`] then holds the step back for what is known of the passwords.
 //!
+//! The one input besides the members' answers is [`progress`]: how often a step was already
+//! taken on the cluster as it is now. A stale marker's heal escalates on it, and a step that
+//! keeps changing nothing is held back; a restarted controller counts from zero, so it
+//! still decides the first method again.
+//!
 //! The rules live in one module each: `membership` (meet, forget, remove), `slots`
 //! (form, open slots, rebalance), [`replicas`] (attach, hand over) and [`roll`]
 //! (switchover, roll). `replicas` and `roll` know no slots: a cluster's facts reach them as
