@@ -77,8 +77,8 @@ bench-replication: e2e-deps
     cargo run --quiet --release -p local-cluster --bin bench-replication
 
 # Acknowledged writes lost over full restarts of a ValkeyReplication under writers (issue 42).
-full-restart-loop ITERATIONS="20": e2e-deps build
-    cargo run --quiet -p local-cluster --bin full-restart-loop -- {{ITERATIONS}}
+full-restart-loop ITERATIONS="20" FAULT="behind": e2e-deps build
+    cargo run --quiet -p local-cluster --bin full-restart-loop -- {{ITERATIONS}} {{FAULT}}
 
 # Image sizes, push and pull/unpack times (Valkey images and the operator image).
 bench-images: e2e-deps build image

@@ -1,28 +1,19 @@
-//! `cargo run -p local-cluster --bin full-restart-loop -- [ITERATIONS [SKEW_MS [freeze]]]`
-//! (20, 0):
-//! issue 42's measurement, not a test (it can fail today; docs/full-restart-loss.md).
-//! A ValkeyReplication of 3 data nodes and 3 sentinels runs under two writers (`SET` then
-//! `WAIT 1 1000`; one Sentinel-aware, one through the read-write Service). Each iteration
-//! deletes every pod: with SKEW_MS, one replica's pod first and the rest SKEW_MS later (a
-//! `kubectl delete` of pods one by one, a drain of several nodes), so the other replica
-//! acknowledges writes the first one never gets. It waits until every pod is replaced and
-//! the group is Ready, stops the writers and reads every acknowledged write back. With
-//! `freeze`, that replica is frozen (SIGSTOP) instead of deleted first, and deleted with the
-//! rest: it cannot come back within the old primary's 5 s hand-over wait, as a pod slow to
-//! restart on a real node would not (here a deleted pod is back in about a second). One line
-//! per iteration: acknowledged, lost, the primary before and after. Exits non-zero if any
-//! write was lost.
+//! `cargo run -p local-cluster --bin full-restart-loop -- [ITERATIONS [FAULT]]` (20, all):
+//! issue 42's measurement. A ValkeyReplication of 3 data nodes and 3 sentinels, run by
+//! controllers on this machine, goes through ITERATIONS full restarts under two writers
+//! (see [`local_cluster::replication_testing::full_restart`]). FAULT: `all` (every pod
+//! deleted at once), `skew:MS` (one replica's pod MS before the rest), `freeze:MS` (one
+//! replica frozen MS before every pod is deleted) or `behind` (one replica frozen until the
+//! other acknowledged writes it lacks, then every pod deleted). One line per iteration;
+//! exits non-zero if any acknowledged write was lost.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use crd_types::names::statefulset_pod_name;
-use kube::ResourceExt;
 use local_cluster::cluster_testing::poll_until;
-use local_cluster::replication_testing::{
-    GroupWriter, ReplicationApis, Route, access, ready_status, valkey_replication,
-};
-use local_cluster::testing::{cluster_with_local_controllers, signal, valkey_server_pid};
+use local_cluster::replication_testing::full_restart::{Fault, full_restart};
+use local_cluster::replication_testing::{ReplicationApis, ready_status, valkey_replication};
+use local_cluster::testing::cluster_with_local_controllers;
 use local_cluster::{LocalCluster, Options};
 
 const NS: &str = "default";
@@ -30,36 +21,36 @@ const GROUP: &str = "restart";
 const LIMIT: Duration = Duration::from_secs(300);
 const POLL: Duration = Duration::from_millis(200);
 
+fn fault(arg: Option<String>) -> Result<Fault> {
+    let ms = |v: &str| -> Result<Duration> {
+        Ok(Duration::from_millis(
+            v.parse().context("MS must be a number")?,
+        ))
+    };
+    Ok(match arg.as_deref() {
+        None | Some("all") => Fault::AllAtOnce,
+        Some("behind") => Fault::Behind,
+        Some(a) => match a.split_once(':') {
+            Some(("skew", v)) => Fault::Skewed(ms(v)?),
+            Some(("freeze", v)) => Fault::Frozen(ms(v)?),
+            _ => bail!("FAULT is all, skew:MS, freeze:MS or behind, not {a}"),
+        },
+    })
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let iterations: usize = match std::env::args().nth(1) {
         Some(n) => n.parse().context("ITERATIONS must be a number")?,
         None => 20,
     };
-    let skew = Duration::from_millis(match std::env::args().nth(2) {
-        Some(ms) => ms.parse().context("SKEW_MS must be a number")?,
-        None => 0,
-    });
-    let freeze = std::env::args().nth(3).is_some_and(|a| a == "freeze");
+    let fault = fault(std::env::args().nth(2))?;
     let run = std::env::temp_dir().join(format!("full-restart-loop-{}", std::process::id()));
     let (cluster, _controllers) = cluster_with_local_controllers(Options::new(&run), &[]).await?;
-    let client = cluster.client().await?;
-    let apis = ReplicationApis::new(&client, NS);
-    apis.create(&valkey_replication(GROUP, 3, 3, false)).await?;
-    let ready = || async { ready_status(&apis, GROUP).await };
-    poll_until(&cluster, "the group to be Ready", LIMIT, POLL, ready).await?;
-
-    let (mut acked, mut lost, mut losing) = (0, 0, 0);
-    for i in 1..=iterations {
-        let (a, l, before, after) = iteration(&cluster, &apis, i, (skew, freeze)).await?;
-        println!("iteration {i}: {a} acknowledged, {l} lost, primary {before} -> {after}");
-        acked += a;
-        lost += l;
-        losing += usize::from(l > 0);
-    }
+    let (acked, lost, losing) = restarts(&cluster, iterations, fault).await?;
     println!(
-        "full-restart-loop: {iterations} full restarts (skew {skew:?}, freeze {freeze}), {acked} \
-         acknowledged writes, {lost} lost in {losing} restarts"
+        "full-restart-loop: {iterations} full restarts ({fault:?}), {acked} acknowledged \
+         writes, {lost} lost in {losing} restarts"
     );
     drop(cluster);
     if lost > 0 {
@@ -68,92 +59,35 @@ async fn main() -> Result<()> {
     Ok(())
 }
 
-/// One full restart under both writers: (acknowledged, lost, primary before, after).
-async fn iteration(
+async fn restarts(
     cluster: &LocalCluster,
-    apis: &ReplicationApis,
-    i: usize,
-    (skew, freeze): (Duration, bool),
-) -> Result<(usize, usize, String, String)> {
-    let writing = access(apis, GROUP).await?;
-    let before = apis.groups.get(GROUP).await?.status.unwrap_or_default();
-    let before = before.current_primary.unwrap_or_default();
-    let sentinel = writing
-        .sentinel_service_ip
-        .clone()
-        .context("no Sentinel Service")?;
-    let service = writing
-        .service_ip
-        .clone()
-        .context("no read-write Service")?;
-    let writers = [
-        GroupWriter::start(&writing, Route::Sentinel(sentinel), &format!("s{i}")),
-        GroupWriter::start(&writing, Route::Service(service), &format!("v{i}")),
-    ];
-    for writer in &writers {
-        writer.progressed(50, LIMIT).await?;
-    }
-    let pods: Vec<String> = apis
-        .members(GROUP)
-        .await?
-        .iter()
-        .map(|n| statefulset_pod_name(&n.name_any()))
-        .collect();
-    // The first replica's pod goes first when skewed.
-    let first = writing
-        .data
-        .iter()
-        .find(|m| !before.is_empty() && m.name != before)
-        .map(|m| statefulset_pod_name(&m.name))
-        .filter(|_| !skew.is_zero());
-    let deleted = Instant::now();
-    if let Some(pod) = &first {
-        if freeze {
-            let ip = apis.pods.get(pod).await?.status.and_then(|s| s.pod_ip);
-            signal(
-                valkey_server_pid(&ip.context("the pod has no IP")?)?,
-                "STOP",
-            )?;
-        } else {
-            apis.pods.delete(pod, &Default::default()).await?;
+    iterations: usize,
+    fault: Fault,
+) -> Result<(usize, usize, usize)> {
+    let client = cluster.client().await?;
+    let apis = ReplicationApis::new(&client, NS);
+    apis.create(&valkey_replication(GROUP, 3, 3, true)).await?;
+    let ready = || async { ready_status(&apis, GROUP).await };
+    poll_until(cluster, "the group to be Ready", LIMIT, POLL, ready).await?;
+    let (mut acked, mut lost, mut losing) = (0, 0, 0);
+    for i in 1..=iterations {
+        let r = full_restart(cluster, &apis, GROUP, &i.to_string(), fault, LIMIT).await?;
+        println!(
+            "iteration {i}: {} acknowledged, {} lost, primary {} -> {} (singled out {:?}), \
+             Ready {:?} after the deletes",
+            r.acked,
+            r.lost.len(),
+            r.primary_before,
+            r.primary_after,
+            r.singled_out,
+            r.ready_after
+        );
+        if !r.lost.is_empty() {
+            eprintln!("iteration {i}: lost {:?}", r.lost);
         }
-        tokio::time::sleep(skew).await;
+        acked += r.acked;
+        lost += r.lost.len();
+        losing += usize::from(!r.lost.is_empty());
     }
-    for pod in pods.iter().filter(|p| freeze || Some(*p) != first.as_ref()) {
-        apis.pods.delete(pod, &Default::default()).await?;
-    }
-    poll_until(cluster, "every pod to be replaced", LIMIT, POLL, || async {
-        for pod in &pods {
-            let p = apis.pods.get_opt(pod).await?;
-            if p.is_none_or(|p| p.metadata.deletion_timestamp.is_some()) {
-                return Ok(Err(format!("{pod} not replaced yet")));
-            }
-        }
-        Ok(Ok(()))
-    })
-    .await?;
-    let status = poll_until(cluster, "the group to be Ready", LIMIT, POLL, || async {
-        ready_status(apis, GROUP).await
-    })
-    .await?;
-    for writer in &writers {
-        writer.progressed(50, LIMIT).await?;
-    }
-    eprintln!(
-        "iteration {i}: Ready {:?} after the delete",
-        deleted.elapsed()
-    );
-    let after_restart = access(apis, GROUP).await?;
-    let (mut acked, mut lost) = (0, 0);
-    for writer in writers {
-        let report = writer.stop().await?;
-        acked += report.acked.len();
-        let missing = report.lost(&after_restart).await?;
-        if !missing.is_empty() {
-            eprintln!("iteration {i}: {}: lost {missing:?}", report.summary());
-        }
-        lost += missing.len();
-    }
-    let after = status.current_primary.unwrap_or_default();
-    Ok((acked, lost, before, after))
+    Ok((acked, lost, losing))
 }

@@ -4,6 +4,7 @@
 
 mod access;
 mod data;
+pub mod full_restart;
 mod probe;
 mod writer;
 
