@@ -5,14 +5,18 @@
 //! primary (`SENTINEL GET-MASTER-ADDR-BY-NAME`), taking the answer of a majority of those
 //! that answer.
 //!
-//! - A data node ([`data_role`]) starts as a replica of the named primary. When the
-//!   sentinels name the node itself, it is restarting while they still count it primary:
-//!   its replicas may hold writes it lost, so it waits (not serving) until they fail over
-//!   and name another, or until a failover is evidently not coming (twice
-//!   down-after-milliseconds plus 30 s, or a group with one data node) and then starts as
-//!   primary. When no sentinel names anyone (none answers, or none monitors the group yet),
-//!   it follows the primary the operator last saw (15 s later once the group is monitored,
-//!   at once before), starting as primary if that is itself.
+//! - A data node ([`data_role`]) starts as a replica of the named primary, with
+//!   `replica-priority 0` until its first sync completes (see [`RESTORE_PRIORITY`]). When
+//!   the sentinels name the node itself, it is restarting while they still count it
+//!   primary. If it stopped cleanly (its shutdown save is newer than every append-only file,
+//!   and its preStop hook did not hand over) it holds every write it acknowledged and starts
+//!   as primary at once. Otherwise its replicas may hold writes it lost, so it waits (not
+//!   serving) until they fail over and name another, or until a failover is evidently not
+//!   coming (twice down-after-milliseconds plus 30 s, or a group with one data node) and
+//!   then starts as primary. When no sentinel names anyone (none answers, or none monitors
+//!   the group yet), it follows the primary the operator last saw (15 s later once the group
+//!   is monitored, at once before), starting as primary if that is itself. The rule and its
+//!   reasons: docs/architecture.md, "A full restart".
 //! - A sentinel's init container ([`SENTINEL_INIT`]) carries its state over from
 //!   /data/sentinel.conf; a sentinel without state (a new pod) in a monitored group monitors
 //!   the primary its peers name (or the last one seen) with the spec's options and every
@@ -63,29 +67,71 @@ named() {
 /// A data node's role at start; appended to its start command before the `exec`, it adds
 /// `--replicaof <primary> 6379` to the server's arguments when it starts as a replica.
 pub fn data_role() -> String {
-    format!("{READ_CONTEXT}{DATA_ROLE}")
+    format!("{READ_CONTEXT}{RESTORE_PRIORITY}{DATA_ROLE}")
 }
+
+/// A replica starts with `replica-priority 0`, so Sentinel cannot elect it while what it
+/// holds is unknown (after a restart that loaded its append-only file every member reports
+/// the same offset, and Sentinel would pick by run id). In the background it gets the
+/// configured priority back once its first sync completed (or it is primary), or, so a
+/// primary that never comes back can still be failed over, after `$patience`.
+const RESTORE_PRIORITY: &str = r#"restore_priority() {
+  want=$(awk '$1 == "replica-priority" { p = $2 } END { print p }' /etc/valkey/valkey.conf 2>/dev/null | tr -d '"')
+  case "$want" in ''|*[!0-9]*) want=100 ;; esac
+  since=$(date +%s)
+  while sleep 1; do
+    info=$(REDISCLI_AUTH="${VALKEY_OPERATOR_PASSWORD-}" timeout 2 valkey-cli --no-auth-warning \
+      -h "${POD_IP-}" -p 6379 ${VALKEY_OPERATOR_PASSWORD:+--user operator} --raw INFO replication 2>/dev/null | tr -d '\r')
+    case "$info" in
+      *master_link_status:up*) why="its first sync completed" ;;
+      *role:master*) why="it is primary" ;;
+      *) [ $(( $(date +%s) - since )) -ge "$patience" ] || continue
+         why="no sync within ${patience}s" ;;
+    esac
+    set=$(REDISCLI_AUTH="${VALKEY_OPERATOR_PASSWORD-}" timeout 2 valkey-cli --no-auth-warning \
+      -h "${POD_IP-}" -p 6379 ${VALKEY_OPERATOR_PASSWORD:+--user operator} --raw \
+      CONFIG SET replica-priority "$want" 2>/dev/null)
+    [ "$set" = OK ] || continue
+    echo "replica-priority $want restored: $why" >&2
+    return
+  done
+}
+"#;
 
 const DATA_ROLE: &str = r#"if [ -n "$name" ]; then
   started=$(date +%s)
   patience=$((down / 1000 * 2 + 30))
+  clean=no
+  if [ -e /data/handed-over ]; then
+    echo "this node handed the primary role over when it last stopped" >&2
+  elif [ -f /data/dump.rdb ] && [ -d /data/appendonlydir ]; then
+    clean=yes
+    for f in /data/appendonlydir/*; do
+      if [ "$f" -nt /data/dump.rdb ]; then clean=no; fi
+    done
+  fi
+  rm -f /data/handed-over
+  follow=
   while :; do
     now=$(named)
     waited=$(( $(date +%s) - started ))
     if [ -n "$now" ] && [ "$now" != "$self" ]; then
       echo "the sentinels name $now primary: starting as its replica" >&2
-      set -- "$@" --replicaof "$now" 6379
+      follow=$now
       break
     elif [ -z "$now" ]; then
       if [ "$monitored" != yes ] || [ "$waited" -ge 15 ]; then
         if [ -n "$primary" ] && [ "$primary" != "$self" ]; then
           echo "no sentinel names a primary: starting as a replica of $primary, the last seen" >&2
-          set -- "$@" --replicaof "$primary" 6379
+          follow=$primary
         else
           echo "no sentinel names a primary: starting as primary, the last seen" >&2
         fi
         break
       fi
+    elif [ "$clean" = yes ]; then
+      echo "the sentinels still name this node primary and it stopped cleanly (its shutdown save is newer than its append-only file): starting as primary" >&2
+      break
     elif [ "$data_count" -le 1 ] || [ "$waited" -ge "$patience" ]; then
       echo "the sentinels still name this node primary and fail nobody over: starting as primary" >&2
       break
@@ -94,6 +140,10 @@ const DATA_ROLE: &str = r#"if [ -n "$name" ]; then
     fi
     sleep 1
   done
+  if [ -n "$follow" ]; then
+    set -- "$@" --replicaof "$follow" 6379 --replica-priority 0
+    restore_priority &
+  fi
 fi
 "#;
 
@@ -153,6 +203,9 @@ while :; do
   sleep 0.1
   waited=$((waited + 1))
 done
+# Kept only if a failover started: at its next start this node must not take the primary
+# role back on its own (see DATA_ROLE), the new primary may hold writes it lacks.
+touch /data/handed-over
 via= why=
 for s in $sentinels; do
   named=$(guide "$s" SENTINEL GET-MASTER-ADDR-BY-NAME "$name" 2>/dev/null | head -n 1)
@@ -161,7 +214,10 @@ for s in $sentinels; do
   if [ "$answer" = OK ]; then via=$s; break; fi
   why="$why $s: $answer;"
 done
-if [ -z "$via" ]; then echo "prestop: no sentinel started a failover ($why ): stopping"; exit 0; fi
+if [ -z "$via" ]; then
+  rm -f /data/handed-over
+  echo "prestop: no sentinel started a failover ($why ): stopping"; exit 0
+fi
 waited=0
 while [ "$waited" -lt 100 ]; do
   now=$(guide "$via" SENTINEL GET-MASTER-ADDR-BY-NAME "$name" 2>/dev/null | head -n 1)
@@ -252,7 +308,10 @@ a=$(echo "$list" | tr ',' '\n' | sed -n "${{n}}p")
     /// what it passes to the program, and what it said.
     fn run(dir: &Path, script: &str, context: &str) -> (String, String) {
         std::fs::write(dir.join("replication"), context).unwrap();
-        let script = script.replace(CONTEXT_PATH, dir.join("replication").to_str().unwrap());
+        // The priority loop runs in the background: tested on its own.
+        let script = script
+            .replace(CONTEXT_PATH, dir.join("replication").to_str().unwrap())
+            .replace("restore_priority &", "");
         let script = format!("{script}exec \"$0\" \"$@\"");
         let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap());
         let out = Command::new("sh")
@@ -305,7 +364,8 @@ cat $dir/own-$1 2>/dev/null || echo OK
         std::fs::write(dir.join("replication"), context).unwrap();
         let file = dir.join("operator-password");
         let script = data_pre_stop_reading(file.to_str().unwrap())
-            .replace(CONTEXT_PATH, dir.join("replication").to_str().unwrap());
+            .replace(CONTEXT_PATH, dir.join("replication").to_str().unwrap())
+            .replace("/data/", &format!("{}/", dir.display()));
         let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap());
         let out = Command::new("sh")
             .args(["-c", &script])
@@ -390,6 +450,8 @@ cat $dir/own-$1 2>/dev/null || echo OK
         assert!(calls[at("SENTINEL FAILOVER g")].contains("-h 10.1.0.1 -p 26379"));
         assert!(at("SENTINEL FAILOVER g") < at("REPLICAOF 10.0.0.3 6379"));
         assert!(at("REPLICAOF") < at("CLIENT KILL TYPE normal"));
+        // Its next start must not take the primary role back on its own.
+        assert!(dir.path().join("handed-over").exists());
         assert!(
             calls.iter().all(|c| c.contains("--user operator")),
             "{calls:?}"
@@ -445,6 +507,7 @@ cat $dir/own-$1 2>/dev/null || echo OK
         .unwrap();
         let (said, calls) = run_hook(dir.path());
         assert!(said.contains("no sentinel started a failover"), "{said}");
+        assert!(!dir.path().join("handed-over").exists());
         assert!(
             !calls
                 .iter()
@@ -464,7 +527,10 @@ cat $dir/own-$1 2>/dev/null || echo OK
             "10.1.0.1=10.0.0.3\n10.1.0.2=10.0.0.3\n10.1.0.3=10.0.0.1\n",
         );
         let (args, said) = run(dir.path(), &data_role(), CONTEXT);
-        assert_eq!(args, "started --replicaof 10.0.0.3 6379", "{said}");
+        assert_eq!(
+            args, "started --replicaof 10.0.0.3 6379 --replica-priority 0",
+            "{said}"
+        );
     }
 
     #[test]
@@ -476,7 +542,10 @@ cat $dir/own-$1 2>/dev/null || echo OK
             "10.1.0.1=10.0.0.2,10.0.0.3\n10.1.0.2=10.0.0.2,10.0.0.3\n",
         );
         let (args, said) = run(dir.path(), &data_role(), CONTEXT);
-        assert_eq!(args, "started --replicaof 10.0.0.3 6379", "{said}");
+        assert_eq!(
+            args, "started --replicaof 10.0.0.3 6379 --replica-priority 0",
+            "{said}"
+        );
         assert!(said.contains("waiting for a failover"), "{said}");
         // A lone data node has nobody to fail over to: it starts as primary at once.
         let dir = tempfile::tempdir().unwrap();
@@ -488,13 +557,138 @@ cat $dir/own-$1 2>/dev/null || echo OK
         assert_eq!(args, "started");
     }
 
+    /// [`run`] with `/data` at `dir/data`, which `files` fills (name, mtime offset in
+    /// seconds from now); the background priority loop is left out.
+    fn run_with_data(dir: &Path, files: &[(&str, i64)], context: &str) -> (String, String) {
+        let data = dir.join("data");
+        std::fs::create_dir_all(data.join("appendonlydir")).unwrap();
+        for (name, age) in files {
+            let path = data.join(name);
+            std::fs::write(&path, "x").unwrap();
+            let at = std::time::SystemTime::now() - std::time::Duration::from_secs(100)
+                + std::time::Duration::from_secs((100 + age) as u64);
+            std::fs::File::options()
+                .write(true)
+                .open(&path)
+                .unwrap()
+                .set_modified(at)
+                .unwrap();
+        }
+        let script = data_role().replace("/data/", &format!("{}/", data.display()));
+        run(dir, &script, context)
+    }
+
+    #[test]
+    fn a_named_primary_that_stopped_cleanly_starts_as_primary_at_once() {
+        // The sentinels name this node (10.0.0.2) and would until a failover.
+        let named_self = "10.1.0.1=10.0.0.2\n10.1.0.2=10.0.0.2\n";
+        let aof = "appendonlydir/appendonly.aof.1.incr.aof";
+        let dir = tempfile::tempdir().unwrap();
+        fake_cli(dir.path(), named_self);
+        let (args, said) = run_with_data(dir.path(), &[(aof, -10), ("dump.rdb", -5)], CONTEXT);
+        assert_eq!(args, "started", "{said}");
+        assert!(said.contains("it stopped cleanly"), "{said}");
+        assert!(!said.contains("waiting"), "{said}");
+
+        // Killed: its append-only file is newer than its last save. It waits for the
+        // failover (then follows the promoted replica).
+        let dir = tempfile::tempdir().unwrap();
+        fake_cli(
+            dir.path(),
+            "10.1.0.1=10.0.0.2,10.0.0.3\n10.1.0.2=10.0.0.2,10.0.0.3\n",
+        );
+        let (args, said) = run_with_data(dir.path(), &[("dump.rdb", -10), (aof, -5)], CONTEXT);
+        assert_eq!(
+            args,
+            "started --replicaof 10.0.0.3 6379 --replica-priority 0"
+        );
+        assert!(said.contains("waiting for a failover"), "{said}");
+
+        // Its hook started a hand-over: the new primary may hold writes it lacks.
+        let dir = tempfile::tempdir().unwrap();
+        fake_cli(
+            dir.path(),
+            "10.1.0.1=10.0.0.2,10.0.0.3\n10.1.0.2=10.0.0.2,10.0.0.3\n",
+        );
+        let files = [(aof, -10), ("dump.rdb", -5), ("handed-over", -5)];
+        let (args, said) = run_with_data(dir.path(), &files, CONTEXT);
+        assert_eq!(
+            args,
+            "started --replicaof 10.0.0.3 6379 --replica-priority 0"
+        );
+        assert!(said.contains("handed the primary role over"), "{said}");
+        // The marker holds for one start only.
+        assert!(!dir.path().join("data/handed-over").exists());
+    }
+
+    /// Runs [`RESTORE_PRIORITY`]'s loop against a fake server whose `INFO replication`
+    /// answers come from `info` in turn (the last one sticks): what it set, and what it said.
+    fn restore(info: &[&str], patience: u32, config: &str) -> (Vec<String>, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display();
+        for (n, answer) in info.iter().enumerate() {
+            std::fs::write(dir.path().join(format!("info.{}", n + 1)), answer).unwrap();
+        }
+        let cli = format!(
+            r#"#!/bin/sh
+while [ "$1" != --raw ]; do shift; done; shift
+case "$1" in
+  INFO) n=$(cat {d}/n 2>/dev/null || echo 1); echo $((n + 1)) > {d}/n
+        cat {d}/info.$n 2>/dev/null || cat $(ls {d}/info.* | sort -t. -k2 -n | tail -n 1) ;;
+  CONFIG) echo "$*" >> {d}/set; echo OK ;;
+esac
+"#
+        );
+        crate::test_support::write_executable(&dir.path().join("valkey-cli"), &cli);
+        std::fs::write(dir.path().join("valkey.conf"), config).unwrap();
+        let script = format!(
+            "{}patience={patience}\nrestore_priority\n",
+            RESTORE_PRIORITY.replace("/etc/valkey/valkey.conf", &format!("{d}/valkey.conf"))
+        );
+        let path = format!("{d}:{}", std::env::var("PATH").unwrap());
+        let out = Command::new("sh")
+            .args(["-c", &script])
+            .env("PATH", path)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let set = std::fs::read_to_string(dir.path().join("set")).unwrap_or_default();
+        (
+            set.lines().map(str::to_owned).collect(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    }
+
+    #[test]
+    fn a_replica_gets_its_priority_back_after_its_first_sync() {
+        let syncing = "role:slave\r\nmaster_link_status:down\r\n";
+        let synced = "role:slave\r\nmaster_link_status:up\r\n";
+        let (set, said) = restore(&[syncing, syncing, synced], 60, "replica-priority \"7\"\n");
+        assert_eq!(set, ["CONFIG SET replica-priority 7"], "{said}");
+        assert!(said.contains("its first sync completed"), "{said}");
+        // Valkey's default when the config sets none.
+        let (set, _) = restore(&[synced], 60, "port 6379\n");
+        assert_eq!(set, ["CONFIG SET replica-priority 100"]);
+    }
+
+    #[test]
+    fn a_replica_whose_primary_never_returns_gets_its_priority_back_after_the_patience() {
+        let syncing = "role:slave\r\nmaster_link_status:down\r\n";
+        let (set, said) = restore(&[syncing], 2, "");
+        assert_eq!(set, ["CONFIG SET replica-priority 100"], "{said}");
+        assert!(said.contains("no sync within 2s"), "{said}");
+    }
+
     #[test]
     fn with_no_sentinel_knowing_the_group_the_last_primary_seen_is_followed() {
         let dir = tempfile::tempdir().unwrap();
         fake_cli(dir.path(), "10.1.0.1=\n10.1.0.2=\n10.1.0.3=\n");
         let new = CONTEXT.replace("monitored yes", "monitored no");
         let (args, said) = run(dir.path(), &data_role(), &new);
-        assert_eq!(args, "started --replicaof 10.0.0.1 6379", "{said}");
+        assert_eq!(
+            args, "started --replicaof 10.0.0.1 6379 --replica-priority 0",
+            "{said}"
+        );
         // The last primary seen is this node: it starts as primary.
         let first = new.replace("self 10.0.0.2", "self 10.0.0.1");
         assert_eq!(run(dir.path(), &data_role(), &first).0, "started");

@@ -501,8 +501,10 @@ fn knows_the_group(
             .all(|ip| m.sentinels.iter().any(|o| o.ip == ip))
 }
 
-/// `CONFIG SET replica-priority` on the first wanted replica whose priority is not the
-/// group's, or not the switchover priority for a pending switchover's target.
+/// `CONFIG SET replica-priority` on the first wanted replica in sync with `p` whose priority
+/// is not the group's, or not the switchover priority for a pending switchover's target. A
+/// replica not in sync is left alone: a restarted one holds `0` until its first sync, so
+/// Sentinel cannot elect it with unknown contents (see node-controller's start script).
 fn priorities(
     group: &Group,
     members: &Members,
@@ -512,7 +514,7 @@ fn priorities(
     members
         .data
         .iter()
-        .filter(|d| group.wants(d.facts.at) && d.name() != p.name())
+        .filter(|d| group.wants(d.facts.at) && d.name() != p.name() && d.in_sync_with(p))
         .find_map(|d| {
             let have = d.answer.as_ref()?.priority?;
             let want = if switchover == Some(d.name()) {
@@ -908,6 +910,28 @@ mod tests {
         priority(&mut m, 1, 1);
         assert_eq!(
             next_step(&g, &m, None, Some("s1")),
+            Step::SetPriority {
+                member: "g-1".into(),
+                priority: 100
+            }
+        );
+    }
+
+    #[test]
+    fn a_replica_gets_its_priority_back_only_once_in_sync() {
+        let g = group(3, 3);
+        let mut m = formed(3, 3);
+        // Restarted: priority 0 from its start script, its first sync not complete.
+        priority(&mut m, 1, 0);
+        let link = |m: &mut Members, up: bool| {
+            let answer = m.data[1].answer.as_mut().unwrap();
+            answer.replication.primary.as_mut().unwrap().link_up = up;
+        };
+        link(&mut m, false);
+        assert_eq!(next_step(&g, &m, None, None), Step::Idle);
+        link(&mut m, true);
+        assert_eq!(
+            next_step(&g, &m, None, None),
             Step::SetPriority {
                 member: "g-1".into(),
                 priority: 100
