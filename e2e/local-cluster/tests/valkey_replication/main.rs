@@ -24,6 +24,7 @@ mod ca_replacement;
 mod env;
 mod failover;
 mod forming;
+mod full_restart;
 mod operator_password;
 mod partition;
 mod passwords;
