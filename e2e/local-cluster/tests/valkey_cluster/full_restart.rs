@@ -3,12 +3,12 @@
 //! 8.0 and 8.1 refuse at every start) comes back.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crd_types::names::statefulset_pod_name;
 use kube::ResourceExt;
 use kube::api::DeleteParams;
-use local_cluster::cluster_testing::{DataSet, ready_status, valkey_cluster};
+use local_cluster::cluster_testing::{Access, AckedWriter, DataSet, ready_status, valkey_cluster};
 use local_cluster::testing::{
     ContainerExits, pod_ready, ready_node, signal, valkey_server_pid, why_node_not_ready,
 };
@@ -27,18 +27,41 @@ async fn a_full_restart_reforms_with_data() {
     data.verify(&access).await.unwrap();
     let members: Vec<String> = access.members.iter().map(|m| m.name.clone()).collect();
     let ids = Env::ids(&access, &members);
-    let mut old_uids = BTreeMap::new();
-    for member in &members {
-        let pod = env
-            .apis
-            .pods
-            .get(&statefulset_pod_name(member))
-            .await
-            .unwrap();
-        old_uids.insert(member.clone(), pod.uid().unwrap());
-    }
-
+    let old_uids = pod_uids(&env, &members).await;
     let exits = ContainerExits::watch(&env.apis.pods).await.unwrap();
+    let took = restart_every_pod(&env, &access, name, &members, &old_uids).await;
+    eprintln!("{name}: Ready {took:?} after deleting every pod");
+    // Each server stopped on its SIGTERM, a primary after handing over in its preStop hook
+    // (and so writing its first AOF as a replica): none ran on to the SIGKILL at the end of
+    // the grace period (exit code 137), which also delays its replacement by that long.
+    for member in &members {
+        let ended = exits.of(&old_uids[member]);
+        assert_eq!(
+            ended.get("valkey"),
+            Some(&0),
+            "{member}'s deleted pod: how its containers ended: {ended:?}"
+        );
+    }
+    drop(exits);
+    env.healthy(name, &access, 3, 1).await;
+    assert_eq!(
+        Env::ids(&access, &members),
+        ids,
+        "every member kept its node id"
+    );
+    data.verify(&access).await.unwrap();
+    env.finish().await;
+}
+
+/// Deletes every member's pod at once and waits until each is replaced and ready and the
+/// cluster is Ready as status and Valkey see it: how long that took.
+async fn restart_every_pod(
+    env: &Env,
+    access: &Access,
+    name: &str,
+    members: &[String],
+    old_uids: &BTreeMap<String, String>,
+) -> Duration {
     let deletions = members.iter().map(|m| {
         let pods = env.apis.pods.clone();
         let pod = statefulset_pod_name(m);
@@ -52,7 +75,7 @@ async fn a_full_restart_reforms_with_data() {
         "every member's pod to be replaced and ready",
         FORM,
         || async {
-            for member in &members {
+            for member in members {
                 if ready_node(
                     &env.apis.nodes,
                     &env.apis.pods,
@@ -98,29 +121,53 @@ async fn a_full_restart_reforms_with_data() {
         },
     )
     .await;
-    eprintln!(
-        "{name}: Ready {:?} after deleting every pod",
-        restarted.elapsed()
-    );
-    // Each server stopped on its SIGTERM, a primary after handing over in its preStop hook
-    // (and so writing its first AOF as a replica): none ran on to the SIGKILL at the end of
-    // the grace period (exit code 137), which also delays its replacement by that long.
-    for member in &members {
-        let ended = exits.of(&old_uids[member]);
-        assert_eq!(
-            ended.get("valkey"),
-            Some(&0),
-            "{member}'s deleted pod: how its containers ended: {ended:?}"
-        );
+    restarted.elapsed()
+}
+
+/// The pod uid of each member.
+async fn pod_uids(env: &Env, members: &[String]) -> BTreeMap<String, String> {
+    let mut uids = BTreeMap::new();
+    for member in members {
+        let pod = env
+            .apis
+            .pods
+            .get(&statefulset_pod_name(member))
+            .await
+            .unwrap();
+        uids.insert(member.clone(), pod.uid().unwrap());
     }
-    drop(exits);
-    env.healthy(name, &access, 3, 1).await;
-    assert_eq!(
-        Env::ids(&access, &members),
-        ids,
-        "every member kept its node id"
-    );
-    data.verify(&access).await.unwrap();
+    uids
+}
+
+/// Issue 42's loop for a cluster: 20 full restarts of a 3x1 cluster in a row under a writer
+/// per shard (`SET` then `WAIT 1`); every acknowledged write reads back after each. With one
+/// replica per shard, `WAIT 1` puts each acknowledged write on both members of its shard,
+/// and a graceful stop keeps it on both, so whichever comes back primary has it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn full_restarts_under_writers_lose_no_acknowledged_write() {
+    let env = Env::start().await;
+    let name = "outage";
+    let access = env.create_ready(valkey_cluster(name, 3, 1, true)).await;
+    let members: Vec<String> = access.members.iter().map(|m| m.name.clone()).collect();
+    let restarts = 20;
+    let mut acked = 0;
+    for i in 1..=restarts {
+        let old_uids = pod_uids(&env, &members).await;
+        let writer = AckedWriter::start(&access).await.unwrap();
+        writer.progressed(100, SETTLE).await.unwrap();
+        let took = restart_every_pod(&env, &access, name, &members, &old_uids).await;
+        writer.progressed(100, SETTLE).await.unwrap();
+        let report = writer.stop().await.unwrap();
+        let lost = report.lost(&access).await.unwrap();
+        eprintln!(
+            "{name}: restart {i}: Ready {took:?} after the deletes; {}, {} lost",
+            report.summary(),
+            lost.len()
+        );
+        assert!(lost.is_empty(), "restart {i} lost {lost:?}");
+        acked += report.acked();
+    }
+    eprintln!("{name}: {restarts} full restarts, {acked} acknowledged writes, none lost");
     env.finish().await;
 }
 
