@@ -429,7 +429,10 @@ fn remove_primary(group: &Group, members: &Members, p: &DataNode, ip: &str) -> O
         },
         None => Step::wait(
             Waiting::SentinelsCatchingUp,
-            format!("no sentinel names {} to hand it over", p.name()),
+            format!(
+                "no sentinel names {} and sees a replica it could elect",
+                p.name()
+            ),
         ),
     })
 }
@@ -529,15 +532,19 @@ fn priorities(
         })
 }
 
-/// The first wanted sentinel that answers and names `p` (at `ip`), to run a hand-over.
+/// The first wanted sentinel that answers, names `p` (at `ip`) and sees a replica it could
+/// elect (priority above 0: a restarted replica holds 0 until its first sync, and Sentinel
+/// reads it back only every 10 s), to run a hand-over.
 fn sentinel_for<'a>(group: &Group, members: &'a Members, ip: &str) -> Option<&'a str> {
     members
         .sentinels
         .iter()
         .filter(|s| group.wants(s.facts.at))
         .find(|s| {
-            s.monitored()
-                .is_some_and(|m| m.primary == (ip.to_string(), PORT))
+            s.monitored().is_some_and(|m| {
+                m.primary == (ip.to_string(), PORT)
+                    && m.replicas.iter().any(|r| r.priority.is_some_and(|p| p > 0))
+            })
         })
         .map(|s| s.name())
 }
@@ -592,7 +599,10 @@ fn switch_over(
     let Some(sentinel) = sentinel_for(group, members, ip) else {
         return Some(Step::wait(
             Waiting::SentinelsCatchingUp,
-            format!("no sentinel names {} to run the switchover", p.name()),
+            format!(
+                "no sentinel names {} and sees a replica it could elect",
+                p.name()
+            ),
         ));
     };
     Some(Step::HandOver {
@@ -641,7 +651,7 @@ fn rolling(group: &Group, members: &Members, p: &DataNode, ip: &str) -> Option<S
             let Some(sentinel) = sentinel_for(group, members, ip) else {
                 return Some(Step::wait(
                     Waiting::SentinelsCatchingUp,
-                    format!("no sentinel names {primary} to hand it over"),
+                    format!("no sentinel names {primary} and sees a replica it could elect"),
                 ));
             };
             Step::HandOver {
@@ -937,6 +947,38 @@ mod tests {
                 priority: 100
             }
         );
+    }
+
+    #[test]
+    fn a_roll_hands_over_only_through_a_sentinel_that_sees_an_electable_replica() {
+        let g = group(2, 1);
+        let mut m = formed(2, 1);
+        let new =
+            |f: &mut crate::replication::model::Facts| f.revisions.desired = Some("r2".into());
+        let rolled = |f: &mut crate::replication::model::Facts| {
+            new(f);
+            f.revisions.running = Some("r2".into());
+            f.revisions.allowed = Some("r2".into());
+        };
+        rolled(&mut m.data[0].facts);
+        rolled(&mut m.data[1].facts);
+        rolled(&mut m.sentinels[0].facts);
+        m.data[0].facts.revisions.running = Some("r1".into());
+        m.data[0].facts.revisions.allowed = None;
+        // The replica rolled and synced; the sentinel still read its start-up priority 0.
+        priority(&mut m, 1, 0);
+        m.data[1].answer.as_mut().unwrap().priority = Some(100);
+        let (reason, why) = wait_of(next_step(&g, &m, None, None));
+        assert_eq!(reason, Waiting::SentinelsCatchingUp);
+        assert!(why.contains("sees a replica it could elect"), "{why}");
+        priority(&mut m, 1, 100);
+        assert!(matches!(
+            next_step(&g, &m, None, None),
+            Step::HandOver {
+                reason: FailoverReason::Roll,
+                ..
+            }
+        ));
     }
 
     #[test]
