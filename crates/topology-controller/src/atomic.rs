@@ -14,7 +14,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use tokio::time::Instant;
 
-use crate::commands::{CommandResultExt, ErrorKind, StepError, Valkey, ValkeyError};
+use crate::commands::{ClusterNode, CommandResultExt, ErrorKind, StepError, ValkeyError};
 use crate::migrate::{End, Moved, Stopped};
 use crate::slot_jobs::SlotJob;
 use crate::slots::{Move, slot_count};
@@ -42,7 +42,7 @@ pub fn commands(moves: &[Move<String>]) -> BTreeMap<&str, Groups<'_>> {
 /// Starts the moves (one command per source) and follows their jobs for at most `budget`:
 /// done when every job ended; `Stopped::Budget` while some still run (the planner then
 /// waits for them). A job that failed is the step's error, with Valkey's words.
-pub async fn migrate<V: Valkey>(
+pub async fn migrate<V: ClusterNode>(
     moves: &[Move<String>],
     ends: &[End<'_, V>],
     budget: Duration,
@@ -120,7 +120,7 @@ pub async fn migrate<V: Valkey>(
     }
 }
 
-async fn jobs<V: Valkey>(end: &End<'_, V>) -> Result<Vec<SlotJob>, StepError> {
+async fn jobs<V: ClusterNode>(end: &End<'_, V>) -> Result<Vec<SlotJob>, StepError> {
     let fields = end
         .conn
         .slot_migrations()

@@ -1,8 +1,10 @@
-//! The seam in front of Valkey: every command topology-controller sends to one member (a
-//! server or a sentinel), as the [`Valkey`] trait. The binary implements it with fred (one plain connection per
-//! member); tests use the in-memory cluster of [`crate::fake`]. Code that talks to Valkey
-//! (asking members, moving slots, carrying out a step) is generic over it, so it lives in
-//! this library and is tested without a server.
+//! The seam in front of Valkey: every command topology-controller sends to one member, as
+//! role-sized traits: [`Server`] (what every member answers), [`ClusterNode`] and
+//! [`SentinelNode`]. The binary implements all three with fred (one plain connection per
+//! member); tests use an in-memory fake per topology, each implementing only its role
+//! ([`crate::fake`] for a cluster, [`crate::replication::fake`] for a group). Code that
+//! talks to Valkey (asking members, moving slots, carrying out a step) is generic over the
+//! traits it needs, so it lives in this library and is tested without a server.
 
 use std::fmt;
 use std::future::Future;
@@ -15,8 +17,70 @@ pub type Key = Vec<u8>;
 /// One entry of a SENTINEL listing: field name to value, as Sentinel prints them.
 pub type Fields = std::collections::BTreeMap<String, String>;
 
-/// One connected member. Every call is bounded by the implementation's own timeout.
-pub trait Valkey: Send + Sync {
+/// What every member answers, server or sentinel (a sentinel refuses the server-only
+/// commands: `REPLICAOF`, `CONFIG`). Every call is bounded by the implementation's own
+/// timeout.
+pub trait Server: Send + Sync {
+    /// `INFO <section> [<section> ...]` as text, in one round trip.
+    fn info(
+        &self,
+        sections: &[&'static str],
+    ) -> impl Future<Output = Result<String, ValkeyError>> + Send;
+
+    /// `ROLE`'s first element: "master", "slave" or "sentinel".
+    fn role(&self) -> impl Future<Output = Result<String, ValkeyError>> + Send;
+
+    /// `REPLICAOF host port`, or `REPLICAOF NO ONE` for `None`.
+    fn replica_of(
+        &self,
+        primary: Option<(&str, u16)>,
+    ) -> impl Future<Output = Result<(), ValkeyError>> + Send;
+
+    /// `CLIENT PAUSE millis WRITE`: write commands wait (reads go on) and the replication
+    /// offset stands still, until `CLIENT UNPAUSE` or the time is up.
+    fn pause_writes(&self, millis: u64) -> impl Future<Output = Result<(), ValkeyError>> + Send;
+
+    /// `CLIENT UNPAUSE`.
+    fn unpause(&self) -> impl Future<Output = Result<(), ValkeyError>> + Send;
+
+    /// `CLIENT KILL TYPE normal`: every normal client but this connection is disconnected;
+    /// how many were.
+    fn kill_clients(&self) -> impl Future<Output = Result<u64, ValkeyError>> + Send;
+
+    /// `CONFIG GET name...`: the directives among `names` the server knows, with its values.
+    fn config_get(
+        &self,
+        names: &[&str],
+    ) -> impl Future<Output = Result<Vec<(String, String)>, ValkeyError>> + Send;
+
+    /// `CONFIG SET name value`.
+    fn config_set(
+        &self,
+        name: &str,
+        value: &str,
+    ) -> impl Future<Output = Result<(), ValkeyError>> + Send;
+
+    /// `ACL GETUSER user`: `None` when there is no such user.
+    fn acl_user(
+        &self,
+        user: &str,
+    ) -> impl Future<Output = Result<Option<AclUser>, ValkeyError>> + Send;
+
+    /// `ACL SETUSER user rule...`.
+    fn acl_setuser(
+        &self,
+        user: &str,
+        rules: &[String],
+    ) -> impl Future<Output = Result<(), ValkeyError>> + Send;
+
+    /// Says goodbye (QUIT). Called once for every connection, whatever happened before.
+    fn close(self) -> impl Future<Output = ()> + Send
+    where
+        Self: Sized;
+}
+
+/// A server in cluster mode: the cluster bus, slots and their migration.
+pub trait ClusterNode: Server {
     /// `CLUSTER NODES`, as text.
     fn cluster_nodes(&self) -> impl Future<Output = Result<String, ValkeyError>> + Send;
 
@@ -25,12 +89,6 @@ pub trait Valkey: Send + Sync {
 
     /// `CLUSTER INFO`, as text.
     fn cluster_info(&self) -> impl Future<Output = Result<String, ValkeyError>> + Send;
-
-    /// `INFO <section> [<section> ...]` as text, in one round trip.
-    fn info(
-        &self,
-        sections: &[&'static str],
-    ) -> impl Future<Output = Result<String, ValkeyError>> + Send;
 
     /// `CLUSTER MEET ip port bus_port`.
     fn meet(
@@ -94,55 +152,14 @@ pub trait Valkey: Send + Sync {
         &self,
         groups: &[(Vec<(u16, u16)>, String)],
     ) -> impl Future<Output = Result<(), ValkeyError>> + Send;
+
     /// `CLUSTER GETSLOTMIGRATIONS` (Valkey 9.0+): this node's slot migration jobs, newest
     /// first, finished ones included, each as its fields.
     fn slot_migrations(&self) -> impl Future<Output = Result<Vec<Fields>, ValkeyError>> + Send;
-    /// `ROLE`'s first element: "master", "slave" or "sentinel".
-    fn role(&self) -> impl Future<Output = Result<String, ValkeyError>> + Send;
+}
 
-    /// `REPLICAOF host port`, or `REPLICAOF NO ONE` for `None`.
-    fn replica_of(
-        &self,
-        primary: Option<(&str, u16)>,
-    ) -> impl Future<Output = Result<(), ValkeyError>> + Send;
-
-    /// `CLIENT PAUSE millis WRITE`: write commands wait (reads go on) and the replication
-    /// offset stands still, until `CLIENT UNPAUSE` or the time is up.
-    fn pause_writes(&self, millis: u64) -> impl Future<Output = Result<(), ValkeyError>> + Send;
-
-    /// `CLIENT UNPAUSE`.
-    fn unpause(&self) -> impl Future<Output = Result<(), ValkeyError>> + Send;
-
-    /// `CLIENT KILL TYPE normal`: every normal client but this connection is disconnected;
-    /// how many were.
-    fn kill_clients(&self) -> impl Future<Output = Result<u64, ValkeyError>> + Send;
-
-    /// `CONFIG GET name...`: the directives among `names` the server knows, with its values.
-    fn config_get(
-        &self,
-        names: &[&str],
-    ) -> impl Future<Output = Result<Vec<(String, String)>, ValkeyError>> + Send;
-
-    /// `CONFIG SET name value`.
-    fn config_set(
-        &self,
-        name: &str,
-        value: &str,
-    ) -> impl Future<Output = Result<(), ValkeyError>> + Send;
-
-    /// `ACL GETUSER user`: `None` when there is no such user.
-    fn acl_user(
-        &self,
-        user: &str,
-    ) -> impl Future<Output = Result<Option<AclUser>, ValkeyError>> + Send;
-
-    /// `ACL SETUSER user rule...`.
-    fn acl_setuser(
-        &self,
-        user: &str,
-        rules: &[String],
-    ) -> impl Future<Output = Result<(), ValkeyError>> + Send;
-
+/// A sentinel: what it monitors, and its failover.
+pub trait SentinelNode: Server {
     /// `SENTINEL MASTER name` as its fields; `None` when this sentinel does not monitor it.
     fn sentinel_primary(
         &self,
@@ -196,11 +213,6 @@ pub trait Valkey: Send + Sync {
     /// asking the other sentinels.
     fn sentinel_failover(&self, name: &str)
     -> impl Future<Output = Result<(), ValkeyError>> + Send;
-
-    /// Says goodbye (QUIT). Called once for every connection, whatever happened before.
-    fn close(self) -> impl Future<Output = ()> + Send
-    where
-        Self: Sized;
 }
 
 /// The argument of `CLUSTER SETSLOT`.

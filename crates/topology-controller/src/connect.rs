@@ -4,7 +4,7 @@
 
 use crd_types::ValkeyNode;
 use futures::future::join_all;
-use topology_controller::commands::{ErrorKind, Valkey};
+use topology_controller::commands::{ErrorKind, Server};
 use topology_controller::members;
 use topology_controller::model::Member;
 use topology_controller::observe::{Connections, ask};

@@ -1,4 +1,4 @@
-//! Carrying out a step (layer 6): the Valkey commands over the [`Valkey`] seam, and the
+//! Carrying out a step (layer 6): the Valkey commands over the [`ClusterNode`] seam, and the
 //! Kubernetes half (deleting a member, opening its roll gate) through [`MemberObjects`],
 //! which the binary implements with the API server.
 
@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use crate::acl::ReplicationPassword;
 use crate::atomic;
-use crate::commands::{CommandResultExt, SlotState, StepError, Valkey};
+use crate::commands::{ClusterNode, CommandResultExt, Server, SlotState, StepError};
 use crate::migrate::{self, End, Moved};
 use crate::model::Member;
 use crate::observe::Connections;
@@ -39,7 +39,7 @@ pub trait MemberObjects: Sync {
 /// Clears a replica's stale marker for `slot` by `heal` (see [`MarkerHeal`]). A reset
 /// replica knows nobody, and Valkey takes no stranger's PING: it meets its primary again,
 /// whose gossip brings it the rest; the planner then attaches it.
-async fn clear_stale_marker<V: Valkey>(
+async fn clear_stale_marker<V: ClusterNode>(
     slot: u16,
     (replica, primary): (&str, &str),
     owner_id: &str,
@@ -81,7 +81,7 @@ async fn clear_stale_marker<V: Valkey>(
 
 /// `CONFIG SET` of each member's pairs (a `SetConfig` step, of either topology). Stops at the
 /// first refusal: the next reconcile compares again and sets what is still off.
-pub async fn set_config<V: Valkey>(
+pub async fn set_config<V: Server>(
     changes: &[(String, Vec<(String, String)>)],
     conns: &Connections<V>,
 ) -> Result<(), StepError> {
@@ -98,7 +98,7 @@ pub async fn set_config<V: Valkey>(
 
 /// `ACL SETUSER replication` on each member (a `CreateReplicationUser` step, of either
 /// topology). Stops at the first refusal: the next reconcile reads the users again.
-pub async fn create_replication_user<V: Valkey>(
+pub async fn create_replication_user<V: Server>(
     members: &[(String, bool)],
     password: &ReplicationPassword,
     conns: &Connections<V>,
@@ -122,7 +122,7 @@ pub struct Done {
 
 /// Carries out `step` on the members that answered (`conns`). An error is for status and
 /// the Event: the next reconcile looks again from scratch.
-pub async fn execute<V: Valkey, O: MemberObjects>(
+pub async fn execute<V: ClusterNode, O: MemberObjects>(
     step: &Step,
     members: &[Member],
     conns: &Connections<V>,
@@ -225,7 +225,7 @@ pub async fn execute<V: Valkey, O: MemberObjects>(
 
 /// `CLUSTER FAILOVER` (`FORCE` when its primary is gone) on the replica `member`, then waits
 /// until it reports itself primary.
-async fn failover<V: Valkey>(conn: &V, member: &str, force: bool) -> Result<(), StepError> {
+async fn failover<V: ClusterNode>(conn: &V, member: &str, force: bool) -> Result<(), StepError> {
     if force {
         conn.failover_force()
             .await
@@ -246,7 +246,7 @@ async fn failover<V: Valkey>(conn: &V, member: &str, force: bool) -> Result<(), 
     })
 }
 
-async fn migrate_slots<V: Valkey>(
+async fn migrate_slots<V: ClusterNode>(
     moves: &[Move<String>],
     members: &[Member],
     conns: &Connections<V>,
@@ -259,7 +259,7 @@ async fn migrate_slots<V: Valkey>(
 
 /// The primaries that answered, as ends of a move, each with how many replicas its own
 /// CLUSTER NODES lists.
-fn ends<'a, V: Valkey>(members: &'a [Member], conns: &'a Connections<V>) -> Vec<End<'a, V>> {
+fn ends<'a, V: ClusterNode>(members: &'a [Member], conns: &'a Connections<V>) -> Vec<End<'a, V>> {
     members
         .iter()
         .filter_map(|m| {

@@ -1,5 +1,5 @@
-//! An in-memory Valkey cluster behind the [`Valkey`] trait, for tests of the code that talks
-//! to members (asking them, moving slots, carrying out steps) without a server.
+//! An in-memory Valkey cluster behind the [`Server`] and [`ClusterNode`] traits, for tests of
+//! the code that talks to members (asking them, moving slots, carrying out steps) without a server.
 //!
 //! It answers the way Valkey 8.0 does where this controller depends on it: `CLUSTER NODES`
 //! text (open-slot markers on the myself line only), `INFO replication` with each replica's
@@ -20,7 +20,7 @@ use std::time::Duration;
 use crd_types::live_config::{Version, live_on};
 
 use crate::acl::{self, AclUser};
-use crate::commands::{ErrorKind, Fields, Key, SlotState, Valkey, ValkeyError};
+use crate::commands::{ClusterNode, ErrorKind, Fields, Key, Server, SlotState, ValkeyError};
 
 /// A replica's replication link, as its primary reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -725,7 +725,113 @@ fn ranges(slots: &[u16]) -> Vec<(u16, u16)> {
     out
 }
 
-impl Valkey for FakeConn {
+impl Server for FakeConn {
+    async fn info(&self, sections: &[&'static str]) -> Result<String, ValkeyError> {
+        let wanted: Vec<&'static str> = sections.to_vec();
+        self.run(format!("INFO {}", sections.join(" ")), move |state, me| {
+            let mut text = String::new();
+            if wanted.contains(&"server") {
+                let v = state.node(me).version;
+                text.push_str(&format!("# Server\r\nvalkey_version:{v}.1\r\n"));
+            }
+            if wanted.contains(&"replication") {
+                text.push_str(&Self::replication_text(state, me));
+            }
+            Ok(text)
+        })
+        .await
+    }
+
+    async fn role(&self) -> Result<String, ValkeyError> {
+        self.run("ROLE".into(), |state, me| {
+            Ok(if state.node(me).primary.is_some() {
+                "slave".into()
+            } else {
+                "master".into()
+            })
+        })
+        .await
+    }
+
+    async fn replica_of(&self, _: Option<(&str, u16)>) -> Result<(), ValkeyError> {
+        self.run("REPLICAOF".into(), |_, _| {
+            Err(refused("ERR REPLICAOF not allowed in cluster mode."))
+        })
+        .await
+    }
+
+    async fn pause_writes(&self, _: u64) -> Result<(), ValkeyError> {
+        self.run("CLIENT PAUSE".into(), |_, _| {
+            Err(not_modelled("CLIENT PAUSE"))
+        })
+        .await
+    }
+
+    async fn unpause(&self) -> Result<(), ValkeyError> {
+        self.run("CLIENT UNPAUSE".into(), |_, _| {
+            Err(not_modelled("CLIENT UNPAUSE"))
+        })
+        .await
+    }
+
+    async fn kill_clients(&self) -> Result<u64, ValkeyError> {
+        self.run("CLIENT KILL".into(), |_, _| {
+            Err(not_modelled("CLIENT KILL"))
+        })
+        .await
+    }
+
+    async fn config_get(&self, names: &[&str]) -> Result<Vec<(String, String)>, ValkeyError> {
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        self.run(
+            format!("CONFIG GET {}", names.join(" ")),
+            move |state, me| Ok(config_reply(&state.node(me).config, &names)),
+        )
+        .await
+    }
+
+    /// Only the live directives are modelled; values are stored as given (callers send
+    /// `CONFIG GET`'s form).
+    async fn config_set(&self, name: &str, value: &str) -> Result<(), ValkeyError> {
+        let (name, value) = (name.to_string(), value.to_string());
+        self.run(
+            format!("CONFIG SET {name} {value}"),
+            move |state, me| match state.node_mut(me).config.get_mut(&name) {
+                Some(slot) => {
+                    *slot = value;
+                    Ok(())
+                }
+                None => Err(not_modelled("CONFIG SET of a directive that is not live")),
+            },
+        )
+        .await
+    }
+
+    async fn acl_user(&self, user: &str) -> Result<Option<AclUser>, ValkeyError> {
+        let user = user.to_string();
+        self.run(format!("ACL GETUSER {user}"), move |state, me| {
+            Ok(state.node(me).users.get(&user).cloned())
+        })
+        .await
+    }
+
+    async fn acl_setuser(&self, user: &str, rules: &[String]) -> Result<(), ValkeyError> {
+        let (user, rules) = (user.to_string(), rules.to_vec());
+        self.run(format!("ACL SETUSER {user}"), move |state, me| {
+            let users = &mut state.node_mut(me).users;
+            let changed = acl::set_user(users.remove(&user), &rules);
+            users.insert(user, changed);
+            Ok(())
+        })
+        .await
+    }
+
+    async fn close(self) {
+        self.cluster.lock().closed += 1;
+    }
+}
+
+impl ClusterNode for FakeConn {
     async fn cluster_nodes(&self) -> Result<String, ValkeyError> {
         self.run("CLUSTER NODES".into(), |state, me| {
             Ok(Self::nodes_text(state, me))
@@ -766,22 +872,6 @@ impl Valkey for FakeConn {
                 if ok { "ok" } else { "fail" },
                 state.nodes.len(),
             ))
-        })
-        .await
-    }
-
-    async fn info(&self, sections: &[&'static str]) -> Result<String, ValkeyError> {
-        let wanted: Vec<&'static str> = sections.to_vec();
-        self.run(format!("INFO {}", sections.join(" ")), move |state, me| {
-            let mut text = String::new();
-            if wanted.contains(&"server") {
-                let v = state.node(me).version;
-                text.push_str(&format!("# Server\r\nvalkey_version:{v}.1\r\n"));
-            }
-            if wanted.contains(&"replication") {
-                text.push_str(&Self::replication_text(state, me));
-            }
-            Ok(text)
         })
         .await
     }
@@ -1074,146 +1164,6 @@ impl Valkey for FakeConn {
         })
         .await
     }
-
-    async fn role(&self) -> Result<String, ValkeyError> {
-        self.run("ROLE".into(), |state, me| {
-            Ok(if state.node(me).primary.is_some() {
-                "slave".into()
-            } else {
-                "master".into()
-            })
-        })
-        .await
-    }
-
-    async fn replica_of(&self, _: Option<(&str, u16)>) -> Result<(), ValkeyError> {
-        self.run("REPLICAOF".into(), |_, _| {
-            Err(refused("ERR REPLICAOF not allowed in cluster mode."))
-        })
-        .await
-    }
-
-    async fn pause_writes(&self, _: u64) -> Result<(), ValkeyError> {
-        self.run("CLIENT PAUSE".into(), |_, _| {
-            Err(not_modelled("CLIENT PAUSE"))
-        })
-        .await
-    }
-
-    async fn unpause(&self) -> Result<(), ValkeyError> {
-        self.run("CLIENT UNPAUSE".into(), |_, _| {
-            Err(not_modelled("CLIENT UNPAUSE"))
-        })
-        .await
-    }
-
-    async fn kill_clients(&self) -> Result<u64, ValkeyError> {
-        self.run("CLIENT KILL".into(), |_, _| {
-            Err(not_modelled("CLIENT KILL"))
-        })
-        .await
-    }
-
-    async fn config_get(&self, names: &[&str]) -> Result<Vec<(String, String)>, ValkeyError> {
-        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-        self.run(
-            format!("CONFIG GET {}", names.join(" ")),
-            move |state, me| Ok(config_reply(&state.node(me).config, &names)),
-        )
-        .await
-    }
-
-    /// Only the live directives are modelled; values are stored as given (callers send
-    /// `CONFIG GET`'s form).
-    async fn config_set(&self, name: &str, value: &str) -> Result<(), ValkeyError> {
-        let (name, value) = (name.to_string(), value.to_string());
-        self.run(
-            format!("CONFIG SET {name} {value}"),
-            move |state, me| match state.node_mut(me).config.get_mut(&name) {
-                Some(slot) => {
-                    *slot = value;
-                    Ok(())
-                }
-                None => Err(not_modelled("CONFIG SET of a directive that is not live")),
-            },
-        )
-        .await
-    }
-
-    async fn acl_user(&self, user: &str) -> Result<Option<AclUser>, ValkeyError> {
-        let user = user.to_string();
-        self.run(format!("ACL GETUSER {user}"), move |state, me| {
-            Ok(state.node(me).users.get(&user).cloned())
-        })
-        .await
-    }
-
-    async fn acl_setuser(&self, user: &str, rules: &[String]) -> Result<(), ValkeyError> {
-        let (user, rules) = (user.to_string(), rules.to_vec());
-        self.run(format!("ACL SETUSER {user}"), move |state, me| {
-            let users = &mut state.node_mut(me).users;
-            let changed = acl::set_user(users.remove(&user), &rules);
-            users.insert(user, changed);
-            Ok(())
-        })
-        .await
-    }
-
-    async fn sentinel_primary(&self, _: &str) -> Result<Option<Fields>, ValkeyError> {
-        self.run("SENTINEL MASTER".into(), |_, _| Err(no_sentinel()))
-            .await
-    }
-
-    async fn sentinel_primary_addr(&self, _: &str) -> Result<Option<(String, u16)>, ValkeyError> {
-        self.run("SENTINEL GET-MASTER-ADDR-BY-NAME".into(), |_, _| {
-            Err(no_sentinel())
-        })
-        .await
-    }
-
-    async fn sentinel_replicas(&self, _: &str) -> Result<Vec<Fields>, ValkeyError> {
-        self.run("SENTINEL REPLICAS".into(), |_, _| Err(no_sentinel()))
-            .await
-    }
-
-    async fn sentinel_sentinels(&self, _: &str) -> Result<Vec<Fields>, ValkeyError> {
-        self.run("SENTINEL SENTINELS".into(), |_, _| Err(no_sentinel()))
-            .await
-    }
-
-    async fn sentinel_monitor(&self, _: &str, _: &str, _: u16, _: u32) -> Result<(), ValkeyError> {
-        self.run("SENTINEL MONITOR".into(), |_, _| Err(no_sentinel()))
-            .await
-    }
-
-    async fn sentinel_set(&self, _: &str, _: &[(String, String)]) -> Result<(), ValkeyError> {
-        self.run("SENTINEL SET".into(), |_, _| Err(no_sentinel()))
-            .await
-    }
-
-    async fn sentinel_remove(&self, _: &str) -> Result<(), ValkeyError> {
-        self.run("SENTINEL REMOVE".into(), |_, _| Err(no_sentinel()))
-            .await
-    }
-
-    async fn sentinel_reset(&self, _: &str) -> Result<(), ValkeyError> {
-        self.run("SENTINEL RESET".into(), |_, _| Err(no_sentinel()))
-            .await
-    }
-
-    async fn sentinel_failover(&self, _: &str) -> Result<(), ValkeyError> {
-        self.run("SENTINEL FAILOVER".into(), |_, _| Err(no_sentinel()))
-            .await
-    }
-
-    async fn close(self) {
-        self.cluster.lock().closed += 1;
-    }
-}
-
-/// A cluster-mode server has no SENTINEL command.
-fn no_sentinel() -> ValkeyError {
-    refused("ERR unknown command 'SENTINEL'")
 }
 
 /// A command the in-memory cluster does not model; cluster steps never send it (a test that

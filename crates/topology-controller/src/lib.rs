@@ -1,7 +1,7 @@
 //! topology-controller's building blocks, in layers; each module uses only those of the
-//! layers below it. No I/O here: what talks to Valkey is generic over the [`commands::Valkey`]
-//! seam (fred implements it in the binary), so every decision and every command sequence is
-//! unit-tested, from fixtures and against the in-memory cluster of `fake`.
+//! layers below it. No I/O here: what talks to Valkey is generic over the role-sized seams
+//! of [`commands`] (fred implements them in the binary), so every decision and every command
+//! sequence is unit-tested, from fixtures and against the in-memory cluster of `fake`.
 //!
 //! 1. parsers: [`cluster_nodes`], [`agreement`], [`info`], [`vitals`], [`slots`], [`slot_jobs`],
 //!    [`acl`];

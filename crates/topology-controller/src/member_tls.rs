@@ -16,7 +16,7 @@ use kube::{Api, Resource, ResourceExt};
 use operator_runtime::{ApiResultExt, Context, EventReason, ObjectName, Op};
 use topology_controller::auth::AppliedOperator;
 use topology_controller::ca_replacement;
-use topology_controller::commands::Valkey;
+use topology_controller::commands::Server;
 use topology_controller::observe::Connections;
 use topology_controller::tls::{self, Client};
 

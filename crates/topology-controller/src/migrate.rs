@@ -14,7 +14,7 @@ use futures::future::join_all;
 use futures::stream::FuturesUnordered;
 use tokio::time::Instant;
 
-use crate::commands::{CommandResultExt, SlotState, StepError, Valkey};
+use crate::commands::{ClusterNode, CommandResultExt, SlotState, StepError};
 use crate::info::ReplicationInfo;
 use crate::model::Address;
 use crate::slots::Move;
@@ -58,7 +58,7 @@ pub enum Stopped {
 /// Moves the slots of `moves` between the primaries `ends`, for at most `budget` (slots in
 /// flight then finish). Every other primary among `primaries` is told each new owner too
 /// (best effort: gossip spreads it anyway).
-pub async fn migrate<V: Valkey>(
+pub async fn migrate<V: ClusterNode>(
     moves: &[Move<String>],
     ends: &[End<'_, V>],
     primaries: &[&V],
@@ -104,7 +104,7 @@ pub async fn migrate<V: Valkey>(
 
 /// Moves `slot` unless the budget is spent or a replica of an end is not online: then says
 /// why it did not start.
-async fn next_slot<V: Valkey>(
+async fn next_slot<V: ClusterNode>(
     slot: u16,
     source: &End<'_, V>,
     target: &End<'_, V>,
@@ -125,7 +125,7 @@ async fn next_slot<V: Valkey>(
 /// Why a replica of `source` or `target` is not online, from each primary's own
 /// `INFO replication` (the view Valkey itself uses to decide whom it copies slot states
 /// to); `None` when all are.
-async fn not_online<V: Valkey>(
+async fn not_online<V: ClusterNode>(
     source: &End<'_, V>,
     target: &End<'_, V>,
 ) -> Result<Option<String>, StepError> {
@@ -155,7 +155,7 @@ async fn not_online<V: Valkey>(
 
 /// One slot: IMPORTING on the target, MIGRATING on the source, the keys in batches with
 /// MIGRATE, then the new owner on the target, the source and every other primary.
-async fn move_slot<V: Valkey>(
+async fn move_slot<V: ClusterNode>(
     slot: u16,
     source: &End<'_, V>,
     target: &End<'_, V>,

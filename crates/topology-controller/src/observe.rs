@@ -1,10 +1,10 @@
 //! Asking members (layer 6): what one member's Valkey says about the cluster, over the
-//! [`Valkey`] seam, and the connections of one reconcile, closed together in one place.
+//! [`ClusterNode`] seam, and the connections of one reconcile, closed together in one place.
 
 use futures::future::join_all;
 
 use crate::cluster_nodes::ClusterView;
-use crate::commands::{ErrorKind, StepError, Valkey, ValkeyError};
+use crate::commands::{ClusterNode, ErrorKind, Server, StepError, ValkeyError};
 use crate::info::{ReplicationInfo, cluster_state_ok, server_version};
 use crd_types::live_config::{Version, live_on};
 use crd_types::template::REPLICATION_USER;
@@ -25,7 +25,7 @@ pub struct Answer {
 /// SHARDS (older servers lack it; then shard ids are not checked), CLUSTER INFO, CONFIG
 /// GET of the live directives, its `replication` user, and on 9.0+ its atomic slot migration
 /// jobs.
-pub async fn ask<V: Valkey>(conn: &V) -> Result<Answer, ValkeyError> {
+pub async fn ask<V: ClusterNode>(conn: &V) -> Result<Answer, ValkeyError> {
     let view = ClusterView::parse(&conn.cluster_nodes().await?).map_err(unreadable)?;
     // Both sections in one reply: the parsers skip what is not theirs.
     let info = conn.info(&["replication", "server"]).await?;
@@ -61,7 +61,7 @@ pub async fn ask<V: Valkey>(conn: &V) -> Result<Answer, ValkeyError> {
 
 /// A member's [`Vitals`]: CLUSTER INFO (a cluster member's only) and INFO replication, small
 /// replies.
-pub async fn vitals<V: Valkey>(conn: &V, cluster_member: bool) -> Result<Vitals, ValkeyError> {
+pub async fn vitals<V: ClusterNode>(conn: &V, cluster_member: bool) -> Result<Vitals, ValkeyError> {
     let cluster_info = match cluster_member {
         true => Some(conn.cluster_info().await?),
         false => None,
@@ -72,7 +72,7 @@ pub async fn vitals<V: Valkey>(conn: &V, cluster_member: bool) -> Result<Vitals,
 
 /// `CONFIG GET` of every directive that is live on `version` (INFO server's), in one round
 /// trip; `None`, asking nothing, when the version is unknown. Shared by both topologies.
-pub async fn live_config<V: Valkey>(
+pub async fn live_config<V: Server>(
     conn: &V,
     version: Option<&str>,
 ) -> Result<Option<LiveConfig>, ValkeyError> {
@@ -102,7 +102,7 @@ impl<V> Default for Connections<V> {
     }
 }
 
-impl<V: Valkey> Connections<V> {
+impl<V: Server> Connections<V> {
     pub fn insert(&mut self, member: impl Into<String>, conn: V) {
         self.by_member.push((member.into(), conn));
     }

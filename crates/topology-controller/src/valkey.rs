@@ -12,7 +12,9 @@ use fred::types::config::TlsConnector;
 use fred::types::{ClusterHash, CustomCommand};
 use rustls::ClientConfig;
 use topology_controller::acl::AclUser;
-use topology_controller::commands::{ErrorKind, Fields, Key, SlotState, Valkey, ValkeyError};
+use topology_controller::commands::{
+    ClusterNode, ErrorKind, Fields, Key, SentinelNode, Server, SlotState, ValkeyError,
+};
 use topology_controller::default_password::RequirePass;
 use topology_controller::operator_password::OutgoingLogin;
 use topology_controller::tls;
@@ -334,7 +336,84 @@ impl RequirePass for Conn {
     }
 }
 
-impl Valkey for Conn {
+impl Server for Conn {
+    async fn info(&self, sections: &[&'static str]) -> Result<String, ValkeyError> {
+        self.raw("INFO", sections.iter().map(|s| Value::from(*s)).collect())
+            .await
+    }
+
+    async fn role(&self) -> Result<String, ValkeyError> {
+        let reply: Vec<Value> = self.raw("ROLE", vec![]).await?;
+        reply
+            .into_iter()
+            .next()
+            .and_then(|v| v.as_string())
+            .ok_or_else(|| ValkeyError::new(ErrorKind::Protocol, "empty ROLE reply"))
+    }
+
+    async fn replica_of(&self, primary: Option<(&str, u16)>) -> Result<(), ValkeyError> {
+        let args: Vec<Value> = match primary {
+            Some((host, port)) => vec![host.into(), i64::from(port).into()],
+            None => vec!["NO".into(), "ONE".into()],
+        };
+        self.raw::<Value>("REPLICAOF", args).await.map(drop)
+    }
+
+    async fn pause_writes(&self, millis: u64) -> Result<(), ValkeyError> {
+        let millis = i64::try_from(millis).unwrap_or(i64::MAX);
+        self.raw::<Value>(
+            "CLIENT",
+            vec!["PAUSE".into(), millis.into(), "WRITE".into()],
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn unpause(&self) -> Result<(), ValkeyError> {
+        self.raw::<Value>("CLIENT", vec!["UNPAUSE".into()])
+            .await
+            .map(drop)
+    }
+
+    async fn kill_clients(&self) -> Result<u64, ValkeyError> {
+        self.raw(
+            "CLIENT",
+            vec!["KILL".into(), "TYPE".into(), "normal".into()],
+        )
+        .await
+    }
+
+    async fn config_get(&self, names: &[&str]) -> Result<Vec<(String, String)>, ValkeyError> {
+        let mut args: Vec<Value> = vec!["GET".into()];
+        args.extend(names.iter().map(|n| Value::from(*n)));
+        let reply: Value = self.raw("CONFIG", args).await?;
+        Ok(fields(reply).into_iter().collect())
+    }
+
+    async fn config_set(&self, name: &str, value: &str) -> Result<(), ValkeyError> {
+        self.raw::<Value>("CONFIG", vec!["SET".into(), name.into(), value.into()])
+            .await
+            .map(drop)
+    }
+
+    async fn acl_user(&self, user: &str) -> Result<Option<AclUser>, ValkeyError> {
+        let reply: Value = self.raw("ACL", vec!["GETUSER".into(), user.into()]).await?;
+        Ok(acl_user(reply))
+    }
+
+    async fn acl_setuser(&self, user: &str, rules: &[String]) -> Result<(), ValkeyError> {
+        let mut args: Vec<Value> = vec!["SETUSER".into(), user.into()];
+        args.extend(rules.iter().map(|r| Value::from(r.as_str())));
+        self.raw::<Value>("ACL", args).await.map(drop)
+    }
+
+    /// QUIT (dropping the connection closes it too, but QUIT is polite to the server).
+    async fn close(self) {
+        let _ = self.client.quit().await;
+    }
+}
+
+impl ClusterNode for Conn {
     async fn cluster_nodes(&self) -> Result<String, ValkeyError> {
         self.cluster(vec!["NODES".into()]).await
     }
@@ -346,11 +425,6 @@ impl Valkey for Conn {
 
     async fn cluster_info(&self) -> Result<String, ValkeyError> {
         self.cluster(vec!["INFO".into()]).await
-    }
-
-    async fn info(&self, sections: &[&'static str]) -> Result<String, ValkeyError> {
-        self.raw("INFO", sections.iter().map(|s| Value::from(*s)).collect())
-            .await
     }
 
     async fn meet(&self, ip: &str, port: u16, bus_port: u16) -> Result<(), ValkeyError> {
@@ -464,72 +538,9 @@ impl Valkey for Conn {
         let reply: Vec<Value> = self.cluster(vec!["GETSLOTMIGRATIONS".into()]).await?;
         Ok(reply.into_iter().map(fields).collect())
     }
+}
 
-    async fn role(&self) -> Result<String, ValkeyError> {
-        let reply: Vec<Value> = self.raw("ROLE", vec![]).await?;
-        reply
-            .into_iter()
-            .next()
-            .and_then(|v| v.as_string())
-            .ok_or_else(|| ValkeyError::new(ErrorKind::Protocol, "empty ROLE reply"))
-    }
-
-    async fn replica_of(&self, primary: Option<(&str, u16)>) -> Result<(), ValkeyError> {
-        let args: Vec<Value> = match primary {
-            Some((host, port)) => vec![host.into(), i64::from(port).into()],
-            None => vec!["NO".into(), "ONE".into()],
-        };
-        self.raw::<Value>("REPLICAOF", args).await.map(drop)
-    }
-
-    async fn pause_writes(&self, millis: u64) -> Result<(), ValkeyError> {
-        let millis = i64::try_from(millis).unwrap_or(i64::MAX);
-        self.raw::<Value>(
-            "CLIENT",
-            vec!["PAUSE".into(), millis.into(), "WRITE".into()],
-        )
-        .await
-        .map(drop)
-    }
-
-    async fn unpause(&self) -> Result<(), ValkeyError> {
-        self.raw::<Value>("CLIENT", vec!["UNPAUSE".into()])
-            .await
-            .map(drop)
-    }
-
-    async fn kill_clients(&self) -> Result<u64, ValkeyError> {
-        self.raw(
-            "CLIENT",
-            vec!["KILL".into(), "TYPE".into(), "normal".into()],
-        )
-        .await
-    }
-
-    async fn config_get(&self, names: &[&str]) -> Result<Vec<(String, String)>, ValkeyError> {
-        let mut args: Vec<Value> = vec!["GET".into()];
-        args.extend(names.iter().map(|n| Value::from(*n)));
-        let reply: Value = self.raw("CONFIG", args).await?;
-        Ok(fields(reply).into_iter().collect())
-    }
-
-    async fn config_set(&self, name: &str, value: &str) -> Result<(), ValkeyError> {
-        self.raw::<Value>("CONFIG", vec!["SET".into(), name.into(), value.into()])
-            .await
-            .map(drop)
-    }
-
-    async fn acl_user(&self, user: &str) -> Result<Option<AclUser>, ValkeyError> {
-        let reply: Value = self.raw("ACL", vec!["GETUSER".into(), user.into()]).await?;
-        Ok(acl_user(reply))
-    }
-
-    async fn acl_setuser(&self, user: &str, rules: &[String]) -> Result<(), ValkeyError> {
-        let mut args: Vec<Value> = vec!["SETUSER".into(), user.into()];
-        args.extend(rules.iter().map(|r| Value::from(r.as_str())));
-        self.raw::<Value>("ACL", args).await.map(drop)
-    }
-
+impl SentinelNode for Conn {
     async fn sentinel_primary(&self, name: &str) -> Result<Option<Fields>, ValkeyError> {
         match self.sentinel(vec!["MASTER".into(), name.into()]).await {
             Ok(reply) => Ok(Some(fields(reply))),
@@ -613,11 +624,6 @@ impl Valkey for Conn {
         self.sentinel(vec!["FAILOVER".into(), name.into()])
             .await
             .map(drop)
-    }
-
-    /// QUIT (dropping the connection closes it too, but QUIT is polite to the server).
-    async fn close(self) {
-        let _ = self.client.quit().await;
     }
 }
 

@@ -1,5 +1,6 @@
-//! Carrying out a replication step over the [`Valkey`] seam (and the Kubernetes half,
-//! opening a roll gate, through [`MemberObjects`]).
+//! Carrying out a replication step over the [`crate::commands::Server`] and
+//! [`crate::commands::SentinelNode`] seams (and the Kubernetes half, opening a roll gate, through
+//! [`MemberObjects`]).
 //!
 //! The hand-over ([`Step::HandOver`]) is what plain 8.0.1 processes showed loses nothing
 //! (docs/architecture.md): `CLIENT PAUSE WRITE` on the primary, until every replica's
@@ -21,7 +22,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::commands::{CommandResultExt, StepError, Valkey};
+use crate::commands::{CommandResultExt, SentinelNode, StepError};
 use crate::execute::{MemberObjects, create_replication_user, set_config};
 use crate::info::ReplicationInfo;
 use crate::observe::Connections;
@@ -48,7 +49,7 @@ const POLL: Duration = Duration::from_millis(50);
 
 /// Carries out `step` on the members that answered (`conns`). An error is for status and
 /// the Event: the next reconcile looks again from scratch.
-pub async fn execute<V: Valkey, O: MemberObjects>(
+pub async fn execute<V: SentinelNode, O: MemberObjects>(
     step: &Step,
     group: &Group,
     members: &Members,
@@ -119,7 +120,7 @@ pub async fn execute<V: Valkey, O: MemberObjects>(
 }
 
 /// `SENTINEL MONITOR` the primary at `ip` on `sentinel`, then its options and login.
-async fn monitor<V: Valkey>(
+async fn monitor<V: SentinelNode>(
     group: &Group,
     conn: &V,
     sentinel: &str,
@@ -146,7 +147,7 @@ async fn monitor<V: Valkey>(
 }
 
 /// The hand-over of `primary` through `sentinel`; see the module docs.
-async fn hand_over<V: Valkey>(
+async fn hand_over<V: SentinelNode>(
     group: &Group,
     members: &Members,
     conns: &Connections<V>,
@@ -202,7 +203,11 @@ async fn hand_over<V: Valkey>(
     handed.and(unpaused).and(restored)
 }
 
-async fn set_ping_period<V: Valkey>(conn: &V, member: &str, seconds: u32) -> Result<(), StepError> {
+async fn set_ping_period<V: SentinelNode>(
+    conn: &V,
+    member: &str,
+    seconds: u32,
+) -> Result<(), StepError> {
     conn.config_set("repl-ping-replica-period", &seconds.to_string())
         .await
         .on(
@@ -213,7 +218,11 @@ async fn set_ping_period<V: Valkey>(conn: &V, member: &str, seconds: u32) -> Res
 
 /// Waits until the (paused) primary lists at least `replicas` replicas, every one online at
 /// its own offset.
-async fn caught_up<V: Valkey>(conn: &V, primary: &str, replicas: usize) -> Result<(), StepError> {
+async fn caught_up<V: SentinelNode>(
+    conn: &V,
+    primary: &str,
+    replicas: usize,
+) -> Result<(), StepError> {
     let started = Instant::now();
     loop {
         let text = conn
@@ -249,7 +258,7 @@ async fn caught_up<V: Valkey>(conn: &V, primary: &str, replicas: usize) -> Resul
 }
 
 /// Waits until `sentinel` names another primary than `old_ip`; its address.
-async fn promoted<V: Valkey>(
+async fn promoted<V: SentinelNode>(
     guide: &V,
     name: &str,
     old_ip: &str,
@@ -280,6 +289,7 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
+    use crate::commands::Server;
     use crate::replication::fake::{FakeGroup, observe_all};
     use crate::replication::plan::next_step;
     use crate::replication::sim::group;

@@ -1,5 +1,5 @@
-//! An in-memory replication group behind the [`Valkey`] trait: data nodes (plain servers)
-//! and sentinels, answering the way Valkey 8.0 does where the controller depends on it.
+//! An in-memory replication group behind the [`Server`] and [`SentinelNode`] traits: data nodes
+//! (plain servers) and sentinels, answering the way Valkey 8.0 does where the controller depends on it.
 //!
 //! Data nodes: `INFO replication` and `server`, `ROLE`, `REPLICAOF` (a replica is in sync at
 //! once), `CLIENT PAUSE WRITE` / `UNPAUSE` / `KILL`, `CONFIG SET replica-priority`. Cluster
@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::acl::{self, AclUser};
-use crate::commands::{ErrorKind, Fields, Key, SlotState, Valkey, ValkeyError};
+use crate::commands::{ErrorKind, Fields, SentinelNode, Server, ValkeyError};
 use crate::fake::{FAKE_VERSION, config_reply, live_defaults};
 use crate::observe::Connections;
 use crate::replication::execute::QUIET_PING_PERIOD;
@@ -325,11 +325,6 @@ fn refused(message: &str) -> ValkeyError {
     ValkeyError::new(ErrorKind::Refused, message)
 }
 
-/// What a server without cluster support says to CLUSTER commands.
-fn no_cluster() -> ValkeyError {
-    refused("ERR This instance has cluster support disabled")
-}
-
 fn fields(pairs: &[(&str, String)]) -> Fields {
     pairs
         .iter()
@@ -439,19 +434,7 @@ impl FakeGroupConn {
     }
 }
 
-impl Valkey for FakeGroupConn {
-    async fn cluster_nodes(&self) -> Result<String, ValkeyError> {
-        Err(no_cluster())
-    }
-
-    async fn cluster_shards(&self) -> Result<Vec<Vec<String>>, ValkeyError> {
-        Err(no_cluster())
-    }
-
-    async fn cluster_info(&self) -> Result<String, ValkeyError> {
-        Err(no_cluster())
-    }
-
+impl Server for FakeGroupConn {
     async fn info(&self, sections: &[&'static str]) -> Result<String, ValkeyError> {
         let wanted = sections.to_vec();
         self.run(format!("INFO {}", sections.join(" ")), move |state, who| {
@@ -471,57 +454,6 @@ impl Valkey for FakeGroupConn {
             Ok(text)
         })
         .await
-    }
-
-    async fn meet(&self, _: &str, _: u16, _: u16) -> Result<(), ValkeyError> {
-        Err(no_cluster())
-    }
-
-    async fn add_slots_ranges(&self, _: &[(u16, u16)]) -> Result<(), ValkeyError> {
-        Err(no_cluster())
-    }
-
-    async fn replicate(&self, _: &str) -> Result<(), ValkeyError> {
-        Err(no_cluster())
-    }
-
-    async fn forget(&self, _: &str) -> Result<(), ValkeyError> {
-        Err(no_cluster())
-    }
-
-    async fn reset_soft(&self) -> Result<(), ValkeyError> {
-        Err(no_cluster())
-    }
-
-    async fn failover(&self) -> Result<(), ValkeyError> {
-        Err(no_cluster())
-    }
-
-    async fn failover_force(&self) -> Result<(), ValkeyError> {
-        Err(no_cluster())
-    }
-
-    async fn set_slot(&self, _: u16, _: SlotState<'_>) -> Result<(), ValkeyError> {
-        Err(no_cluster())
-    }
-
-    async fn keys_in_slot(&self, _: u16, _: u32) -> Result<Vec<Key>, ValkeyError> {
-        Err(no_cluster())
-    }
-
-    async fn migrate(&self, _: &str, _: u16, _: Vec<Key>) -> Result<(), ValkeyError> {
-        Err(no_cluster())
-    }
-
-    async fn migrate_slots_atomically(
-        &self,
-        _: &[(Vec<(u16, u16)>, String)],
-    ) -> Result<(), ValkeyError> {
-        Err(no_cluster())
-    }
-
-    async fn slot_migrations(&self) -> Result<Vec<Fields>, ValkeyError> {
-        Err(no_cluster())
     }
 
     async fn role(&self) -> Result<String, ValkeyError> {
@@ -646,6 +578,12 @@ impl Valkey for FakeGroupConn {
         .await
     }
 
+    async fn close(self) {
+        self.group.lock().closed += 1;
+    }
+}
+
+impl SentinelNode for FakeGroupConn {
     async fn sentinel_primary(&self, name: &str) -> Result<Option<Fields>, ValkeyError> {
         let name = name.to_string();
         self.sentinel(format!("MASTER {name}"), move |state, j| {
@@ -894,9 +832,5 @@ impl Valkey for FakeGroupConn {
             Ok(())
         })
         .await
-    }
-
-    async fn close(self) {
-        self.group.lock().closed += 1;
     }
 }

@@ -1,7 +1,7 @@
 //! ValkeyReplication: a primary, its replicas and the sentinels that watch them, built from
 //! ValkeyNodes on per-node Services. Sentinel elects primaries; this library decides the
 //! operator's part (attaching replicas, configuring sentinels), reads status, and carries
-//! out steps over the [`crate::commands::Valkey`] seam. It shares the cluster's layers that
+//! out steps over the [`crate::commands::Server`] and [`crate::commands::SentinelNode`] seams. It shares the cluster's layers that
 //! know no slots: the roll ([`crate::plan::roll`]), the password guard
 //! ([`crate::plan::guard`]), the Secrets ([`crate::auth`]) and the INFO parser.
 //!

@@ -1,17 +1,17 @@
-//! Asking a group's members over the [`Valkey`] seam: a data node's INFO, a sentinel's view
-//! of the group (SENTINEL MASTER, GET-MASTER-ADDR-BY-NAME, REPLICAS, SENTINELS), read into
+//! Asking a group's members over the [`Server`] and [`SentinelNode`] seams: a data node's INFO,
+//! a sentinel's view of the group (SENTINEL MASTER, GET-MASTER-ADDR-BY-NAME, REPLICAS, SENTINELS), read into
 //! the model.
 
 use crd_types::template::REPLICATION_USER;
 
-use crate::commands::{ErrorKind, Fields, Valkey, ValkeyError};
+use crate::commands::{ErrorKind, Fields, SentinelNode, Server, ValkeyError};
 use crate::info::{ReplicationInfo, info_field, server_version};
 use crate::observe::live_config;
 use crate::replication::model::{DataAnswer, Monitored, Peer, SentinelAnswer, SentinelOptions};
 
 /// Asks a data node: INFO replication and server in one round trip, then CONFIG GET of its
 /// live directives and ACL GETUSER of its `replication` user.
-pub async fn ask_data<V: Valkey>(conn: &V) -> Result<DataAnswer, ValkeyError> {
+pub async fn ask_data<V: Server>(conn: &V) -> Result<DataAnswer, ValkeyError> {
     let info = conn.info(&["replication", "server"]).await?;
     let version = server_version(&info).ok();
     let live_config = live_config(conn, version.as_deref()).await?;
@@ -27,7 +27,10 @@ pub async fn ask_data<V: Valkey>(conn: &V) -> Result<DataAnswer, ValkeyError> {
 }
 
 /// Asks a sentinel what it knows of group `name`.
-pub async fn ask_sentinel<V: Valkey>(conn: &V, name: &str) -> Result<SentinelAnswer, ValkeyError> {
+pub async fn ask_sentinel<V: SentinelNode>(
+    conn: &V,
+    name: &str,
+) -> Result<SentinelAnswer, ValkeyError> {
     let info = conn.info(&["server"]).await?;
     let (version, run_id) = (server_version(&info).ok(), info_field(&info, "run_id"));
     let Some(primary) = conn.sentinel_primary(name).await? else {

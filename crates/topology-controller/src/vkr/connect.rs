@@ -5,7 +5,7 @@
 
 use crd_types::ValkeyNode;
 use futures::future::join_all;
-use topology_controller::commands::{ErrorKind, Valkey, ValkeyError};
+use topology_controller::commands::{ErrorKind, Server, ValkeyError};
 use topology_controller::observe::Connections;
 use topology_controller::replication::members;
 use topology_controller::replication::model::{
