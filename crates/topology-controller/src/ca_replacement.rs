@@ -33,22 +33,14 @@ pub const SWITCHING: &str = "switching";
 /// How long clients are given to trust the next CA when the topology does not say.
 pub const DEFAULT_OVERLAP: Duration = Duration::from_secs(24 * 3600);
 
-/// Where a replacement stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
-    /// Members are given both CAs to trust; certificates still come from the current one.
-    Trusting,
-    /// Members are issued certificates of the next CA.
-    Switching,
-}
+/// Where a replacement stands (status reports it as is).
+pub use crd_types::rotation::CaReplacementPhase as Phase;
 
-impl Phase {
-    /// The phase `<topology>-ca-key`'s [`PHASE_ANNOTATION`] says, beside a next CA.
-    pub fn from_annotation(value: Option<&str>) -> Self {
-        match value {
-            Some(SWITCHING) => Self::Switching,
-            _ => Self::Trusting,
-        }
+/// The phase `<topology>-ca-key`'s [`PHASE_ANNOTATION`] says, beside a next CA.
+pub fn phase_from_annotation(value: Option<&str>) -> Phase {
+    match value {
+        Some(SWITCHING) => Phase::Switching,
+        _ => Phase::Trusting,
     }
 }
 
@@ -235,7 +227,7 @@ pub fn status(replacement: &Replacement, step: &Step) -> Option<CaReplacement> {
     };
     let overlap = i64::try_from(replacement.overlap.as_secs()).unwrap_or(i64::MAX);
     Some(CaReplacement {
-        phase: format!("{phase:?}"),
+        phase,
         started: time(replacement.clients_told)?,
         clients_until: match phase {
             Phase::Trusting => time(replacement.clients_told.saturating_add(overlap)),

@@ -264,7 +264,7 @@ fn next_ca(secret: &Secret) -> Option<Result<Next, String>> {
             "it needs both {NEXT_CA_CERT_KEY} and {NEXT_CA_KEY_KEY}, or neither"
         )));
     };
-    let phase = Phase::from_annotation(
+    let phase = ca_replacement::phase_from_annotation(
         secret
             .annotations()
             .get(PHASE_ANNOTATION)

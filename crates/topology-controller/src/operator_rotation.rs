@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crd_types::names::annotations;
 use crd_types::node::ValkeyNode;
-use crd_types::rotation::{OPERATOR, PasswordRotation};
+use crd_types::rotation::{PasswordRotation, RotatedPassword};
 use crd_types::template::{Auth, SecretKeyRef};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -66,7 +66,7 @@ where
     let kept = || {
         recorded
             .iter()
-            .filter(|r| r.user == OPERATOR)
+            .filter(|r| r.user == RotatedPassword::Operator)
             .cloned()
             .collect()
     };
@@ -92,7 +92,7 @@ where
     }
     let recorded_since = recorded
         .iter()
-        .find(|r| r.user == OPERATOR && r.secret_version == secret_version);
+        .find(|r| r.user == RotatedPassword::Operator && r.secret_version == secret_version);
     let now = k8s_openapi::jiff::Timestamp::now();
     // Pods are read only when the previous password could go now.
     let drop_due = recorded_since.is_some_and(|r| now >= r.previous_until.0);
@@ -162,7 +162,7 @@ where
     outcome
         .rotation
         .map(|r| PasswordRotation {
-            user: OPERATOR.into(),
+            user: RotatedPassword::Operator,
             since: Time(r.since),
             previous_until: Time(r.previous_until),
             members_with_new: i32::try_from(r.members_with_new).unwrap_or(i32::MAX),

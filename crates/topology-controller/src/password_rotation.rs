@@ -7,7 +7,7 @@
 use std::fmt::Debug;
 use std::time::Duration;
 
-use crd_types::rotation::{DATA_NODES_DEFAULT, PasswordRotation, SENTINELS_DEFAULT};
+use crd_types::rotation::{PasswordRotation, RotatedPassword};
 use crd_types::template::{Auth, SecretKeyRef};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{Resource, ResourceExt};
@@ -30,20 +30,20 @@ pub struct Reasons<R> {
 #[derive(Clone, Copy)]
 pub struct Whose {
     /// The status entry's `user`.
-    pub key: &'static str,
+    pub key: RotatedPassword,
     /// How Events and logs name the password.
     pub what: &'static str,
 }
 
 /// The data nodes' default password.
 pub const DATA_NODES: Whose = Whose {
-    key: DATA_NODES_DEFAULT,
+    key: RotatedPassword::DataNodesDefault,
     what: "default password",
 };
 
 /// A ValkeyReplication's sentinels' password.
 pub const SENTINELS: Whose = Whose {
-    key: SENTINELS_DEFAULT,
+    key: RotatedPassword::SentinelsDefault,
     what: "sentinels' password",
 };
 
@@ -134,7 +134,7 @@ where
     outcome
         .rotation
         .map(|r| PasswordRotation {
-            user: whose.key.into(),
+            user: whose.key,
             since: Time(r.since),
             previous_until: Time(r.previous_until),
             members_with_new: i32::try_from(r.members_with_new).unwrap_or(i32::MAX),

@@ -375,7 +375,7 @@ fn the_status_names_the_phase_and_when_clients_must_trust_the_next_ca() {
     let trusting = replacement(Phase::Trusting);
     let waiting = Step::Wait("waiting for members to trust both CAs: a".into());
     let status = super::status(&trusting, &waiting).unwrap();
-    assert_eq!(status.phase, "Trusting");
+    assert_eq!(status.phase, Phase::Trusting);
     assert_eq!(status.started.0.as_second(), unix(now()));
     assert_eq!(
         status.clients_until.unwrap().0.as_second(),
@@ -386,7 +386,7 @@ fn the_status_names_the_phase_and_when_clients_must_trust_the_next_ca() {
         Some("waiting for members to trust both CAs: a")
     );
     let switched = super::status(&trusting, &Step::Switch).unwrap();
-    assert_eq!(switched.phase, "Switching");
+    assert_eq!(switched.phase, Phase::Switching);
     assert_eq!((switched.clients_until, switched.waiting_for), (None, None));
     assert_eq!(
         super::status(&replacement(Phase::Switching), &Step::Promote),

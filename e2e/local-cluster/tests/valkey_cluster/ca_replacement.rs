@@ -5,6 +5,7 @@
 use std::time::Instant;
 
 use crd_types::names::annotations::REPLACE_CA;
+use crd_types::rotation::CaReplacementPhase;
 use crd_types::template::{TlsAuthClients, TopologyTls};
 use local_cluster::cluster_testing::{Access, AckedWriter, MemberAddr, valkey_cluster};
 use local_cluster::controller_pods::Outage;
@@ -86,7 +87,7 @@ async fn the_operators_ca_is_replaced_under_a_writer_with_no_restart() {
             || async {
                 let status = env.status(name).await?.ca_replacement;
                 Ok(status
-                    .filter(|r| r.phase == "Trusting")
+                    .filter(|r| r.phase == CaReplacementPhase::Trusting)
                     .filter(|r| {
                         r.waiting_for
                             .as_ref()

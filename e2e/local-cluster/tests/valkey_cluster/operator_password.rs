@@ -127,7 +127,7 @@ async fn the_operator_password_rotates_on_every_member() {
         let now = env.status(name).await?.password_rotations;
         let operator: Vec<_> = now
             .iter()
-            .filter(|r| r.user == "operator")
+            .filter(|r| r.user.as_str() == "operator")
             .map(|r| (r.members_with_new, r.members))
             .collect();
         Ok((operator == [(2, 2)])

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use crd_types::names::annotations::REPLACE_CA;
 use crd_types::names::statefulset_pod_name;
+use crd_types::rotation::CaReplacementPhase;
 use crd_types::template::{TlsAuthClients, TopologyTls};
 use local_cluster::replication_testing::{GroupAccess, GroupWriter, Route, valkey_replication};
 use local_cluster::sampler::Sampler;
@@ -69,7 +70,7 @@ async fn the_operators_ca_is_replaced_under_a_writer() {
         || async {
             Ok(status()
                 .await?
-                .filter(|r| r.phase == "Trusting" && r.clients_until.is_some())
+                .filter(|r| r.phase == CaReplacementPhase::Trusting && r.clients_until.is_some())
                 .map(drop)
                 .ok_or("not yet".to_string()))
         },

@@ -51,7 +51,7 @@ async fn operator_rotation(env: &Env, name: &str) -> Option<(i32, i32)> {
         .map(|s| s.password_rotations)
         .unwrap_or_default()
         .into_iter()
-        .find(|r| r.user == "operator")
+        .find(|r| r.user.as_str() == "operator")
         .map(|r| (r.members_with_new, r.members))
 }
 

@@ -76,7 +76,7 @@ async fn rotations(env: &Env, name: &str) -> Vec<(String, i32, i32)> {
         .map(|s| s.password_rotations)
         .unwrap_or_default()
         .into_iter()
-        .map(|r| (r.user, r.members_with_new, r.members))
+        .map(|r| (r.user.as_str().to_string(), r.members_with_new, r.members))
         .collect()
 }
 
