@@ -10,7 +10,8 @@ use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, SecurityContext, VolumeMount,
 };
 
-use super::pod::{
+use super::layout::main_port;
+use super::layout::{
     DATA_VOLUME, EXPORTER_AUTH_VOLUME, OPERATOR_PASSWORD_VOLUME, TLS_VOLUME, TMP_VOLUME,
     USERS_VOLUME, operator_secret,
 };
@@ -29,14 +30,6 @@ pub const SENTINEL_INIT_CONTAINER: &str = "sentinel-config";
 /// Next to an exporter on a data node with passwords: writes the monitoring user's
 /// password file before the exporter starts (it exits when the file is missing).
 pub const EXPORTER_AUTH_INIT_CONTAINER: &str = "exporter-auth";
-
-/// The main port's number and name for `mode`.
-pub(super) fn main_port(mode: Mode) -> (i32, &'static str) {
-    match mode {
-        Mode::Sentinel => (ports::SENTINEL, ports::SENTINEL_NAME),
-        Mode::Standalone | Mode::Cluster => (ports::VALKEY, ports::VALKEY_NAME),
-    }
-}
 
 fn container_port(name: &str, port: i32) -> ContainerPort {
     ContainerPort {

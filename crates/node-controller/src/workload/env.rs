@@ -6,7 +6,7 @@ use crd_types::ValkeyNode;
 use crd_types::template::{Exporter, MONITORING_USER, SecretKeyRef};
 use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ObjectFieldSelector, SecretKeySelector};
 
-use super::containers::main_port;
+use super::layout::main_port;
 use crate::config::{
     EXPORTER_PASSWORD_FILE, OPERATOR_PASSWORD_ENV, PASSWORD_ENV, POD_IP_ENV,
     exporter_logs_in_as_monitoring, tls,

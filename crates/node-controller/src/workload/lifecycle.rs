@@ -15,8 +15,8 @@
 use crd_types::node::Mode;
 use k8s_openapi::api::core::v1::{ExecAction, Lifecycle, LifecycleHandler};
 
-use super::containers::main_port;
-use crate::config::{OPERATOR_PASSWORD_ENV, OPERATOR_PASSWORD_FILE, POD_IP_ENV};
+use super::layout::main_port;
+use crate::config::{OPERATOR_PASSWORD_FILE, POD_IP_ENV};
 use crd_types::template::OPERATOR_USER;
 
 /// How long the hook waits for the old primary to report the replica role. A manual
@@ -40,22 +40,6 @@ pub fn valkey_lifecycle(mode: Mode, replication: bool) -> Option<Lifecycle> {
         }),
         ..Default::default()
     })
-}
-
-/// Shell lines setting `op` to the operator password: from `file` (the mounted Secret, see
-/// [`OPERATOR_PASSWORD_FILE`]) when it is readable and not empty, since the password may have
-/// been rotated after the container started; else from the env, as it was then. The file
-/// may also be ahead of the server (a rotation that has not reached it yet, the operator
-/// down): when the server on `port` refuses it, the env's. Empty without an operator user.
-pub(super) fn read_operator_password(file: &str, port: i32) -> String {
-    format!(
-        r#"op=$(cat '{file}' 2>/dev/null) || op=
-[ -n "$op" ] || op="${{{OPERATOR_PASSWORD_ENV}-}}"
-if [ "$op" != "${{{OPERATOR_PASSWORD_ENV}-}}" ] && REDISCLI_AUTH="$op" timeout 3 valkey-cli --no-auth-warning --user {OPERATOR_USER} -h "${{{POD_IP_ENV}-}}" -p {port} PING 2>&1 | grep -q WRONGPASS; then
-  op="${{{OPERATOR_PASSWORD_ENV}-}}"
-fi
-"#
-    )
 }
 
 /// The preStop shell. It logs in as the operator user when there is one (the default user
@@ -95,7 +79,7 @@ while [ "$waited" -lt {tenths} ]; do
 done
 echo "prestop: no hand-over within {HAND_OVER_WAIT_SECONDS}s: stopping anyway"
 "#,
-        read = read_operator_password(file, port),
+        read = super::scripts::read_operator_password(file, port),
         tenths = HAND_OVER_WAIT_SECONDS * 10,
     )
 }

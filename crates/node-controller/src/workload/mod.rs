@@ -21,6 +21,7 @@
 
 pub mod containers;
 pub mod env;
+pub mod layout;
 pub mod lifecycle;
 pub mod pod;
 pub mod probes;

@@ -22,6 +22,10 @@ use kube::ResourceExt;
 use super::containers::{
     exporter_auth_init_container, exporter_container, sentinel_init_container, valkey_container,
 };
+use super::layout::{
+    DATA_VOLUME, EXPORTER_AUTH_VOLUME, OPERATOR_PASSWORD_VOLUME, TLS_VOLUME, TMP_VOLUME,
+    USERS_VOLUME, operator_secret,
+};
 use crate::config::replication::CONTEXT_KEY;
 use crate::config::{
     LIVE_FILE, OPERATOR_PASSWORD_FILE, OPERATOR_PASSWORD_FILE_NAME, RenderedConfig,
@@ -30,16 +34,6 @@ use crate::config::{
 use crate::configmap::{self, CONFIG_VOLUME};
 use crate::meta;
 
-pub const DATA_VOLUME: &str = "data";
-pub const TMP_VOLUME: &str = "tmp";
-/// The exporter's password file, in memory (see [`crate::config::EXPORTER_AUTH_DIR`]).
-pub const EXPORTER_AUTH_VOLUME: &str = "exporter-auth";
-/// A data node's users Secret (see [`crate::config::USERS_DIR`]).
-pub const USERS_VOLUME: &str = "users";
-/// The TLS Secret `spec.tls` names, at [`crd_types::template::TLS_DIR`].
-pub const TLS_VOLUME: &str = "tls";
-/// The operator password Secret (see [`crate::config::OPERATOR_PASSWORD_DIR`]).
-pub const OPERATOR_PASSWORD_VOLUME: &str = "operator-password";
 /// The `valkey` user and group of the official image.
 pub const VALKEY_UID: i64 = 999;
 /// SIGTERM makes Valkey SHUTDOWN: save the RDB (when `save` is on) and fsync the AOF.
@@ -204,12 +198,6 @@ pub(super) fn volumes(node: &ValkeyNode, rendered: &RenderedConfig) -> Vec<Volum
         volumes.push(operator_password_volume(secret));
     }
     volumes
-}
-
-/// `auth.operatorSecretRef`: with it, the valkey container gets the password both in its env
-/// and as a file (see [`crate::config::OPERATOR_PASSWORD_DIR`]).
-pub(super) fn operator_secret(node: &ValkeyNode) -> Option<&SecretKeyRef> {
-    node.spec.auth.as_ref()?.operator_secret_ref.as_ref()
 }
 
 /// Only the key the env var reads, as [`OPERATOR_PASSWORD_FILE_NAME`], readable by the valkey

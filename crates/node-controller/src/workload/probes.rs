@@ -6,7 +6,7 @@ use crd_types::template::PROBE_USER;
 use k8s_openapi::api::core::v1::{ExecAction, Probe, TCPSocketAction};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::containers::main_port;
+use super::layout::main_port;
 use crate::config::{PASSWORD_ENV, POD_IP_ENV};
 
 fn tcp_probe(port: &str, period: i32, timeout: i32, failures: i32) -> Probe {

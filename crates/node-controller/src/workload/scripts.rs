@@ -24,6 +24,10 @@
 //!   comes back. Its main container adds its users and the login to the data nodes
 //!   (see [`crate::config::sentinel_auth_script`]).
 
+use crd_types::template::OPERATOR_USER;
+
+use crate::config::{OPERATOR_PASSWORD_ENV, POD_IP_ENV};
+
 /// Where the replication context is mounted.
 pub const CONTEXT_PATH: &str = "/etc/valkey/replication";
 
@@ -63,6 +67,22 @@ named() {
   done
 }
 "#;
+
+/// Shell lines setting `op` to the operator password: from `file` (the mounted Secret, see
+/// [`crate::config::OPERATOR_PASSWORD_FILE`]) when it is readable and not empty, since the
+/// password may have been rotated after the container started; else from the env, as it was then. The file
+/// may also be ahead of the server (a rotation that has not reached it yet, the operator
+/// down): when the server on `port` refuses it, the env's. Empty without an operator user.
+pub(super) fn read_operator_password(file: &str, port: i32) -> String {
+    format!(
+        r#"op=$(cat '{file}' 2>/dev/null) || op=
+[ -n "$op" ] || op="${{{OPERATOR_PASSWORD_ENV}-}}"
+if [ "$op" != "${{{OPERATOR_PASSWORD_ENV}-}}" ] && REDISCLI_AUTH="$op" timeout 3 valkey-cli --no-auth-warning --user {OPERATOR_USER} -h "${{{POD_IP_ENV}-}}" -p {port} PING 2>&1 | grep -q WRONGPASS; then
+  op="${{{OPERATOR_PASSWORD_ENV}-}}"
+fi
+"#
+    )
+}
 
 /// A data node's role at start; appended to its start command before the `exec`, it adds
 /// `--replicaof <primary> 6379` to the server's arguments when it starts as a replica.
@@ -161,12 +181,12 @@ pub fn data_pre_stop() -> String {
 
 /// [`data_pre_stop`] reading the operator password from `file` (tests use their own).
 fn data_pre_stop_reading(file: &str) -> String {
-    let read = super::lifecycle::read_operator_password(file, crd_types::names::ports::VALKEY);
+    let read = read_operator_password(file, crd_types::names::ports::VALKEY);
     format!("{READ_CONTEXT}{read}{DATA_PRE_STOP}")
 }
 
 /// `$op` is the operator password, read at the hook's start (see
-/// [`super::lifecycle::read_operator_password`]).
+/// [`read_operator_password`]).
 const DATA_PRE_STOP: &str = r#"[ -n "$name" ] || exit 0
 if [ -n "$op" ]; then
   export REDISCLI_AUTH="$op" login="--user operator"
