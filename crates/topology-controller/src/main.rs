@@ -25,6 +25,7 @@ use clap::Parser;
 use crd_types::names::labels;
 use crd_types::{FieldManager, ValkeyCluster, ValkeyNode, ValkeyReplication};
 use kube::runtime::watcher;
+use operator_runtime::controller::Guarded;
 use operator_runtime::{CommonArgs, Context, RequiredCrd, controller};
 
 /// Builds ValkeyClusters and ValkeyReplications from ValkeyNodes and drives Valkey to match.
@@ -96,13 +97,15 @@ async fn run(ctx: Context, settings: Settings) -> Result<(), std::convert::Infal
         operator_namespace,
     } = settings;
     // Members: their readiness, address and revisions arrive as ValkeyNode status changes.
+    // Guarded: a member that does not deserialize still wakes its topology, and never
+    // breaks the watch.
     let members = watcher::Config::default().labels(labels::CLUSTER);
     // Valkey's own changes (a failover, a member failing) wake them through the pulse.
     let (pulse, beats) = pulse::Pulse::new(pulse::Kind::Cluster, pulse_period);
     // A changed default password Secret, looked at (not watched).
     let (password_look, looks) = password_look::PasswordLook::new();
     let clusters = controller::watching::<ValkeyCluster>(&ctx)
-        .owns(ctx.watch_api::<ValkeyNode>(), members)
+        .owns(ctx.watch_api::<Guarded<ValkeyNode>>(), members)
         .reconcile_all_on(futures::stream::select(beats, looks));
     let group_members = watcher::Config::default().labels(labels::REPLICATION);
     // A group's: the sentinels announcing a failover, and the data nodes' pulse.
@@ -111,7 +114,7 @@ async fn run(ctx: Context, settings: Settings) -> Result<(), std::convert::Infal
     let (group_password_look, group_looks) = password_look::PasswordLook::new();
     let group_wakes = futures::stream::select(group_beats, group_looks);
     let replications = controller::watching::<ValkeyReplication>(&ctx)
-        .owns(ctx.watch_api::<ValkeyNode>(), group_members)
+        .owns(ctx.watch_api::<Guarded<ValkeyNode>>(), group_members)
         .reconcile_all_on(futures::stream::select(wakes, group_wakes));
     let (cluster_store, replication_store) = (clusters.store(), replications.store());
     controller::ready_when(&ctx, async move {
