@@ -164,20 +164,26 @@ impl Publisher {
     }
 
     /// An Event about `object`, optionally naming a `related` object (the workload a roll
-    /// touched, say).
+    /// touched, say). One policy everywhere: an Event that cannot be published is logged and
+    /// the reconcile goes on. It tells what already happened; failing the reconcile for it
+    /// would only redo work that succeeded.
     pub async fn publish<K, R>(
         &self,
         object: &K,
         reason: R,
         note: impl Into<String>,
         related: Option<ObjectReference>,
-    ) -> Result<(), ApiError>
-    where
+    ) where
         K: Resource<DynamicType = ()>,
         R: EventReason,
     {
-        self.publish_as(object, reason, "Reconcile", note.into(), related)
+        let said = reason.as_str();
+        if let Err(error) = self
+            .publish_as(object, reason, "Reconcile", note.into(), related)
             .await
+        {
+            tracing::warn!(object = %ObjectName::of(object), reason = said, %error, "Event not published");
+        }
     }
 
     /// As [`publish`](Self::publish) with another `action`: the Recorder folds repeats by

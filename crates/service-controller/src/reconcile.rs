@@ -121,7 +121,7 @@ async fn publish(
         } else {
             tracing::info!(node = %node.name_any(), namespace = %apis.namespace, reason = reason.as_str(), %note);
         }
-        ctx.events.publish(node, reason, note, related).await?;
+        ctx.events.publish(node, reason, note, related).await;
     }
     if let Some(status) = status {
         operator_runtime::apply_status(&apis.nodes, &node.name_any(), &status, ctx.field_manager)

@@ -88,9 +88,7 @@ impl Pass<'_> {
             if !reason.is_warning() {
                 tracing::info!(topology = %topology_name, %note, "users applied");
             }
-            if let Err(e) = ctx.events.publish(topology, reason, note, None).await {
-                tracing::warn!(topology = %topology_name, error = %e, "users Event not published");
-            }
+            ctx.events.publish(topology, reason, note, None).await;
         }
         outcome.condition
     }

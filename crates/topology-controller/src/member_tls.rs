@@ -300,9 +300,7 @@ where
     K: Resource<DynamicType = ()> + Debug,
     R: EventReason,
 {
-    if let Err(e) = ctx.events.publish(topology, reason, note, None).await {
-        tracing::warn!(topology = %topology.name_any(), error = %e, "event not published");
-    }
+    ctx.events.publish(topology, reason, note, None).await;
 }
 
 /// A sentinel, its pod and its ValkeyNode (the Event's related object).
@@ -360,9 +358,7 @@ pub async fn evict_sentinel<K, R>(
             // Related to the sentinel: the recorder would fold one group's Events that
             // differ only in their notes into one series.
             let related = sentinel.node.clone();
-            if let Err(e) = ctx.events.publish(group, reason, note, related).await {
-                tracing::warn!(group = %group.name_any(), error = %e, "event not published");
-            }
+            ctx.events.publish(group, reason, note, related).await;
         }
         // 429: the budget lets no sentinel go now; the next look tries again.
         Err(kube::Error::Api(e)) if e.code == 429 => {

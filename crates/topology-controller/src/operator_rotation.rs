@@ -81,13 +81,9 @@ where
     }
     if !default_password::startable(value) {
         let note = refused_note(password.reference);
-        if let Err(e) = ctx
-            .events
+        ctx.events
             .publish(topology, reasons.refused, note, None)
-            .await
-        {
-            tracing::warn!(topology = %name, error = %e, "password Event not published");
-        }
+            .await;
         return kept();
     }
     let recorded_since = recorded
@@ -135,9 +131,7 @@ where
         if !reason.is_warning() {
             tracing::info!(topology = %name, %note, "operator password rotation");
         }
-        if let Err(e) = ctx.events.publish(topology, reason, note, None).await {
-            tracing::warn!(topology = %name, error = %e, "password Event not published");
-        }
+        ctx.events.publish(topology, reason, note, None).await;
     }
     if outcome.settled {
         // Only now: until every member holds the new password alone, the kept ones are

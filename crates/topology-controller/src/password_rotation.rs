@@ -93,13 +93,9 @@ where
              refuses at start: it is not rotated in",
             password.reference.name, password.reference.key
         );
-        if let Err(e) = ctx
-            .events
+        ctx.events
             .publish(topology, reasons.refused, note, None)
-            .await
-        {
-            tracing::warn!(topology = %name, error = %e, "password Event not published");
-        }
+            .await;
         return kept();
     }
     let Some(secret_version) = password.version else {
@@ -127,9 +123,7 @@ where
         if !reason.is_warning() {
             tracing::info!(topology = %name, %note, "password rotation");
         }
-        if let Err(e) = ctx.events.publish(topology, reason, note, None).await {
-            tracing::warn!(topology = %name, error = %e, "password Event not published");
-        }
+        ctx.events.publish(topology, reason, note, None).await;
     }
     outcome
         .rotation

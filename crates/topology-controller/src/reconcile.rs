@@ -189,7 +189,7 @@ pub async fn reconcile(
         ctx.runtime
             .events
             .publish(&live.cluster, reason, note, None)
-            .await?;
+            .await;
     }
     let login = member_tls::login(
         &passwords.operator,
@@ -650,7 +650,7 @@ async fn act(
         }
     }
     if let Some((reason, note)) = step_event(&step, step_error.as_deref()) {
-        ctx.events.publish(cluster, reason, note, None).await?;
+        ctx.events.publish(cluster, reason, note, None).await;
     }
     let ready = planned.phase == Some(Phase::Ready);
     let gossip = survey.disagreement.is_some() || survey.unsettled_shard_ids.is_some();

@@ -22,7 +22,7 @@ pub async fn publish(
         related,
     } in events
     {
-        ctx.events.publish(node, reason, note, related).await?;
+        ctx.events.publish(node, reason, note, related).await;
     }
     if let Some(status) = status {
         operator_runtime::apply_status(&apis.nodes, &node.name_any(), &status, ctx.field_manager)

@@ -27,7 +27,7 @@ pub async fn publish(
     for ResizerEvent { reason, note } in events {
         ctx.events
             .publish(&live.node, reason, note, Some(claim.clone()))
-            .await?;
+            .await;
     }
     if let Some(status) = status {
         operator_runtime::apply_status(

@@ -218,7 +218,7 @@ pub async fn reconcile(
         ctx.runtime
             .events
             .publish(&live.group, reason, note, None)
-            .await?;
+            .await;
     }
     let login = member_tls::login(
         &passwords.operator,
@@ -731,10 +731,7 @@ async fn act(
         primary_changed(recorded, planned.current_primary.as_deref())
     {
         let related = related(observed, member.as_deref());
-        ctx.runtime
-            .events
-            .publish(vkr, reason, note, related)
-            .await?;
+        ctx.runtime.events.publish(vkr, reason, note, related).await;
     }
 
     let context = members::context(vkr, &observed.nodes);
@@ -763,10 +760,7 @@ async fn act(
     }
     if let Some((reason, note, member)) = step_event(&step, step_error.as_deref()) {
         let related = related(observed, member.as_deref());
-        ctx.runtime
-            .events
-            .publish(vkr, reason, note, related)
-            .await?;
+        ctx.runtime.events.publish(vkr, reason, note, related).await;
     }
     let ready = planned.phase == Some(Phase::Ready);
     if let (Some(login), Step::Idle, true) = (login, &step, ready) {
