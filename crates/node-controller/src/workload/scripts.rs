@@ -95,22 +95,24 @@ pub fn data_role() -> String {
 /// the same offset, and Sentinel would pick by run id). In the background it gets the
 /// configured priority back once its first sync completed (or it is primary), or, so a
 /// primary that never comes back can still be failed over, after `$patience`.
-const RESTORE_PRIORITY: &str = r#"restore_priority() {
+const RESTORE_PRIORITY: &str = r#"self_cli() {
+  # As the operator user when there is one, else the default user, as the probes do.
+  REDISCLI_AUTH="${VALKEY_OPERATOR_PASSWORD:-${REDISCLI_AUTH-}}" timeout 2 valkey-cli \
+    --no-auth-warning -h "${POD_IP-}" -p 6379 ${VALKEY_OPERATOR_PASSWORD:+--user operator} --raw "$@"
+}
+restore_priority() {
   want=$(awk '$1 == "replica-priority" { p = $2 } END { print p }' /etc/valkey/valkey.conf 2>/dev/null | tr -d '"')
   case "$want" in ''|*[!0-9]*) want=100 ;; esac
   since=$(date +%s)
   while sleep 1; do
-    info=$(REDISCLI_AUTH="${VALKEY_OPERATOR_PASSWORD-}" timeout 2 valkey-cli --no-auth-warning \
-      -h "${POD_IP-}" -p 6379 ${VALKEY_OPERATOR_PASSWORD:+--user operator} --raw INFO replication 2>/dev/null | tr -d '\r')
+    info=$(self_cli INFO replication 2>/dev/null | tr -d '\r')
     case "$info" in
       *master_link_status:up*) why="its first sync completed" ;;
       *role:master*) why="it is primary" ;;
       *) [ $(( $(date +%s) - since )) -ge "$patience" ] || continue
          why="no sync within ${patience}s" ;;
     esac
-    set=$(REDISCLI_AUTH="${VALKEY_OPERATOR_PASSWORD-}" timeout 2 valkey-cli --no-auth-warning \
-      -h "${POD_IP-}" -p 6379 ${VALKEY_OPERATOR_PASSWORD:+--user operator} --raw \
-      CONFIG SET replica-priority "$want" 2>/dev/null)
+    set=$(self_cli CONFIG SET replica-priority "$want" 2>/dev/null)
     [ "$set" = OK ] || continue
     echo "replica-priority $want restored: $why" >&2
     return
@@ -644,6 +646,16 @@ cat $dir/own-$1 2>/dev/null || echo OK
     /// Runs [`RESTORE_PRIORITY`]'s loop against a fake server whose `INFO replication`
     /// answers come from `info` in turn (the last one sticks): what it set, and what it said.
     fn restore(info: &[&str], patience: u32, config: &str) -> (Vec<String>, String) {
+        restore_as(info, patience, config, None)
+    }
+
+    /// [`restore`] with the default user's password `dflt` and, if given, the operator's.
+    fn restore_as(
+        info: &[&str],
+        patience: u32,
+        config: &str,
+        operator: Option<&str>,
+    ) -> (Vec<String>, String) {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path().display();
         for (n, answer) in info.iter().enumerate() {
@@ -651,11 +663,12 @@ cat $dir/own-$1 2>/dev/null || echo OK
         }
         let cli = format!(
             r#"#!/bin/sh
-while [ "$1" != --raw ]; do shift; done; shift
+as=default
+while [ "$1" != --raw ]; do [ "$1" = --user ] && as=$2; shift; done; shift
 case "$1" in
   INFO) n=$(cat {d}/n 2>/dev/null || echo 1); echo $((n + 1)) > {d}/n
         cat {d}/info.$n 2>/dev/null || cat $(ls {d}/info.* | sort -t. -k2 -n | tail -n 1) ;;
-  CONFIG) echo "$*" >> {d}/set; echo OK ;;
+  CONFIG) echo "$* as $as:${{REDISCLI_AUTH-}}" >> {d}/set; echo OK ;;
 esac
 "#
         );
@@ -666,11 +679,16 @@ esac
             RESTORE_PRIORITY.replace("/etc/valkey/valkey.conf", &format!("{d}/valkey.conf"))
         );
         let path = format!("{d}:{}", std::env::var("PATH").unwrap());
-        let out = Command::new("sh")
+        let mut command = Command::new("sh");
+        command
             .args(["-c", &script])
             .env("PATH", path)
-            .output()
-            .unwrap();
+            .env("REDISCLI_AUTH", "dflt")
+            .env_remove("VALKEY_OPERATOR_PASSWORD");
+        if let Some(password) = operator {
+            command.env("VALKEY_OPERATOR_PASSWORD", password);
+        }
+        let out = command.output().unwrap();
         assert!(out.status.success(), "{out:?}");
         let set = std::fs::read_to_string(dir.path().join("set")).unwrap_or_default();
         (
@@ -684,18 +702,26 @@ esac
         let syncing = "role:slave\r\nmaster_link_status:down\r\n";
         let synced = "role:slave\r\nmaster_link_status:up\r\n";
         let (set, said) = restore(&[syncing, syncing, synced], 60, "replica-priority \"7\"\n");
-        assert_eq!(set, ["CONFIG SET replica-priority 7"], "{said}");
+        assert_eq!(
+            set,
+            ["CONFIG SET replica-priority 7 as default:dflt"],
+            "{said}"
+        );
         assert!(said.contains("its first sync completed"), "{said}");
-        // Valkey's default when the config sets none.
-        let (set, _) = restore(&[synced], 60, "port 6379\n");
-        assert_eq!(set, ["CONFIG SET replica-priority 100"]);
+        // Valkey's default when the config sets none; as the operator user when there is one.
+        let (set, _) = restore_as(&[synced], 60, "port 6379\n", Some("op"));
+        assert_eq!(set, ["CONFIG SET replica-priority 100 as operator:op"]);
     }
 
     #[test]
     fn a_replica_whose_primary_never_returns_gets_its_priority_back_after_the_patience() {
         let syncing = "role:slave\r\nmaster_link_status:down\r\n";
         let (set, said) = restore(&[syncing], 2, "");
-        assert_eq!(set, ["CONFIG SET replica-priority 100"], "{said}");
+        assert_eq!(
+            set,
+            ["CONFIG SET replica-priority 100 as default:dflt"],
+            "{said}"
+        );
         assert!(said.contains("no sync within 2s"), "{said}");
     }
 
