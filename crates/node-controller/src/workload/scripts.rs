@@ -16,7 +16,7 @@
 //!   then starts as primary. When no sentinel names anyone (none answers, or none monitors
 //!   the group yet), it follows the primary the operator last saw (15 s later once the group
 //!   is monitored, at once before), starting as primary if that is itself. The rule and its
-//!   reasons: docs/architecture.md, "A full restart".
+//!   reasons: docs/replication.md, "A full restart".
 //! - A sentinel's init container ([`SENTINEL_INIT`]) carries its state over from
 //!   /data/sentinel.conf; a sentinel without state (a new pod) in a monitored group monitors
 //!   the primary its peers name (or the last one seen) with the spec's options and every
@@ -170,7 +170,7 @@ fi
 "#;
 
 /// A data node's preStop hook: a primary about to stop hands over through Sentinel first,
-/// the way topology-controller's hand-over does (see docs/architecture.md): the replication
+/// the way topology-controller's hand-over does (see docs/replication.md): the replication
 /// PING out of reach (so no PING leaves a replica ahead of the new primary), writes paused,
 /// every replica online at the primary's offset (up to 5 s), `SENTINEL FAILOVER` through a
 /// sentinel that names this node primary, then once that sentinel names another (up to

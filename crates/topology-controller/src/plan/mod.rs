@@ -60,7 +60,7 @@ pub enum FailoverReason {
 }
 
 /// How a replica's stale slot marker is cleared. Each method is taken only after the one
-/// before it changed nothing (see [`progress`]); docs/architecture.md has the table of
+/// before it changed nothing (see [`progress`]); docs/cluster.md has the table of
 /// marker shapes and what reaches the replica on each Valkey version.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MarkerHeal {

@@ -3,7 +3,7 @@
 //! [`MemberObjects`]).
 //!
 //! The hand-over ([`Step::HandOver`]) is what plain 8.0.1 processes showed loses nothing
-//! (docs/architecture.md): `CLIENT PAUSE WRITE` on the primary, until every replica's
+//! (docs/replication.md): `CLIENT PAUSE WRITE` on the primary, until every replica's
 //! offset in the primary's INFO equals its own (replicas acknowledge once a second, and
 //! Valkey asks for no acknowledgement while writes are paused); `SENTINEL FAILOVER`, so
 //! Sentinel promotes a replica and every sentinel learns it; as soon as a sentinel names

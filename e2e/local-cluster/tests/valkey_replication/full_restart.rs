@@ -1,5 +1,5 @@
 //! Issue 42: a full restart must not lose an acknowledged write (`SET` then `WAIT 1`), even
-//! when a replica was behind the others as every member went down. See docs/architecture.md,
+//! when a replica was behind the others as every member went down. See docs/replication.md,
 //! "A full restart".
 
 use local_cluster::replication_testing::full_restart::{Fault, full_restart};
