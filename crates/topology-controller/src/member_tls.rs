@@ -75,7 +75,7 @@ where
             if !prepared.issued.is_empty() {
                 let note = format!("issued certificates: {}", prepared.issued.join("; "));
                 tracing::info!(topology = %of.topology.name_any(), %note);
-                publish(ctx, of.topology, issued, note).await;
+                ctx.events.publish(of.topology, issued, note, None).await;
             }
             if !prepared.refused.is_empty() {
                 let note = format!(
@@ -83,7 +83,7 @@ where
                     prepared.refused.join("; ")
                 );
                 tracing::warn!(topology = %of.topology.name_any(), %note);
-                publish(ctx, of.topology, refused, note).await;
+                ctx.events.publish(of.topology, refused, note, None).await;
             }
             prepared.client
         }
@@ -102,7 +102,7 @@ where
     // judge, and such input gets an Event; repeated at each look, one series.
     if let Err(why) = &client {
         let note = format!("{why}; nothing is asked of the members until it is fixed");
-        publish(ctx, of.topology, refused, note).await;
+        ctx.events.publish(of.topology, refused, note, None).await;
     }
     Ok(Some(client))
 }
@@ -172,7 +172,7 @@ pub async fn report_untrusted<K, R>(
         untrusted.join("; ")
     );
     tracing::warn!(topology = %topology.name_any(), %note);
-    publish(ctx, topology, reason, note).await;
+    ctx.events.publish(topology, reason, note, None).await;
 }
 
 /// A member as the reload needs it: its name, the address it was dialled at and its port.
@@ -231,7 +231,9 @@ pub async fn reload<K, R>(
             reloaded.join(", ")
         );
         tracing::info!(topology = %topology.name_any(), %note);
-        publish(ctx, topology, reloaded_reason, note).await;
+        ctx.events
+            .publish(topology, reloaded_reason, note, None)
+            .await;
     }
     if !refused.is_empty() {
         let note = format!(
@@ -239,7 +241,9 @@ pub async fn reload<K, R>(
             refused.join("; ")
         );
         tracing::warn!(topology = %topology.name_any(), %note);
-        publish(ctx, topology, refused_reason, note).await;
+        ctx.events
+            .publish(topology, refused_reason, note, None)
+            .await;
     }
 }
 
@@ -266,14 +270,18 @@ where
     match member_certs::advance(secrets, topology, client, members, field_manager).await {
         Ok(advanced) => {
             if let Some(note) = advanced.done {
-                publish(ctx, topology, done, format!("replacing the CA: {note}")).await;
+                ctx.events
+                    .publish(topology, done, format!("replacing the CA: {note}"), None)
+                    .await;
             }
             advanced.status
         }
         Err(e) => {
             let note = format!("replacing the CA: its Secret was not written: {e}");
             tracing::warn!(topology = %topology.name_any(), %note);
-            publish(ctx, topology, refused, note.clone()).await;
+            ctx.events
+                .publish(topology, refused, note.clone(), None)
+                .await;
             let replacement = client.replacement.as_ref()?;
             ca_replacement::status(replacement, &ca_replacement::Step::Wait(note))
         }
@@ -293,14 +301,6 @@ pub fn dialled<'a>(
             (name, address)
         })
         .collect()
-}
-
-async fn publish<K, R>(ctx: &Context, topology: &K, reason: R, note: String)
-where
-    K: Resource<DynamicType = ()> + Debug,
-    R: EventReason,
-{
-    ctx.events.publish(topology, reason, note, None).await;
 }
 
 /// A sentinel, its pod and its ValkeyNode (the Event's related object).
