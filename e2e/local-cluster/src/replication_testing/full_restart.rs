@@ -109,9 +109,9 @@ pub async fn full_restart(
     let mut frozen = Vec::new();
     let mut primary_pid = None;
     match (fault, singled_out.as_deref()) {
-        (Fault::Skewed(skew), Some(_)) => {
+        (Fault::Skewed(skew), Some(node)) => {
             apis.pods
-                .delete(first.as_deref().unwrap_or_default(), &Default::default())
+                .delete(&statefulset_pod_name(node), &Default::default())
                 .await?;
             tokio::time::sleep(skew).await;
         }
