@@ -2,20 +2,11 @@
 //! talks to Valkey (MEET, slots, replication, failover, Sentinel); writes `status.valkey` on
 //! each member and the topology's status.
 
-mod acl_users;
-mod connect;
-mod error;
-mod member_certs;
-mod member_tls;
-mod objects;
-mod operator_rotation;
-mod password_look;
-mod password_rotation;
-mod pulse;
-mod reconcile;
-mod secrets;
-mod valkey;
-mod vkr;
+mod driver;
+
+use driver::cluster::reconcile;
+use driver::replication;
+use driver::shared::{password_look, pulse};
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -109,7 +100,7 @@ async fn run(ctx: Context, settings: Settings) -> Result<(), std::convert::Infal
         .reconcile_all_on(futures::stream::select(beats, looks));
     let group_members = watcher::Config::default().labels(labels::REPLICATION);
     // A group's: the sentinels announcing a failover, and the data nodes' pulse.
-    let (switches, wakes) = vkr::SwitchWatch::new();
+    let (switches, wakes) = replication::SwitchWatch::new();
     let (group_pulse, group_beats) = pulse::Pulse::new(pulse::Kind::Replication, pulse_period);
     let (group_password_look, group_looks) = password_look::PasswordLook::new();
     let group_wakes = futures::stream::select(group_beats, group_looks);
@@ -139,7 +130,7 @@ async fn run(ctx: Context, settings: Settings) -> Result<(), std::convert::Infal
         controller::run(
             &ctx,
             replications,
-            Arc::new(vkr::Shared {
+            Arc::new(replication::Shared {
                 switches,
                 pulse: group_pulse,
                 password_look: group_password_look,
@@ -147,7 +138,7 @@ async fn run(ctx: Context, settings: Settings) -> Result<(), std::convert::Infal
                 operator_namespace,
                 user_checks: Default::default(),
             }),
-            vkr::reconcile
+            replication::reconcile
         ),
     );
     Ok(())

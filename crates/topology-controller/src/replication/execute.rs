@@ -1,5 +1,5 @@
-//! Carrying out a replication step over the [`crate::commands::Server`] and
-//! [`crate::commands::SentinelNode`] seams (and the Kubernetes half, opening a roll gate, through
+//! Carrying out a replication step over the [`crate::shared::commands::Server`] and
+//! [`crate::shared::commands::SentinelNode`] seams (and the Kubernetes half, opening a roll gate, through
 //! [`MemberObjects`]).
 //!
 //! The hand-over ([`Step::HandOver`]) is what plain 8.0.1 processes showed loses nothing
@@ -22,13 +22,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::commands::{CommandResultExt, SentinelNode, StepError};
-use crate::execute::{MemberObjects, create_replication_user, set_config};
-use crate::info::ReplicationInfo;
-use crate::observe::Connections;
 use crate::replication::PORT;
 use crate::replication::model::{Group, Members};
 use crate::replication::plan::Step;
+use crate::shared::commands::{CommandResultExt, SentinelNode, StepError};
+use crate::shared::connections::Connections;
+use crate::shared::execute::{MemberObjects, create_replication_user, set_config};
+use crate::shared::info::ReplicationInfo;
 
 /// The login sentinels use on the data nodes (`auth-user`, `auth-pass`).
 pub struct DataLogin<'a> {
@@ -289,11 +289,11 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
-    use crate::commands::Server;
     use crate::replication::fake::{FakeGroup, observe_all};
     use crate::replication::plan::next_step;
     use crate::replication::sim::group;
     use crate::replication::survey::Health;
+    use crate::shared::commands::Server;
 
     /// Records the roll gates opened.
     #[derive(Default)]
@@ -428,7 +428,7 @@ mod tests {
         let mut g = group(3, 3);
         settle(&fake, &g).await;
         fake.write(0, 100);
-        g.switchover = Some(crate::model::SwitchoverRequest {
+        g.switchover = Some(crate::shared::member_facts::SwitchoverRequest {
             id: "s1".into(),
             target: "g-2".into(),
         });
@@ -489,7 +489,7 @@ mod tests {
             primary: "g-0".into(),
             target: None,
             sentinel: "g-sentinel-0".into(),
-            reason: crate::plan::FailoverReason::Roll,
+            reason: crate::shared::roll::FailoverReason::Roll,
         };
         let e = execute(&step, &g, &members, &conns, &Objects::default(), &LOGIN)
             .await

@@ -15,16 +15,16 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::acl::{self, AclUser};
-use crate::commands::{ErrorKind, Fields, SentinelNode, Server, ValkeyError};
-use crate::fake::{FAKE_VERSION, config_reply, live_defaults};
-use crate::observe::Connections;
 use crate::replication::execute::QUIET_PING_PERIOD;
 use crate::replication::model::{
     At, DEFAULT_PING_PERIOD, DataNode, Facts, Group, Members, Sentinel,
 };
 use crate::replication::observe::{ask_data, ask_sentinel};
 use crate::replication::{PORT, SENTINEL_PORT};
+use crate::shared::acl::{self, AclUser};
+use crate::shared::commands::{ErrorKind, Fields, SentinelNode, Server, ValkeyError};
+use crate::shared::connections::Connections;
+use crate::shared::fake::{FAKE_VERSION, config_reply, live_defaults};
 
 /// A data node's live directives at their defaults, but for the one a group's data nodes
 /// start with from the spec's defaults (`minReplicasToWrite` 1 with replicas).
@@ -288,7 +288,7 @@ pub async fn observe_all(fake: &FakeGroup, group: &Group) -> (Members, Connectio
         at,
         address: Some(ip.to_string()),
         ready: true,
-        revisions: crate::model::Revisions {
+        revisions: crate::shared::member_facts::Revisions {
             observed: true,
             ..Default::default()
         },

@@ -12,10 +12,10 @@ use crd_types::{ValkeyNode, ValkeyNodeSpec, ValkeyReplication};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource, ResourceExt};
 
-use crate::auth;
-use crate::members::{announced_address, member_tls, spread_softly};
-use crate::model::Revisions;
 use crate::replication::model::{At, Facts, Group, data_config};
+use crate::shared::auth;
+use crate::shared::member_facts::Revisions;
+use crate::shared::members::{announced_address, member_tls, spread_softly};
 
 /// The member's position, from its labels and mode (`None`: not a member).
 pub fn position_of(node: &ValkeyNode) -> Option<At> {

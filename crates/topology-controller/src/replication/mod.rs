@@ -1,9 +1,9 @@
 //! ValkeyReplication: a primary, its replicas and the sentinels that watch them, built from
 //! ValkeyNodes on per-node Services. Sentinel elects primaries; this library decides the
 //! operator's part (attaching replicas, configuring sentinels), reads status, and carries
-//! out steps over the [`crate::commands::Server`] and [`crate::commands::SentinelNode`] seams. It shares the cluster's layers that
-//! know no slots: the roll ([`crate::plan::roll`]), the password guard
-//! ([`crate::plan::guard`]), the Secrets ([`crate::auth`]) and the INFO parser.
+//! out steps over the [`crate::shared::commands::Server`] and [`crate::shared::commands::SentinelNode`] seams. It shares the cluster's layers that
+//! know no slots: the roll ([`crate::shared::roll`]), the password guard
+//! ([`crate::shared::guard`]), the Secrets ([`crate::shared::auth`]) and the INFO parser.
 //!
 //! - [`model`]: the spec read once into a `Group`; data nodes and sentinels as observed;
 //! - [`members`]: the member ValkeyNodes; [`services`]: the client Services and the pods'

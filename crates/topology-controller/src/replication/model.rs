@@ -8,10 +8,10 @@ use crd_types::names;
 use crd_types::node::Role;
 use kube::ResourceExt;
 
-use crate::acl::{AclUser, ReplicationPassword};
-use crate::info::ReplicationInfo;
-use crate::model::{LiveConfig, Revisions, SwitchoverRequest};
-use crate::plan::roll::RollMember;
+use crate::shared::acl::{AclUser, ReplicationPassword};
+use crate::shared::info::ReplicationInfo;
+use crate::shared::member_facts::{LiveConfig, Revisions, SwitchoverRequest};
+use crate::shared::roll::RollMember;
 
 /// Where a member sits in its group: data node `i` (`<name>-<i>`) or sentinel `j`
 /// (`<name>-sentinel-<j>`).
@@ -83,10 +83,10 @@ pub struct Group {
     /// The config data nodes get ([`data_config`]): its live directives are set on them.
     pub config: ValkeyConfig,
     /// The data nodes' image: none rolls onto it while its version is refused
-    /// ([`crate::plan::target`]).
+    /// ([`crate::shared::target`]).
     pub image: String,
     /// The `replication` user's password, once the operator password is read (see
-    /// [`crate::acl`]); `None` leaves the data nodes' users alone.
+    /// [`crate::shared::acl`]); `None` leaves the data nodes' users alone.
     pub replication_password: Option<ReplicationPassword>,
 }
 

@@ -4,10 +4,10 @@
 
 use crd_types::template::REPLICATION_USER;
 
-use crate::commands::{ErrorKind, Fields, SentinelNode, Server, ValkeyError};
-use crate::info::{ReplicationInfo, info_field, server_version};
-use crate::observe::live_config;
 use crate::replication::model::{DataAnswer, Monitored, Peer, SentinelAnswer, SentinelOptions};
+use crate::shared::commands::{ErrorKind, Fields, SentinelNode, Server, ValkeyError};
+use crate::shared::connections::live_config;
+use crate::shared::info::{ReplicationInfo, info_field, server_version};
 
 /// Asks a data node: INFO replication and server in one round trip, then CONFIG GET of its
 /// live directives and ACL GETUSER of its `replication` user.

@@ -12,14 +12,13 @@ use std::fmt;
 
 use crd_types::conditions::reasons::Waiting;
 
-use crate::acl::{self, ReplicationPassword};
-use crate::plan::FailoverReason;
-use crate::plan::guard::{self, GuardedStep};
-use crate::plan::roll::{self, RollStep};
-use crate::plan::{live, target};
 use crate::replication::PORT;
 use crate::replication::model::{DataNode, Group, Members, Peer, Rolling, SWITCHOVER_PRIORITY};
 use crate::replication::survey::{forming, primary};
+use crate::shared::acl::{self, ReplicationPassword};
+use crate::shared::guard::{self, GuardedStep};
+use crate::shared::roll::{self, FailoverReason, RollStep};
+use crate::shared::{live, target};
 
 /// The one thing to do next.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -858,7 +857,7 @@ mod tests {
     }
 
     fn switchover_to(g: &mut Group, member: u32) {
-        g.switchover = Some(crate::model::SwitchoverRequest {
+        g.switchover = Some(crate::shared::member_facts::SwitchoverRequest {
             id: "s1".into(),
             target: format!("g-{member}"),
         });
@@ -1166,7 +1165,7 @@ mod tests {
     /// replica is re-pointed at it, even while Sentinel fails over.
     #[test]
     fn data_nodes_get_the_replication_user_first() {
-        use crate::acl::ReplicationPassword;
+        use crate::shared::acl::ReplicationPassword;
         let password = ReplicationPassword::from_operator("op");
         let g = Group {
             replication_password: Some(password.clone()),
@@ -1177,7 +1176,7 @@ mod tests {
         monitored_mut(&mut m, 1)
             .flags
             .push("failover_in_progress".into());
-        let usable = crate::acl::set_user(None, &password.setuser_rules(false));
+        let usable = crate::shared::acl::set_user(None, &password.setuser_rules(false));
         for (d, user) in m
             .data
             .iter_mut()

@@ -5,11 +5,11 @@ use crd_types::conditions::reasons::Waiting;
 use crd_types::config::ValkeyConfig;
 use crd_types::node::Role;
 
-use crate::info::{ConnectedReplica, PrimaryLink, ReplicationInfo};
-use crate::model::Revisions;
 use crate::replication::PORT;
 use crate::replication::model::*;
 use crate::replication::plan::Step;
+use crate::shared::info::{ConnectedReplica, PrimaryLink, ReplicationInfo};
+use crate::shared::member_facts::Revisions;
 
 pub fn ip(i: u32) -> String {
     format!("10.96.0.{i}")

@@ -11,10 +11,10 @@ use crd_types::replication::ReplicationMemberStatus;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::plan::FailoverReason;
 use crate::replication::model::{DataNode, Group, Members, Sentinel};
 use crate::replication::plan::Step;
 use crate::replication::survey::Health;
+use crate::shared::roll::FailoverReason;
 
 /// Everything the status is computed from.
 pub struct Inputs<'a> {
@@ -56,8 +56,8 @@ pub fn replication_status(i: Inputs) -> ValkeyReplicationStatus {
         switchover: switchover_status(&i),
         members: member_statuses(i.members, i.health),
         config: ConfigPaths::of(&i.group.config),
-        // Added by the caller: the members' storage headroom (`crate::storage`) and the
-        // versions they run (`crate::member_status::versions_in_play`).
+        // Added by the caller: the members' storage headroom (`crate::shared::storage`) and the
+        // versions they run (`crate::shared::member_status::versions_in_play`).
         storage: None,
         // Filled in by the caller, from its pass over the default password.
         password_rotations: Vec::new(),
@@ -323,7 +323,7 @@ pub fn sentinel_valkey_status(sentinel: &Sentinel) -> Option<ValkeyStatus> {
 /// offsets: they move with every write, and a status written for them alone would wake the
 /// group's own reconcile (a watch event) after every pass under a writer, about ten a
 /// second. The offsets are refreshed whenever anything else changes (as each member's
-/// `status.valkey` is, see [`crate::member_status::member_status_changed`]).
+/// `status.valkey` is, see [`crate::shared::member_status::member_status_changed`]).
 pub fn status_changed(
     old: Option<&ValkeyReplicationStatus>,
     new: &ValkeyReplicationStatus,
@@ -458,7 +458,7 @@ mod tests {
     #[test]
     fn a_switchover_succeeds_once_its_target_is_primary_and_fails_for_a_stranger() {
         let mut g = group(3, 3);
-        g.switchover = Some(crate::model::SwitchoverRequest {
+        g.switchover = Some(crate::shared::member_facts::SwitchoverRequest {
             id: "s1".into(),
             target: "g-2".into(),
         });

@@ -1,0 +1,826 @@
+//! Planner (layer 4): the next step for a ValkeyCluster, decided from what its members
+//! report right now (CLUSTER NODES and INFO replication of each one) and never from memory:
+//! a controller restarted at any moment decides the same step again, or the next one if the
+//! last step took effect. One step per reconcile, in a fixed order of precedence: replace
+//! a primary Kubernetes shows is not running ([`gone`]), the `replication` user where a member
+//! lacks it ([`crate::shared::acl`]), join members, forget dead identities, assign slots, repair open slots and replicas' stale
+//! markers, attach replicas, wait for atomic slot migrations in flight, move slots (never to
+//! an older data format; atomically where both ends run 9.0+), remove leaving members, set
+//! live directives, switchover, refuse a template the members cannot take ([`crate::shared::target`]),
+//! roll. [`guard`] then holds the step back for what is known of the passwords.
+//!
+//! The one input besides the members' answers is [`progress`]: how often a step was already
+//! taken on the cluster as it is now. A stale marker's heal escalates on it, and a step that
+//! keeps changing nothing is held back; a restarted controller counts from zero, so it
+//! still decides the first method again.
+//!
+//! The rules live in one module each: `membership` (meet, forget, remove), `slots`
+//! (form, open slots, rebalance), [`replicas`] (attach, hand over) and [`roll`]
+//! (switchover, roll). `replicas` and `roll` know no slots: a cluster's facts reach them as
+//! plain data (a member's node id, its shard's primary), so a ValkeyReplication can share
+//! them.
+
+mod gone;
+pub mod guard;
+pub mod live;
+mod membership;
+pub mod progress;
+pub mod replicas;
+pub mod roll;
+pub(crate) mod slots;
+pub(crate) mod snapshot;
+
+use std::fmt;
+
+use crd_types::conditions::reasons::Waiting;
+use crd_types::versions;
+
+use crate::cluster::model::{Member, Shape};
+use crate::cluster::slot_jobs;
+use crate::cluster::slots::{Move, SlotRange, format_ranges, slot_count};
+use crate::shared::acl::{self, ReplicationPassword};
+use crate::shared::member_facts::Address;
+use crate::shared::roll::{FailoverReason, RollStep};
+use progress::{Attempts, Seen};
+pub use slots::MarkerKind;
+use snapshot::Snapshot;
+
+/// How a replica's stale slot marker is cleared. Each method is taken only after the one
+/// before it changed nothing (see [`progress`]); docs/cluster.md has the table of
+/// marker shapes and what reaches the replica on each Valkey version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MarkerHeal {
+    /// `SETSLOT slot STABLE` on the primary, which has no marker for the slot: Valkey 8.0+
+    /// copies it to its online replicas, where it clears both markers whoever owns the slot
+    /// (`SETSLOT NODE owner` would not: a replica drops an importing marker for it only when
+    /// the owner is its own primary, and a migrating one only for a slot without keys).
+    Stable,
+    /// Where another shard owns the slot: the primary opens it (`IMPORTING owner`) and
+    /// closes it again (`STABLE`), both copied to its replicas.
+    Reopen,
+    /// The last resort: `CLUSTER RESET SOFT` on the replica, which forgets its markers and
+    /// its data (its primary has the data); the planner then meets it and attaches it again,
+    /// a full sync.
+    Resync,
+}
+
+impl MarkerHeal {
+    /// The methods in the order they are tried.
+    pub fn ladder(owned_by_primary: bool) -> &'static [MarkerHeal] {
+        if owned_by_primary {
+            &[MarkerHeal::Stable, MarkerHeal::Resync]
+        } else {
+            &[MarkerHeal::Stable, MarkerHeal::Reopen, MarkerHeal::Resync]
+        }
+    }
+}
+
+/// The one thing to do next.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    /// Nothing can be done until something changes: why, for machines and for people.
+    Wait { reason: Waiting, message: String },
+    /// `CLUSTER MEET` each target, sent to the member it is listed under.
+    Meet(Vec<(String, Vec<Address>)>),
+    /// `CLUSTER MEET` again, to peers that already know the member it is listed under but
+    /// hold a stale view of it (see `membership::refresh`).
+    Refresh(Vec<(String, Vec<Address>)>),
+    /// `CLUSTER FORGET node_id` on each of `on`, together (the 60 s ban covers the rest).
+    Forget { node_id: String, on: Vec<String> },
+    /// `CLUSTER ADDSLOTSRANGE` on each member.
+    AddSlots(Vec<(String, Vec<SlotRange>)>),
+    /// Finish an interrupted migration of `slot` from `source` to `target` (members).
+    FixOpenSlot {
+        slot: u16,
+        source: String,
+        target: String,
+    },
+    /// Clear open-slot markers no migration can finish (`SETSLOT STABLE` on each member).
+    Stabilize { slot: u16, on: Vec<String> },
+    /// A replica kept a marker for `slot` its primary no longer has (it missed the move's
+    /// final state while syncing, or its primary dropped the marker by itself): cleared by
+    /// `heal`, through `primary` where it can be.
+    ClearStaleMarker {
+        slot: u16,
+        marker: MarkerKind,
+        replica: String,
+        primary: String,
+        /// The slot's owner, and how it stands to the replica, for people.
+        owner_id: String,
+        owner: String,
+        heal: MarkerHeal,
+    },
+    /// `CLUSTER REPLICATE primary_id` on each `(member, primary_id)`: every replica that can
+    /// be attached, at once (a forming cluster attaches all its replicas in one step).
+    Replicate(Vec<(String, String)>),
+    /// Move slots between members the classic way (IMPORTING/MIGRATING, MIGRATE).
+    Migrate(Vec<Move<String>>),
+    /// Move slots with Valkey's atomic slot migration (both ends on 9.0+).
+    MigrateAtomically(Vec<Move<String>>),
+    /// Delete these ValkeyNodes: they hold no slots and the spec no longer wants them.
+    Remove(Vec<String>),
+    /// `CLUSTER FAILOVER` on the replica `member` (`FORCE` for [`FailoverReason::PrimaryGone`]).
+    Failover {
+        member: String,
+        reason: FailoverReason,
+    },
+    /// `CONFIG SET name value` of each pair on each member (live directives).
+    SetConfig(Vec<(String, Vec<(String, String)>)>),
+    /// `ACL SETUSER replication` on each of `members`, whose running config predates the
+    /// user (or lost it): before a rolled replica logs in to one of them as that user.
+    CreateReplicationUser {
+        /// Each member, with whether it gets the atomic slot migration rules (a cluster
+        /// member on 9.0+).
+        members: Vec<(String, bool)>,
+        password: ReplicationPassword,
+    },
+    /// Open the roll gate of `member` for `revision`.
+    AllowRoll { member: String, revision: String },
+    /// Everything is as the spec asks.
+    Idle,
+}
+
+impl Step {
+    pub fn wait(reason: Waiting, message: impl Into<String>) -> Step {
+        Step::Wait {
+            reason,
+            message: message.into(),
+        }
+    }
+
+    /// Steps that change membership or slot ownership (the Scaling phase).
+    pub fn is_scaling(&self) -> bool {
+        matches!(
+            self,
+            Step::Meet(_)
+                | Step::Forget { .. }
+                | Step::AddSlots(_)
+                | Step::FixOpenSlot { .. }
+                | Step::Stabilize { .. }
+                | Step::ClearStaleMarker { .. }
+                | Step::Replicate(_)
+                | Step::Migrate(_)
+                | Step::MigrateAtomically(_)
+                | Step::Remove(_)
+        )
+    }
+}
+
+/// "a meets 10.0.0.1:6379, 10.0.0.2:6379; b meets ..." with `suffix` after each.
+fn describe_meets(meets: &[(String, Vec<Address>)], suffix: &str) -> String {
+    let each: Vec<String> = meets
+        .iter()
+        .map(|(via, targets)| {
+            let who: Vec<String> = targets
+                .iter()
+                .map(|a| format!("{}:{}", a.ip, a.port))
+                .collect();
+            format!("{via} meets {}{suffix}", who.join(", "))
+        })
+        .collect();
+    each.join("; ")
+}
+
+/// A person's description of the step, for the Progressing condition and Events.
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Step::Wait { message, .. } => write!(f, "waiting: {message}"),
+            Step::Meet(meets) => f.write_str(&describe_meets(meets, "")),
+            Step::Refresh(meets) => f.write_str(&describe_meets(
+                meets,
+                " again (their view of it lags behind)",
+            )),
+            Step::Forget { node_id, on } => {
+                write!(f, "forgetting removed node {node_id} on {}", on.join(", "))
+            }
+            Step::AddSlots(assign) => {
+                let parts: Vec<String> = assign
+                    .iter()
+                    .map(|(m, r)| format!("{} to {m}", format_ranges(r).join(",")))
+                    .collect();
+                write!(f, "assigning slots {}", parts.join("; "))
+            }
+            Step::FixOpenSlot {
+                slot,
+                source,
+                target,
+            } => write!(
+                f,
+                "finishing the interrupted move of slot {slot} from {source} to {target}"
+            ),
+            Step::Stabilize { slot, on } => {
+                write!(f, "clearing the open slot {slot} on {}", on.join(", "))
+            }
+            Step::ClearStaleMarker {
+                slot,
+                marker,
+                replica,
+                primary,
+                owner,
+                heal,
+                ..
+            } => {
+                let how = match heal {
+                    MarkerHeal::Stable => format!("SETSLOT {slot} STABLE through {primary}"),
+                    MarkerHeal::Reopen => format!(
+                        "opening and closing slot {slot} on {primary} (STABLE alone changed nothing)"
+                    ),
+                    MarkerHeal::Resync => format!(
+                        "CLUSTER RESET SOFT and a full sync from {primary} (nothing sent through {primary} reached it)"
+                    ),
+                };
+                write!(
+                    f,
+                    "clearing the stale {} marker of slot {slot} (owned by {owner}) on replica {replica}: {how}",
+                    marker.as_str()
+                )
+            }
+            Step::Replicate(attaches) => {
+                let each: Vec<String> = attaches
+                    .iter()
+                    .map(|(member, primary_id)| format!("{member} replicates {primary_id}"))
+                    .collect();
+                write!(f, "{}", each.join(", "))
+            }
+            Step::Migrate(moves) => {
+                let count: usize = moves.iter().map(|m| slot_count(&[m.slots])).sum();
+                write!(f, "moving {count} slots")
+            }
+            Step::MigrateAtomically(moves) => {
+                let count: usize = moves.iter().map(|m| slot_count(&[m.slots])).sum();
+                write!(f, "moving {count} slots atomically")
+            }
+            Step::Remove(names) => write!(f, "removing {}", names.join(", ")),
+            Step::Failover { member, reason } => {
+                let why = match reason {
+                    FailoverReason::Roll => "before its primary restarts",
+                    FailoverReason::Removal => "before its primary is removed",
+                    FailoverReason::Switchover => "as requested by spec.switchover",
+                    FailoverReason::PrimaryGone => {
+                        "by force: Kubernetes shows its primary's server is not running"
+                    }
+                };
+                write!(f, "{member} takes over its shard {why}")
+            }
+            Step::SetConfig(changes) => f.write_str(&crate::shared::live::describe(changes)),
+            Step::CreateReplicationUser { members, .. } => {
+                let names: Vec<&str> = members.iter().map(|(m, _)| m.as_str()).collect();
+                write!(f, "{} get the replication user", names.join(", "))
+            }
+            Step::AllowRoll { member, revision } => write!(f, "{member} restarts into {revision}"),
+            Step::Idle => f.write_str("the cluster is as specified"),
+        }
+    }
+}
+
+/// What the next step depends on besides the members' answers.
+#[derive(Clone, Debug, Default)]
+pub struct Circumstances<'a> {
+    /// The switchover request id status already reports as done.
+    pub recorded_switchover: Option<&'a str>,
+    /// A ValkeyNode with a member's name that this cluster does not own.
+    pub foreign_member: Option<&'a str>,
+    /// Why the operator user's password cannot be read, if it cannot.
+    pub operator_password_problem: Option<&'a str>,
+    /// Why the TLS Secret cannot be used, if it cannot.
+    pub tls_problem: Option<&'a str>,
+    /// Why the default user's password cannot be read, if it cannot.
+    pub default_password_problem: Option<&'a str>,
+    /// Members that refuse the operator user's login.
+    pub login_refused: &'a [&'a str],
+    /// The steps this controller took lately and how often, for the progress check
+    /// ([`progress`]); `None` counts nothing.
+    pub attempts: Option<&'a Attempts>,
+}
+
+/// The step to take: the planner's, unless a foreign ValkeyNode holds a member's name (never
+/// taken over), then held back by what is known of the passwords ([`crate::shared::guard::guard_step`]).
+pub fn decide(shape: &Shape, members: &[Member], c: &Circumstances) -> Step {
+    let step = match c.foreign_member {
+        Some(name) => Step::wait(
+            Waiting::ForeignMember,
+            format!(
+                "ValkeyNode {name} exists but does not belong to this cluster; rename or delete it"
+            ),
+        ),
+        None => {
+            let seen = Seen::of(members);
+            let tried = |step: &Step| c.attempts.map_or(0, |a| a.times(step, seen));
+            let step = next_step_after(shape, members, c.recorded_switchover, &tried);
+            let times = tried(&step);
+            progress::hold_without_effect(step, times)
+        }
+    };
+    crate::shared::guard::guard_step(
+        step,
+        c.operator_password_problem,
+        c.tls_problem,
+        c.default_password_problem,
+        c.login_refused,
+    )
+}
+
+/// Names the wanted members without an address, and where the address comes from: an
+/// installation without service-controller (the minimal overlay) stops here for good.
+fn unaddressed(shape: &Shape, members: &[Member]) -> String {
+    let names: Vec<&str> = members
+        .iter()
+        .filter(|m| shape.wants(m.at) && m.address.is_none())
+        .map(|m| m.name.as_str())
+        .collect();
+    if names.is_empty() {
+        return String::new();
+    }
+    format!(
+        "; no address yet for {}: with announce: Service the address is the member's Service \
+         IP, which service-controller publishes in the ValkeyNode's status.endpoint (is it \
+         installed?); with announce: PodIP it is the pod's IP",
+        names.join(", ")
+    )
+}
+
+/// The next step. `recorded_switchover` is the request id status already reports as done.
+pub fn next_step(shape: &Shape, members: &[Member], recorded_switchover: Option<&str>) -> Step {
+    next_step_after(shape, members, recorded_switchover, &|_| 0)
+}
+
+/// The next step, with `tried` telling how often a step was taken already on the cluster as
+/// it is now (heals escalate on it).
+fn next_step_after(
+    shape: &Shape,
+    members: &[Member],
+    recorded_switchover: Option<&str>,
+    tried: &dyn Fn(&Step) -> u32,
+) -> Step {
+    let Some(s) = Snapshot::new(shape, members) else {
+        return Step::wait(
+            Waiting::NoMemberAnswers,
+            format!("no member answers yet{}", unaddressed(shape, members)),
+        );
+    };
+    let forming = s.view.assigned_slot_count() == 0;
+    if forming {
+        let wanted: Vec<&Member> = members.iter().filter(|m| shape.wants(m.at)).collect();
+        let answering = wanted.iter().filter(|m| m.reply.is_some()).count();
+        if wanted.len() < shape.member_count() || answering < wanted.len() {
+            return Step::wait(
+                Waiting::Forming,
+                format!(
+                    "forming: {answering} of {} members answer{}",
+                    shape.member_count(),
+                    unaddressed(shape, members)
+                ),
+            );
+        }
+    }
+    let step = decide_next(&s, recorded_switchover, forming, tried);
+    // Nothing to do but wait for gossip: bring stale views up to date instead.
+    match step {
+        Step::Idle
+        | Step::Wait {
+            reason: Waiting::MembersDisagree,
+            ..
+        } => membership::refresh(&s).unwrap_or(step),
+        step => step,
+    }
+}
+
+/// `Step::CreateReplicationUser` for the members that answered without a usable
+/// `replication` user: a replica attached, failed over or rolled onto one of them logs in as
+/// that user. Before everything but a forced failover, so no such step finds it missing.
+fn replication_user(shape: &Shape, members: &[Member]) -> Option<Step> {
+    let password = shape.replication_password.as_ref()?;
+    let lacking = acl::lacking_replication_user(
+        password,
+        members.iter().map(|m| {
+            let read = m.reply.as_ref().and_then(|r| r.replication_user.as_ref());
+            let atomic = m.version().is_some_and(|v| v >= slot_jobs::SINCE);
+            (m.name.as_str(), read.map(Option::as_ref), atomic)
+        }),
+    );
+    (!lacking.is_empty()).then(|| Step::CreateReplicationUser {
+        members: lacking,
+        password: password.clone(),
+    })
+}
+
+/// The first rule that has something to do, in order.
+fn decide_next(
+    s: &Snapshot,
+    recorded_switchover: Option<&str>,
+    forming: bool,
+    tried: &dyn Fn(&Step) -> u32,
+) -> Step {
+    let (shape, members) = (s.shape, s.members);
+    let node_id = |m: &Member| s.node_of(m).map(|n| n.id.as_str());
+    // Slots first, while the primaries know nobody: they join already holding them.
+    gone::replace_gone_primary(s)
+        .or_else(|| replication_user(shape, members))
+        .or_else(|| slots::form(s, forming))
+        .or_else(|| membership::meet(s))
+        .or_else(|| membership::forget(s))
+        .or_else(|| slots::open_slots(s).map(|step| across_versions(step, members)))
+        .or_else(|| slots::clear_stale_markers(s, tried))
+        .or_else(|| replicas::attach_replicas(s))
+        .or_else(|| atomic_in_flight(s))
+        .or_else(|| {
+            slots::rebalance(s)
+                .map(|step| across_versions(step, members))
+                .map(|step| atomically(step, shape, members))
+        })
+        .or_else(|| membership::remove(s))
+        .or_else(|| live::set_live_config(shape, members))
+        .or_else(|| {
+            roll::switchover(
+                shape.switchover.as_ref(),
+                recorded_switchover,
+                members,
+                |target| {
+                    let primary = s.shard_primary(target.at.shard).ok()??;
+                    Some((primary, node_id(primary)?))
+                },
+            )
+        })
+        .or_else(|| refused_target(shape, members))
+        .or_else(|| {
+            let wanted: Vec<&Member> = members.iter().filter(|m| shape.wants(m.at)).collect();
+            Some(
+                match crate::shared::roll::roll(&wanted, shape.replicas_per_shard > 0)? {
+                    RollStep::Wait { reason, message } => Step::wait(reason, message),
+                    RollStep::Allow { member, revision } => Step::AllowRoll { member, revision },
+                    RollStep::HandOver { primary } => {
+                        let primary = wanted.iter().find(|m| m.name == primary)?;
+                        replicas::hand_over(
+                            wanted.iter().copied(),
+                            primary,
+                            node_id(primary),
+                            FailoverReason::Roll,
+                            "waits for an in-sync replica to hand over to before it restarts",
+                        )
+                    }
+                },
+            )
+        })
+        .unwrap_or(Step::Idle)
+}
+
+/// `step`, unless it moves keys from a member to one whose Valkey writes an older data format:
+/// that one refuses the newer payloads (`MIGRATE` fails, measured 9.1 -> 8.0), so the move
+/// waits until the upgrade reaches it.
+fn across_versions(step: Step, members: &[Member]) -> Step {
+    let ends: Vec<(&str, &str)> = match &step {
+        Step::Migrate(moves) => moves
+            .iter()
+            .map(|m| (m.from.as_str(), m.to.as_str()))
+            .collect(),
+        Step::FixOpenSlot { source, target, .. } => vec![(source.as_str(), target.as_str())],
+        _ => return step,
+    };
+    let version = |name: &str| members.iter().find(|m| m.name == name)?.version();
+    for (from, to) in ends {
+        if let (Some(newer), Some(older)) = (version(from), version(to))
+            && versions::rdb_format(newer) > versions::rdb_format(older)
+        {
+            return Step::wait(
+                Waiting::MigrationAcrossVersions,
+                format!(
+                    "slots wait to move from {from} (Valkey {newer}) to {to} (Valkey {older}), \
+                     which cannot read the newer key payloads; they move once {to} runs the \
+                     new version"
+                ),
+            );
+        }
+    }
+    step
+}
+
+/// A wait while any member reports an atomic slot migration job in flight: Valkey finishes
+/// it on its own (even when the controller that started it died), and nothing else moves or
+/// restarts meanwhile.
+fn atomic_in_flight(s: &Snapshot) -> Option<Step> {
+    let (member, job) = s.members.iter().find_map(|m| {
+        let jobs = m.reply.as_ref()?.slot_jobs.as_ref()?;
+        Some((m, jobs.iter().find(|j| j.in_flight())?))
+    })?;
+    Some(Step::wait(
+        Waiting::SlotsMovingAtomically,
+        format!(
+            "slots {} move atomically ({}, {} {})",
+            job.slot_ranges,
+            job.state,
+            if job.export { "sent by" } else { "received by" },
+            member.name
+        ),
+    ))
+}
+
+/// A classic move as an atomic one when the shape allows it and both ends of every move run
+/// Valkey 9.0+ (a member on an older version never gets a 9.x command).
+fn atomically(step: Step, shape: &Shape, members: &[Member]) -> Step {
+    let Step::Migrate(moves) = step else {
+        return step;
+    };
+    let version = |name: &str| members.iter().find(|m| m.name == name)?.version();
+    let ends = moves
+        .iter()
+        .flat_map(|m| [version(&m.from), version(&m.to)]);
+    if shape.atomic_migration && slot_jobs::all_support(ends) {
+        Step::MigrateAtomically(moves)
+    } else {
+        Step::Migrate(moves)
+    }
+}
+
+/// A wait while the template's image may reach no member ([`crate::shared::target`]).
+fn refused_target(shape: &Shape, members: &[Member]) -> Option<Step> {
+    let running: Vec<(&str, _)> = members
+        .iter()
+        .filter_map(|m| Some((m.name.as_str(), m.version()?)))
+        .collect();
+    let (reason, message) = crate::shared::target::refuse(&shape.image, &shape.config, &running)?;
+    Some(Step::wait(reason, message))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::sim::*;
+
+    #[test]
+    fn slots_never_move_to_a_member_on_an_older_data_format() {
+        use crate::shared::member_facts::LiveConfig;
+        use crd_types::versions::Version;
+        let d = shape(4, 1);
+        let mut sims = formed(3, 1);
+        sims.push(sim(3, 0));
+        sims.push(sim(3, 1));
+        sims[7].follows = Some(id(3, 0));
+        let running = |version: Version| LiveConfig {
+            version,
+            values: Default::default(),
+        };
+        // Mid-upgrade: the old shards run 9.1, the new primary still 8.0.
+        let mut members = members(&sims);
+        for m in &mut members {
+            let v = if m.at.shard == 3 {
+                Version::new(8, 0)
+            } else {
+                Version::new(9, 1)
+            };
+            m.reply.as_mut().unwrap().live_config = Some(running(v));
+        }
+        let (reason, why) = wait_of(next_step(&d, &members, None));
+        assert_eq!(reason, Waiting::MigrationAcrossVersions);
+        assert!(why.contains("to c-3-0 (Valkey 8.0)"), "{why}");
+        // Once it runs a version that reads them, they move: atomically, every end on 9.x,
+        // unless the cluster asks for the classic way.
+        for m in &mut members {
+            m.reply.as_mut().unwrap().live_config = Some(running(Version::new(9, 1)));
+        }
+        let Step::MigrateAtomically(moves) = next_step(&d, &members, None) else {
+            panic!("not atomic");
+        };
+        let classic = Shape {
+            atomic_migration: false,
+            ..d.clone()
+        };
+        assert_eq!(
+            next_step(&classic, &members, None),
+            Step::Migrate(moves.clone())
+        );
+        // From an older format to a newer one they move too, the classic way: the 8.0 end
+        // never gets a 9.x command.
+        for m in members.iter_mut().filter(|m| m.at.shard == 0) {
+            m.reply.as_mut().unwrap().live_config = Some(running(Version::new(8, 0)));
+        }
+        assert!(moves.iter().any(|m| m.from == "c-0-0"), "{moves:?}");
+        assert_eq!(next_step(&d, &members, None), Step::Migrate(moves));
+    }
+
+    #[test]
+    fn an_atomic_migration_in_flight_holds_every_later_step() {
+        use crate::cluster::slot_jobs::SlotJob;
+        let d = shape(3, 1);
+        let mut sims = formed(3, 1);
+        for s in &mut sims {
+            s.revisions.desired = Some("r2".into());
+        }
+        let mut members = members(&sims);
+        let job = SlotJob {
+            name: "4dc0".into(),
+            export: false,
+            slot_ranges: "0-99".into(),
+            source: id(0, 0),
+            target: id(1, 0),
+            state: "receiving-snapshot".into(),
+            message: String::new(),
+        };
+        members[2].reply.as_mut().unwrap().slot_jobs = Some(vec![job.clone()]);
+        let (reason, why) = wait_of(next_step(&d, &members, None));
+        assert_eq!(reason, Waiting::SlotsMovingAtomically);
+        assert_eq!(
+            why,
+            "slots 0-99 move atomically (receiving-snapshot, received by c-1-0)"
+        );
+        // Ended, it holds nothing: the roll goes on.
+        let done = SlotJob {
+            state: "success".into(),
+            ..job
+        };
+        members[2].reply.as_mut().unwrap().slot_jobs = Some(vec![done]);
+        assert!(matches!(
+            next_step(&d, &members, None),
+            Step::AllowRoll { .. }
+        ));
+    }
+
+    #[test]
+    fn a_roll_waits_until_every_answering_member_has_the_replication_user() {
+        use crate::shared::acl::AclUser;
+        let password = ReplicationPassword::from_operator("op");
+        let d = Shape {
+            replication_password: Some(password.clone()),
+            ..shape(2, 1)
+        };
+        let mut sims = formed(2, 1);
+        for s in &mut sims {
+            s.revisions.desired = Some("r2".into());
+        }
+        let rolling = next_step(&shape(2, 1), &members(&sims), None);
+        assert!(
+            matches!(rolling, Step::Failover { .. } | Step::AllowRoll { .. }),
+            "{rolling:?}"
+        );
+
+        let mut members = members(&sims);
+        let usable = crate::shared::acl::set_user(None, &password.setuser_rules(false));
+        let stale = AclUser {
+            password_hashes: vec!["0".repeat(64)],
+            ..usable.clone()
+        };
+        let users = [
+            Some(None),
+            Some(Some(usable.clone())),
+            None,
+            Some(Some(stale)),
+        ];
+        for (m, user) in members.iter_mut().zip(users) {
+            m.reply.as_mut().unwrap().replication_user = user;
+        }
+        // c-0-1 has it, c-1-0 was not read: both are left alone.
+        match next_step(&d, &members, None) {
+            Step::CreateReplicationUser { members, .. } => {
+                let names: Vec<&str> = members.iter().map(|(m, _)| m.as_str()).collect();
+                assert_eq!(names, ["c-0-0", "c-1-1"]);
+            }
+            other => panic!("{other:?}"),
+        }
+        for m in &mut members {
+            m.reply.as_mut().unwrap().replication_user = Some(Some(usable.clone()));
+        }
+        assert_eq!(next_step(&d, &members, None), rolling);
+    }
+
+    #[test]
+    fn nothing_to_do_on_a_healthy_cluster() {
+        assert_eq!(step(&shape(3, 1), &formed(3, 1)), Step::Idle);
+    }
+
+    #[test]
+    fn members_without_an_address_are_named_with_where_it_comes_from() {
+        let d = shape(1, 1);
+        let sims = vec![sim(0, 0), sim(0, 1)];
+        let mut members = members_with(&sims, |_, _| false);
+        for m in &mut members {
+            m.address = None;
+            m.reply = None;
+        }
+        let (reason, why) = wait_of(next_step(&d, &members, None));
+        assert_eq!(reason, Waiting::NoMemberAnswers);
+        assert!(why.contains("no address yet for c-0-0, c-0-1"), "{why}");
+        assert!(why.contains("service-controller"), "{why}");
+
+        // With addresses, the message stays short.
+        let (_, why) = wait_of(next_step(&d, &members_with(&sims[..1], |_, _| false), None));
+        assert!(!why.contains("address"), "{why}");
+    }
+
+    #[test]
+    fn formation_assigns_then_meets_replicas_through_their_primaries() {
+        let d = shape(2, 1);
+        let mut sims: Vec<Sim> = (0..2)
+            .flat_map(|s| (0..2).map(move |m| sim(s, m)))
+            .collect();
+        sims[3].id = None;
+        let (reason, why) = wait_of(step(&d, &sims));
+        assert_eq!(reason, Waiting::Forming);
+        assert!(why.contains("3 of 4"), "{why}");
+
+        // Everyone answers, each knows only itself: member 0 of each shard takes its half.
+        sims[3].id = Some(id(1, 1));
+        let halves = Step::AddSlots(vec![
+            ("c-0-0".to_string(), vec![(0, 8191)]),
+            ("c-1-0".to_string(), vec![(8192, 16383)]),
+        ]);
+        assert_eq!(
+            next_step(&d, &members_with(&sims, |_, _| false), None),
+            halves
+        );
+
+        // Slots held, nobody met: the primaries meet each other, and each replica only its
+        // own primary.
+        sims[0].slots = vec![(0, 8191)];
+        sims[2].slots = vec![(8192, 16383)];
+        let addr = |s: &Sim| ip(s.shard, s.member);
+        let met = |meets: &[(String, Vec<Address>)]| -> Vec<(String, Vec<String>)> {
+            meets
+                .iter()
+                .map(|(via, t)| (via.clone(), t.iter().map(|a| a.ip.clone()).collect()))
+                .collect()
+        };
+        match next_step(&d, &members_with(&sims, |_, _| false), None) {
+            Step::Meet(meets) => assert_eq!(
+                met(&meets),
+                vec![
+                    ("c-0-0".to_string(), vec![addr(&sims[1]), addr(&sims[2])]),
+                    ("c-1-0".to_string(), vec![addr(&sims[3])]),
+                ]
+            ),
+            other => panic!("{other:?}"),
+        }
+
+        // Met as asked (c-1-1 knows only its primary): both replicas follow their primaries
+        // in one step, before the anchor meets c-1-1.
+        let introduced = |v: &Sim, n: &Sim| v.shard == n.shard || (v.member == 0 && n.member == 0);
+        assert_eq!(
+            next_step(&d, &members_with(&sims, introduced), None),
+            Step::Replicate(vec![("c-0-1".into(), id(0, 0)), ("c-1-1".into(), id(1, 0))])
+        );
+
+        // Following: every pair that has not met yet does, each once.
+        sims[1].follows = Some(id(0, 0));
+        sims[3].follows = Some(id(1, 0));
+        match next_step(&d, &members_with(&sims, introduced), None) {
+            Step::Meet(meets) => assert_eq!(
+                met(&meets),
+                vec![
+                    ("c-0-0".to_string(), vec![addr(&sims[3])]),
+                    ("c-0-1".to_string(), vec![addr(&sims[2]), addr(&sims[3])]),
+                ]
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn two_members_of_a_shard_holding_slots_stops_the_planner() {
+        let d = shape(1, 1);
+        let mut sims = formed(1, 1);
+        sims[1].follows = None;
+        sims[1].slots = vec![(0, 10)];
+        sims[0].slots = vec![(11, 16383)];
+        let (reason, why) = wait_of(step(&d, &sims));
+        assert_eq!(reason, Waiting::TwoPrimariesInShard);
+        assert!(why.contains("resolve by hand"), "{why}");
+    }
+
+    #[test]
+    fn a_foreign_member_holds_everything_and_passwords_come_first() {
+        let d = shape(1, 0);
+        let sims = formed(1, 0);
+        let foreign = Circumstances {
+            foreign_member: Some("c-0-0"),
+            ..Default::default()
+        };
+        let (reason, why) = wait_of(decide(&d, &members(&sims), &foreign));
+        assert_eq!(reason, Waiting::ForeignMember);
+        assert!(why.contains("ValkeyNode c-0-0 exists"), "{why}");
+        let no_password = Circumstances {
+            operator_password_problem: Some("Secret c-operator does not exist"),
+            ..foreign
+        };
+        let (reason, _) = wait_of(decide(&d, &members(&sims), &no_password));
+        assert_eq!(reason, Waiting::NoOperatorPassword);
+        assert_eq!(
+            decide(&d, &members(&sims), &Circumstances::default()),
+            Step::Idle
+        );
+    }
+
+    #[test]
+    fn a_step_describes_itself() {
+        let failover = Step::Failover {
+            member: "c-0-1".into(),
+            reason: FailoverReason::Switchover,
+        };
+        assert_eq!(
+            failover.to_string(),
+            "c-0-1 takes over its shard as requested by spec.switchover"
+        );
+        let assign = Step::AddSlots(vec![("c-0-0".into(), vec![(0, 99), (200, 200)])]);
+        assert_eq!(assign.to_string(), "assigning slots 0-99,200 to c-0-0");
+        let wait = Step::wait(Waiting::Forming, "forming: 1 of 3 members answer");
+        assert_eq!(wait.to_string(), "waiting: forming: 1 of 3 members answer");
+    }
+}

@@ -1,0 +1,5 @@
+//! One reconcile of a ValkeyCluster and its connections.
+
+pub mod connect;
+pub mod members;
+pub mod reconcile;

@@ -1,0 +1,322 @@
+//! The operator password of one topology, rotated live on all its members (see
+//! [`topology_controller::shared::operator_password`]): a pass per reconcile until members are
+//! settled on the Secret's password, as `<name>-operator-applied` keeps it
+//! ([`AppliedOperator`]). Recorded in `status.passwordRotations` (`user: operator`) and told
+//! in Events; nothing fails the reconcile.
+
+use std::fmt::Debug;
+use std::time::Duration;
+
+use crd_types::names::annotations;
+use crd_types::node::ValkeyNode;
+use crd_types::rotation::{PasswordRotation, RotatedPassword};
+use crd_types::template::{Auth, SecretKeyRef};
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::{Api, Resource, ResourceExt};
+use operator_runtime::{Context, EventReason};
+use topology_controller::shared::auth::AppliedOperator;
+use topology_controller::shared::default_password;
+use topology_controller::shared::operator_password::{self, Facts, Member, Outcome, OutgoingLogin};
+use topology_controller::shared::users::AclMember;
+
+use crate::driver::shared::password_rotation::Password;
+use crate::driver::shared::secrets;
+
+/// The longest a pass may take: it runs before the topology's step.
+const PASS_LIMIT: Duration = Duration::from_secs(15);
+
+/// The Events a pass publishes.
+pub struct Reasons<R> {
+    pub added: R,
+    pub switched: R,
+    pub dropped: R,
+    pub refused: R,
+}
+
+/// Where a pass reads pods and keeps the applied password.
+pub struct Apis<'a> {
+    pub secrets: &'a Api<Secret>,
+    pub pods: &'a Api<Pod>,
+    pub label_key: &'a str,
+    pub field_manager: &'a str,
+}
+
+/// Brings the operator `password` to `members` of `topology` (data nodes and sentinels,
+/// their ValkeyNodes in `nodes`); returns what to record now for it.
+#[allow(clippy::too_many_arguments)]
+pub async fn run<K, R, V>(
+    ctx: &Context,
+    apis: Apis<'_>,
+    topology: &K,
+    auth: Option<&Auth>,
+    password: Password<'_>,
+    applied: Option<&AppliedOperator>,
+    recorded: &[PasswordRotation],
+    members: &[Member<'_, V>],
+    nodes: &[ValkeyNode],
+    reasons: Reasons<R>,
+) -> Vec<PasswordRotation>
+where
+    K: Resource<DynamicType = ()> + Debug,
+    R: EventReason,
+    V: AclMember + OutgoingLogin,
+{
+    let name = topology.name_any();
+    let kept = || {
+        recorded
+            .iter()
+            .filter(|r| r.user == RotatedPassword::Operator)
+            .cloned()
+            .collect()
+    };
+    let (Ok(value), Some(secret_version), Some(applied)) =
+        (password.value, password.version, applied)
+    else {
+        return kept();
+    };
+    // Settled: no pass (it would read every member for nothing).
+    if applied.settled_on(value) {
+        return Vec::new();
+    }
+    if !default_password::startable(value) {
+        let note = refused_note(password.reference);
+        ctx.events
+            .publish(topology, reasons.refused, note, None)
+            .await;
+        return kept();
+    }
+    let recorded_since = recorded
+        .iter()
+        .find(|r| r.user == RotatedPassword::Operator && r.secret_version == secret_version);
+    let now = k8s_openapi::jiff::Timestamp::now();
+    // Pods are read only when the previous password could go now.
+    let drop_due = recorded_since.is_some_and(|r| now >= r.previous_until.0);
+    let held_by_pods = match drop_due {
+        true => pods_without_the_file(apis.pods, nodes, &password.reference.name).await,
+        false => Vec::new(),
+    };
+    // Kept before the new password reaches any member: from then on one may hold it alone
+    // (restarted), and a later change of the Secret must still log in to it.
+    if let Some(toward) = applied.toward(value) {
+        let keep = secrets::keep_applied_operator(
+            apis.secrets,
+            topology,
+            apis.label_key,
+            &toward,
+            apis.field_manager,
+        )
+        .await;
+        if let Err(e) = keep {
+            tracing::warn!(topology = %name, error = %e, "operator password rotation not kept: not started");
+            return kept();
+        }
+    }
+    let facts = Facts {
+        recorded: recorded_since.map(|r| r.since.0),
+        overlap: default_password::overlap(auth),
+        drop_allowed: drop_due && held_by_pods.is_empty(),
+        now,
+    };
+    let pass = operator_password::rotate(value, members, facts);
+    let Ok(outcome) = tokio::time::timeout(PASS_LIMIT, pass).await else {
+        tracing::warn!(topology = %name, "operator password pass took over {PASS_LIMIT:?}");
+        return kept();
+    };
+    if !outcome.failed.is_empty() {
+        tracing::warn!(topology = %name, failed = ?outcome.failed, "operator password not changed everywhere");
+    }
+    tracing::debug!(topology = %name, ?outcome, "operator password pass");
+    for (reason, note) in notes(&outcome, reasons) {
+        if !reason.is_warning() {
+            tracing::info!(topology = %name, %note, "operator password rotation");
+        }
+        ctx.events.publish(topology, reason, note, None).await;
+    }
+    if outcome.settled {
+        // Only now: until every member holds the new password alone, the kept ones are
+        // what a member that has not taken it still takes.
+        let settled = AppliedOperator {
+            password: value.clone(),
+            rotating: Vec::new(),
+        };
+        let keep = secrets::keep_applied_operator(
+            apis.secrets,
+            topology,
+            apis.label_key,
+            &settled,
+            apis.field_manager,
+        )
+        .await;
+        if let Err(e) = keep {
+            tracing::warn!(topology = %name, error = %e, "applied operator password not kept");
+            return kept();
+        }
+    }
+    outcome
+        .rotation
+        .map(|r| PasswordRotation {
+            user: RotatedPassword::Operator,
+            since: Time(r.since),
+            previous_until: Time(r.previous_until),
+            members_with_new: i32::try_from(r.members_with_new).unwrap_or(i32::MAX),
+            members: i32::try_from(r.members).unwrap_or(i32::MAX),
+            secret_version: secret_version.to_string(),
+            held_back_by: outcome
+                .silent
+                .iter()
+                .chain(&held_by_pods)
+                .cloned()
+                .collect(),
+        })
+        .into_iter()
+        .collect()
+}
+
+/// Members whose pod's hooks do not read the password from the mounted Secret `secret` (an
+/// older operator's template, a pod not rolled yet onto another Secret the spec now names,
+/// or a pod that cannot be read): their hooks would hold the previous password once it goes.
+async fn pods_without_the_file(pods: &Api<Pod>, nodes: &[ValkeyNode], secret: &str) -> Vec<String> {
+    let mut without = Vec::new();
+    for node in nodes {
+        let name = node
+            .status
+            .as_ref()
+            .and_then(|s| s.workload.as_ref())
+            .and_then(|w| w.pod_name.as_deref());
+        let pod = match name {
+            Some(name) => pods.get_opt(name).await.unwrap_or_else(|e| {
+                tracing::warn!(pod = %name, error = %e, "pod not read");
+                None
+            }),
+            None => None,
+        };
+        if !pod.as_ref().is_some_and(|p| reads_the_file(p, secret)) {
+            without.push(node.name_any());
+        }
+    }
+    without
+}
+
+/// Whether `pod`'s hooks read the operator password from a mount of `secret`.
+fn reads_the_file(pod: &Pod, secret: &str) -> bool {
+    let annotated = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(annotations::OPERATOR_PASSWORD_FILE));
+    let mounts = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .filter_map(|v| v.secret.as_ref()?.secret_name.as_deref())
+        .any(|name| name == secret);
+    annotated && mounts
+}
+
+fn refused_note(reference: &SecretKeyRef) -> String {
+    format!(
+        "the operator password in Secret {} key {} is '-' or has a line break, which a \
+         member refuses at start: it is not rotated in",
+        reference.name, reference.key
+    )
+}
+
+/// The Events of a pass, with their notes.
+fn notes<R>(outcome: &Outcome, reasons: Reasons<R>) -> Vec<(R, String)> {
+    let mut notes = Vec::new();
+    if !outcome.new_added.is_empty() {
+        let until = outcome
+            .rotation
+            .as_ref()
+            .map(|r| format!(" until {} at the earliest", r.previous_until))
+            .unwrap_or_default();
+        notes.push((
+            reasons.added,
+            format!(
+                "the new operator password works on {}; the previous one still does{until}",
+                outcome.new_added.join(", ")
+            ),
+        ));
+    }
+    if !outcome.switched.is_empty() {
+        notes.push((
+            reasons.switched,
+            format!(
+                "{} log in to the other members with the new operator password",
+                outcome.switched.join(", ")
+            ),
+        ));
+    }
+    if !outcome.previous_dropped.is_empty() {
+        notes.push((
+            reasons.dropped,
+            format!(
+                "only the new operator password works on {} now",
+                outcome.previous_dropped.join(", ")
+            ),
+        ));
+    }
+    if !outcome.failed.is_empty() {
+        let failed: Vec<String> = outcome
+            .failed
+            .iter()
+            .map(|(member, answer)| format!("{member}: {answer}"))
+            .collect();
+        notes.push((
+            reasons.refused,
+            format!(
+                "the operator password could not be changed on {}",
+                failed.join("; ")
+            ),
+        ));
+    }
+    notes
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{PodSpec, SecretVolumeSource, Volume};
+
+    use super::*;
+
+    fn pod(annotated: bool, mounted: Option<&str>) -> Pod {
+        let mut pod = Pod::default();
+        if annotated {
+            pod.metadata.annotations = Some(
+                [(
+                    annotations::OPERATOR_PASSWORD_FILE.to_string(),
+                    "/etc/valkey-operator/operator/password".to_string(),
+                )]
+                .into(),
+            );
+        }
+        pod.spec = Some(PodSpec {
+            volumes: Some(
+                mounted
+                    .map(|name| Volume {
+                        name: "operator-password".into(),
+                        secret: Some(SecretVolumeSource {
+                            secret_name: Some(name.into()),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    })
+                    .into_iter()
+                    .collect(),
+            ),
+            ..Default::default()
+        });
+        pod
+    }
+
+    #[test]
+    fn only_a_pod_mounting_the_current_secret_lets_the_previous_password_go() {
+        assert!(reads_the_file(&pod(true, Some("op")), "op"));
+        // Not rolled yet onto the Secret the spec names now.
+        assert!(!reads_the_file(&pod(true, Some("old-op")), "op"));
+        // An older operator's template.
+        assert!(!reads_the_file(&pod(false, None), "op"));
+        assert!(!reads_the_file(&pod(false, Some("op")), "op"));
+    }
+}

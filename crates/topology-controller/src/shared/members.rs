@@ -1,0 +1,83 @@
+//! What every topology's member ValkeyNodes share: the address a member announces, its TLS,
+//! the soft spread over hosts and zones, and whether a built member differs from the live one.
+
+use std::collections::BTreeMap;
+
+use crd_types::ValkeyNode;
+use crd_types::names::{self, ports};
+use crd_types::template::{Announce, Tls, TopologyTls};
+use k8s_openapi::api::core::v1::TopologySpreadConstraint;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::ResourceExt;
+
+use crate::shared::member_facts::Address;
+
+/// Spread over Kubernetes nodes, and over zones when the nodes carry one.
+pub const SPREAD_KEYS: [&str; 2] = ["kubernetes.io/hostname", "topology.kubernetes.io/zone"];
+
+/// Where the member's Valkey is reached: the address it announces (its Service's ClusterIP,
+/// or with `announce: PodIP` its pod's IP), once known.
+pub fn announced_address(node: &ValkeyNode) -> Option<Address> {
+    let status = node.status.as_ref()?;
+    let ip = match node.spec.template.announce {
+        Announce::Service => status.endpoint.as_ref()?.cluster_ip.clone(),
+        Announce::PodIP => status.workload.as_ref()?.pod_ip.clone(),
+    }?;
+    if ip.is_empty() || ip == "None" {
+        return None;
+    }
+    Some(Address {
+        ip,
+        port: ports::VALKEY as u16,
+        bus_port: ports::CLUSTER_BUS as u16,
+    })
+}
+
+/// Whether the live member differs from `built`: spec, our labels, owner. The spec is
+/// compared exactly (not with `operator_runtime::is_applied`): a directive removed from the
+/// template must reach the member, and a subset check would not see a map shrink.
+pub fn needs_apply(built: &ValkeyNode, live: &ValkeyNode) -> bool {
+    let spec = |n: &ValkeyNode| serde_json::to_value(&n.spec).ok();
+    let labels_kept = built
+        .labels()
+        .iter()
+        .all(|(k, v)| live.labels().get(k) == Some(v));
+    spec(built) != spec(live) || !labels_kept || live.owner_references().is_empty()
+}
+
+/// The `spec.tls` member `member` of a topology with `spec` runs with: the user's Secret,
+/// or the one the operator issues it; a plain-text client port too where the spec asks for
+/// one and the member is a data node (`data`): sentinels serve TLS only.
+pub fn member_tls(spec: &TopologyTls, member: &str, data: bool) -> Tls {
+    Tls {
+        secret_name: spec
+            .secret_name
+            .clone()
+            .unwrap_or_else(|| names::member_tls_secret_name(member)),
+        auth_clients: spec.auth_clients,
+        plain_text_clients: data && spec.plain_text_clients,
+    }
+}
+
+/// Adds, per spread key (host, zone) the user did not already constrain, a soft constraint
+/// (ScheduleAnyway, max skew 1) over the pods `selector` matches.
+pub fn spread_softly(
+    constraints: &mut Vec<TopologySpreadConstraint>,
+    selector: &BTreeMap<String, String>,
+) {
+    for key in SPREAD_KEYS {
+        if constraints.iter().any(|c| c.topology_key == key) {
+            continue;
+        }
+        constraints.push(TopologySpreadConstraint {
+            topology_key: key.to_string(),
+            max_skew: 1,
+            when_unsatisfiable: "ScheduleAnyway".to_string(),
+            label_selector: Some(LabelSelector {
+                match_labels: Some(selector.clone()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
+}

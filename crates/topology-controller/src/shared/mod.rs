@@ -1,0 +1,29 @@
+//! What every topology kind shares: the Valkey seams, passwords, users, TLS and the CA,
+//! NetworkPolicy and disruption budgets, member status, and the parsers that know no slots.
+
+pub mod acl;
+pub mod auth;
+pub mod ca_replacement;
+pub mod commands;
+pub mod connections;
+pub mod default_password;
+pub mod disruption;
+pub mod execute;
+#[cfg(test)]
+pub mod fake;
+pub mod guard;
+pub mod info;
+pub mod issuer;
+pub mod live;
+pub mod member_facts;
+pub mod member_status;
+pub mod members;
+pub mod network;
+pub mod operator_password;
+pub mod owned;
+pub mod roll;
+pub mod storage;
+pub mod target;
+pub mod tls;
+pub mod users;
+pub mod vitals;
