@@ -121,6 +121,9 @@ pub enum Phase {
     Degraded,
     /// Not serving.
     Failed,
+    /// The `valkey.rs/paused` annotation is set: topology-controller takes no step (no
+    /// roll, scaling, failover following or rotation) while Valkey keeps serving.
+    Paused,
 }
 
 impl Phase {
@@ -132,6 +135,7 @@ impl Phase {
             Phase::Updating => "Updating",
             Phase::Degraded => "Degraded",
             Phase::Failed => "Failed",
+            Phase::Paused => "Paused",
         }
     }
 }

@@ -52,6 +52,10 @@ pub mod annotations {
     /// replaces the CA (a key that may have leaked). topology-controller writes the value it
     /// answered on `<topology>-ca-key`; one set at creation asks for nothing.
     pub const REPLACE_CA: &str = "valkey.rs/replace-ca";
+    /// On a ValkeyCluster or ValkeyReplication: while set (to any value), topology-controller
+    /// takes no step on it (no roll, scaling, failover following or rotation) and its status
+    /// says `Paused`; Kubernetes and Valkey keep serving.
+    pub const PAUSED: &str = "valkey.rs/paused";
 }
 
 /// Server-side-apply field managers: one per controller, so each owns its fields and

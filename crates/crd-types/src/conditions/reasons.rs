@@ -201,6 +201,9 @@ reasons! {
         Degraded,
         /// Not serving.
         Failed,
+        /// Paused (`valkey.rs/paused`): the status (True or False) is the last one seen
+        /// before the pause; nothing is looked at until it is removed.
+        Paused,
     }
 }
 
@@ -208,6 +211,8 @@ reasons! {
     /// Why topology-controller waits instead of taking a step: the reason of `Progressing`
     /// (status False) while it waits.
     Waiting for types::PROGRESSING {
+        /// The `valkey.rs/paused` annotation is set: no step is taken until it is removed.
+        Paused,
         /// No member's Valkey answers yet.
         NoMemberAnswers,
         /// A new topology forms only once every member answers.
@@ -417,6 +422,7 @@ impl From<Phase> for TopologyReady {
             Phase::Updating => TopologyReady::Updating,
             Phase::Degraded => TopologyReady::Degraded,
             Phase::Failed => TopologyReady::Failed,
+            Phase::Paused => TopologyReady::Paused,
         }
     }
 }
