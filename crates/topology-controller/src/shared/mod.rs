@@ -8,6 +8,7 @@ pub mod commands;
 pub mod connections;
 pub mod default_password;
 pub mod disruption;
+pub mod events;
 pub mod execute;
 #[cfg(test)]
 pub mod fake;

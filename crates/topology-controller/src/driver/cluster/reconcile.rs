@@ -1,17 +1,20 @@
-//! One reconcile of a ValkeyCluster, as stages:
+//! One reconcile of a ValkeyCluster, in typed stages, each taking the one before:
 //!
-//! 1. fetch: the cluster and the ValkeyNodes labelled as its members;
-//! 2. apply: the password Secrets ([`crate::driver::shared::secrets`]) and the members the spec asks for;
-//! 3. observe: ask every member's Valkey what it sees ([`crate::driver::cluster::connect`]);
-//! 4. decide (pure, `plan::decide`) and report (pure, `status`): the one next step, and the
-//!    status that says so, written before the step runs (a migration can take a while);
-//! 5. execute the step (`execute`, over the connections and [`crate::driver::shared::objects`]);
-//! 6. publish its Event.
+//! 1. [`stages::fetch`]: the cluster and the ValkeyNodes labelled as its members; a paused
+//!    cluster stops here ([`stages::report_paused`]);
+//! 2. [`prepare`]: the password Secrets, its TLS, the members the spec asks for, the
+//!    disruption budgets and the NetworkPolicy ([`Prepared`]);
+//! 3. [`observe`]: every member's Valkey asked what it sees ([`Seen`], with the
+//!    connections, closed in one place at the end);
+//! 4. [`credentials`]: the passes over `spec.users`, the passwords and the certificates;
+//! 5. [`decide`] (pure): the planner's one next step and the status that says so ([`Decided`]);
+//! 6. [`carry_out`]: status written first (a migration can take a while), the step run, its
+//!    Event published.
 //!
-//! The connections opened in 3 are closed in one place, whatever happens after. The next
-//! reconcile starts from what Valkey and the API server say; the one thing kept in memory is
-//! how often each step was taken on an unchanged cluster (the planner's progress check,
-//! [`topology_controller::cluster::plan::progress`]), which a restart forgets harmlessly.
+//! The next reconcile starts from what Valkey and the API server say; the one thing kept in
+//! memory is how often each step was taken on an unchanged cluster (the planner's progress
+//! check, [`topology_controller::cluster::plan::progress`]), which a restart forgets
+//! harmlessly.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -19,25 +22,20 @@ use std::time::Duration;
 
 use crd_types::cluster::{Phase, ValkeyClusterStatus};
 use crd_types::conditions::reasons::Waiting;
-use crd_types::conditions::{self, ConditionSpec};
-use crd_types::names::{self, labels};
-use crd_types::rotation::CaReplacement;
+use crd_types::conditions::{self};
+use crd_types::names;
 use crd_types::rotation::PasswordRotation;
-use crd_types::{ValkeyCluster, ValkeyNode, ValkeyNodeStatus};
-use k8s_openapi::api::core::v1::{Pod, Secret};
-use k8s_openapi::api::networking::v1::NetworkPolicy;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use crd_types::{ValkeyCluster, ValkeyNode};
 use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
 use kube::runtime::controller::Action;
-use kube::{Api, ResourceExt};
 use operator_runtime::controller::ReconcileContext;
-use operator_runtime::{ApiResultExt, Context, ObjectName, Op, apply};
-use topology_controller::cluster::events::{ClusterEvent, step_event};
+use topology_controller::cluster::events::step_event;
 use topology_controller::cluster::execute::{Done, execute};
 use topology_controller::cluster::member_status::member_status;
 use topology_controller::cluster::members;
 use topology_controller::cluster::model::Shape;
-use topology_controller::cluster::plan::progress::{Attempts, Seen};
+use topology_controller::cluster::plan::progress::{Attempts, Seen as Unchanged};
 use topology_controller::cluster::plan::{self, Circumstances, Step};
 use topology_controller::cluster::status::{self, Inputs};
 use topology_controller::cluster::survey::{self, switchover_outcome};
@@ -46,20 +44,22 @@ use topology_controller::shared::auth;
 use topology_controller::shared::connections::Connections;
 use topology_controller::shared::default_password;
 use topology_controller::shared::disruption;
-use topology_controller::shared::member_status::{member_status_changed, versions_in_play};
+use topology_controller::shared::member_status::versions_in_play;
 use topology_controller::shared::network;
 use topology_controller::shared::operator_password;
+use topology_controller::shared::storage::headroom;
 use topology_controller::shared::users::{self, Checks, Member};
 
 use crate::driver::cluster::connect::{self, Observed};
 use crate::driver::cluster::members::ClusterMembers;
 use crate::driver::shared::error::Error;
-use crate::driver::shared::objects::{self, fetch_with_members};
+use crate::driver::shared::member_tls;
 use crate::driver::shared::password_look::PasswordLook;
 use crate::driver::shared::pulse::Pulse;
 use crate::driver::shared::secrets::{self, Passwords};
-use crate::driver::shared::valkey::{Conn, DataLoginOf, OperatorConn};
-use crate::driver::shared::{acl_users, member_tls, operator_rotation, password_rotation};
+use crate::driver::shared::stages::{self, Apis, Credentials, Live};
+use crate::driver::shared::topology::Topology;
+use crate::driver::shared::valkey::{Conn, DataLoginOf, Login, OperatorConn};
 
 /// How soon to look again after a step was carried out, and while waiting (2 s: formation
 /// waits on replication and gossip, and each wait shows in time to Ready).
@@ -80,7 +80,7 @@ pub struct Shared {
     /// Between two looks at a Ready cluster with nothing to do: only a backstop.
     pub idle_look: Duration,
     /// Whether a primary whose server Kubernetes shows not running is replaced at once
-    /// (`CLUSTER FAILOVER FORCE`, [`crate::plan`]'s gone rule) rather than by Valkey's own
+    /// (`CLUSTER FAILOVER FORCE`, the planner's gone rule) rather than by Valkey's own
     /// election after cluster-node-timeout.
     pub forced_failover: bool,
     /// The namespace topology-controller runs in (its pods may reach the members).
@@ -92,114 +92,132 @@ pub struct Shared {
     pub attempts: Mutex<HashMap<(String, String), Attempts>>,
 }
 
-/// The API handles of one namespace, and the field manager every write uses.
-struct Apis {
-    namespace: String,
-    clusters: Api<ValkeyCluster>,
-    nodes: Api<ValkeyNode>,
-    secrets: Api<Secret>,
-    budgets: Api<PodDisruptionBudget>,
-    policies: Api<NetworkPolicy>,
-    pods: Api<Pod>,
-    field_manager: &'static str,
+type Ctx = ReconcileContext<Shared>;
+
+/// Stage 2's output: the cluster with its Secrets read, its members and objects applied.
+struct Prepared {
+    live: Live<ValkeyCluster>,
+    passwords: Passwords,
+    login: Option<Login>,
+    /// The members as they are after applying.
+    nodes: Vec<ValkeyNode>,
+    policy_refused: bool,
 }
 
-/// What the API server holds: the cluster, its members, and ValkeyNodes with a member's
-/// label it does not own (never taken over).
-struct Live {
-    cluster: ValkeyCluster,
-    owned: Vec<ValkeyNode>,
-    foreign: Vec<ValkeyNode>,
+/// Stage 3's output: what every member's Valkey answered, and the open connections.
+struct Seen {
+    prepared: Prepared,
+    observed: Observed,
+    connections: Connections<Conn>,
 }
 
-pub async fn reconcile(
-    cached: Arc<ValkeyCluster>,
-    ctx: Arc<ReconcileContext<Shared>>,
-) -> Result<Action, Error> {
-    let apis = apis(&ctx.runtime, &cached)?;
+/// Stage 5's output: the step, and the status that says it.
+struct Decided {
+    step: Step,
+    shape: Shape,
+    planned: ValkeyClusterStatus,
+    /// Members' views or shard ids differ: only gossip is awaited.
+    gossip: bool,
+    /// When to look again while idle and Ready.
+    idle: Duration,
+}
+
+pub async fn reconcile(cached: Arc<ValkeyCluster>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let apis = Apis::of(&ctx.runtime, cached.as_ref())?;
     let name = cached.name_any();
-    let Some(live) = fetch(&apis, &name).await? else {
-        ctx.data.pulse.forget(&apis.namespace, &name);
-        ctx.data.password_look.forget(&apis.namespace, &name);
-        let key = (apis.namespace.clone(), name.clone());
-        ctx.data.attempts.lock().unwrap().remove(&key);
+    let Some(live) = stages::fetch(&apis, &name).await? else {
+        forget(&ctx, &apis.namespace, &name);
         return Ok(Action::await_change());
     };
-    // Passwords before members, so a member's pod finds its Secrets when it starts.
-    let mut passwords = secrets::prepare(
-        &apis.secrets,
-        &live.cluster,
-        !live.owned.is_empty(),
-        apis.field_manager,
-    )
-    .await?;
+    if live.topology.paused() {
+        stages::report_paused(&apis, &live.topology).await?;
+        return Ok(Action::await_change());
+    }
+    let prepared = prepare(&ctx, &apis, live).await?;
+    let seen = observe(&ctx, &apis, prepared).await;
+    let credentials = credentials(&ctx, &apis, &seen).await;
+    let decided = decide(&ctx.data, &apis, &seen, &credentials);
+    let outcome = carry_out(&ctx, &apis, &seen, &credentials, decided).await;
+    seen.connections.close().await;
+    outcome
+}
+
+/// A cluster that is gone: nothing follows it any more.
+fn forget(ctx: &Ctx, namespace: &str, name: &str) {
+    ctx.data.pulse.forget(namespace, name);
+    ctx.data.password_look.forget(namespace, name);
+    let key = (namespace.to_string(), name.to_string());
+    ctx.data.attempts.lock().unwrap().remove(&key);
+}
+
+/// Passwords before members, so a member's pod finds its Secrets when it starts; members
+/// only once their certificates can be issued; then the budgets and the policy.
+async fn prepare(
+    ctx: &Ctx,
+    apis: &Apis<ValkeyCluster>,
+    live: Live<ValkeyCluster>,
+) -> Result<Prepared, Error> {
+    let cluster = &live.topology;
+    let name = cluster.name_any();
+    let members_exist = !live.owned.is_empty();
+    let mut passwords =
+        secrets::prepare(&apis.secrets, cluster, members_exist, apis.field_manager).await?;
+    let (default_secret, operator_secret) = auth::cluster_secrets(cluster);
+    let followed = vec![
+        (default_secret.reference, passwords.default.as_deref().ok()),
+        (
+            operator_secret.reference,
+            passwords.operator.as_deref().ok(),
+        ),
+    ];
     ctx.data
         .password_look
-        .follow(&apis.secrets, &apis.namespace, &name, {
-            let (default_secret, operator_secret) = auth::cluster_secrets(&live.cluster);
-            vec![
-                (default_secret.reference, passwords.default.as_deref().ok()),
-                (
-                    operator_secret.reference,
-                    passwords.operator.as_deref().ok(),
-                ),
-            ]
-        });
-    let reading = member_tls::Reading {
-        topology: &live.cluster,
-        spec: live.cluster.spec.tls.as_ref(),
-        label_key: labels::CLUSTER,
-        members: &live.owned,
-        bus: true,
-    };
-    let reasons = (
-        ClusterEvent::CertificateIssued,
-        ClusterEvent::CertificateRefused,
-    );
-    let tls = member_tls::read(
-        &ctx.runtime,
-        &apis.secrets,
-        apis.field_manager,
-        reading,
-        reasons,
-    )
-    .await?;
+        .follow(&apis.secrets, &apis.namespace, &name, followed);
+    let tls = stages::read_tls(&ctx.runtime, apis, &live).await?;
     passwords.tls_problem = tls.as_ref().and_then(|t| t.as_ref().err().cloned());
-    let nodes = match member_tls::holds_new_members(
-        live.cluster.spec.tls.as_ref(),
-        tls.as_ref(),
-        &live.owned,
-    ) {
-        true => Vec::new(),
-        false => apply_members(&apis, &live).await?,
-    };
-    apply_budgets(&apis, &live.cluster, &nodes).await?;
-    let policy = objects::apply_owned(
-        &apis.policies,
-        &apis.namespace,
-        &network::policies_selector(labels::CLUSTER, &name),
-        &network::cluster_policy(&live.cluster, &ctx.data.operator_namespace),
-        apis.field_manager,
-    )
-    .await;
-    let policy_refused = policy.is_err();
-    if let Err(e) = policy {
-        // Reported, not fatal: failovers and rolls must not wait on a policy.
-        let note = operator_runtime::error_chain(&e);
-        tracing::warn!(cluster = %name, error = %note, "network policy not applied");
-        let reason = ClusterEvent::NetworkPolicyRefused;
-        ctx.runtime
-            .events
-            .publish(&live.cluster, reason, note, None)
-            .await;
-    }
+    let shape = Shape::of(cluster);
+    let wanted = shape
+        .positions()
+        .into_iter()
+        .map(|at| (names::cluster_member_name(&name, at.shard, at.member), at));
+    let build = |at, allowed| members::member(cluster, at, allowed);
+    let nodes = stages::apply_members(apis, &live, tls.as_ref(), wanted, build).await?;
+    let budgets = disruption::cluster_budgets(cluster, &budget_shards(&shape, &nodes));
+    stages::apply_budgets(apis, cluster, &budgets).await?;
+    let policy = network::cluster_policy(cluster, &ctx.data.operator_namespace);
+    let policy_refused = stages::apply_policy(&ctx.runtime, apis, cluster, policy).await;
     let login = member_tls::login(
         &passwords.operator,
         passwords.operator_applied.as_ref(),
         tls,
     );
-    let (mut observed, connections) = connect::observe(nodes, login.as_ref()).await;
-    if let Some(login) = &login {
+    Ok(Prepared {
+        live,
+        passwords,
+        login,
+        nodes,
+        policy_refused,
+    })
+}
+
+/// A budget per shard the spec asks for or that still has members (a leaving shard keeps
+/// its budget until its members are gone).
+fn budget_shards(shape: &Shape, members: &[ValkeyNode]) -> BTreeSet<u32> {
+    let mut shards: BTreeSet<u32> = (0..shape.shards).collect();
+    shards.extend(
+        members
+            .iter()
+            .filter_map(|n| Some(members::position_of(n)?.shard)),
+    );
+    shards
+}
+
+/// Asks every member, has the pulse follow them, and reads the pods of silent members.
+async fn observe(ctx: &Ctx, apis: &Apis<ValkeyCluster>, prepared: Prepared) -> Seen {
+    let name = prepared.live.topology.name_any();
+    let nodes = prepared.nodes.clone();
+    let (mut observed, connections) = connect::observe(nodes, prepared.login.as_ref()).await;
+    if let Some(login) = &prepared.login {
         let addresses = observed
             .members
             .iter()
@@ -210,153 +228,19 @@ pub async fn reconcile(
             .follow(&apis.namespace, &name, addresses, login);
     }
     if ctx.data.forced_failover {
-        mark_gone_servers(&apis, &mut observed).await;
+        mark_gone_servers(apis, &mut observed).await;
     }
-    let users = users(&ctx, &apis, &live.cluster, &observed, &connections).await;
-    let rotations = passwords_pass(
-        &ctx,
-        &apis,
-        &live.cluster,
-        &passwords,
-        &observed,
-        &connections,
-    )
-    .await;
-    let mut ca_replacement = None;
-    if let Some(login) = &login {
-        let members: Vec<member_tls::Member<'_>> = observed
-            .members
-            .iter()
-            .filter_map(|m| {
-                let address = m.address.as_ref()?;
-                Some(member_tls::Member {
-                    name: &m.name,
-                    ip: &address.ip,
-                    port: address.port,
-                })
-            })
-            .collect();
-        let reasons = (
-            ClusterEvent::CertificateReloaded,
-            ClusterEvent::CertificateRefused,
-        );
-        member_tls::reload(
-            &ctx.runtime,
-            &live.cluster,
-            login,
-            &members,
-            &connections,
-            reasons,
-        )
-        .await;
-        let refused = ClusterEvent::CertificateRefused;
-        member_tls::report_untrusted(&ctx.runtime, &live.cluster, login, &members, refused).await;
-        ca_replacement = member_tls::advance_ca(
-            &ctx.runtime,
-            &apis.secrets,
-            apis.field_manager,
-            &live.cluster,
-            login,
-            &member_tls::dialled(&live.owned, &members),
-            (ClusterEvent::CertificateIssued, refused),
-        )
-        .await;
+    Seen {
+        prepared,
+        observed,
+        connections,
     }
-    let outcome = act(
-        &ctx.runtime,
-        &ctx.data.attempts,
-        topology_controller::shared::users::idle_look(
-            network::idle_look(ctx.data.idle_look, policy_refused),
-            live.cluster.spec.users.is_some() || live.cluster.spec.tls.is_some(),
-        )
-        .min(password_rotation::next_look(&rotations).unwrap_or(Duration::MAX)),
-        &apis,
-        &live,
-        &passwords,
-        &observed,
-        &connections,
-        users.as_ref(),
-        &rotations,
-        ca_replacement,
-    )
-    .await;
-    connections.close().await;
-    outcome
-}
-
-fn apis(ctx: &Context, cluster: &ValkeyCluster) -> Result<Apis, Error> {
-    let namespace = cluster.namespace().ok_or_else(|| Error::Invalid {
-        kind: "ValkeyCluster",
-        name: cluster.name_any(),
-        field: "metadata.namespace",
-    })?;
-    let client = ctx.client.clone();
-    Ok(Apis {
-        clusters: Api::namespaced(client.clone(), &namespace),
-        nodes: Api::namespaced(client.clone(), &namespace),
-        secrets: Api::namespaced(client.clone(), &namespace),
-        budgets: Api::namespaced(client.clone(), &namespace),
-        policies: Api::namespaced(client.clone(), &namespace),
-        pods: Api::namespaced(client, &namespace),
-        namespace,
-        field_manager: ctx.field_manager,
-    })
-}
-
-/// The cluster as it is now (the cache may lag behind the status written a moment ago) and
-/// its members; `None` when it is gone or going.
-async fn fetch(apis: &Apis, name: &str) -> Result<Option<Live>, Error> {
-    let fetched = fetch_with_members(
-        &apis.clusters,
-        &apis.nodes,
-        &apis.namespace,
-        name,
-        labels::CLUSTER,
-    )
-    .await?;
-    Ok(fetched.map(|(cluster, owned, foreign)| Live {
-        cluster,
-        owned,
-        foreign,
-    }))
-}
-
-/// Creates the members the spec asks for and updates the changed ones; the members as they
-/// are afterwards (leaving ones included: the planner removes them).
-async fn apply_members(apis: &Apis, live: &Live) -> Result<Vec<ValkeyNode>, Error> {
-    let name = live.cluster.name_any();
-    let mut owned = live.owned.clone();
-    for at in Shape::of(&live.cluster).positions() {
-        let member_name = names::cluster_member_name(&name, at.shard, at.member);
-        if live.foreign.iter().any(|n| n.name_any() == member_name) {
-            continue; // reported by the planner, never taken over
-        }
-        let existing = owned.iter().position(|n| n.name_any() == member_name);
-        let allowed = existing.and_then(|i| owned[i].spec.allowed_revision.clone());
-        let built = members::member(&live.cluster, at, allowed);
-        if existing
-            .is_some_and(|i| !topology_controller::shared::members::needs_apply(&built, &owned[i]))
-        {
-            continue;
-        }
-        let applied = apply::apply(&apis.nodes, &member_name, &built, apis.field_manager)
-            .await
-            .on(
-                Op::Apply,
-                ObjectName::new::<ValkeyNode>(&apis.namespace, &member_name),
-            )?;
-        match existing {
-            Some(i) => owned[i] = applied,
-            None => owned.push(applied),
-        }
-    }
-    Ok(owned)
 }
 
 /// For each member that did not answer, what its pod says of its server
 /// ([`members::server_gone`]), read fresh: a status written earlier may be stale. Costs a
 /// read only while a member does not answer; a pod that cannot be read says nothing.
-async fn mark_gone_servers(apis: &Apis, observed: &mut Observed) {
+async fn mark_gone_servers(apis: &Apis<ValkeyCluster>, observed: &mut Observed) {
     for (node, member) in observed.nodes.iter().zip(observed.members.iter_mut()) {
         if member.reply.is_some() {
             continue;
@@ -378,48 +262,17 @@ async fn mark_gone_servers(apis: &Apis, observed: &mut Observed) {
     }
 }
 
-/// A budget per shard the spec asks for or that still has members (a leaving shard keeps
-/// its budget until its members are gone).
-async fn apply_budgets(
-    apis: &Apis,
-    cluster: &ValkeyCluster,
-    members: &[ValkeyNode],
-) -> Result<(), Error> {
-    let mut shards: BTreeSet<u32> = (0..Shape::of(cluster).shards).collect();
-    shards.extend(
-        members
-            .iter()
-            .filter_map(|n| Some(members::position_of(n)?.shard)),
-    );
-    let wanted = disruption::cluster_budgets(cluster, &shards);
-    let selector = disruption::budgets_selector(labels::CLUSTER, &cluster.name_any());
-    objects::apply_owned(
-        &apis.budgets,
-        &apis.namespace,
-        &selector,
-        &wanted,
-        apis.field_manager,
-    )
-    .await?;
-    Ok(())
-}
-
-/// With `spec.users`, the `UsersReady` condition after a pass over the users.
-async fn users(
-    ctx: &ReconcileContext<Shared>,
-    apis: &Apis,
-    cluster: &ValkeyCluster,
-    observed: &Observed,
-    connections: &Connections<Conn>,
-) -> Option<ConditionSpec> {
-    let users = cluster.spec.users.as_deref()?;
+/// The passes over `spec.users`, the passwords and, with TLS, the certificates.
+async fn credentials(ctx: &Ctx, apis: &Apis<ValkeyCluster>, seen: &Seen) -> Credentials {
+    let (observed, connections) = (&seen.observed, &seen.connections);
+    let cluster = &seen.prepared.live.topology;
     let builds: Vec<Option<String>> = observed
         .nodes
         .iter()
         .zip(&observed.versions)
         .map(|(node, version)| Some(users::build(version.as_deref()?, node)))
         .collect();
-    let members: Vec<Member<'_, Conn>> = observed
+    let user_members: Vec<Member<'_, Conn>> = observed
         .members
         .iter()
         .zip(&builds)
@@ -429,31 +282,51 @@ async fn users(
             conn: connections.find(&m.name),
         })
         .collect();
-    let current = cluster.status.as_ref().map(|s| s.conditions.as_slice());
-    let pass = acl_users::Pass {
-        secrets: &apis.secrets,
-        label_key: labels::CLUSTER,
-        checks: &ctx.data.user_checks,
-        current: current.unwrap_or_default(),
-        field_manager: apis.field_manager,
-    };
-    let reasons = (ClusterEvent::UsersApplied, ClusterEvent::UsersRefused);
-    Some(
-        pass.run(&ctx.runtime, cluster, users, &members, reasons)
-            .await,
-    )
+    let checks = &ctx.data.user_checks;
+    let users = stages::users_pass(&ctx.runtime, apis, checks, cluster, &user_members).await;
+    let rotations = passwords_pass(ctx, apis, seen).await;
+    let mut ca = None;
+    if let Some(login) = &seen.prepared.login {
+        let members: Vec<member_tls::Member<'_>> = observed
+            .members
+            .iter()
+            .filter_map(|m| {
+                let address = m.address.as_ref()?;
+                Some(member_tls::Member {
+                    name: &m.name,
+                    ip: &address.ip,
+                    port: address.port,
+                })
+            })
+            .collect();
+        let live = &seen.prepared.live;
+        ca = stages::certificates_pass(
+            &ctx.runtime,
+            apis,
+            live,
+            login,
+            connections,
+            members,
+            vec![],
+        )
+        .await;
+    }
+    Credentials {
+        users,
+        rotations,
+        ca,
+    }
 }
 
 /// The rotations under way after a pass over the data nodes (a cluster's members are all
 /// data nodes) for the default password, and one for the operator password.
 async fn passwords_pass(
-    ctx: &ReconcileContext<Shared>,
-    apis: &Apis,
-    cluster: &ValkeyCluster,
-    passwords: &Passwords,
-    observed: &Observed,
-    connections: &Connections<Conn>,
+    ctx: &Ctx,
+    apis: &Apis<ValkeyCluster>,
+    seen: &Seen,
 ) -> Vec<PasswordRotation> {
+    let (observed, connections) = (&seen.observed, &seen.connections);
+    let (cluster, passwords) = (&seen.prepared.live.topology, &seen.prepared.passwords);
     let members: Vec<default_password::Member<'_, Conn>> = observed
         .members
         .iter()
@@ -480,81 +353,30 @@ async fn passwords_pass(
             conn: conn.as_ref(),
         })
         .collect();
-    let recorded = cluster
-        .status
-        .as_ref()
-        .map(|s| s.password_rotations.as_slice())
-        .unwrap_or_default();
-    let reasons = password_rotation::Reasons {
-        added: ClusterEvent::DefaultPasswordAdded,
-        dropped: ClusterEvent::PreviousPasswordDropped,
-        refused: ClusterEvent::DefaultPasswordRefused,
-    };
-    let (default_secret, operator_secret) = auth::cluster_secrets(cluster);
-    let auth = cluster.spec.auth.as_ref();
-    // At once: each pass is bounded, and both run before the step.
-    let (mut rotations, operator) = futures::join!(
-        password_rotation::run(
-            &ctx.runtime,
-            cluster,
-            auth,
-            password_rotation::DATA_NODES,
-            password_rotation::Password {
-                version: passwords.default_version.as_deref(),
-                reference: &default_secret.reference,
-                value: &passwords.default,
-            },
-            recorded,
-            &members,
-            reasons,
-        ),
-        operator_rotation::run(
-            &ctx.runtime,
-            operator_rotation::Apis {
-                secrets: &apis.secrets,
-                pods: &apis.pods,
-                label_key: labels::CLUSTER,
-                field_manager: apis.field_manager,
-            },
-            cluster,
-            auth,
-            password_rotation::Password {
-                version: passwords.operator_version.as_deref(),
-                reference: &operator_secret.reference,
-                value: &passwords.operator,
-            },
-            passwords.operator_applied.as_ref(),
-            recorded,
-            &operator_members,
-            &observed.nodes,
-            operator_rotation::Reasons {
-                added: ClusterEvent::OperatorPasswordAdded,
-                switched: ClusterEvent::OperatorLoginsSwitched,
-                dropped: ClusterEvent::PreviousPasswordDropped,
-                refused: ClusterEvent::OperatorPasswordRefused,
-            },
-        )
-    );
-    rotations.extend(operator);
-    rotations
+    let nodes = &observed.nodes;
+    stages::password_passes(
+        &ctx.runtime,
+        apis,
+        cluster,
+        passwords,
+        &members,
+        &operator_members,
+        nodes,
+    )
+    .await
 }
 
-/// Decides, reports, executes and publishes.
-#[allow(clippy::too_many_arguments)]
-async fn act(
-    ctx: &Context,
-    attempts: &Mutex<HashMap<(String, String), Attempts>>,
-    idle: Duration,
-    apis: &Apis,
-    live: &Live,
-    passwords: &Passwords,
-    observed: &Observed,
-    connections: &Connections<Conn>,
-    users: Option<&ConditionSpec>,
-    rotations: &[PasswordRotation],
-    ca_replacement: Option<CaReplacement>,
-) -> Result<Action, Error> {
-    let cluster = &live.cluster;
+/// The planner's step on what was seen, and the status that says so (pure).
+fn decide(
+    shared: &Shared,
+    apis: &Apis<ValkeyCluster>,
+    seen: &Seen,
+    credentials: &Credentials,
+) -> Decided {
+    let Prepared {
+        live, passwords, ..
+    } = &seen.prepared;
+    let (cluster, observed) = (&live.topology, &seen.observed);
     let shape = Shape {
         replication_password: passwords.operator.as_deref().ok().map(|p| {
             let previous = passwords.operator_applied.as_ref().map(|a| a.fallbacks(p));
@@ -563,9 +385,9 @@ async fn act(
         ..Shape::of(cluster)
     };
     let refused: Vec<&str> = observed.login_refused.iter().map(String::as_str).collect();
-    let foreign = live.foreign.first().map(ResourceExt::name_any);
+    let foreign = live.foreign_member();
     let key = (apis.namespace.clone(), cluster.name_any());
-    let tried = attempts.lock().unwrap().get(&key).cloned();
+    let tried = shared.attempts.lock().unwrap().get(&key).cloned();
     let step = plan::decide(
         &shape,
         &observed.members,
@@ -585,48 +407,90 @@ async fn act(
         },
     );
     let survey = survey::survey(&shape, &observed.members);
-    let report = |step_error: Option<&str>| {
-        let now = Timestamp::now();
-        let mut status = ValkeyClusterStatus {
-            storage: topology_controller::shared::storage::headroom(&live.owned),
-            versions: versions_in_play(observed.versions.iter().map(Option::as_deref)),
-            ..status::cluster_status(Inputs {
-                shape: &shape,
-                members: &observed.members,
-                survey: &survey,
-                step: &step,
-                step_error,
-                switchover: switchover_outcome(&shape, &observed.members),
-                current: cluster.status.as_ref(),
-                generation: cluster.metadata.generation,
-                now,
-            })
-        };
-        let current = cluster.status.as_ref().map(|s| s.conditions.as_slice());
-        let generation = cluster.metadata.generation;
-        acl_users::report(&mut status.conditions, current, users, generation, now);
-        status.password_rotations = rotations.to_vec();
-        status.ca_replacement = ca_replacement.clone();
-        status
-    };
+    let planned = report(seen, credentials, &shape, &survey, &step, None);
+    let idle = stages::idle_look(
+        shared.idle_look,
+        cluster,
+        seen.prepared.policy_refused,
+        &credentials.rotations,
+    );
+    Decided {
+        gossip: survey.disagreement.is_some() || survey.unsettled_shard_ids.is_some(),
+        step,
+        shape,
+        planned,
+        idle,
+    }
+}
 
+/// The cluster's status for `step` (and how it failed, if it did).
+fn report(
+    seen: &Seen,
+    credentials: &Credentials,
+    shape: &Shape,
+    survey: &survey::Survey,
+    step: &Step,
+    step_error: Option<&str>,
+) -> ValkeyClusterStatus {
+    let (live, observed) = (&seen.prepared.live, &seen.observed);
+    let cluster = &live.topology;
+    let now = Timestamp::now();
+    let mut status = ValkeyClusterStatus {
+        storage: headroom(&live.owned),
+        versions: versions_in_play(observed.versions.iter().map(Option::as_deref)),
+        ..status::cluster_status(Inputs {
+            shape,
+            members: &observed.members,
+            survey,
+            step,
+            step_error,
+            switchover: switchover_outcome(shape, &observed.members),
+            current: cluster.status.as_ref(),
+            generation: cluster.metadata.generation,
+            now,
+        })
+    };
+    stages::finish_status(&mut status, cluster, credentials, now);
+    status
+}
+
+/// Writes status first (so it says what is about to happen), runs the step, records it for
+/// the progress check, publishes its Event; when to look again.
+async fn carry_out(
+    ctx: &Ctx,
+    apis: &Apis<ValkeyCluster>,
+    seen: &Seen,
+    credentials: &Credentials,
+    decided: Decided,
+) -> Result<Action, Error> {
+    let cluster = &seen.prepared.live.topology;
+    let observed = &seen.observed;
+    let Decided {
+        step,
+        shape,
+        planned,
+        gossip,
+        idle,
+    } = decided;
     match &step {
         Step::Idle => {}
         Step::Wait { .. } => tracing::debug!(cluster = %cluster.name_any(), %step, "waiting"),
         _ => tracing::info!(cluster = %cluster.name_any(), %step, "step"),
     }
-    // Status first, so it says what is about to happen.
-    write_member_statuses(apis, observed).await?;
-    let planned = report(None);
+    let statuses = observed
+        .members
+        .iter()
+        .zip(&observed.versions)
+        .map(|(m, version)| (m.name.as_str(), member_status(m, version.as_deref())))
+        .collect();
+    stages::write_member_statuses(apis, &observed.nodes, statuses).await?;
     if planned.phase != Some(Phase::Ready) {
-        let why = planned
-            .conditions
-            .iter()
-            .find(|c| c.type_ == conditions::types::READY)
+        let why = conditions::find(&planned.conditions, conditions::types::READY)
             .map(|c| c.message.as_str());
         tracing::debug!(cluster = %cluster.name_any(), phase = ?planned.phase, why, "not ready");
     }
-    write_cluster_status(apis, cluster, &planned).await?;
+    let changed = |old: Option<&ValkeyClusterStatus>, new: &ValkeyClusterStatus| old != Some(new);
+    stages::write_status(apis, cluster, &planned, changed).await?;
 
     let objects = ClusterMembers {
         cluster,
@@ -635,13 +499,15 @@ async fn act(
         namespace: &apis.namespace,
         field_manager: apis.field_manager,
     };
-    let done = execute(&step, &observed.members, connections, &objects).await;
-    attempts
+    let done = execute(&step, &observed.members, &seen.connections, &objects).await;
+    let key = (apis.namespace.clone(), cluster.name_any());
+    ctx.data
+        .attempts
         .lock()
         .unwrap()
         .entry(key)
         .or_default()
-        .record(&step, Seen::of(&observed.members));
+        .record(&step, Unchanged::of(&observed.members));
     let step_error = done.as_ref().err().map(ToString::to_string);
     match &done {
         Ok(Done { moved: Some(moved) }) => {
@@ -650,69 +516,27 @@ async fn act(
         Ok(_) => {}
         Err(e) => {
             tracing::warn!(cluster = %cluster.name_any(), step = %step, error = %e, "step failed");
-            write_cluster_status(apis, cluster, &report(step_error.as_deref())).await?;
+            let survey = survey::survey(&shape, &observed.members);
+            let failed = report(
+                seen,
+                credentials,
+                &shape,
+                &survey,
+                &step,
+                step_error.as_deref(),
+            );
+            stages::write_status(apis, cluster, &failed, changed).await?;
         }
     }
     if let Some((reason, note)) = step_event(&step, step_error.as_deref()) {
-        ctx.events.publish(cluster, reason, note, None).await;
+        ctx.runtime
+            .events
+            .publish(cluster, reason, note, None)
+            .await;
     }
     let ready = planned.phase == Some(Phase::Ready);
-    let gossip = survey.disagreement.is_some() || survey.unsettled_shard_ids.is_some();
-    Ok(Action::requeue(next_look(
-        &step,
-        step_error.is_some(),
-        ready,
-        gossip,
-        idle,
-    )))
-}
-
-/// Each member's `status.valkey`, where it changed beyond the replication offset.
-async fn write_member_statuses(apis: &Apis, observed: &Observed) -> Result<(), Error> {
-    let answered = observed
-        .nodes
-        .iter()
-        .zip(&observed.members)
-        .zip(&observed.versions);
-    for ((node, member), version) in answered {
-        let Some(valkey) = member_status(member, version.as_deref()) else {
-            continue;
-        };
-        let live = node.status.as_ref().and_then(|s| s.valkey.as_ref());
-        if !member_status_changed(live, &valkey) {
-            continue;
-        }
-        let body = ValkeyNodeStatus {
-            valkey: Some(valkey),
-            ..Default::default()
-        };
-        apply::apply_status(&apis.nodes, &member.name, &body, apis.field_manager)
-            .await
-            .on(
-                Op::ApplyStatus,
-                ObjectName::new::<ValkeyNode>(&apis.namespace, &member.name),
-            )?;
-    }
-    Ok(())
-}
-
-/// The cluster's status, when it differs from what is written.
-async fn write_cluster_status(
-    apis: &Apis,
-    cluster: &ValkeyCluster,
-    status: &ValkeyClusterStatus,
-) -> Result<(), Error> {
-    if cluster.status.as_ref() == Some(status) {
-        return Ok(());
-    }
-    let name = cluster.name_any();
-    apply::apply_status(&apis.clusters, &name, status, apis.field_manager)
-        .await
-        .on(
-            Op::ApplyStatus,
-            ObjectName::new::<ValkeyCluster>(&apis.namespace, &name),
-        )?;
-    Ok(())
+    let look = next_look(&step, step_error.is_some(), ready, gossip, idle);
+    Ok(Action::requeue(look))
 }
 
 /// When to look again: soon after a step (its effect shows in Valkey), sooner still while

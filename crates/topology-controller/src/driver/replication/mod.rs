@@ -1,12 +1,15 @@
-//! One reconcile of a ValkeyReplication, as stages:
+//! One reconcile of a ValkeyReplication, in typed stages, each taking the one before:
 //!
-//! 1. fetch: the group and the ValkeyNodes labelled as its members;
-//! 2. apply: the password Secrets and the members the spec asks for;
-//! 3. observe: ask every data node and sentinel what it knows ([`connect`]);
-//! 4. decide (pure, `replication::plan::decide`) and report (pure,
-//!    `replication::status`), written before the step runs;
-//! 5. execute the step (`replication::execute`);
-//! 6. publish its Event, and one when the primary moved.
+//! 1. [`stages::fetch`]: the group and the ValkeyNodes labelled as its members; a paused
+//!    group stops here ([`stages::report_paused`]);
+//! 2. [`prepare`]: the password Secrets, its TLS, the members the spec asks for, the client
+//!    Services, the disruption budgets and the NetworkPolicy ([`Prepared`]);
+//! 3. [`observe`]: every data node and sentinel asked what it knows ([`Seen`], with the
+//!    connections, closed in one place at the end);
+//! 4. [`credentials`]: the passes over `spec.users`, the passwords and the certificates;
+//! 5. [`decide`] (pure): the planner's one next step and the status that says so ([`Decided`]);
+//! 6. [`carry_out`]: the role labels follow the primary, status is written first, the step
+//!    runs, its Event and one when the primary moved are published.
 //!
 //! Nothing is remembered between reconciles but what status says.
 
@@ -19,20 +22,16 @@ pub use watch::SwitchWatch;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crd_types::ValkeyReplicationStatus;
 use crd_types::cluster::Phase;
-use crd_types::conditions::ConditionSpec;
 use crd_types::names::{annotations, labels};
-use crd_types::rotation::CaReplacement;
 use crd_types::rotation::PasswordRotation;
-use crd_types::{ValkeyNode, ValkeyNodeStatus, ValkeyReplication, ValkeyReplicationStatus};
-use k8s_openapi::api::core::v1::{ObjectReference, Pod, Secret, Service};
-use k8s_openapi::api::networking::v1::NetworkPolicy;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use crd_types::{ValkeyNode, ValkeyReplication};
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
-use kube::{Api, Resource, ResourceExt};
+use kube::{Resource, ResourceExt};
 use operator_runtime::controller::ReconcileContext;
-use operator_runtime::{ApiResultExt, Context, ObjectName, Op, apply};
 use topology_controller::replication::events::{ReplicationEvent, primary_changed, step_event};
 use topology_controller::replication::execute::{DataLogin, execute};
 use topology_controller::replication::model::Group;
@@ -43,23 +42,25 @@ use topology_controller::replication::status::{
 use topology_controller::replication::survey::{self, Health};
 use topology_controller::replication::{PORT, SENTINEL_PORT, members};
 use topology_controller::shared::acl::ReplicationPassword;
-use topology_controller::shared::auth::{self, AppliedOperator};
+use topology_controller::shared::auth;
 use topology_controller::shared::connections::Connections;
 use topology_controller::shared::default_password::{self, Sentinel};
 use topology_controller::shared::disruption;
-use topology_controller::shared::member_status::{member_status_changed, versions_in_play};
+use topology_controller::shared::member_status::versions_in_play;
 use topology_controller::shared::network;
 use topology_controller::shared::operator_password;
+use topology_controller::shared::storage::headroom;
 use topology_controller::shared::tls;
 use topology_controller::shared::users::{self, Checks, Member};
 
 use crate::driver::shared::error::Error;
-use crate::driver::shared::objects::fetch_with_members;
 use crate::driver::shared::password_look::PasswordLook;
 use crate::driver::shared::pulse::Pulse;
 use crate::driver::shared::secrets;
+use crate::driver::shared::stages::{self, Apis, Credentials, Live};
+use crate::driver::shared::topology::Topology;
 use crate::driver::shared::valkey::{Conn, DataLoginOf, Login, OperatorConn, SentinelLoginOf};
-use crate::driver::shared::{acl_users, member_tls, operator_rotation, password_rotation};
+use crate::driver::shared::{member_tls, password_rotation};
 use connect::Observed;
 
 /// How soon to look again: after a step, and while waiting or not ready. When Ready, the
@@ -84,149 +85,131 @@ pub struct Shared {
     pub user_checks: Checks,
 }
 
-/// The API handles of one namespace, and the field manager every write uses.
-struct Apis {
-    namespace: String,
-    groups: Api<ValkeyReplication>,
-    nodes: Api<ValkeyNode>,
-    secrets: Api<Secret>,
-    services: Api<Service>,
-    pods: Api<Pod>,
-    budgets: Api<PodDisruptionBudget>,
-    policies: Api<NetworkPolicy>,
-    field_manager: &'static str,
-}
+type Ctx = ReconcileContext<Shared>;
 
-/// What the API server holds: the group, its members, and ValkeyNodes with a member's
-/// label it does not own (never taken over).
-struct Live {
-    group: ValkeyReplication,
-    owned: Vec<ValkeyNode>,
-    foreign: Vec<ValkeyNode>,
-}
-
-/// What is known of the group's passwords.
+/// What is known of the group's passwords: the data nodes' and the operator's, as for any
+/// topology, and the sentinels' own.
 struct Passwords {
-    /// The operator password, or why it cannot be read, its Secret's
-    /// `<name>/<resourceVersion>`, and the one members were last brought to.
-    operator: Result<String, String>,
-    operator_version: Option<String>,
-    operator_applied: Option<AppliedOperator>,
-    /// The data nodes' default user's password, or why it cannot be read, and its Secret's
-    /// `<name>/<resourceVersion>`.
-    default: Result<String, String>,
-    default_version: Option<String>,
+    data: secrets::Passwords,
     /// The sentinels' default user's password, or why it cannot be read, and its Secret's.
     sentinel: Result<String, String>,
     sentinel_version: Option<String>,
     /// Why a password the members need to start cannot be read (the data nodes' default
     /// user's, or the sentinels'), if one cannot.
     start_problem: Option<String>,
-    /// Why the TLS Secret cannot be used, if it cannot.
-    tls_problem: Option<String>,
 }
 
-pub async fn reconcile(
-    cached: Arc<ValkeyReplication>,
-    ctx: Arc<ReconcileContext<Shared>>,
-) -> Result<Action, Error> {
-    let apis = apis(&ctx.runtime, &cached)?;
+/// Stage 2's output: the group with its Secrets read, its members and objects applied.
+struct Prepared {
+    live: Live<ValkeyReplication>,
+    passwords: Passwords,
+    login: Option<Login>,
+    /// The members as they are after applying.
+    nodes: Vec<ValkeyNode>,
+    policy_refused: bool,
+}
+
+/// Stage 3's output: what every member answered, and the open connections.
+struct Seen {
+    prepared: Prepared,
+    observed: Observed,
+    connections: Connections<Conn>,
+}
+
+/// Stage 5's output: the step, the group as the planner read it, and the status that says it.
+struct Decided {
+    step: Step,
+    group: Group,
+    health: Health,
+    planned: ValkeyReplicationStatus,
+    /// When to look again while idle and Ready.
+    idle: Duration,
+}
+
+pub async fn reconcile(cached: Arc<ValkeyReplication>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let apis = Apis::of(&ctx.runtime, cached.as_ref())?;
     let name = cached.name_any();
-    let Some(live) = fetch(&apis, &name).await? else {
+    let Some(live) = stages::fetch(&apis, &name).await? else {
         ctx.data.switches.forget(&apis.namespace, &name);
         ctx.data.pulse.forget(&apis.namespace, &name);
         ctx.data.password_look.forget(&apis.namespace, &name);
         return Ok(Action::await_change());
     };
-    // Passwords before members, so a member's pod finds its Secrets when it starts.
-    let mut passwords = passwords(&apis, &live).await?;
-    let (default_secret, operator_secret) =
-        auth::topology_secrets(&name, live.group.spec.auth.as_ref());
-    ctx.data.password_look.follow(
-        &apis.secrets,
-        &apis.namespace,
-        &name,
-        vec![
-            (default_secret.reference, passwords.default.as_deref().ok()),
-            (
-                operator_secret.reference,
-                passwords.operator.as_deref().ok(),
-            ),
-            (
-                auth::sentinel_secret(&live.group).reference,
-                passwords.sentinel.as_deref().ok(),
-            ),
-        ],
-    );
-    let reading = member_tls::Reading {
-        topology: &live.group,
-        spec: live.group.spec.tls.as_ref(),
-        label_key: labels::REPLICATION,
-        members: &live.owned,
-        bus: false,
-    };
-    let reasons = (
-        ReplicationEvent::CertificateIssued,
-        ReplicationEvent::CertificateRefused,
-    );
-    let tls = member_tls::read(
-        &ctx.runtime,
-        &apis.secrets,
-        apis.field_manager,
-        reading,
-        reasons,
-    )
-    .await?;
-    passwords.tls_problem = tls.as_ref().and_then(|t| t.as_ref().err().cloned());
-    let nodes = match member_tls::holds_new_members(
-        live.group.spec.tls.as_ref(),
-        tls.as_ref(),
-        &live.owned,
-    ) {
-        true => Vec::new(),
-        false => apply_members(&apis, &live).await?,
-    };
-    objects::apply_services(
-        &apis.services,
-        &live.group,
-        &apis.namespace,
-        apis.field_manager,
-    )
-    .await?;
-    crate::driver::shared::objects::apply_owned(
-        &apis.budgets,
-        &apis.namespace,
-        &disruption::budgets_selector(labels::REPLICATION, &name),
-        &disruption::replication_budgets(&live.group),
-        apis.field_manager,
-    )
-    .await?;
-    let policy = crate::driver::shared::objects::apply_owned(
-        &apis.policies,
-        &apis.namespace,
-        &network::policies_selector(labels::REPLICATION, &name),
-        &network::replication_policy(&live.group, &ctx.data.operator_namespace),
-        apis.field_manager,
-    )
-    .await;
-    let policy_refused = policy.is_err();
-    if let Err(e) = policy {
-        // Reported, not fatal: the role labels must follow a failover whatever happens here.
-        let note = operator_runtime::error_chain(&e);
-        tracing::warn!(group = %name, error = %note, "network policy not applied");
-        let reason = ReplicationEvent::NetworkPolicyRefused;
-        ctx.runtime
-            .events
-            .publish(&live.group, reason, note, None)
-            .await;
+    if live.topology.paused() {
+        stages::report_paused(&apis, &live.topology).await?;
+        return Ok(Action::await_change());
     }
+    let prepared = prepare(&ctx, &apis, live).await?;
+    let seen = observe(&ctx, &apis, prepared).await;
+    let credentials = credentials(&ctx, &apis, &seen).await;
+    let decided = decide(&ctx.data, &seen, &credentials);
+    let outcome = carry_out(&ctx, &apis, &seen, &credentials, decided).await;
+    seen.connections.close().await;
+    outcome.map(Action::requeue)
+}
+
+/// Passwords before members, so a member's pod finds its Secrets when it starts; members
+/// only once their certificates can be issued; then the Services, budgets and policy.
+async fn prepare(
+    ctx: &Ctx,
+    apis: &Apis<ValkeyReplication>,
+    live: Live<ValkeyReplication>,
+) -> Result<Prepared, Error> {
+    let vkr = &live.topology;
+    let name = vkr.name_any();
+    let mut passwords = passwords(apis, &live).await?;
+    let (default_secret, operator_secret) = auth::topology_secrets(&name, vkr.spec.auth.as_ref());
+    let followed = vec![
+        (
+            default_secret.reference,
+            passwords.data.default.as_deref().ok(),
+        ),
+        (
+            operator_secret.reference,
+            passwords.data.operator.as_deref().ok(),
+        ),
+        (
+            auth::sentinel_secret(vkr).reference,
+            passwords.sentinel.as_deref().ok(),
+        ),
+    ];
+    ctx.data
+        .password_look
+        .follow(&apis.secrets, &apis.namespace, &name, followed);
+    let tls = stages::read_tls(&ctx.runtime, apis, &live).await?;
+    passwords.data.tls_problem = tls.as_ref().and_then(|t| t.as_ref().err().cloned());
+    let group = Group::of(vkr);
+    let context = members::context(vkr, &live.owned);
+    let wanted = group
+        .positions()
+        .into_iter()
+        .map(|at| (group.member_name(at), at));
+    let build = |at, allowed| members::member(vkr, at, allowed, &context);
+    let nodes = stages::apply_members(apis, &live, tls.as_ref(), wanted, build).await?;
+    objects::apply_services(&apis.services, vkr, &apis.namespace, apis.field_manager).await?;
+    stages::apply_budgets(apis, vkr, &disruption::replication_budgets(vkr)).await?;
+    let policy = network::replication_policy(vkr, &ctx.data.operator_namespace);
+    let policy_refused = stages::apply_policy(&ctx.runtime, apis, vkr, policy).await;
     let login = member_tls::login(
-        &passwords.operator,
-        passwords.operator_applied.as_ref(),
+        &passwords.data.operator,
+        passwords.data.operator_applied.as_ref(),
         tls,
     );
-    let (observed, connections) = connect::observe(&name, nodes, login.as_ref()).await;
-    if let Some(login) = &login {
+    Ok(Prepared {
+        live,
+        passwords,
+        login,
+        nodes,
+        policy_refused,
+    })
+}
+
+/// Asks every data node and sentinel; the sentinels' announcements and the pulse follow them.
+async fn observe(ctx: &Ctx, apis: &Apis<ValkeyReplication>, prepared: Prepared) -> Seen {
+    let name = prepared.live.topology.name_any();
+    let nodes = prepared.nodes.clone();
+    let (observed, connections) = connect::observe(&name, nodes, prepared.login.as_ref()).await;
+    if let Some(login) = &prepared.login {
         let sentinels = observed
             .members
             .sentinels
@@ -244,136 +227,77 @@ pub async fn reconcile(
             .collect();
         ctx.data.pulse.follow(&apis.namespace, &name, data, login);
     }
-    let users = users(&ctx, &apis, &live.group, &observed, &connections).await;
-    let rotations = passwords_pass(
-        &ctx,
-        &apis,
-        &live.group,
-        &passwords,
-        &observed,
-        &connections,
-    )
-    .await;
-    let mut ca_replacement = None;
-    if let Some(login) = &login {
-        // Data nodes only: Sentinel has no CONFIG SET, and 8.x reads TLS files only at start.
-        let members: Vec<member_tls::Member<'_>> = observed
-            .members
-            .data
+    Seen {
+        prepared,
+        observed,
+        connections,
+    }
+}
+
+/// The passes over `spec.users` (data nodes only: sentinels have none of them), the
+/// passwords and, with TLS, the certificates (reloaded on data nodes only: Sentinel has no
+/// CONFIG SET, and 8.x reads TLS files only at start).
+async fn credentials(ctx: &Ctx, apis: &Apis<ValkeyReplication>, seen: &Seen) -> Credentials {
+    let (observed, connections) = (&seen.observed, &seen.connections);
+    let vkr = &seen.prepared.live.topology;
+    let data = &observed.members.data;
+    let builds: Vec<Option<String>> = data
+        .iter()
+        .map(|d| {
+            let version = d.answer.as_ref()?.version.as_deref()?;
+            let node = observed.nodes.iter().find(|n| n.name_any() == d.name())?;
+            Some(users::build(version, node))
+        })
+        .collect();
+    let user_members: Vec<Member<'_, Conn>> = data
+        .iter()
+        .zip(&builds)
+        .map(|(d, build)| Member {
+            name: d.name(),
+            version: build.as_deref(),
+            conn: connections.find(d.name()),
+        })
+        .collect();
+    let checks = &ctx.data.user_checks;
+    let users = stages::users_pass(&ctx.runtime, apis, checks, vkr, &user_members).await;
+    let rotations = passwords_pass(ctx, apis, seen).await;
+    let mut ca = None;
+    if let Some(login) = &seen.prepared.login {
+        let data_nodes: Vec<member_tls::Member<'_>> = data
             .iter()
-            .filter_map(|d| {
-                Some(member_tls::Member {
-                    name: &d.facts.name,
-                    ip: d.facts.address.as_deref()?,
-                    port: PORT,
-                })
-            })
+            .filter_map(|d| tls_member(&d.facts.name, d.facts.address.as_deref(), PORT))
             .collect();
-        let reasons = (
-            ReplicationEvent::CertificateReloaded,
-            ReplicationEvent::CertificateRefused,
-        );
-        member_tls::reload(
-            &ctx.runtime,
-            &live.group,
-            login,
-            &members,
-            &connections,
-            reasons,
-        )
-        .await;
         let sentinels: Vec<member_tls::Member<'_>> = observed
             .members
             .sentinels
             .iter()
-            .filter_map(|s| {
-                Some(member_tls::Member {
-                    name: &s.facts.name,
-                    ip: s.facts.address.as_deref()?,
-                    port: SENTINEL_PORT,
-                })
-            })
+            .filter_map(|s| tls_member(&s.facts.name, s.facts.address.as_deref(), SENTINEL_PORT))
             .collect();
-        let everyone: Vec<member_tls::Member<'_>> = members.into_iter().chain(sentinels).collect();
-        let refused = ReplicationEvent::CertificateRefused;
-        member_tls::report_untrusted(&ctx.runtime, &live.group, login, &everyone, refused).await;
-        ca_replacement = member_tls::advance_ca(
+        let live = &seen.prepared.live;
+        ca = stages::certificates_pass(
             &ctx.runtime,
-            &apis.secrets,
-            apis.field_manager,
-            &live.group,
+            apis,
+            live,
             login,
-            &member_tls::dialled(&live.owned, &everyone),
-            (ReplicationEvent::CertificateIssued, refused),
+            connections,
+            data_nodes,
+            sentinels,
         )
         .await;
     }
-    let outcome = act(
-        &ctx,
-        &apis,
-        &live,
-        &passwords,
-        login.as_ref(),
-        &observed,
-        &connections,
-        users.as_ref(),
-        &rotations,
-        ca_replacement,
-    )
-    .await;
-    connections.close().await;
-    let looks_at_secrets = live.group.spec.users.is_some() || live.group.spec.tls.is_some();
-    let rotation_look = password_rotation::next_look(&rotations).unwrap_or(Duration::MAX);
-    outcome.map(|look| {
-        let look = network::idle_look(look, policy_refused).min(rotation_look);
-        Action::requeue(topology_controller::shared::users::idle_look(
-            look,
-            looks_at_secrets,
-        ))
-    })
-}
-
-fn apis(ctx: &Context, group: &ValkeyReplication) -> Result<Apis, Error> {
-    let namespace = group.namespace().ok_or_else(|| Error::Invalid {
-        kind: "ValkeyReplication",
-        name: group.name_any(),
-        field: "metadata.namespace",
-    })?;
-    let client = ctx.client.clone();
-    Ok(Apis {
-        groups: Api::namespaced(client.clone(), &namespace),
-        nodes: Api::namespaced(client.clone(), &namespace),
-        secrets: Api::namespaced(client.clone(), &namespace),
-        services: Api::namespaced(client.clone(), &namespace),
-        pods: Api::namespaced(client.clone(), &namespace),
-        budgets: Api::namespaced(client.clone(), &namespace),
-        policies: Api::namespaced(client, &namespace),
-        namespace,
-        field_manager: ctx.field_manager,
-    })
-}
-
-/// The group as it is now (the cache may lag behind the status written a moment ago) and
-/// its members; `None` when it is gone or going.
-async fn fetch(apis: &Apis, name: &str) -> Result<Option<Live>, Error> {
-    let fetched = fetch_with_members(
-        &apis.groups,
-        &apis.nodes,
-        &apis.namespace,
-        name,
-        labels::REPLICATION,
-    )
-    .await?;
-    Ok(fetched.map(|(group, owned, foreign)| Live {
-        group,
-        owned,
-        foreign,
-    }))
+    Credentials {
+        users,
+        rotations,
+        ca,
+    }
 }
 
 /// Creates the missing generated Secrets and reads the passwords.
-async fn passwords(apis: &Apis, live: &Live) -> Result<Passwords, Error> {
-    let group = &live.group;
+async fn passwords(
+    apis: &Apis<ValkeyReplication>,
+    live: &Live<ValkeyReplication>,
+) -> Result<Passwords, Error> {
+    let group = &live.topology;
     let exist = !live.owned.is_empty();
     let (default, operator) = auth::topology_secrets(&group.name_any(), group.spec.auth.as_ref());
     let sentinel = auth::sentinel_secret(group);
@@ -396,107 +320,29 @@ async fn passwords(apis: &Apis, live: &Live) -> Result<Passwords, Error> {
         .flatten()
         .collect();
     Ok(Passwords {
-        operator,
-        operator_version,
-        operator_applied,
-        default,
-        default_version,
+        data: secrets::Passwords {
+            operator,
+            operator_version,
+            operator_applied,
+            default,
+            default_version,
+            tls_problem: None,
+        },
         sentinel,
         sentinel_version,
         start_problem: (!problems.is_empty()).then(|| problems.join("; ")),
-        tls_problem: None,
     })
-}
-
-/// Creates the members the spec asks for and updates the changed ones; the members as they
-/// are afterwards (leaving ones included: the planner removes them).
-async fn apply_members(apis: &Apis, live: &Live) -> Result<Vec<ValkeyNode>, Error> {
-    let group = Group::of(&live.group);
-    let context = members::context(&live.group, &live.owned);
-    let mut owned = live.owned.clone();
-    for at in group.positions() {
-        let member_name = group.member_name(at);
-        if live.foreign.iter().any(|n| n.name_any() == member_name) {
-            continue; // reported by the planner, never taken over
-        }
-        let existing = owned.iter().position(|n| n.name_any() == member_name);
-        let allowed = existing.and_then(|i| owned[i].spec.allowed_revision.clone());
-        let built = members::member(&live.group, at, allowed, &context);
-        if existing
-            .is_some_and(|i| !topology_controller::shared::members::needs_apply(&built, &owned[i]))
-        {
-            continue;
-        }
-        let applied = apply::apply(&apis.nodes, &member_name, &built, apis.field_manager)
-            .await
-            .on(
-                Op::Apply,
-                ObjectName::new::<ValkeyNode>(&apis.namespace, &member_name),
-            )?;
-        match existing {
-            Some(i) => owned[i] = applied,
-            None => owned.push(applied),
-        }
-    }
-    Ok(owned)
-}
-
-/// With `spec.users`, the `UsersReady` condition after a pass over the users (data nodes
-/// only: sentinels have none of them).
-async fn users(
-    ctx: &ReconcileContext<Shared>,
-    apis: &Apis,
-    group: &ValkeyReplication,
-    observed: &Observed,
-    connections: &Connections<Conn>,
-) -> Option<ConditionSpec> {
-    let users = group.spec.users.as_deref()?;
-    let data = &observed.members.data;
-    let builds: Vec<Option<String>> = data
-        .iter()
-        .map(|d| {
-            let version = d.answer.as_ref()?.version.as_deref()?;
-            let node = observed.nodes.iter().find(|n| n.name_any() == d.name())?;
-            Some(users::build(version, node))
-        })
-        .collect();
-    let members: Vec<Member<'_, Conn>> = data
-        .iter()
-        .zip(&builds)
-        .map(|(d, build)| Member {
-            name: d.name(),
-            version: build.as_deref(),
-            conn: connections.find(d.name()),
-        })
-        .collect();
-    let current = group.status.as_ref().map(|s| s.conditions.as_slice());
-    let pass = acl_users::Pass {
-        secrets: &apis.secrets,
-        label_key: labels::REPLICATION,
-        checks: &ctx.data.user_checks,
-        current: current.unwrap_or_default(),
-        field_manager: apis.field_manager,
-    };
-    let reasons = (
-        ReplicationEvent::UsersApplied,
-        ReplicationEvent::UsersRefused,
-    );
-    Some(
-        pass.run(&ctx.runtime, group, users, &members, reasons)
-            .await,
-    )
 }
 
 /// The rotations under way after a pass over the data nodes (the default password), one
 /// over the sentinels (their own password) and one over both (the operator password).
 async fn passwords_pass(
-    ctx: &ReconcileContext<Shared>,
-    apis: &Apis,
-    group: &ValkeyReplication,
-    passwords: &Passwords,
-    observed: &Observed,
-    connections: &Connections<Conn>,
+    ctx: &Ctx,
+    apis: &Apis<ValkeyReplication>,
+    seen: &Seen,
 ) -> Vec<PasswordRotation> {
+    let (observed, connections) = (&seen.observed, &seen.connections);
+    let (group, passwords) = (&seen.prepared.live.topology, &seen.prepared.passwords);
     let data: Vec<default_password::Member<'_, Conn>> = observed
         .members
         .data
@@ -519,19 +365,6 @@ async fn passwords_pass(
             conn: conn.as_ref(),
         })
         .collect();
-    let recorded = group
-        .status
-        .as_ref()
-        .map(|s| s.password_rotations.as_slice())
-        .unwrap_or_default();
-    let reasons = || password_rotation::Reasons {
-        added: ReplicationEvent::DefaultPasswordAdded,
-        dropped: ReplicationEvent::PreviousPasswordDropped,
-        refused: ReplicationEvent::DefaultPasswordRefused,
-    };
-    let auth = group.spec.auth.as_ref();
-    let (default_secret, operator_secret) = auth::topology_secrets(&group.name_any(), auth);
-    let default_ref = default_secret.reference;
     let sentinel_ref = auth::sentinel_secret(group).reference;
     let group_name = group.name_any();
     let operator_conns: Vec<(&str, operator_password::Kind, Option<OperatorConn<'_>>)> = observed
@@ -562,103 +395,75 @@ async fn passwords_pass(
             conn: conn.as_ref(),
         })
         .collect();
+    let sentinel_password = password_rotation::Password {
+        version: passwords.sentinel_version.as_deref(),
+        reference: &sentinel_ref,
+        value: &passwords.sentinel,
+    };
     // At once: each pass is bounded, and all run before the step.
-    let (mut rotations, on_sentinels, operator) = futures::join!(
-        password_rotation::run(
+    let (mut rotations, on_sentinels) = futures::join!(
+        stages::password_passes(
             &ctx.runtime,
+            apis,
             group,
-            auth,
-            password_rotation::DATA_NODES,
-            password_rotation::Password {
-                version: passwords.default_version.as_deref(),
-                reference: &default_ref,
-                value: &passwords.default,
-            },
-            recorded,
+            &passwords.data,
             &data,
-            reasons(),
-        ),
-        password_rotation::run(
-            &ctx.runtime,
-            group,
-            auth,
-            password_rotation::SENTINELS,
-            password_rotation::Password {
-                version: passwords.sentinel_version.as_deref(),
-                reference: &sentinel_ref,
-                value: &passwords.sentinel,
-            },
-            recorded,
-            &sentinels,
-            reasons(),
-        ),
-        operator_rotation::run(
-            &ctx.runtime,
-            operator_rotation::Apis {
-                secrets: &apis.secrets,
-                pods: &apis.pods,
-                label_key: labels::REPLICATION,
-                field_manager: apis.field_manager,
-            },
-            group,
-            auth,
-            password_rotation::Password {
-                version: passwords.operator_version.as_deref(),
-                reference: &operator_secret.reference,
-                value: &passwords.operator,
-            },
-            passwords.operator_applied.as_ref(),
-            recorded,
             &operator_members,
             &observed.nodes,
-            operator_rotation::Reasons {
-                added: ReplicationEvent::OperatorPasswordAdded,
-                switched: ReplicationEvent::OperatorLoginsSwitched,
-                dropped: ReplicationEvent::PreviousPasswordDropped,
-                refused: ReplicationEvent::OperatorPasswordRefused,
-            },
-        )
+        ),
+        password_rotation::run(
+            &ctx.runtime,
+            group,
+            password_rotation::SENTINELS,
+            sentinel_password,
+            &sentinels,
+        ),
     );
     rotations.extend(on_sentinels);
-    rotations.extend(operator);
     rotations
 }
 
-/// Decides, reports, executes and publishes; returns when to look next.
-#[allow(clippy::too_many_arguments)]
-async fn act(
-    ctx: &ReconcileContext<Shared>,
-    apis: &Apis,
-    live: &Live,
-    passwords: &Passwords,
-    login: Option<&Login>,
-    observed: &Observed,
-    connections: &Connections<Conn>,
-    users: Option<&ConditionSpec>,
-    rotations: &[PasswordRotation],
-    ca_replacement: Option<CaReplacement>,
-) -> Result<Duration, Error> {
-    let vkr = &live.group;
+/// A member the certificate pass dials, once its address is known.
+fn tls_member<'a>(name: &'a str, ip: Option<&'a str>, port: u16) -> Option<member_tls::Member<'a>> {
+    Some(member_tls::Member {
+        name,
+        ip: ip?,
+        port,
+    })
+}
+
+/// The planner's step on what was seen, and the status that says so (pure).
+fn decide(shared: &Shared, seen: &Seen, credentials: &Credentials) -> Decided {
+    let Prepared {
+        live, passwords, ..
+    } = &seen.prepared;
+    let vkr = &live.topology;
     let group = Group {
-        replication_password: passwords.operator.as_deref().ok().map(|p| {
-            let previous = passwords.operator_applied.as_ref().map(|a| a.fallbacks(p));
+        replication_password: passwords.data.operator.as_deref().ok().map(|p| {
+            let previous = passwords
+                .data
+                .operator_applied
+                .as_ref()
+                .map(|a| a.fallbacks(p));
             ReplicationPassword::rotating_from(p, &previous.unwrap_or_default())
         }),
         ..Group::of(vkr)
     };
-    let members = &observed.members;
-    let recorded = vkr
-        .status
-        .as_ref()
-        .and_then(|s| s.current_primary.as_deref());
+    let members = &seen.observed.members;
+    let recorded = recorded_primary(vkr);
     let recorded_switchover = vkr
         .status
         .as_ref()
         .and_then(|s| s.switchover.as_ref())
         .filter(|s| s.outcome.is_finished())
         .map(|s| s.id.as_str());
-    let refused: Vec<&str> = observed.login_refused.iter().map(String::as_str).collect();
-    let foreign = live.foreign.first().map(ResourceExt::name_any);
+    let refused: Vec<&str> = seen
+        .observed
+        .login_refused
+        .iter()
+        .map(String::as_str)
+        .collect();
+    let foreign = live.foreign_member();
     let step = plan::decide(
         &group,
         members,
@@ -666,69 +471,109 @@ async fn act(
             recorded_primary: recorded,
             recorded_switchover,
             foreign_member: foreign.as_deref(),
-            operator_password_problem: passwords.operator.as_ref().err().map(String::as_str),
-            tls_problem: passwords.tls_problem.as_deref(),
+            operator_password_problem: passwords.data.operator.as_ref().err().map(String::as_str),
+            tls_problem: passwords.data.tls_problem.as_deref(),
             default_password_problem: passwords.start_problem.as_deref(),
             login_refused: &refused,
         },
     );
     let health = Health::of(&group, members, recorded);
-    let report = |step_error: Option<&str>| {
-        let now = Timestamp::now();
-        let mut status = ValkeyReplicationStatus {
-            storage: topology_controller::shared::storage::headroom(&live.owned),
-            versions: versions_in_play(
-                members
-                    .data
-                    .iter()
-                    .filter_map(|d| d.answer.as_ref().map(|a| a.version.as_deref()))
-                    .chain(
-                        members
-                            .sentinels
-                            .iter()
-                            .filter_map(|s| s.answer.as_ref().map(|a| a.version.as_deref())),
-                    ),
-            ),
-            ..status::replication_status(Inputs {
-                group: &group,
-                members,
-                health: &health,
-                step: &step,
-                step_error,
-                current: vkr.status.as_ref(),
-                generation: vkr.metadata.generation,
-                now,
-            })
-        };
-        let current = vkr.status.as_ref().map(|s| s.conditions.as_slice());
-        let generation = vkr.metadata.generation;
-        acl_users::report(&mut status.conditions, current, users, generation, now);
-        status.password_rotations = rotations.to_vec();
-        status.ca_replacement = ca_replacement.clone();
-        status
-    };
-
-    // The read-write and read-only Services follow the roles before anything else.
-    let primary = survey::primary(&group, members, recorded)
-        .ok()
-        .filter(|_| health.primary.is_ok());
-    // Without a login nothing was asked: every role would look unknown, and the Services
-    // would lose every endpoint. The labels stay as the last look left them.
-    if login.is_some() {
-        objects::label_pods(
-            &apis.pods,
-            vkr,
-            members,
-            primary,
-            &apis.namespace,
-            apis.field_manager,
-        )
-        .await?;
+    let planned = report(seen, credentials, &group, &health, &step, None);
+    let idle = stages::idle_look(
+        shared.idle_look,
+        vkr,
+        seen.prepared.policy_refused,
+        &credentials.rotations,
+    );
+    Decided {
+        step,
+        group,
+        health,
+        planned,
+        idle,
     }
-    // Status first, so it says what is about to happen.
-    write_member_statuses(apis, observed).await?;
-    let planned = report(None);
-    write_status(apis, vkr, &planned).await?;
+}
+
+/// The primary status names.
+fn recorded_primary(vkr: &ValkeyReplication) -> Option<&str> {
+    vkr.status
+        .as_ref()
+        .and_then(|s| s.current_primary.as_deref())
+}
+
+/// The group's status for `step` (and how it failed, if it did).
+fn report(
+    seen: &Seen,
+    credentials: &Credentials,
+    group: &Group,
+    health: &Health,
+    step: &Step,
+    step_error: Option<&str>,
+) -> ValkeyReplicationStatus {
+    let (live, members) = (&seen.prepared.live, &seen.observed.members);
+    let vkr = &live.topology;
+    let now = Timestamp::now();
+    let data_versions = members
+        .data
+        .iter()
+        .filter_map(|d| d.answer.as_ref().map(|a| a.version.as_deref()));
+    let sentinel_versions = members
+        .sentinels
+        .iter()
+        .filter_map(|s| s.answer.as_ref().map(|a| a.version.as_deref()));
+    let mut status = ValkeyReplicationStatus {
+        storage: headroom(&live.owned),
+        versions: versions_in_play(data_versions.chain(sentinel_versions)),
+        ..status::replication_status(Inputs {
+            group,
+            members,
+            health,
+            step,
+            step_error,
+            current: vkr.status.as_ref(),
+            generation: vkr.metadata.generation,
+            now,
+        })
+    };
+    stages::finish_status(&mut status, vkr, credentials, now);
+    status
+}
+
+/// The read-write and read-only Services follow the roles before anything else; status is
+/// written next (so it says what is about to happen), then the step runs and its Events go
+/// out; when to look again.
+async fn carry_out(
+    ctx: &Ctx,
+    apis: &Apis<ValkeyReplication>,
+    seen: &Seen,
+    credentials: &Credentials,
+    decided: Decided,
+) -> Result<Duration, Error> {
+    let (vkr, observed) = (&seen.prepared.live.topology, &seen.observed);
+    let login = seen.prepared.login.as_ref();
+    let members = &observed.members;
+    let Decided {
+        step,
+        group,
+        health,
+        planned,
+        idle,
+    } = decided;
+    let recorded = recorded_primary(vkr);
+    label_roles(apis, seen, &group, &health).await?;
+    let statuses = members
+        .data
+        .iter()
+        .map(|d| (d.name(), valkey_status(d, members)))
+        .chain(
+            members
+                .sentinels
+                .iter()
+                .map(|s| (s.name(), sentinel_valkey_status(s))),
+        )
+        .collect();
+    stages::write_member_statuses(apis, &observed.nodes, statuses).await?;
+    stages::write_status(apis, vkr, &planned, status::status_changed).await?;
     if let Some((reason, note, member)) =
         primary_changed(recorded, planned.current_primary.as_deref())
     {
@@ -750,7 +595,15 @@ async fn act(
                 user: &login.user,
                 password: &login.password,
             };
-            execute(&step, &group, members, connections, &objects, &data_login).await
+            execute(
+                &step,
+                &group,
+                members,
+                &seen.connections,
+                &objects,
+                &data_login,
+            )
+            .await
         }
         // Without the operator's password the guard only ever lets waits through.
         None => Ok(()),
@@ -758,7 +611,15 @@ async fn act(
     let step_error = done.as_ref().err().map(ToString::to_string);
     if let Err(e) = &done {
         tracing::warn!(replication = %vkr.name_any(), step = %step, error = %e, "step failed");
-        write_status(apis, vkr, &report(step_error.as_deref())).await?;
+        let failed = report(
+            seen,
+            credentials,
+            &group,
+            &health,
+            &step,
+            step_error.as_deref(),
+        );
+        stages::write_status(apis, vkr, &failed, status::status_changed).await?;
     }
     if let Some((reason, note, member)) = step_event(&step, step_error.as_deref()) {
         let related = related(observed, member.as_deref());
@@ -768,19 +629,42 @@ async fn act(
     if let (Some(login), Step::Idle, true) = (login, &step, ready) {
         restart_stale_sentinel(ctx, apis, vkr, login, observed, &health).await;
     }
-    Ok(next_look(
-        &step,
-        step_error.is_some(),
-        ready,
-        ctx.data.idle_look,
-    ))
+    Ok(next_look(&step, step_error.is_some(), ready, idle))
+}
+
+/// The data pods' role labels follow the primary the group has, so the read-write and
+/// read-only Services do. Without a login nothing was asked: every role would look unknown,
+/// and the Services would lose every endpoint, so the labels stay as the last look left them.
+async fn label_roles(
+    apis: &Apis<ValkeyReplication>,
+    seen: &Seen,
+    group: &Group,
+    health: &Health,
+) -> Result<(), Error> {
+    if seen.prepared.login.is_none() {
+        return Ok(());
+    }
+    let vkr = &seen.prepared.live.topology;
+    let members = &seen.observed.members;
+    let primary = survey::primary(group, members, recorded_primary(vkr))
+        .ok()
+        .filter(|_| health.primary.is_ok());
+    objects::label_pods(
+        &apis.pods,
+        vkr,
+        members,
+        primary,
+        &apis.namespace,
+        apis.field_manager,
+    )
+    .await
 }
 
 /// With TLS, restarts a sentinel still serving an older certificate, when the group is at
 /// rest at this reconcile (see [`tls::sentinel_to_restart`]).
 async fn restart_stale_sentinel(
-    ctx: &ReconcileContext<Shared>,
-    apis: &Apis,
+    ctx: &Ctx,
+    apis: &Apis<ValkeyReplication>,
     vkr: &ValkeyReplication,
     login: &Login,
     observed: &Observed,
@@ -854,61 +738,6 @@ fn related(observed: &Observed, member: Option<&str>) -> Option<ObjectReference>
     let member = member?;
     let node = observed.nodes.iter().find(|n| n.name_any() == member)?;
     Some(node.object_ref(&()))
-}
-
-/// Each member's `status.valkey`, where it changed beyond the replication offset.
-async fn write_member_statuses(apis: &Apis, observed: &Observed) -> Result<(), Error> {
-    let members = &observed.members;
-    let statuses = members
-        .data
-        .iter()
-        .map(|d| (d.name(), valkey_status(d, members)))
-        .chain(
-            members
-                .sentinels
-                .iter()
-                .map(|s| (s.name(), sentinel_valkey_status(s))),
-        );
-    for (name, valkey) in statuses {
-        let Some(valkey) = valkey else { continue };
-        let node = observed.nodes.iter().find(|n| n.name_any() == name);
-        let live = node
-            .and_then(|n| n.status.as_ref())
-            .and_then(|s| s.valkey.as_ref());
-        if !member_status_changed(live, &valkey) {
-            continue;
-        }
-        let body = ValkeyNodeStatus {
-            valkey: Some(valkey),
-            ..Default::default()
-        };
-        apply::apply_status(&apis.nodes, name, &body, apis.field_manager)
-            .await
-            .on(
-                Op::ApplyStatus,
-                ObjectName::new::<ValkeyNode>(&apis.namespace, name),
-            )?;
-    }
-    Ok(())
-}
-
-/// The group's status, when it differs from what is written.
-async fn write_status(
-    apis: &Apis,
-    group: &ValkeyReplication,
-    status: &ValkeyReplicationStatus,
-) -> Result<(), Error> {
-    if !status::status_changed(group.status.as_ref(), status) {
-        return Ok(());
-    }
-    let name = group.name_any();
-    apply::apply_status(&apis.groups, &name, status, apis.field_manager)
-        .await
-        .on(
-            Op::ApplyStatus,
-            ObjectName::new::<ValkeyReplication>(&apis.namespace, &name),
-        )?;
-    Ok(())
 }
 
 /// When to look again: soon after a step, a little later while waiting or not ready, and at

@@ -11,4 +11,6 @@ pub mod password_look;
 pub mod password_rotation;
 pub mod pulse;
 pub mod secrets;
+pub mod stages;
+pub mod topology;
 pub mod valkey;

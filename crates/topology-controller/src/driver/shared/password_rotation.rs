@@ -4,27 +4,21 @@
 //! `status.passwordRotations` and told in Events. Nothing fails the reconcile: failovers
 //! and rolls never wait on a password.
 
-use std::fmt::Debug;
 use std::time::Duration;
 
 use crd_types::rotation::{PasswordRotation, RotatedPassword};
-use crd_types::template::{Auth, SecretKeyRef};
+use crd_types::template::SecretKeyRef;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::{Resource, ResourceExt};
+use kube::ResourceExt;
 use operator_runtime::{Context, EventReason};
 use topology_controller::shared::default_password::{self, Facts, Member, Outcome, RequirePass};
+use topology_controller::shared::events::TopologyEvent;
 use topology_controller::shared::users::AclMember;
+
+use crate::driver::shared::topology::Topology;
 
 /// The longest a pass may take: it runs before the topology's step.
 const PASS_LIMIT: Duration = Duration::from_secs(15);
-
-/// The Events a pass publishes: the new password added, the previous ones dropped, a data
-/// node that refused.
-pub struct Reasons<R> {
-    pub added: R,
-    pub dropped: R,
-    pub refused: R,
-}
 
 /// Whose default password a pass rotates.
 #[derive(Clone, Copy)]
@@ -57,23 +51,20 @@ pub struct Password<'a> {
 }
 
 /// Brings `whose` `password` to `members` of `topology` (its data nodes, or its
-/// sentinels), whose status records `recorded`; returns what to record now for `whose`.
-#[allow(clippy::too_many_arguments)]
-pub async fn run<K, R, V>(
+/// sentinels); returns what to record now for `whose` in its status.
+pub async fn run<T, V>(
     ctx: &Context,
-    topology: &K,
-    auth: Option<&Auth>,
+    topology: &T,
     whose: Whose,
     password: Password<'_>,
-    recorded: &[PasswordRotation],
     members: &[Member<'_, V>],
-    reasons: Reasons<R>,
 ) -> Vec<PasswordRotation>
 where
-    K: Resource<DynamicType = ()> + Debug,
-    R: EventReason,
+    T: Topology,
     V: AclMember + RequirePass,
 {
+    let recorded = topology.recorded_rotations();
+    let auth = topology.auth();
     let name = topology.name_any();
     let what = whose.what;
     let kept = || {
@@ -94,7 +85,7 @@ where
             password.reference.name, password.reference.key
         );
         ctx.events
-            .publish(topology, reasons.refused, note, None)
+            .publish(topology, TopologyEvent::DefaultPasswordRefused, note, None)
             .await;
         return kept();
     }
@@ -119,7 +110,7 @@ where
         tracing::warn!(topology = %name, %what, failed = ?outcome.failed, "password not changed everywhere");
     }
     tracing::debug!(topology = %name, %what, ?outcome, "password pass");
-    for (reason, note) in notes(what, &outcome, reasons) {
+    for (reason, note) in notes(what, &outcome) {
         if !reason.is_warning() {
             tracing::info!(topology = %name, %note, "password rotation");
         }
@@ -146,7 +137,7 @@ where
 }
 
 /// The Events of a pass, with their notes.
-fn notes<R>(what: &str, outcome: &Outcome, reasons: Reasons<R>) -> Vec<(R, String)> {
+fn notes(what: &str, outcome: &Outcome) -> Vec<(TopologyEvent, String)> {
     let mut notes = Vec::new();
     if !outcome.new_added.is_empty() {
         let until = outcome
@@ -155,7 +146,7 @@ fn notes<R>(what: &str, outcome: &Outcome, reasons: Reasons<R>) -> Vec<(R, Strin
             .map(|r| format!(" until {} at the earliest", r.previous_until))
             .unwrap_or_default();
         notes.push((
-            reasons.added,
+            TopologyEvent::DefaultPasswordAdded,
             format!(
                 "the new {what} works on {}; the previous one still does{until}",
                 outcome.new_added.join(", ")
@@ -164,7 +155,7 @@ fn notes<R>(what: &str, outcome: &Outcome, reasons: Reasons<R>) -> Vec<(R, Strin
     }
     if !outcome.previous_dropped.is_empty() {
         notes.push((
-            reasons.dropped,
+            TopologyEvent::PreviousPasswordDropped,
             format!(
                 "only the new {what} works on {} now",
                 outcome.previous_dropped.join(", ")
@@ -178,7 +169,7 @@ fn notes<R>(what: &str, outcome: &Outcome, reasons: Reasons<R>) -> Vec<(R, Strin
             .map(|(member, answer)| format!("{member}: {answer}"))
             .collect();
         notes.push((
-            reasons.refused,
+            TopologyEvent::DefaultPasswordRefused,
             format!("the {what} could not be changed on {}", failed.join("; ")),
         ));
     }
