@@ -39,6 +39,7 @@ mod mid_migration;
 mod operator_password;
 mod partition;
 mod passwords;
+mod paused;
 mod planned_departure;
 mod ready_follows;
 mod rolling_update;

@@ -28,6 +28,7 @@ mod full_restart;
 mod operator_password;
 mod partition;
 mod passwords;
+mod paused;
 mod ready_follows;
 mod restarts;
 mod scaling;
