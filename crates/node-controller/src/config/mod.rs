@@ -279,6 +279,30 @@ pub fn render(spec: &ValkeyNodeSpec, cluster_ip: Option<&str>) -> Result<Rendere
         Announce::PodIP => None,
     };
 
+    let (mut text, live) = user_directives(spec);
+    text.push_str("\n# Operator-owned directives\n");
+    let args = match spec.mode {
+        Mode::Standalone | Mode::Cluster => push_server_owned(&mut text, spec, announce_ip),
+        Mode::Sentinel => push_sentinel_owned(&mut text, spec, announce_ip),
+    };
+    let replication = spec
+        .replication
+        .as_ref()
+        .map(|r| replication::render_context(r, announce_ip))
+        .transpose()?;
+    Ok(Rendered::Config(RenderedConfig {
+        file_name: file_name(spec.mode),
+        text,
+        args,
+        replication,
+        live,
+    }))
+}
+
+/// The file up to the operator-owned directives: the header, the defaults a server gets and
+/// the user's directives. Beside it, for a gated topology data node, the live file (see
+/// [`RenderedConfig::live`]), which takes the directives that change live.
+fn user_directives(spec: &ValkeyNodeSpec) -> (String, Option<String>) {
     let mut text = String::from(HEADER);
     // A topology's data nodes: topology-controller sets their live directives. A hand-made
     // node has no parent to, and sentinels take no server directives.
@@ -315,83 +339,83 @@ pub fn render(spec: &ValkeyNodeSpec, cluster_ip: Option<&str>) -> Result<Rendere
         text.push_str("\n# User directives that change live (CONFIG SET by topology-controller)\n");
         push(&mut text, "include", &format!("{CONFIG_DIR}/{LIVE_FILE}"));
     }
-    text.push_str("\n# Operator-owned directives\n");
+    (text, split_live.then_some(live))
+}
 
-    let pod_ip = format!("$({POD_IP_ENV})");
-    let mut args = Vec::new();
+/// A data node's owned directives (Standalone or Cluster mode). Returns the arguments that
+/// announce the pod IP when it is only known at runtime (`announce: PodIP`).
+fn push_server_owned(
+    text: &mut String,
+    spec: &ValkeyNodeSpec,
+    announce_ip: Option<&str>,
+) -> Vec<String> {
     let tls = spec.tls.as_ref();
-    match spec.mode {
-        Mode::Standalone | Mode::Cluster => {
-            for (name, value) in
-                tls::listen(tls, ports::VALKEY, spec.serves_plain_text_beside_tls())
-            {
-                push(&mut text, name, &value);
-            }
-            push(&mut text, "dir", DATA_DIR);
-            push(&mut text, "protected-mode", "no");
-            let (ip_directive, port_directive) = if spec.mode == Mode::Cluster {
-                push(&mut text, "cluster-enabled", "yes");
-                push(&mut text, "cluster-config-file", CLUSTER_CONFIG_FILE);
-                push(&mut text, "cluster-port", &ports::CLUSTER_BUS.to_string());
-                push(
-                    &mut text,
-                    "cluster-announce-bus-port",
-                    &ports::CLUSTER_BUS.to_string(),
-                );
-                (
-                    "cluster-announce-ip",
-                    tls::cluster_announce_port_directive(tls),
-                )
-            } else {
-                ("replica-announce-ip", "replica-announce-port")
-            };
-            push(&mut text, port_directive, &ports::VALKEY.to_string());
-            match announce_ip {
-                Some(ip) => push(&mut text, ip_directive, ip),
-                None => args.extend([format!("--{ip_directive}"), pod_ip]),
-            }
-            push_tls(&mut text, tls, spec.mode);
-            if auth_file_script(spec).is_some() {
-                push(&mut text, "include", AUTH_FILE);
-            }
-            if users_secret(spec).is_some() {
-                push(&mut text, "include", USERS_FILE);
-            }
-        }
-        Mode::Sentinel => {
-            for (name, value) in tls::listen(tls, ports::SENTINEL, false) {
-                push(&mut text, name, &value);
-            }
-            push(&mut text, "dir", DATA_DIR);
-            push(&mut text, "protected-mode", "no");
-            push(
-                &mut text,
-                "sentinel announce-port",
-                &ports::SENTINEL.to_string(),
-            );
-            match announce_ip {
-                Some(ip) => push(&mut text, "sentinel announce-ip", ip),
-                None => args.extend(["--sentinel".to_string(), "announce-ip".to_string(), pod_ip]),
-            }
-            push_tls(&mut text, tls, spec.mode);
-            text.push_str(
-                "# 'sentinel monitor' and the rest of the monitoring state are written at runtime by\n\
-                 # topology-controller (SENTINEL MONITOR / SET) and persisted by Sentinel itself.\n",
-            );
-        }
+    for (name, value) in tls::listen(tls, ports::VALKEY, spec.serves_plain_text_beside_tls()) {
+        push(text, name, &value);
     }
-    let replication = spec
-        .replication
-        .as_ref()
-        .map(|r| replication::render_context(r, announce_ip))
-        .transpose()?;
-    Ok(Rendered::Config(RenderedConfig {
-        file_name: file_name(spec.mode),
-        text,
-        args,
-        replication,
-        live: split_live.then_some(live),
-    }))
+    push(text, "dir", DATA_DIR);
+    push(text, "protected-mode", "no");
+    let (ip_directive, port_directive) = if spec.mode == Mode::Cluster {
+        push(text, "cluster-enabled", "yes");
+        push(text, "cluster-config-file", CLUSTER_CONFIG_FILE);
+        push(text, "cluster-port", &ports::CLUSTER_BUS.to_string());
+        push(
+            text,
+            "cluster-announce-bus-port",
+            &ports::CLUSTER_BUS.to_string(),
+        );
+        (
+            "cluster-announce-ip",
+            tls::cluster_announce_port_directive(tls),
+        )
+    } else {
+        ("replica-announce-ip", "replica-announce-port")
+    };
+    push(text, port_directive, &ports::VALKEY.to_string());
+    let mut args = Vec::new();
+    match announce_ip {
+        Some(ip) => push(text, ip_directive, ip),
+        None => args.extend([format!("--{ip_directive}"), format!("$({POD_IP_ENV})")]),
+    }
+    push_tls(text, tls, spec.mode);
+    if auth_file_script(spec).is_some() {
+        push(text, "include", AUTH_FILE);
+    }
+    if users_secret(spec).is_some() {
+        push(text, "include", USERS_FILE);
+    }
+    args
+}
+
+/// A sentinel's owned directives; returns the arguments that announce the pod IP, as
+/// [`push_server_owned`] does.
+fn push_sentinel_owned(
+    text: &mut String,
+    spec: &ValkeyNodeSpec,
+    announce_ip: Option<&str>,
+) -> Vec<String> {
+    let tls = spec.tls.as_ref();
+    for (name, value) in tls::listen(tls, ports::SENTINEL, false) {
+        push(text, name, &value);
+    }
+    push(text, "dir", DATA_DIR);
+    push(text, "protected-mode", "no");
+    push(text, "sentinel announce-port", &ports::SENTINEL.to_string());
+    let mut args = Vec::new();
+    match announce_ip {
+        Some(ip) => push(text, "sentinel announce-ip", ip),
+        None => args.extend([
+            "--sentinel".to_string(),
+            "announce-ip".to_string(),
+            format!("$({POD_IP_ENV})"),
+        ]),
+    }
+    push_tls(text, tls, spec.mode);
+    text.push_str(
+        "# 'sentinel monitor' and the rest of the monitoring state are written at runtime by\n\
+         # topology-controller (SENTINEL MONITOR / SET) and persisted by Sentinel itself.\n",
+    );
+    args
 }
 
 /// The TLS directives, when the node has `spec.tls` (see [`tls::directives`]).
