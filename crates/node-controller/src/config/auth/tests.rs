@@ -287,18 +287,18 @@ fn sentinel_start(
     Ok(std::fs::read_to_string(&conf).unwrap())
 }
 
-#[test]
-fn a_sentinel_gets_its_users_quoted_in_its_config_in_place_of_what_it_wrote_back() {
-    let env = [
-        ("REDISCLI_AUTH", r#"a"b c\d"#),
-        ("VALKEY_OPERATOR_PASSWORD", r#"o"p q\r"#),
-    ];
-    let kept = "port 26379\ndir \"/data\"\nsentinel monitor other 10.96.0.20 6379 2\n\
-                sentinel monitor grp 10.96.0.10 6379 2\n\
-                sentinel auth-user other admin\n\
-                sentinel myid f4d73e0d22c113a79679868b6865c67862b2c83c\n\
-                sentinel current-epoch 0\nsentinel auth-pass other theirs\n";
-    let users = format!(
+/// The passwords the sentinels below start with, as in [`REWRITTEN_BY_8_1`].
+const SENTINEL_ENV: [(&str, &str); 2] = [
+    ("REDISCLI_AUTH", r#"a"b c\d"#),
+    ("VALKEY_OPERATOR_PASSWORD", r#"o"p q\r"#),
+];
+
+/// A sentinel's config before it monitors anything.
+const FRESH: &str = "port 26379\ndir \"/data\"\n";
+
+/// The lines a sentinel with both passwords ([`SENTINEL_ENV`]) gets for its users, quoted.
+fn sentinel_users() -> String {
+    format!(
         "{}{SENTINEL_DEFAULT_USER_RULES}\n{}",
         r#"user default on ">a\"b c\\d" "#,
         concat!(
@@ -309,14 +309,31 @@ fn a_sentinel_gets_its_users_quoted_in_its_config_in_place_of_what_it_wrote_back
             r#"sentinel sentinel-pass "o\"p q\\r""#,
             "\n",
         )
-    );
-    // A replication member's sentinel also logs in to its group's data nodes; a group
-    // monitored by hand keeps its own login.
+    )
+}
+
+/// A sentinel of the ValkeyReplication `grp`, with both passwords.
+fn replication_sentinel() -> ValkeyNodeSpec {
     let mut member = with_auth(Mode::Sentinel, true, true);
     member.replication = Some(crd_types::node::NodeReplication {
         primary_name: "grp".into(),
         ..Default::default()
     });
+    member
+}
+
+#[test]
+fn a_sentinel_gets_its_users_quoted_in_its_config_in_place_of_what_it_wrote_back() {
+    let env = SENTINEL_ENV;
+    let kept = "port 26379\ndir \"/data\"\nsentinel monitor other 10.96.0.20 6379 2\n\
+                sentinel monitor grp 10.96.0.10 6379 2\n\
+                sentinel auth-user other admin\n\
+                sentinel myid f4d73e0d22c113a79679868b6865c67862b2c83c\n\
+                sentinel current-epoch 0\nsentinel auth-pass other theirs\n";
+    let users = sentinel_users();
+    // A replication member's sentinel also logs in to its group's data nodes; a group
+    // monitored by hand keeps its own login.
+    let member = replication_sentinel();
     let after = sentinel_start(&member, &env, REWRITTEN_BY_8_1).unwrap();
     assert_eq!(
         after,
@@ -328,15 +345,18 @@ fn a_sentinel_gets_its_users_quoted_in_its_config_in_place_of_what_it_wrote_back
     // Idempotent: a container restart runs the lines again on their own output.
     assert_eq!(sentinel_start(&member, &env, &after).unwrap(), after);
     // Before it monitors its group there is nothing to log in to.
-    let fresh = "port 26379\ndir \"/data\"\n";
+    let fresh = FRESH;
     assert_eq!(
         sentinel_start(&member, &env, fresh).unwrap(),
         format!("{fresh}{users}")
     );
+}
 
-    // A sentinel made by hand keeps every login its user set.
+#[test]
+fn a_sentinel_made_by_hand_keeps_every_login_its_user_set() {
+    let users = sentinel_users();
     let by_hand = with_auth(Mode::Sentinel, true, true);
-    let after = sentinel_start(&by_hand, &env, REWRITTEN_BY_8_1).unwrap();
+    let after = sentinel_start(&by_hand, &SENTINEL_ENV, REWRITTEN_BY_8_1).unwrap();
     assert_eq!(
         after,
         format!(
@@ -348,10 +368,13 @@ fn a_sentinel_gets_its_users_quoted_in_its_config_in_place_of_what_it_wrote_back
              sentinel auth-pass other theirs\n{users}"
         )
     );
+}
 
+#[test]
+fn a_sentinel_next_to_an_exporter_gets_the_monitoring_user() {
     // With an exporter, the monitoring user, its password derived from the operator's.
     let watched = with_exporter(with_auth(Mode::Sentinel, false, true));
-    let after = sentinel_start(&watched, &env, fresh).unwrap();
+    let after = sentinel_start(&watched, &SENTINEL_ENV, FRESH).unwrap();
     let mp = derived_password(MONITORING_PASSWORD_PREFIX, r#"o"p q\r"#);
     assert!(
         after.ends_with(&format!(
@@ -367,11 +390,17 @@ fn a_sentinel_gets_its_users_quoted_in_its_config_in_place_of_what_it_wrote_back
         )),
         "{after}"
     );
+}
 
+#[test]
+fn a_sentinel_start_that_cannot_write_its_users_stops_and_leaves_its_config_alone() {
+    let env = SENTINEL_ENV;
+    let fresh = FRESH;
     // No passwords, nothing to write.
     let open = with_auth(Mode::Sentinel, false, false);
     assert_eq!(sentinel_start_script(&open), None);
     // A config that cannot be read stops the start, leaving nothing behind.
+    let member = replication_sentinel();
     let dir = tempfile::tempdir().unwrap();
     let conf = dir.path().join("sentinel.conf");
     let script = sentinel_auth_script(&member, conf.to_str().unwrap()).unwrap();
