@@ -69,11 +69,34 @@ fn grows_to(d: &Decision) -> Option<u128> {
     }
 }
 
+/// One table row: its name, the decision, the size it grows to and the reason it holds with.
+type Case = (&'static str, Decision, Option<u128>, Option<StorageReady>);
+
+/// Checks every row, and that no growth shrinks the claim (rule 5).
+#[track_caller]
+fn check(cases: Vec<Case>) {
+    for (name, decision, to, held) in cases {
+        assert_eq!(grows_to(&decision), to, "{name}: {decision:?}");
+        assert_eq!(reason(&decision), held, "{name}: {decision:?}");
+        if let Decision::Grow { from, to, .. } = decision {
+            assert!(to > from, "{name}: never shrinks");
+        }
+    }
+}
+
+/// autoResize at 50 %, doubling, up to 64Mi, no cooldown.
+fn half() -> Option<AutoResize> {
+    Some(auto(50, "100%", "1Mi", "64Mi", 0))
+}
+
+/// autoResize at 80 %, by 20 % but at least 1Gi, up to 10Gi, a 5-minute cooldown.
+fn tiny() -> Option<AutoResize> {
+    Some(auto(80, "20%", "1Gi", "10Gi", 300))
+}
+
 #[test]
-fn the_decision_table() {
-    let half = || Some(auto(50, "100%", "1Mi", "64Mi", 0));
-    let tiny = || Some(auto(80, "20%", "1Gi", "10Gi", 300));
-    let cases: Vec<(&str, Decision, Option<u128>, Option<StorageReady>)> = vec![
+fn a_claim_missing_or_not_bound_holds() {
+    check(vec![
         // No claim yet, not bound.
         (
             "no claim",
@@ -96,6 +119,12 @@ fn the_decision_table() {
             None,
             Some(StorageReady::ClaimNotBound),
         ),
+    ]);
+}
+
+#[test]
+fn usage_grows_the_claim_a_step_at_a_time_up_to_the_limit() {
+    check(vec![
         // Idle, with and without autoResize.
         (
             "idle",
@@ -171,6 +200,12 @@ fn the_decision_table() {
             None,
             Some(StorageReady::VolumeReady),
         ),
+    ]);
+}
+
+#[test]
+fn a_usage_step_is_at_least_the_minimum_and_at_most_the_limit() {
+    check(vec![
         // 20 % of 1Gi is 205Mi; the minimum step makes it 1Gi.
         (
             "minimum step",
@@ -197,6 +232,25 @@ fn the_decision_table() {
             Some(1536 * MI),
             None,
         ),
+        // A zero increase with a one-byte minimum still moves a whole MiB.
+        (
+            "smallest step",
+            row(
+                "16Mi",
+                Some(auto(50, "0", "1", "64Mi", 0)),
+                Some(claim(16 * MI, 16 * MI)),
+                used(15 << 20, 16 << 20),
+                None,
+            ),
+            Some(17 * MI),
+            None,
+        ),
+    ]);
+}
+
+#[test]
+fn a_reading_from_before_the_last_growth_is_not_used() {
+    check(vec![
         // A reading from before the last growth reached the file system is not used.
         (
             "stale reading",
@@ -228,6 +282,12 @@ fn the_decision_table() {
             None,
             Some(StorageReady::VolumeReady),
         ),
+    ]);
+}
+
+#[test]
+fn the_spec_grows_the_claim_and_nothing_shrinks_it() {
+    check(vec![
         // The spec: grows past the threshold logic, without autoResize, beyond the limit.
         (
             "spec grows",
@@ -297,6 +357,12 @@ fn the_decision_table() {
             None,
             Some(StorageReady::VolumeReady),
         ),
+    ]);
+}
+
+#[test]
+fn one_growth_is_in_flight_at_a_time() {
+    check(vec![
         // One growth in flight at a time.
         (
             "in flight",
@@ -355,6 +421,12 @@ fn the_decision_table() {
             None,
             Some(StorageReady::ResizeFailed),
         ),
+    ]);
+}
+
+#[test]
+fn a_storage_class_without_volume_expansion_holds_a_growth() {
+    check(vec![
         // The StorageClass.
         (
             "not expandable",
@@ -374,6 +446,12 @@ fn the_decision_table() {
             Some(2 * GI),
             None,
         ),
+    ]);
+}
+
+#[test]
+fn unreadable_usage_and_unusable_auto_resize_grow_nothing_by_usage() {
+    check(vec![
         // Usage cannot be read.
         (
             "stats unreadable",
@@ -424,27 +502,7 @@ fn the_decision_table() {
             None,
             Some(StorageReady::InvalidAutoResize),
         ),
-        // A zero increase with a one-byte minimum still moves a whole MiB.
-        (
-            "smallest step",
-            row(
-                "16Mi",
-                Some(auto(50, "0", "1", "64Mi", 0)),
-                Some(claim(16 * MI, 16 * MI)),
-                used(15 << 20, 16 << 20),
-                None,
-            ),
-            Some(17 * MI),
-            None,
-        ),
-    ];
-    for (name, decision, to, held) in cases {
-        assert_eq!(grows_to(&decision), to, "{name}: {decision:?}");
-        assert_eq!(reason(&decision), held, "{name}: {decision:?}");
-        if let Decision::Grow { from, to, .. } = decision {
-            assert!(to > from, "{name}: never shrinks");
-        }
-    }
+    ]);
 }
 
 #[test]
