@@ -97,45 +97,10 @@ fn hold(reason: StorageReady, message: impl Into<String>) -> Decision {
 
 /// The decision for one ValkeyNode's claim.
 pub fn decide(i: &Inputs) -> Decision {
-    let Some(claim) = i.claim else {
-        return hold(
-            StorageReady::ClaimMissing,
-            "node-controller has not created the claim yet",
-        );
+    let (claim, requested) = match settled_claim(i.claim) {
+        Ok(settled) => settled,
+        Err(hold) => return hold,
     };
-    if !claim.bound {
-        return hold(StorageReady::ClaimNotBound, "the claim is not Bound yet");
-    }
-    let Some(requested) = claim.requested else {
-        return hold(StorageReady::ClaimNotBound, "the claim requests no storage");
-    };
-    let capacity = claim
-        .capacity
-        .map_or_else(|| "unknown".into(), format_bytes);
-    if let Some(error) = &claim.resize_error {
-        return hold(
-            StorageReady::ResizeFailed,
-            format!("growing to {} failed: {error}", format_bytes(requested)),
-        );
-    }
-    if claim.file_system_resize_pending {
-        return hold(
-            StorageReady::FileSystemResizePending,
-            format!(
-                "the volume has {capacity}; the kubelet grows the file system (online, or when \
-                 the pod restarts)"
-            ),
-        );
-    }
-    if claim.in_flight() {
-        return hold(
-            StorageReady::Resizing,
-            format!(
-                "the claim requests {}, the volume has {capacity}; the storage driver grows it",
-                format_bytes(requested)
-            ),
-        );
-    }
 
     let spec = quantity::parse(i.spec_size).map_or(0, |a| a.whole_units());
     let spec_target = (spec > requested).then_some(spec);
@@ -156,31 +121,107 @@ pub fn decide(i: &Inputs) -> Decision {
             }
             _ => Cause::Spec,
         };
-        if i.expandable == Some(false) {
-            return hold(
-                StorageReady::NotExpandable,
-                format!(
-                    "the claim must grow from {} to {} and its StorageClass {} does not allow \
-                     volume expansion (allowVolumeExpansion)",
-                    format_bytes(requested),
-                    format_bytes(to),
-                    claim.storage_class.as_deref().unwrap_or("")
-                ),
-            );
-        }
-        if let Some(refused) = refused_recently(i.last_resize, to, i.now) {
-            return refused;
-        }
-        return Decision::Grow {
-            from: requested,
-            to,
-            cause,
-            capacity_before: match i.usage {
-                Usage::Known(u) => Some(u.capacity_bytes),
-                _ => None,
-            },
-        };
+        return grow(i, claim, requested, to, cause);
     }
+    nothing_to_grow(i, claim, requested, by_usage, policy)
+}
+
+/// The claim and its request when it may grow: Bound, with no growth in flight (rule 1).
+/// Otherwise the hold that says what it waits for.
+fn settled_claim(claim: Option<&ClaimState>) -> Result<(&ClaimState, u128), Decision> {
+    let Some(claim) = claim else {
+        return Err(hold(
+            StorageReady::ClaimMissing,
+            "node-controller has not created the claim yet",
+        ));
+    };
+    if !claim.bound {
+        return Err(hold(
+            StorageReady::ClaimNotBound,
+            "the claim is not Bound yet",
+        ));
+    }
+    let Some(requested) = claim.requested else {
+        return Err(hold(
+            StorageReady::ClaimNotBound,
+            "the claim requests no storage",
+        ));
+    };
+    let capacity = capacity(claim);
+    if let Some(error) = &claim.resize_error {
+        return Err(hold(
+            StorageReady::ResizeFailed,
+            format!("growing to {} failed: {error}", format_bytes(requested)),
+        ));
+    }
+    if claim.file_system_resize_pending {
+        return Err(hold(
+            StorageReady::FileSystemResizePending,
+            format!(
+                "the volume has {capacity}; the kubelet grows the file system (online, or when \
+                 the pod restarts)"
+            ),
+        ));
+    }
+    if claim.in_flight() {
+        return Err(hold(
+            StorageReady::Resizing,
+            format!(
+                "the claim requests {}, the volume has {capacity}; the storage driver grows it",
+                format_bytes(requested)
+            ),
+        ));
+    }
+    Ok((claim, requested))
+}
+
+/// The claim's capacity as the messages show it.
+fn capacity(claim: &ClaimState) -> String {
+    claim
+        .capacity
+        .map_or_else(|| "unknown".into(), format_bytes)
+}
+
+/// Grows the claim from `requested` to `to`, unless its StorageClass cannot or the API
+/// server refused that size recently (rule 4).
+fn grow(i: &Inputs, claim: &ClaimState, requested: u128, to: u128, cause: Cause) -> Decision {
+    if i.expandable == Some(false) {
+        return hold(
+            StorageReady::NotExpandable,
+            format!(
+                "the claim must grow from {} to {} and its StorageClass {} does not allow \
+                 volume expansion (allowVolumeExpansion)",
+                format_bytes(requested),
+                format_bytes(to),
+                claim.storage_class.as_deref().unwrap_or("")
+            ),
+        );
+    }
+    if let Some(refused) = refused_recently(i.last_resize, to, i.now) {
+        return refused;
+    }
+    Decision::Grow {
+        from: requested,
+        to,
+        cause,
+        capacity_before: match i.usage {
+            Usage::Known(u) => Some(u.capacity_bytes),
+            _ => None,
+        },
+    }
+}
+
+/// The hold when neither the spec nor usage asks for a growth: why usage does not (a stale
+/// reading, the limit, the cooldown), else what is wrong with `autoResize` or the reading,
+/// else a ready volume.
+fn nothing_to_grow(
+    i: &Inputs,
+    claim: &ClaimState,
+    requested: u128,
+    by_usage: UsageStep,
+    policy: Option<Result<Policy, String>>,
+) -> Decision {
+    let capacity = capacity(claim);
     match (by_usage, policy) {
         (UsageStep::Stale(reported), _) => hold(
             StorageReady::Resizing,
