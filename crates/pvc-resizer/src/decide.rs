@@ -97,45 +97,10 @@ fn hold(reason: StorageReady, message: impl Into<String>) -> Decision {
 
 /// The decision for one ValkeyNode's claim.
 pub fn decide(i: &Inputs) -> Decision {
-    let Some(claim) = i.claim else {
-        return hold(
-            StorageReady::ClaimMissing,
-            "node-controller has not created the claim yet",
-        );
+    let (claim, requested) = match settled_claim(i.claim) {
+        Ok(settled) => settled,
+        Err(hold) => return hold,
     };
-    if !claim.bound {
-        return hold(StorageReady::ClaimNotBound, "the claim is not Bound yet");
-    }
-    let Some(requested) = claim.requested else {
-        return hold(StorageReady::ClaimNotBound, "the claim requests no storage");
-    };
-    let capacity = claim
-        .capacity
-        .map_or_else(|| "unknown".into(), format_bytes);
-    if let Some(error) = &claim.resize_error {
-        return hold(
-            StorageReady::ResizeFailed,
-            format!("growing to {} failed: {error}", format_bytes(requested)),
-        );
-    }
-    if claim.file_system_resize_pending {
-        return hold(
-            StorageReady::FileSystemResizePending,
-            format!(
-                "the volume has {capacity}; the kubelet grows the file system (online, or when \
-                 the pod restarts)"
-            ),
-        );
-    }
-    if claim.in_flight() {
-        return hold(
-            StorageReady::Resizing,
-            format!(
-                "the claim requests {}, the volume has {capacity}; the storage driver grows it",
-                format_bytes(requested)
-            ),
-        );
-    }
 
     let spec = quantity::parse(i.spec_size).map_or(0, |a| a.whole_units());
     let spec_target = (spec > requested).then_some(spec);
@@ -156,31 +121,107 @@ pub fn decide(i: &Inputs) -> Decision {
             }
             _ => Cause::Spec,
         };
-        if i.expandable == Some(false) {
-            return hold(
-                StorageReady::NotExpandable,
-                format!(
-                    "the claim must grow from {} to {} and its StorageClass {} does not allow \
-                     volume expansion (allowVolumeExpansion)",
-                    format_bytes(requested),
-                    format_bytes(to),
-                    claim.storage_class.as_deref().unwrap_or("")
-                ),
-            );
-        }
-        if let Some(refused) = refused_recently(i.last_resize, to, i.now) {
-            return refused;
-        }
-        return Decision::Grow {
-            from: requested,
-            to,
-            cause,
-            capacity_before: match i.usage {
-                Usage::Known(u) => Some(u.capacity_bytes),
-                _ => None,
-            },
-        };
+        return grow(i, claim, requested, to, cause);
     }
+    nothing_to_grow(i, claim, requested, by_usage, policy)
+}
+
+/// The claim and its request when it may grow: Bound, with no growth in flight (rule 1).
+/// Otherwise the hold that says what it waits for.
+fn settled_claim(claim: Option<&ClaimState>) -> Result<(&ClaimState, u128), Decision> {
+    let Some(claim) = claim else {
+        return Err(hold(
+            StorageReady::ClaimMissing,
+            "node-controller has not created the claim yet",
+        ));
+    };
+    if !claim.bound {
+        return Err(hold(
+            StorageReady::ClaimNotBound,
+            "the claim is not Bound yet",
+        ));
+    }
+    let Some(requested) = claim.requested else {
+        return Err(hold(
+            StorageReady::ClaimNotBound,
+            "the claim requests no storage",
+        ));
+    };
+    let capacity = capacity(claim);
+    if let Some(error) = &claim.resize_error {
+        return Err(hold(
+            StorageReady::ResizeFailed,
+            format!("growing to {} failed: {error}", format_bytes(requested)),
+        ));
+    }
+    if claim.file_system_resize_pending {
+        return Err(hold(
+            StorageReady::FileSystemResizePending,
+            format!(
+                "the volume has {capacity}; the kubelet grows the file system (online, or when \
+                 the pod restarts)"
+            ),
+        ));
+    }
+    if claim.in_flight() {
+        return Err(hold(
+            StorageReady::Resizing,
+            format!(
+                "the claim requests {}, the volume has {capacity}; the storage driver grows it",
+                format_bytes(requested)
+            ),
+        ));
+    }
+    Ok((claim, requested))
+}
+
+/// The claim's capacity as the messages show it.
+fn capacity(claim: &ClaimState) -> String {
+    claim
+        .capacity
+        .map_or_else(|| "unknown".into(), format_bytes)
+}
+
+/// Grows the claim from `requested` to `to`, unless its StorageClass cannot or the API
+/// server refused that size recently (rule 4).
+fn grow(i: &Inputs, claim: &ClaimState, requested: u128, to: u128, cause: Cause) -> Decision {
+    if i.expandable == Some(false) {
+        return hold(
+            StorageReady::NotExpandable,
+            format!(
+                "the claim must grow from {} to {} and its StorageClass {} does not allow \
+                 volume expansion (allowVolumeExpansion)",
+                format_bytes(requested),
+                format_bytes(to),
+                claim.storage_class.as_deref().unwrap_or("")
+            ),
+        );
+    }
+    if let Some(refused) = refused_recently(i.last_resize, to, i.now) {
+        return refused;
+    }
+    Decision::Grow {
+        from: requested,
+        to,
+        cause,
+        capacity_before: match i.usage {
+            Usage::Known(u) => Some(u.capacity_bytes),
+            _ => None,
+        },
+    }
+}
+
+/// The hold when neither the spec nor usage asks for a growth: why usage does not (a stale
+/// reading, the limit, the cooldown), else what is wrong with `autoResize` or the reading,
+/// else a ready volume.
+fn nothing_to_grow(
+    i: &Inputs,
+    claim: &ClaimState,
+    requested: u128,
+    by_usage: UsageStep,
+    policy: Option<Result<Policy, String>>,
+) -> Decision {
+    let capacity = capacity(claim);
     match (by_usage, policy) {
         (UsageStep::Stale(reported), _) => hold(
             StorageReady::Resizing,
@@ -316,590 +357,4 @@ pub fn class_to_check<'a>(i: &Inputs<'a>) -> Option<&'a str> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-
-    const MI: u128 = 1 << 20;
-    const GI: u128 = 1 << 30;
-
-    fn at(second: i64) -> Timestamp {
-        Timestamp::from_second(1_700_000_000 + second).unwrap()
-    }
-
-    fn auto(threshold: i32, increase: &str, min: &str, limit: &str, cooldown: i32) -> AutoResize {
-        AutoResize {
-            used_percent_threshold: threshold,
-            increase: increase.into(),
-            limit: limit.into(),
-            min_increase: min.into(),
-            cooldown_seconds: cooldown,
-        }
-    }
-
-    fn claim(requested: u128, capacity: u128) -> ClaimState {
-        ClaimState {
-            requested: Some(requested),
-            capacity: Some(capacity),
-            bound: true,
-            storage_class: Some("fast".into()),
-            ..Default::default()
-        }
-    }
-
-    fn used(used: u64, capacity: u64) -> Usage {
-        Usage::Known(VolumeUsage {
-            used_bytes: used,
-            capacity_bytes: capacity,
-            available_bytes: capacity.saturating_sub(used),
-        })
-    }
-
-    /// One row: the decision for these inputs at `at(0)`.
-    fn row(
-        spec: &str,
-        auto_resize: Option<AutoResize>,
-        claim: Option<ClaimState>,
-        usage: Usage,
-        expandable: Option<bool>,
-    ) -> Decision {
-        decide(&Inputs {
-            spec_size: spec,
-            auto_resize: auto_resize.as_ref(),
-            claim: claim.as_ref(),
-            usage: &usage,
-            expandable,
-            last_resize: None,
-            now: at(0),
-        })
-    }
-
-    fn reason(d: &Decision) -> Option<StorageReady> {
-        match d {
-            Decision::Hold { reason, .. } => Some(*reason),
-            Decision::Grow { .. } => None,
-        }
-    }
-
-    fn grows_to(d: &Decision) -> Option<u128> {
-        match d {
-            Decision::Grow { to, .. } => Some(*to),
-            Decision::Hold { .. } => None,
-        }
-    }
-
-    #[test]
-    fn the_decision_table() {
-        let half = || Some(auto(50, "100%", "1Mi", "64Mi", 0));
-        let tiny = || Some(auto(80, "20%", "1Gi", "10Gi", 300));
-        let cases: Vec<(&str, Decision, Option<u128>, Option<StorageReady>)> = vec![
-            // No claim yet, not bound.
-            (
-                "no claim",
-                row("16Mi", half(), None, Usage::Unread, None),
-                None,
-                Some(StorageReady::ClaimMissing),
-            ),
-            (
-                "unbound",
-                row(
-                    "16Mi",
-                    half(),
-                    Some(ClaimState {
-                        bound: false,
-                        ..claim(16 * MI, 16 * MI)
-                    }),
-                    Usage::Unread,
-                    None,
-                ),
-                None,
-                Some(StorageReady::ClaimNotBound),
-            ),
-            // Idle, with and without autoResize.
-            (
-                "idle",
-                row(
-                    "16Mi",
-                    None,
-                    Some(claim(16 * MI, 16 * MI)),
-                    Usage::Unread,
-                    None,
-                ),
-                None,
-                Some(StorageReady::VolumeReady),
-            ),
-            (
-                "below threshold",
-                row(
-                    "16Mi",
-                    half(),
-                    Some(claim(16 * MI, 16 * MI)),
-                    used(7 << 20, 16 << 20),
-                    None,
-                ),
-                None,
-                Some(StorageReady::VolumeReady),
-            ),
-            // The threshold is inclusive: 50 % of the kubelet's capacity.
-            (
-                "at threshold",
-                row(
-                    "16Mi",
-                    half(),
-                    Some(claim(16 * MI, 16 * MI)),
-                    used(8 << 20, 16 << 20),
-                    None,
-                ),
-                Some(32 * MI),
-                None,
-            ),
-            // The second step, then the limit (4x).
-            (
-                "second step",
-                row(
-                    "16Mi",
-                    half(),
-                    Some(claim(32 * MI, 32 * MI)),
-                    used(20 << 20, 32 << 20),
-                    None,
-                ),
-                Some(64 * MI),
-                None,
-            ),
-            (
-                "at limit",
-                row(
-                    "16Mi",
-                    half(),
-                    Some(claim(64 * MI, 64 * MI)),
-                    used(40 << 20, 64 << 20),
-                    None,
-                ),
-                None,
-                Some(StorageReady::LimitReached),
-            ),
-            (
-                "at limit, below threshold",
-                row(
-                    "16Mi",
-                    half(),
-                    Some(claim(64 * MI, 64 * MI)),
-                    used(10 << 20, 64 << 20),
-                    None,
-                ),
-                None,
-                Some(StorageReady::VolumeReady),
-            ),
-            // 20 % of 1Gi is 205Mi; the minimum step makes it 1Gi.
-            (
-                "minimum step",
-                row(
-                    "1Gi",
-                    tiny(),
-                    Some(claim(GI, GI)),
-                    used(900 << 20, 1 << 30),
-                    None,
-                ),
-                Some(2 * GI),
-                None,
-            ),
-            // A step above the limit stops at the limit.
-            (
-                "capped",
-                row(
-                    "1Gi",
-                    Some(auto(80, "20%", "1Gi", "1536Mi", 0)),
-                    Some(claim(GI, GI)),
-                    used(900 << 20, 1 << 30),
-                    None,
-                ),
-                Some(1536 * MI),
-                None,
-            ),
-            // A reading from before the last growth reached the file system is not used.
-            (
-                "stale reading",
-                row(
-                    "16Mi",
-                    half(),
-                    Some(ClaimState {
-                        capacity_before_resize: Some(16 << 20),
-                        ..claim(32 * MI, 32 * MI)
-                    }),
-                    used(9 << 20, 16 << 20),
-                    None,
-                ),
-                None,
-                Some(StorageReady::Resizing),
-            ),
-            (
-                "fresh reading",
-                row(
-                    "16Mi",
-                    half(),
-                    Some(ClaimState {
-                        capacity_before_resize: Some(16 << 20),
-                        ..claim(32 * MI, 32 * MI)
-                    }),
-                    used(9 << 20, 32 << 20),
-                    None,
-                ),
-                None,
-                Some(StorageReady::VolumeReady),
-            ),
-            // The spec: grows past the threshold logic, without autoResize, beyond the limit.
-            (
-                "spec grows",
-                row("2Gi", None, Some(claim(GI, GI)), Usage::Unread, None),
-                Some(2 * GI),
-                None,
-            ),
-            (
-                "spec in other units",
-                row(
-                    "2048Mi",
-                    None,
-                    Some(claim(2 * GI, 2 * GI)),
-                    Usage::Unread,
-                    None,
-                ),
-                None,
-                Some(StorageReady::VolumeReady),
-            ),
-            (
-                "spec beyond limit",
-                row(
-                    "128Mi",
-                    half(),
-                    Some(claim(64 * MI, 64 * MI)),
-                    used(1, 64 << 20),
-                    None,
-                ),
-                Some(128 * MI),
-                None,
-            ),
-            // Spec and usage both ask: the larger wins.
-            (
-                "spec and usage",
-                row(
-                    "20Mi",
-                    half(),
-                    Some(claim(16 * MI, 16 * MI)),
-                    used(15 << 20, 16 << 20),
-                    None,
-                ),
-                Some(32 * MI),
-                None,
-            ),
-            (
-                "spec larger than usage step",
-                row(
-                    "48Mi",
-                    half(),
-                    Some(claim(16 * MI, 16 * MI)),
-                    used(15 << 20, 16 << 20),
-                    None,
-                ),
-                Some(48 * MI),
-                None,
-            ),
-            // Never shrinks: a claim above the spec stays.
-            (
-                "never shrinks",
-                row(
-                    "16Mi",
-                    None,
-                    Some(claim(32 * MI, 32 * MI)),
-                    Usage::Unread,
-                    None,
-                ),
-                None,
-                Some(StorageReady::VolumeReady),
-            ),
-            // One growth in flight at a time.
-            (
-                "in flight",
-                row(
-                    "32Mi",
-                    half(),
-                    Some(claim(32 * MI, 16 * MI)),
-                    used(15 << 20, 16 << 20),
-                    None,
-                ),
-                None,
-                Some(StorageReady::Resizing),
-            ),
-            (
-                "resizing condition",
-                row(
-                    "32Mi",
-                    half(),
-                    Some(ClaimState {
-                        resizing: true,
-                        ..claim(32 * MI, 32 * MI)
-                    }),
-                    used(1, 32 << 20),
-                    None,
-                ),
-                None,
-                Some(StorageReady::Resizing),
-            ),
-            (
-                "fs pending",
-                row(
-                    "32Mi",
-                    half(),
-                    Some(ClaimState {
-                        file_system_resize_pending: true,
-                        ..claim(32 * MI, 32 * MI)
-                    }),
-                    used(30 << 20, 32 << 20),
-                    None,
-                ),
-                None,
-                Some(StorageReady::FileSystemResizePending),
-            ),
-            (
-                "driver error",
-                row(
-                    "32Mi",
-                    half(),
-                    Some(ClaimState {
-                        resize_error: Some("NodeResizeError: x".into()),
-                        ..claim(32 * MI, 16 * MI)
-                    }),
-                    Usage::Unread,
-                    None,
-                ),
-                None,
-                Some(StorageReady::ResizeFailed),
-            ),
-            // The StorageClass.
-            (
-                "not expandable",
-                row("2Gi", None, Some(claim(GI, GI)), Usage::Unread, Some(false)),
-                None,
-                Some(StorageReady::NotExpandable),
-            ),
-            (
-                "not expandable, nothing to do",
-                row("1Gi", None, Some(claim(GI, GI)), Usage::Unread, Some(false)),
-                None,
-                Some(StorageReady::VolumeReady),
-            ),
-            (
-                "expandable",
-                row("2Gi", None, Some(claim(GI, GI)), Usage::Unread, Some(true)),
-                Some(2 * GI),
-                None,
-            ),
-            // Usage cannot be read.
-            (
-                "stats unreadable",
-                row(
-                    "16Mi",
-                    half(),
-                    Some(claim(16 * MI, 16 * MI)),
-                    Usage::Unreadable("connection refused".into()),
-                    None,
-                ),
-                None,
-                Some(StorageReady::UsageUnknown),
-            ),
-            (
-                "stats unreadable, spec grows",
-                row(
-                    "32Mi",
-                    half(),
-                    Some(claim(16 * MI, 16 * MI)),
-                    Usage::Unreadable("x".into()),
-                    None,
-                ),
-                Some(32 * MI),
-                None,
-            ),
-            (
-                "zero capacity",
-                row(
-                    "16Mi",
-                    half(),
-                    Some(claim(16 * MI, 16 * MI)),
-                    used(5, 0),
-                    None,
-                ),
-                None,
-                Some(StorageReady::VolumeReady),
-            ),
-            // autoResize pvc-resizer cannot use.
-            (
-                "invalid",
-                row(
-                    "16Mi",
-                    Some(auto(50, "lots", "1Mi", "64Mi", 0)),
-                    Some(claim(16 * MI, 16 * MI)),
-                    used(15 << 20, 16 << 20),
-                    None,
-                ),
-                None,
-                Some(StorageReady::InvalidAutoResize),
-            ),
-            // A zero increase with a one-byte minimum still moves a whole MiB.
-            (
-                "smallest step",
-                row(
-                    "16Mi",
-                    Some(auto(50, "0", "1", "64Mi", 0)),
-                    Some(claim(16 * MI, 16 * MI)),
-                    used(15 << 20, 16 << 20),
-                    None,
-                ),
-                Some(17 * MI),
-                None,
-            ),
-        ];
-        for (name, decision, to, held) in cases {
-            assert_eq!(grows_to(&decision), to, "{name}: {decision:?}");
-            assert_eq!(reason(&decision), held, "{name}: {decision:?}");
-            if let Decision::Grow { from, to, .. } = decision {
-                assert!(to > from, "{name}: never shrinks");
-            }
-        }
-    }
-
-    #[test]
-    fn the_cause_names_what_asked() {
-        let half = auto(50, "100%", "1Mi", "64Mi", 0);
-        let d = row(
-            "16Mi",
-            Some(half.clone()),
-            Some(claim(16 * MI, 16 * MI)),
-            used(12 << 20, 16 << 20),
-            None,
-        );
-        assert_eq!(
-            d,
-            Decision::Grow {
-                from: 16 * MI,
-                to: 32 * MI,
-                cause: Cause::Usage {
-                    used_percent: 75,
-                    threshold: 50
-                },
-                capacity_before: Some(16 << 20),
-            }
-        );
-        let d = row(
-            "48Mi",
-            Some(half),
-            Some(claim(16 * MI, 16 * MI)),
-            used(12 << 20, 16 << 20),
-            None,
-        );
-        assert!(matches!(
-            d,
-            Decision::Grow {
-                cause: Cause::Spec,
-                ..
-            }
-        ));
-    }
-
-    #[test]
-    fn the_cooldown_counts_from_the_last_growth() {
-        let policy = auto(50, "100%", "1Mi", "64Mi", 60);
-        let usage = used(20 << 20, 32 << 20);
-        let decide_at = |last: Option<Timestamp>, now: Timestamp| {
-            let c = ClaimState {
-                last_resize: last,
-                ..claim(32 * MI, 32 * MI)
-            };
-            decide(&Inputs {
-                spec_size: "16Mi",
-                auto_resize: Some(&policy),
-                claim: Some(&c),
-                usage: &usage,
-                expandable: Some(true),
-                last_resize: None,
-                now,
-            })
-        };
-        assert_eq!(
-            reason(&decide_at(Some(at(0)), at(59))),
-            Some(StorageReady::CoolingDown)
-        );
-        assert_eq!(grows_to(&decide_at(Some(at(0)), at(60))), Some(64 * MI));
-        assert_eq!(grows_to(&decide_at(None, at(1))), Some(64 * MI));
-        // The spec is not held by the cooldown.
-        let c = ClaimState {
-            last_resize: Some(at(0)),
-            ..claim(32 * MI, 32 * MI)
-        };
-        let spec = decide(&Inputs {
-            spec_size: "40Mi",
-            auto_resize: Some(&policy),
-            claim: Some(&c),
-            usage: &usage,
-            expandable: None,
-            last_resize: None,
-            now: at(1),
-        });
-        assert_eq!(grows_to(&spec), Some(40 * MI));
-    }
-
-    #[test]
-    fn a_refused_size_waits_before_it_is_asked_again() {
-        let c = claim(GI, GI);
-        let refused = |result, size: &str, when| LastResize {
-            time: Time(when),
-            size: size.into(),
-            result,
-        };
-        let decide_with = |last: &LastResize, now| {
-            decide(&Inputs {
-                spec_size: "2Gi",
-                auto_resize: None,
-                claim: Some(&c),
-                usage: &Usage::Unread,
-                expandable: Some(true),
-                last_resize: Some(last),
-                now,
-            })
-        };
-        let quota = refused(ResizeResult::QuotaExceeded, "2048Mi", at(0));
-        assert_eq!(
-            reason(&decide_with(&quota, at(299))),
-            Some(StorageReady::QuotaExceeded)
-        );
-        assert_eq!(grows_to(&decide_with(&quota, at(300))), Some(2 * GI));
-        let other = refused(ResizeResult::Refused, "2Gi", at(0));
-        assert_eq!(
-            reason(&decide_with(&other, at(10))),
-            Some(StorageReady::ResizeRefused)
-        );
-        // Another size (the spec changed again) is asked for at once.
-        let smaller = refused(ResizeResult::QuotaExceeded, "1536Mi", at(0));
-        assert_eq!(grows_to(&decide_with(&smaller, at(1))), Some(2 * GI));
-        // A granted request is no refusal.
-        let granted = refused(ResizeResult::Requested, "2Gi", at(0));
-        assert_eq!(grows_to(&decide_with(&granted, at(1))), Some(2 * GI));
-    }
-
-    #[test]
-    fn the_class_is_read_only_before_a_growth() {
-        let half = auto(50, "100%", "1Mi", "64Mi", 0);
-        let idle = claim(16 * MI, 16 * MI);
-        let inputs = |usage: &'static Usage| Inputs {
-            spec_size: "16Mi",
-            auto_resize: Some(&half),
-            claim: Some(&idle),
-            usage,
-            expandable: None,
-            last_resize: None,
-            now: at(0),
-        };
-        static LOW: Usage = Usage::Unread;
-        assert_eq!(class_to_check(&inputs(&LOW)), None);
-        let high = Box::leak(Box::new(used(12 << 20, 16 << 20)));
-        assert_eq!(class_to_check(&inputs(high)), Some("fast"));
-    }
-}
+mod tests;

@@ -279,6 +279,30 @@ pub fn render(spec: &ValkeyNodeSpec, cluster_ip: Option<&str>) -> Result<Rendere
         Announce::PodIP => None,
     };
 
+    let (mut text, live) = user_directives(spec);
+    text.push_str("\n# Operator-owned directives\n");
+    let args = match spec.mode {
+        Mode::Standalone | Mode::Cluster => push_server_owned(&mut text, spec, announce_ip),
+        Mode::Sentinel => push_sentinel_owned(&mut text, spec, announce_ip),
+    };
+    let replication = spec
+        .replication
+        .as_ref()
+        .map(|r| replication::render_context(r, announce_ip))
+        .transpose()?;
+    Ok(Rendered::Config(RenderedConfig {
+        file_name: file_name(spec.mode),
+        text,
+        args,
+        replication,
+        live,
+    }))
+}
+
+/// The file up to the operator-owned directives: the header, the defaults a server gets and
+/// the user's directives. Beside it, for a gated topology data node, the live file (see
+/// [`RenderedConfig::live`]), which takes the directives that change live.
+fn user_directives(spec: &ValkeyNodeSpec) -> (String, Option<String>) {
     let mut text = String::from(HEADER);
     // A topology's data nodes: topology-controller sets their live directives. A hand-made
     // node has no parent to, and sentinels take no server directives.
@@ -315,83 +339,83 @@ pub fn render(spec: &ValkeyNodeSpec, cluster_ip: Option<&str>) -> Result<Rendere
         text.push_str("\n# User directives that change live (CONFIG SET by topology-controller)\n");
         push(&mut text, "include", &format!("{CONFIG_DIR}/{LIVE_FILE}"));
     }
-    text.push_str("\n# Operator-owned directives\n");
+    (text, split_live.then_some(live))
+}
 
-    let pod_ip = format!("$({POD_IP_ENV})");
-    let mut args = Vec::new();
+/// A data node's owned directives (Standalone or Cluster mode). Returns the arguments that
+/// announce the pod IP when it is only known at runtime (`announce: PodIP`).
+fn push_server_owned(
+    text: &mut String,
+    spec: &ValkeyNodeSpec,
+    announce_ip: Option<&str>,
+) -> Vec<String> {
     let tls = spec.tls.as_ref();
-    match spec.mode {
-        Mode::Standalone | Mode::Cluster => {
-            for (name, value) in
-                tls::listen(tls, ports::VALKEY, spec.serves_plain_text_beside_tls())
-            {
-                push(&mut text, name, &value);
-            }
-            push(&mut text, "dir", DATA_DIR);
-            push(&mut text, "protected-mode", "no");
-            let (ip_directive, port_directive) = if spec.mode == Mode::Cluster {
-                push(&mut text, "cluster-enabled", "yes");
-                push(&mut text, "cluster-config-file", CLUSTER_CONFIG_FILE);
-                push(&mut text, "cluster-port", &ports::CLUSTER_BUS.to_string());
-                push(
-                    &mut text,
-                    "cluster-announce-bus-port",
-                    &ports::CLUSTER_BUS.to_string(),
-                );
-                (
-                    "cluster-announce-ip",
-                    tls::cluster_announce_port_directive(tls),
-                )
-            } else {
-                ("replica-announce-ip", "replica-announce-port")
-            };
-            push(&mut text, port_directive, &ports::VALKEY.to_string());
-            match announce_ip {
-                Some(ip) => push(&mut text, ip_directive, ip),
-                None => args.extend([format!("--{ip_directive}"), pod_ip]),
-            }
-            push_tls(&mut text, tls, spec.mode);
-            if auth_file_script(spec).is_some() {
-                push(&mut text, "include", AUTH_FILE);
-            }
-            if users_secret(spec).is_some() {
-                push(&mut text, "include", USERS_FILE);
-            }
-        }
-        Mode::Sentinel => {
-            for (name, value) in tls::listen(tls, ports::SENTINEL, false) {
-                push(&mut text, name, &value);
-            }
-            push(&mut text, "dir", DATA_DIR);
-            push(&mut text, "protected-mode", "no");
-            push(
-                &mut text,
-                "sentinel announce-port",
-                &ports::SENTINEL.to_string(),
-            );
-            match announce_ip {
-                Some(ip) => push(&mut text, "sentinel announce-ip", ip),
-                None => args.extend(["--sentinel".to_string(), "announce-ip".to_string(), pod_ip]),
-            }
-            push_tls(&mut text, tls, spec.mode);
-            text.push_str(
-                "# 'sentinel monitor' and the rest of the monitoring state are written at runtime by\n\
-                 # topology-controller (SENTINEL MONITOR / SET) and persisted by Sentinel itself.\n",
-            );
-        }
+    for (name, value) in tls::listen(tls, ports::VALKEY, spec.serves_plain_text_beside_tls()) {
+        push(text, name, &value);
     }
-    let replication = spec
-        .replication
-        .as_ref()
-        .map(|r| replication::render_context(r, announce_ip))
-        .transpose()?;
-    Ok(Rendered::Config(RenderedConfig {
-        file_name: file_name(spec.mode),
-        text,
-        args,
-        replication,
-        live: split_live.then_some(live),
-    }))
+    push(text, "dir", DATA_DIR);
+    push(text, "protected-mode", "no");
+    let (ip_directive, port_directive) = if spec.mode == Mode::Cluster {
+        push(text, "cluster-enabled", "yes");
+        push(text, "cluster-config-file", CLUSTER_CONFIG_FILE);
+        push(text, "cluster-port", &ports::CLUSTER_BUS.to_string());
+        push(
+            text,
+            "cluster-announce-bus-port",
+            &ports::CLUSTER_BUS.to_string(),
+        );
+        (
+            "cluster-announce-ip",
+            tls::cluster_announce_port_directive(tls),
+        )
+    } else {
+        ("replica-announce-ip", "replica-announce-port")
+    };
+    push(text, port_directive, &ports::VALKEY.to_string());
+    let mut args = Vec::new();
+    match announce_ip {
+        Some(ip) => push(text, ip_directive, ip),
+        None => args.extend([format!("--{ip_directive}"), format!("$({POD_IP_ENV})")]),
+    }
+    push_tls(text, tls, spec.mode);
+    if auth_file_script(spec).is_some() {
+        push(text, "include", AUTH_FILE);
+    }
+    if users_secret(spec).is_some() {
+        push(text, "include", USERS_FILE);
+    }
+    args
+}
+
+/// A sentinel's owned directives; returns the arguments that announce the pod IP, as
+/// [`push_server_owned`] does.
+fn push_sentinel_owned(
+    text: &mut String,
+    spec: &ValkeyNodeSpec,
+    announce_ip: Option<&str>,
+) -> Vec<String> {
+    let tls = spec.tls.as_ref();
+    for (name, value) in tls::listen(tls, ports::SENTINEL, false) {
+        push(text, name, &value);
+    }
+    push(text, "dir", DATA_DIR);
+    push(text, "protected-mode", "no");
+    push(text, "sentinel announce-port", &ports::SENTINEL.to_string());
+    let mut args = Vec::new();
+    match announce_ip {
+        Some(ip) => push(text, "sentinel announce-ip", ip),
+        None => args.extend([
+            "--sentinel".to_string(),
+            "announce-ip".to_string(),
+            format!("$({POD_IP_ENV})"),
+        ]),
+    }
+    push_tls(text, tls, spec.mode);
+    text.push_str(
+        "# 'sentinel monitor' and the rest of the monitoring state are written at runtime by\n\
+         # topology-controller (SENTINEL MONITOR / SET) and persisted by Sentinel itself.\n",
+    );
+    args
 }
 
 /// The TLS directives, when the node has `spec.tls` (see [`tls::directives`]).
@@ -425,764 +449,4 @@ fn is_name_word(w: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::BTreeMap;
-
-    use crd_types::config::ValkeyConfig;
-    use crd_types::template::{Auth, SecretKeyRef, TlsAuthClients};
-
-    fn spec(mode: Mode, announce: Announce, config: &[(&str, &str)]) -> ValkeyNodeSpec {
-        let mut spec = ValkeyNodeSpec {
-            mode,
-            ..Default::default()
-        };
-        spec.template.announce = announce;
-        spec.template.config = ValkeyConfig(
-            config
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect::<BTreeMap<_, _>>(),
-        );
-        spec
-    }
-
-    fn config(r: Result<Rendered, ConfigError>) -> RenderedConfig {
-        match r.expect("renders") {
-            Rendered::Config(c) => c,
-            Rendered::WaitingForEndpoint => panic!("waiting for endpoint"),
-        }
-    }
-
-    /// The directive lines, comments and blank lines dropped.
-    fn lines(text: &str) -> Vec<&str> {
-        text.lines()
-            .filter(|l| !l.is_empty() && !l.starts_with('#'))
-            .collect()
-    }
-
-    #[test]
-    fn a_gated_data_node_renders_live_directives_apart() {
-        let mut s = spec(
-            Mode::Cluster,
-            Announce::PodIP,
-            &[
-                ("maxmemory", "1gb"),
-                ("databases", "4"),
-                ("io-threads", "2"),
-            ],
-        );
-        s.rollout_policy = RolloutPolicy::Gated;
-        let c = config(render(&s, None));
-        let text = lines(&c.text);
-        // Restart-only here, and io-threads is live only from 9.1 (the version is unknown).
-        assert!(text.contains(&"databases 4"), "{text:?}");
-        assert!(text.contains(&"io-threads 2"), "{text:?}");
-        assert!(!c.text.contains("maxmemory"), "{}", c.text);
-        assert!(text.contains(&"include /etc/valkey/live.conf"), "{text:?}");
-        // The rendered default of a live directive is live too: adding one (the SIGTERM
-        // default, say) to running members rolls none of them.
-        assert!(!c.text.contains("shutdown-on-sigterm"), "{}", c.text);
-        assert_eq!(
-            lines(c.live.as_deref().unwrap()),
-            [
-                "repl-diskless-sync-delay 0",
-                "shutdown-on-sigterm force",
-                "maxmemory 1gb"
-            ]
-        );
-
-        // A new live value changes only the live file, so the revision stays.
-        let mut changed = s.clone();
-        changed
-            .template
-            .config
-            .0
-            .insert("maxmemory".into(), "2gb".into());
-        let c2 = config(render(&changed, None));
-        assert_eq!(c2.text, c.text);
-        assert_eq!(
-            lines(c2.live.as_deref().unwrap()),
-            [
-                "repl-diskless-sync-delay 0",
-                "shutdown-on-sigterm force",
-                "maxmemory 2gb"
-            ]
-        );
-        // So does naming a live default.
-        changed
-            .template
-            .config
-            .0
-            .insert("repl-diskless-sync-delay".into(), "3".into());
-        let c3 = config(render(&changed, None));
-        assert_eq!(c3.text, c.text);
-        assert_eq!(
-            lines(c3.live.as_deref().unwrap()),
-            [
-                "shutdown-on-sigterm force",
-                "maxmemory 2gb",
-                "repl-diskless-sync-delay 3"
-            ]
-        );
-
-        // Without live directives in the spec the file is still there (with the live
-        // defaults), so adding one later restarts nothing either.
-        let mut none = s.clone();
-        none.template.config.0.remove("maxmemory");
-        let c4 = config(render(&none, None));
-        assert_eq!(c4.text, c.text);
-        assert_eq!(
-            lines(c4.live.as_deref().unwrap()),
-            ["repl-diskless-sync-delay 0", "shutdown-on-sigterm force"]
-        );
-    }
-
-    #[test]
-    fn live_directives_stay_inline_where_nobody_sets_them_live() {
-        // A hand-made node (Immediate) and a sentinel: no parent runs CONFIG SET on them.
-        let s = spec(Mode::Standalone, Announce::PodIP, &[("maxmemory", "1gb")]);
-        let c = config(render(&s, None));
-        assert!(lines(&c.text).contains(&"maxmemory 1gb"));
-        assert_eq!(c.live, None);
-        assert!(!c.text.contains("live.conf"));
-        let mut sentinel = spec(Mode::Sentinel, Announce::PodIP, &[]);
-        sentinel.rollout_policy = RolloutPolicy::Gated;
-        assert_eq!(config(render(&sentinel, None)).live, None);
-        // Gated but no topology's member: nobody to set them.
-        let mut gated = spec(Mode::Standalone, Announce::PodIP, &[("maxmemory", "1gb")]);
-        gated.rollout_policy = RolloutPolicy::Gated;
-        assert_eq!(config(render(&gated, None)).live, None);
-        // A ValkeyReplication's data node is one.
-        gated.replication = Some(crd_types::node::NodeReplication {
-            primary_name: "cache".into(),
-            ..Default::default()
-        });
-        let c = config(render(&gated, None));
-        assert_eq!(
-            lines(c.live.as_deref().unwrap()),
-            [
-                "repl-diskless-sync-delay 0",
-                "shutdown-on-sigterm force",
-                "maxmemory 1gb"
-            ]
-        );
-    }
-
-    #[test]
-    fn live_directive_values_are_checked_by_kind() {
-        let s = spec(
-            Mode::Standalone,
-            Announce::PodIP,
-            &[("maxmemory", "lots"), ("timeout", "30")],
-        );
-        match render(&s, None) {
-            Err(ConfigError::InvalidDirectives(problems)) => {
-                assert_eq!(problems.len(), 1, "{problems:?}");
-                assert_eq!(problems[0].0, "maxmemory");
-                assert!(problems[0].1.contains("size in bytes"), "{}", problems[0].1);
-            }
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn directives_the_image_version_does_not_know_are_refused() {
-        let mut s = spec(
-            Mode::Cluster,
-            Announce::PodIP,
-            &[("maxmemory", "1gb"), ("cluster-databases", "4")],
-        );
-        s.template.image = "valkey/valkey:8.1".into();
-        let err = render(&s, None).unwrap_err();
-        assert_eq!(err.reason(), ConfigValid::UnknownDirective);
-        assert!(
-            err.to_string().starts_with(
-                "valkey/valkey:8.1 runs Valkey 8.1, which does not know cluster-databases"
-            ),
-            "{err}"
-        );
-        // The version that has it renders it; a tag naming no version is not judged.
-        for image in ["valkey/valkey:9.1.2", "valkey/valkey:latest"] {
-            s.template.image = image.into();
-            let c = config(render(&s, None));
-            assert!(lines(&c.text).contains(&"cluster-databases 4"), "{image}");
-        }
-        // A typo is refused on every measured version.
-        s.template.image = "valkey/valkey:9.1".into();
-        s.template.config.0.insert("maxmemroy".into(), "1gb".into());
-        assert!(
-            render(&s, None)
-                .unwrap_err()
-                .to_string()
-                .contains("not know maxmemroy")
-        );
-    }
-
-    #[test]
-    fn standalone_with_service_announce() {
-        let s = spec(
-            Mode::Standalone,
-            Announce::Service,
-            &[("maxmemory", "1gb"), ("appendonly", "yes")],
-        );
-        let c = config(render(&s, Some("10.96.0.7")));
-        assert_eq!(c.file_name, "valkey.conf");
-        assert!(c.args.is_empty());
-        assert_eq!(
-            lines(&c.text),
-            [
-                // The user set appendonly, so only the other defaults are rendered.
-                "appendfsync everysec",
-                "repl-diskless-sync-delay 0",
-                "shutdown-on-sigterm force",
-                "appendonly yes",
-                "maxmemory 1gb",
-                "port 6379",
-                "dir /data",
-                "protected-mode no",
-                "replica-announce-port 6379",
-                "replica-announce-ip 10.96.0.7",
-            ]
-        );
-    }
-
-    fn with_auth(mode: Mode, password: bool, operator: bool) -> ValkeyNodeSpec {
-        let secret = |name: &str| SecretKeyRef {
-            name: name.into(),
-            key: "password".into(),
-        };
-        let mut s = spec(mode, Announce::Service, &[]);
-        s.auth = Some(Auth {
-            password_secret_ref: password.then(|| secret("app")),
-            operator_secret_ref: operator.then(|| secret("op")),
-            ..Default::default()
-        });
-        s
-    }
-
-    #[test]
-    fn data_node_passwords_are_in_neither_the_configmap_nor_the_arguments() {
-        for (password, operator) in [(true, true), (true, false), (false, true)] {
-            let c = config(render(
-                &with_auth(Mode::Cluster, password, operator),
-                Some("10.96.0.7"),
-            ));
-            assert!(c.args.is_empty(), "{:?}", c.args);
-            assert!(!c.text.contains("pass"), "{}", c.text);
-            assert!(lines(&c.text).contains(&"include /tmp/valkey-auth.conf"));
-        }
-        let c = config(render(
-            &spec(Mode::Cluster, Announce::Service, &[]),
-            Some("10.96.0.7"),
-        ));
-        assert!(!c.text.contains("include"), "no passwords, no include");
-    }
-
-    #[test]
-    fn the_users_file_is_included_only_by_data_nodes_naming_a_users_secret() {
-        let includes = |s: &ValkeyNodeSpec| {
-            let c = config(render(s, Some("10.96.0.7")));
-            lines(&c.text)
-                .into_iter()
-                .filter(|l| l.starts_with("include "))
-                .map(String::from)
-                .collect::<Vec<_>>()
-        };
-        for mode in [Mode::Standalone, Mode::Cluster] {
-            let mut s = spec(mode, Announce::Service, &[]);
-            assert_eq!(includes(&s), Vec::<String>::new());
-            s.users_secret_name = Some("orders-users".into());
-            // Without passwords too: there is no auth file, but there are users.
-            assert_eq!(includes(&s), ["include /tmp/valkey-users.conf"]);
-            let mut s = with_auth(mode, true, true);
-            s.users_secret_name = Some("orders-users".into());
-            assert_eq!(
-                includes(&s),
-                [
-                    "include /tmp/valkey-auth.conf",
-                    "include /tmp/valkey-users.conf"
-                ]
-            );
-        }
-        let mut sentinel = with_auth(Mode::Sentinel, true, true);
-        sentinel.users_secret_name = Some("orders-users".into());
-        assert_eq!(includes(&sentinel), Vec::<String>::new());
-    }
-
-    #[test]
-    fn sentinels_get_no_password_from_their_config_or_arguments() {
-        let c = config(render(
-            &with_auth(Mode::Sentinel, true, true),
-            Some("10.96.0.7"),
-        ));
-        // Their start-up shell writes them into the config copy (see sentinel_auth_script).
-        assert!(c.args.is_empty(), "{:?}", c.args);
-        assert!(!c.text.contains("pass"), "{}", c.text);
-        assert!(!c.text.contains("include"), "{}", c.text);
-    }
-
-    #[test]
-    fn pod_ip_announce_with_passwords() {
-        let mut s = with_auth(Mode::Cluster, true, false);
-        s.template.announce = Announce::PodIP;
-        let c = config(render(&s, None));
-        assert_eq!(c.args, ["--cluster-announce-ip", "$(POD_IP)"]);
-        assert!(lines(&c.text).contains(&"include /tmp/valkey-auth.conf"));
-    }
-
-    #[test]
-    fn durability_defaults_yield_to_the_user() {
-        let defaults = config(render(
-            &spec(Mode::Cluster, Announce::Service, &[]),
-            Some("10.96.0.8"),
-        ));
-        assert!(lines(&defaults.text).starts_with(&["appendonly yes", "appendfsync everysec"]));
-        let user = spec(Mode::Standalone, Announce::Service, &[("appendonly", "no")]);
-        let user_text = config(render(&user, Some("10.96.0.8"))).text;
-        let rendered: Vec<&str> = lines(&user_text)
-            .into_iter()
-            .filter(|l| l.starts_with("appendonly"))
-            .collect();
-        assert_eq!(rendered, ["appendonly no"]);
-        let sentinel = config(render(
-            &spec(Mode::Sentinel, Announce::Service, &[]),
-            Some("10.96.0.8"),
-        ));
-        assert!(!sentinel.text.contains("appendonly"));
-        // A SIGTERM stops a data node even while it writes its first AOF (see SERVER_DEFAULTS).
-        assert!(lines(&defaults.text).contains(&"shutdown-on-sigterm force"));
-        assert!(lines(&user_text).contains(&"shutdown-on-sigterm force"));
-        assert!(!sentinel.text.contains("shutdown-on-sigterm"));
-    }
-
-    #[test]
-    fn cluster_with_service_announce() {
-        let s = spec(Mode::Cluster, Announce::Service, &[]);
-        let c = config(render(&s, Some("10.96.0.8")));
-        assert_eq!(
-            lines(&c.text),
-            [
-                "appendonly yes",
-                "appendfsync everysec",
-                "repl-diskless-sync-delay 0",
-                "shutdown-on-sigterm force",
-                "port 6379",
-                "dir /data",
-                "protected-mode no",
-                "cluster-enabled yes",
-                "cluster-config-file /data/nodes.conf",
-                "cluster-port 16379",
-                "cluster-announce-bus-port 16379",
-                "cluster-announce-port 6379",
-                "cluster-announce-ip 10.96.0.8",
-            ]
-        );
-        assert!(!c.text.contains("# User directives"));
-    }
-
-    #[test]
-    fn pod_ip_announce_goes_to_the_command_line() {
-        let c = config(render(&spec(Mode::Cluster, Announce::PodIP, &[]), None));
-        assert_eq!(c.args, ["--cluster-announce-ip", "$(POD_IP)"]);
-        assert!(!c.text.contains("announce-ip"));
-        assert!(c.text.contains("cluster-announce-port 6379\n"));
-
-        let c = config(render(&spec(Mode::Standalone, Announce::PodIP, &[]), None));
-        assert_eq!(c.args, ["--replica-announce-ip", "$(POD_IP)"]);
-
-        let c = config(render(&spec(Mode::Sentinel, Announce::PodIP, &[]), None));
-        assert_eq!(c.args, ["--sentinel", "announce-ip", "$(POD_IP)"]);
-    }
-
-    #[test]
-    fn pod_ip_announce_ignores_a_published_cluster_ip() {
-        let c = config(render(
-            &spec(Mode::Standalone, Announce::PodIP, &[]),
-            Some("10.96.0.9"),
-        ));
-        assert!(!c.text.contains("10.96.0.9"));
-    }
-
-    #[test]
-    fn service_announce_without_cluster_ip_waits() {
-        for mode in [Mode::Standalone, Mode::Cluster, Mode::Sentinel] {
-            assert_eq!(
-                render(&spec(mode, Announce::Service, &[]), None),
-                Ok(Rendered::WaitingForEndpoint)
-            );
-        }
-    }
-
-    #[test]
-    fn cluster_ip_is_read_from_the_endpoint_status() {
-        use crd_types::node::{EndpointStatus, ValkeyNodeStatus};
-        let mut node = ValkeyNode::new("a", ValkeyNodeSpec::default());
-        assert_eq!(cluster_ip(&node), None);
-        node.status = Some(ValkeyNodeStatus {
-            endpoint: Some(EndpointStatus {
-                cluster_ip: Some("None".into()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        });
-        assert_eq!(cluster_ip(&node), None, "a headless Service has no address");
-        node.status
-            .as_mut()
-            .unwrap()
-            .endpoint
-            .as_mut()
-            .unwrap()
-            .cluster_ip = Some("10.0.0.1".into());
-        assert_eq!(cluster_ip(&node), Some("10.0.0.1"));
-    }
-
-    #[test]
-    fn sentinel_config() {
-        let s = spec(
-            Mode::Sentinel,
-            Announce::Service,
-            &[("sentinel resolve-hostnames", "yes")],
-        );
-        let c = config(render(&s, Some("10.96.0.10")));
-        assert_eq!(c.file_name, "sentinel.conf");
-        assert_eq!(
-            lines(&c.text),
-            [
-                "sentinel resolve-hostnames yes",
-                "port 26379",
-                "dir /data",
-                "protected-mode no",
-                "sentinel announce-port 26379",
-                "sentinel announce-ip 10.96.0.10",
-            ]
-        );
-        assert!(c.text.contains("sentinel monitor"), "leaves a note");
-    }
-
-    #[test]
-    fn owned_directives_are_refused_in_any_case() {
-        let s = spec(
-            Mode::Standalone,
-            Announce::Service,
-            &[("Port", "7000"), ("maxmemory", "1gb"), ("DIR", "/tmp")],
-        );
-        let err = render(&s, Some("10.0.0.1")).unwrap_err();
-        assert_eq!(
-            err,
-            ConfigError::OwnedDirectives(vec!["DIR".into(), "Port".into()])
-        );
-        assert_eq!(err.reason(), ConfigValid::OwnedDirective);
-        assert!(err.to_string().contains("DIR, Port"), "{err}");
-    }
-
-    #[test]
-    fn owned_directives_are_refused_before_waiting_for_the_endpoint() {
-        let s = spec(
-            Mode::Cluster,
-            Announce::Service,
-            &[("cluster-enabled", "no")],
-        );
-        assert!(matches!(
-            render(&s, None),
-            Err(ConfigError::OwnedDirectives(_))
-        ));
-    }
-
-    #[test]
-    fn sentinel_state_directives_are_owned() {
-        let s = spec(
-            Mode::Sentinel,
-            Announce::PodIP,
-            &[
-                ("sentinel monitor", "m 1.2.3.4 6379 2"),
-                ("SENTINEL myid", "x"),
-            ],
-        );
-        assert_eq!(
-            render(&s, None).unwrap_err(),
-            ConfigError::OwnedDirectives(vec!["SENTINEL myid".into(), "sentinel monitor".into()])
-        );
-    }
-
-    #[test]
-    fn invalid_names_and_values_are_refused() {
-        let s = spec(
-            Mode::Standalone,
-            Announce::PodIP,
-            &[
-                ("max memory", "1gb"),
-                ("bad\nname", "x"),
-                ("maxmemory-policy", "\"allkeys-lru"),
-                ("timeout", "'0'x"),
-                ("Hz", "10"),
-                ("hz", "20"),
-            ],
-        );
-        let err = render(&s, None).unwrap_err();
-        assert_eq!(err.reason(), ConfigValid::InvalidDirective);
-        let ConfigError::InvalidDirectives(problems) = err else {
-            unreachable!()
-        };
-        let names: Vec<&str> = problems.iter().map(|(n, _)| n.as_str()).collect();
-        assert_eq!(
-            names,
-            [
-                "bad\nname",
-                "hz",
-                "max memory",
-                "maxmemory-policy",
-                "timeout"
-            ]
-        );
-    }
-
-    #[test]
-    fn values_are_split_like_valkey_conf_and_requoted() {
-        let s = spec(
-            Mode::Standalone,
-            Announce::PodIP,
-            &[
-                ("client-output-buffer-limit", "normal 0 0 0"),
-                ("save", ""),
-                ("rename-command", "FLUSHALL \"\""),
-                ("notify-keyspace-events", "'KEA'"),
-                ("syslog-ident", "\"my \\\"valkey\\\"\""),
-            ],
-        );
-        let c = config(render(&s, None));
-        let l = lines(&c.text);
-        // After the four defaults.
-        assert_eq!(
-            &l[4..9],
-            [
-                "client-output-buffer-limit normal 0 0 0",
-                "notify-keyspace-events KEA",
-                "rename-command FLUSHALL \"\"",
-                "save \"\"",
-                "syslog-ident \"my \\\"valkey\\\"\"",
-            ]
-        );
-    }
-
-    #[test]
-    fn a_newline_in_a_value_cannot_inject_a_directive() {
-        let s = spec(
-            Mode::Standalone,
-            Announce::PodIP,
-            &[("save", "1gb\nport 7000")],
-        );
-        let c = config(render(&s, None));
-        // Same line: Valkey refuses the extra arguments instead of changing the port.
-        assert!(c.text.contains("save 1gb port 7000\n"));
-        let s = spec(
-            Mode::Standalone,
-            Announce::PodIP,
-            &[("save", "\"1gb\nport 7000\"")],
-        );
-        let c = config(render(&s, None));
-        assert!(c.text.contains("save \"1gb\\nport 7000\"\n"));
-        assert_eq!(
-            lines(&c.text)
-                .iter()
-                .filter(|l| l.starts_with("port"))
-                .count(),
-            1
-        );
-    }
-
-    #[test]
-    fn rendering_is_deterministic() {
-        let s = spec(Mode::Cluster, Announce::Service, &[("b", "2"), ("a", "1")]);
-        assert_eq!(
-            render(&s, Some("10.0.0.1")),
-            render(&s.clone(), Some("10.0.0.1"))
-        );
-    }
-
-    fn with_tls(mut s: ValkeyNodeSpec, auth_clients: TlsAuthClients) -> ValkeyNodeSpec {
-        s.tls = Some(Tls {
-            secret_name: "orders-tls".into(),
-            auth_clients,
-            plain_text_clients: false,
-        });
-        s
-    }
-
-    const TLS_FILES: [&str; 3] = [
-        "tls-cert-file /etc/valkey-tls/tls.crt",
-        "tls-key-file /etc/valkey-tls/tls.key",
-        "tls-ca-cert-file /etc/valkey-tls/ca.crt",
-    ];
-
-    #[test]
-    fn standalone_with_tls_serves_tls_only_on_the_same_port() {
-        let s = with_tls(
-            spec(Mode::Standalone, Announce::Service, &[]),
-            TlsAuthClients::Never,
-        );
-        let c = config(render(&s, Some("10.96.0.7")));
-        assert!(c.args.is_empty());
-        let mut expected = vec![
-            "appendonly yes",
-            "appendfsync everysec",
-            "repl-diskless-sync-delay 0",
-            "shutdown-on-sigterm force",
-            "port 0",
-            "tls-port 6379",
-            "dir /data",
-            "protected-mode no",
-            // The TLS port is 6379, so the announced port stays right.
-            "replica-announce-port 6379",
-            "replica-announce-ip 10.96.0.7",
-        ];
-        expected.extend(TLS_FILES);
-        expected.extend(["tls-auth-clients no", "tls-replication yes"]);
-        assert_eq!(lines(&c.text), expected);
-    }
-
-    #[test]
-    fn a_cluster_member_with_tls_announces_its_tls_port() {
-        let s = with_tls(
-            spec(Mode::Cluster, Announce::Service, &[]),
-            TlsAuthClients::Optional,
-        );
-        let c = config(render(&s, Some("10.96.0.8")));
-        let mut expected = vec![
-            "appendonly yes",
-            "appendfsync everysec",
-            "repl-diskless-sync-delay 0",
-            "shutdown-on-sigterm force",
-            "port 0",
-            "tls-port 6379",
-            "dir /data",
-            "protected-mode no",
-            "cluster-enabled yes",
-            "cluster-config-file /data/nodes.conf",
-            "cluster-port 16379",
-            "cluster-announce-bus-port 16379",
-            // CLUSTER NODES shows this one with tls-cluster; cluster-announce-port would
-            // announce a plain-text port nobody listens on.
-            "cluster-announce-tls-port 6379",
-            "cluster-announce-ip 10.96.0.8",
-        ];
-        expected.extend(TLS_FILES);
-        expected.extend([
-            "tls-auth-clients optional",
-            "tls-replication yes",
-            "tls-cluster yes",
-        ]);
-        assert_eq!(lines(&c.text), expected);
-        assert!(!c.text.contains("cluster-announce-port"), "{}", c.text);
-    }
-
-    #[test]
-    fn plain_text_clients_open_port_6380_on_data_nodes_only() {
-        let plain_beside = |mode| {
-            let mut s = with_tls(spec(mode, Announce::Service, &[]), TlsAuthClients::Never);
-            s.tls.as_mut().unwrap().plain_text_clients = true;
-            lines(&config(render(&s, Some("10.96.0.8"))).text)
-                .into_iter()
-                .filter(|l| l.contains("port"))
-                .map(str::to_string)
-                .collect::<Vec<_>>()
-        };
-        // A cluster member announces 6380 as its plain-text `port` by default, 6379 as TLS.
-        assert_eq!(
-            plain_beside(Mode::Cluster),
-            [
-                "port 6380",
-                "tls-port 6379",
-                "cluster-port 16379",
-                "cluster-announce-bus-port 16379",
-                "cluster-announce-tls-port 6379",
-            ]
-        );
-        assert_eq!(
-            plain_beside(Mode::Standalone),
-            ["port 6380", "tls-port 6379", "replica-announce-port 6379"]
-        );
-        // Sentinels name the TLS port and serve TLS alone.
-        assert_eq!(
-            plain_beside(Mode::Sentinel),
-            ["port 0", "tls-port 26379", "sentinel announce-port 26379"]
-        );
-    }
-
-    #[test]
-    fn a_sentinel_with_tls_uses_it_to_data_nodes_and_sentinels() {
-        let s = with_tls(
-            spec(Mode::Sentinel, Announce::Service, &[]),
-            TlsAuthClients::Required,
-        );
-        let c = config(render(&s, Some("10.96.0.10")));
-        let mut expected = vec![
-            "port 0",
-            "tls-port 26379",
-            "dir /data",
-            "protected-mode no",
-            "sentinel announce-port 26379",
-            "sentinel announce-ip 10.96.0.10",
-        ];
-        expected.extend(TLS_FILES);
-        expected.extend(["tls-auth-clients yes", "tls-replication yes"]);
-        assert_eq!(lines(&c.text), expected);
-        assert!(c.text.contains("sentinel monitor"), "still leaves its note");
-    }
-
-    #[test]
-    fn tls_auth_clients_is_always_rendered() {
-        // Valkey's own default is yes: leaving the line out would not mean No.
-        for (auth_clients, line) in [
-            (TlsAuthClients::Never, "tls-auth-clients no"),
-            (TlsAuthClients::Optional, "tls-auth-clients optional"),
-            (TlsAuthClients::Required, "tls-auth-clients yes"),
-        ] {
-            for mode in [Mode::Standalone, Mode::Cluster, Mode::Sentinel] {
-                let s = with_tls(spec(mode, Announce::PodIP, &[]), auth_clients);
-                let text = config(render(&s, None)).text;
-                assert!(lines(&text).contains(&line), "{mode:?}: {text}");
-            }
-        }
-    }
-
-    #[test]
-    fn tls_keeps_the_arguments_and_includes() {
-        for (mode, args) in [
-            (Mode::Standalone, vec!["--replica-announce-ip", "$(POD_IP)"]),
-            (Mode::Cluster, vec!["--cluster-announce-ip", "$(POD_IP)"]),
-            (
-                Mode::Sentinel,
-                vec!["--sentinel", "announce-ip", "$(POD_IP)"],
-            ),
-        ] {
-            let s = with_tls(spec(mode, Announce::PodIP, &[]), TlsAuthClients::Never);
-            assert_eq!(config(render(&s, None)).args, args);
-        }
-        let mut s = with_tls(with_auth(Mode::Cluster, true, true), TlsAuthClients::Never);
-        s.users_secret_name = Some("orders-users".into());
-        let text = config(render(&s, Some("10.96.0.7"))).text;
-        let l = lines(&text);
-        assert_eq!(
-            l[l.len() - 2..],
-            [
-                "include /tmp/valkey-auth.conf",
-                "include /tmp/valkey-users.conf"
-            ]
-        );
-        assert!(l.contains(&"tls-cluster yes"));
-    }
-
-    #[test]
-    fn without_tls_no_tls_line_is_rendered() {
-        for mode in [Mode::Standalone, Mode::Cluster, Mode::Sentinel] {
-            let text = config(render(
-                &spec(mode, Announce::Service, &[]),
-                Some("10.96.0.7"),
-            ))
-            .text;
-            assert!(!text.contains("tls"), "{text}");
-            assert!(!text.contains("port 0"), "{text}");
-        }
-    }
-}
+mod tests;
