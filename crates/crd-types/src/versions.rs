@@ -126,11 +126,6 @@ static KNOWN: LazyLock<Vec<Known>> = LazyLock::new(|| {
     ]
 });
 
-/// The versions whose directives are known (measured).
-pub fn measured_versions() -> impl Iterator<Item = Version> {
-    KNOWN.iter().map(|k| k.version)
-}
-
 /// Whether a server of `version` starts with `name` in its config file; `None` for a version
 /// that was not measured.
 pub fn knows_directive(version: Version, name: &str) -> Option<bool> {

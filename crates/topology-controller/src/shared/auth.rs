@@ -102,16 +102,6 @@ pub fn member_auth(cluster: &ValkeyCluster) -> Auth {
     topology_member_auth(&cluster.name_any(), cluster.spec.auth.as_ref())
 }
 
-/// The Secrets the controller must create when absent: those the spec does not name.
-pub fn generated_secret_names(cluster: &ValkeyCluster) -> Vec<String> {
-    let (password, operator) = cluster_secrets(cluster);
-    [password, operator]
-        .into_iter()
-        .filter(|s| s.generated)
-        .map(|s| s.reference.name)
-        .collect()
-}
-
 /// A generated Secret holding `password`, owned by `topology` (labelled `label_key=<name>`)
 /// so it goes when the topology does.
 pub fn generated_secret<K: Resource<DynamicType = ()>>(
@@ -327,6 +317,16 @@ impl AppliedOperator {
 mod tests {
     use super::*;
     use crd_types::ValkeyClusterSpec;
+
+    /// The Secrets the controller must create when absent: those the spec does not name.
+    fn generated_secret_names(cluster: &ValkeyCluster) -> Vec<String> {
+        let (password, operator) = cluster_secrets(cluster);
+        [password, operator]
+            .into_iter()
+            .filter(|s| s.generated)
+            .map(|s| s.reference.name)
+            .collect()
+    }
 
     #[test]
     fn the_kept_operator_passwords_name_every_login_a_member_may_hold() {

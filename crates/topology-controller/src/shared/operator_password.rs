@@ -305,10 +305,50 @@ pub async fn rotate<V: AclMember + OutgoingLogin>(
 ) -> Outcome {
     let wanted = Wanted::of(password);
     let mut outcome = Outcome::default();
+    let reads = read_all(members, &wanted, &mut outcome).await;
+    let plan = plan(&wanted, &reads, facts);
+    let Some(rotation) = plan.rotation else {
+        outcome.settled = outcome.silent.is_empty() && outcome.failed.is_empty();
+        return outcome;
+    };
+    // Switch only once every member holds what this pass adds: one that switches early is
+    // refused by a member still lacking the new hashes.
+    if add_hashes(members, &wanted, &plan.add, &mut outcome).await {
+        switch_logins(members, &wanted, &plan.switch, &mut outcome).await;
+    }
+    keep_only_new(members, &wanted, &plan.keep_only_new, &mut outcome).await;
+    let all_dropped = !plan.keep_only_new.is_empty()
+        && outcome.previous_dropped.len() == plan.keep_only_new.len();
+    if all_dropped {
+        outcome.settled = outcome.silent.is_empty() && outcome.failed.is_empty();
+    } else {
+        // Those that answered, less those that refused or went silent on their way to it.
+        let lost: BTreeSet<&String> = outcome
+            .failed
+            .iter()
+            .map(|(name, _)| name)
+            .chain(&outcome.silent)
+            .collect();
+        let members_with_new = members.len().saturating_sub(lost.len());
+        outcome.rotation = Some(Rotation {
+            members_with_new,
+            ..rotation
+        });
+    }
+    outcome
+}
+
+/// Each member's state, in order; `None` (and noted in `outcome`) for one that did not
+/// answer.
+async fn read_all<V: AclMember + OutgoingLogin>(
+    members: &[Member<'_, V>],
+    wanted: &Wanted,
+    outcome: &mut Outcome,
+) -> Vec<Option<Read>> {
     let mut reads = Vec::with_capacity(members.len());
     for m in members {
         let read = match m.conn {
-            Some(conn) => read(conn, m.kind, &wanted).await,
+            Some(conn) => read(conn, m.kind, wanted).await,
             None => Err(ValkeyError::new(ErrorKind::Unreachable, "no connection")),
         };
         match read {
@@ -322,15 +362,24 @@ pub async fn rotate<V: AclMember + OutgoingLogin>(
             }
         }
     }
-    let plan = plan(&wanted, &reads, facts);
-    let Some(rotation) = plan.rotation else {
-        outcome.settled = outcome.silent.is_empty() && outcome.failed.is_empty();
-        return outcome;
-    };
-    let conn_of = |i: usize| members.get(i).and_then(|m| Some((m.name, m.conn?)));
+    reads
+}
+
+/// Member `i`'s name and connection, when it has one.
+fn conn_of<'m, V>(members: &'m [Member<'_, V>], i: usize) -> Option<(&'m str, &'m V)> {
+    members.get(i).and_then(|m| Some((m.name, m.conn?)))
+}
+
+/// Adds each member's hashes (`add`, by member); whether every one took them.
+async fn add_hashes<V: AclMember>(
+    members: &[Member<'_, V>],
+    wanted: &Wanted,
+    add: &[Add],
+    outcome: &mut Outcome,
+) -> bool {
     let mut every_add_done = true;
-    for (i, add) in plan.add.iter().enumerate() {
-        let Some((name, conn)) = conn_of(i).filter(|_| !add.is_empty()) else {
+    for (i, add) in add.iter().enumerate() {
+        let Some((name, conn)) = conn_of(members, i).filter(|_| !add.is_empty()) else {
             continue;
         };
         let hashes = |h: &BTreeSet<String>| h.iter().map(|h| format!("#{h}")).collect::<Vec<_>>();
@@ -357,20 +406,40 @@ pub async fn rotate<V: AclMember + OutgoingLogin>(
             }
         }
     }
-    if every_add_done {
-        for &i in &plan.switch {
-            let (Some((name, conn)), Some(kind)) = (conn_of(i), members.get(i).map(|m| m.kind))
-            else {
-                continue;
-            };
-            match conn.switch_outgoing(wanted.outgoing(kind)).await {
-                Ok(()) => outcome.switched.push(name.to_string()),
-                Err(e) => outcome.failed_on(name, e),
-            }
+    every_add_done
+}
+
+/// Members `switch` log in to the others with the new password.
+async fn switch_logins<V: OutgoingLogin>(
+    members: &[Member<'_, V>],
+    wanted: &Wanted,
+    switch: &[usize],
+    outcome: &mut Outcome,
+) {
+    for &i in switch {
+        let (Some((name, conn)), Some(kind)) =
+            (conn_of(members, i), members.get(i).map(|m| m.kind))
+        else {
+            continue;
+        };
+        match conn.switch_outgoing(wanted.outgoing(kind)).await {
+            Ok(()) => outcome.switched.push(name.to_string()),
+            Err(e) => outcome.failed_on(name, e),
         }
     }
-    for &i in &plan.keep_only_new {
-        let (Some((name, conn)), Some(kind)) = (conn_of(i), members.get(i).map(|m| m.kind)) else {
+}
+
+/// Members `keep` are left with the new hashes alone.
+async fn keep_only_new<V: AclMember>(
+    members: &[Member<'_, V>],
+    wanted: &Wanted,
+    keep: &[usize],
+    outcome: &mut Outcome,
+) {
+    for &i in keep {
+        let (Some((name, conn)), Some(kind)) =
+            (conn_of(members, i), members.get(i).map(|m| m.kind))
+        else {
             continue;
         };
         let only = |hash: &str| vec!["resetpass".to_string(), format!("#{hash}")];
@@ -387,25 +456,6 @@ pub async fn rotate<V: AclMember + OutgoingLogin>(
             Err(e) => outcome.failed_on(name, e),
         }
     }
-    let all_dropped = !plan.keep_only_new.is_empty()
-        && outcome.previous_dropped.len() == plan.keep_only_new.len();
-    if all_dropped {
-        outcome.settled = outcome.silent.is_empty() && outcome.failed.is_empty();
-    } else {
-        // Those that answered, less those that refused or went silent on their way to it.
-        let lost: BTreeSet<&String> = outcome
-            .failed
-            .iter()
-            .map(|(name, _)| name)
-            .chain(&outcome.silent)
-            .collect();
-        let members_with_new = members.len().saturating_sub(lost.len());
-        outcome.rotation = Some(Rotation {
-            members_with_new,
-            ..rotation
-        });
-    }
-    outcome
 }
 
 #[cfg(test)]

@@ -392,27 +392,78 @@ pub async fn prepare<V: AclMember>(
     members: &[Member<'_, V>],
     now: Timestamp,
 ) -> Prepared {
-    let mut live = BTreeMap::new();
-    for m in members {
-        if let Some(conn) = m.conn
-            && let Ok(lines) = conn.acl_lines().await
-        {
-            live.insert(m.name.to_string(), lines_by_user(&lines));
+    let mut judging = Judging::new(checks, members).await;
+    let mut decided = Decided::default();
+    for w in wanted {
+        let before = previous.entries.iter().find(|e| e.name == w.user.name);
+        judging.decide_user(w, before, now, &mut decided).await;
+    }
+    let removed = judging.still_removed(wanted, previous);
+    Prepared {
+        file: UsersFile {
+            entries: decided.entries,
+            removed,
+        },
+        problems: decided.problems,
+        unchecked: decided.unchecked,
+        expected: judging.expected,
+        live: judging.live,
+    }
+}
+
+/// What [`prepare`] decided so far, user by user.
+#[derive(Default)]
+struct Decided {
+    entries: Vec<Entry>,
+    problems: Vec<Problem>,
+    unchecked: Vec<String>,
+}
+
+/// What [`prepare`] judges entries by: the members' users, and one member per version that
+/// answers for it.
+struct Judging<'p, 'a, V> {
+    checks: &'p Checks,
+    members: &'p [Member<'a, V>],
+    /// Each answering member's `ACL LIST`, by user.
+    live: BTreeMap<String, BTreeMap<String, String>>,
+    /// Per version key, the first answering member of that version.
+    judges: BTreeMap<String, &'p Member<'a, V>>,
+    /// Per version key, user name to the line of the entry last judged on it.
+    expected: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+impl<'p, 'a, V: AclMember> Judging<'p, 'a, V> {
+    /// Reads every member's users.
+    async fn new(checks: &'p Checks, members: &'p [Member<'a, V>]) -> Self {
+        let mut live = BTreeMap::new();
+        for m in members {
+            if let Some(conn) = m.conn
+                && let Ok(lines) = conn.acl_lines().await
+            {
+                live.insert(m.name.to_string(), lines_by_user(&lines));
+            }
+        }
+        // One member per version answers for it.
+        let mut judges: BTreeMap<String, &Member<'_, V>> = BTreeMap::new();
+        for m in members.iter().filter(|m| live.contains_key(m.name)) {
+            judges.entry(m.version_key()).or_insert(m);
+        }
+        Self {
+            checks,
+            members,
+            live,
+            judges,
+            expected: BTreeMap::new(),
         }
     }
-    // One member per version answers for it.
-    let mut judges: BTreeMap<String, &Member<'_, V>> = BTreeMap::new();
-    for m in members.iter().filter(|m| live.contains_key(m.name)) {
-        judges.entry(m.version_key()).or_insert(m);
-    }
-    let mut expected: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
-    // The verdict on `entry`; the line of each version that accepts it is recorded.
-    let mut judge = async |entry: &Entry| -> Verdict {
-        let mut unknown = judges.is_empty();
-        for (version, member) in &judges {
-            match check(checks, member, entry).await {
+
+    /// The verdict on `entry`; the line of each version that accepts it is recorded.
+    async fn verdict(&mut self, entry: &Entry) -> Verdict {
+        let mut unknown = self.judges.is_empty();
+        for (version, member) in &self.judges {
+            match check(self.checks, member, entry).await {
                 Checked::Line(line) => {
-                    let lines = expected.entry(version.clone()).or_default();
+                    let lines = self.expected.entry(version.clone()).or_default();
                     lines.insert(entry.name.clone(), line);
                 }
                 Checked::Refused(answer) => return Verdict::Refused(version.clone(), answer),
@@ -424,27 +475,30 @@ pub async fn prepare<V: AclMember>(
         } else {
             Verdict::Accepted
         }
-    };
+    }
 
-    let mut entries = Vec::new();
-    let mut problems = Vec::new();
-    let mut unchecked = Vec::new();
-    for w in wanted {
+    /// Decides the entry of wanted user `w`, whose previous entry is `before`.
+    async fn decide_user(
+        &mut self,
+        w: &Wanted<'_>,
+        before: Option<&Entry>,
+        now: Timestamp,
+        decided: &mut Decided,
+    ) {
         let name = &w.user.name;
-        let before = previous.entries.iter().find(|e| &e.name == name);
         // Checked first: the lines members holding it show, which the rotation's
         // `everywhere` compares with (also after a restart, with nothing memoised).
         let before_verdict = match before {
-            Some(b) => Some(judge(b).await),
+            Some(b) => Some(self.verdict(b).await),
             None => None,
         };
         let next = match &w.password_hash {
             Ok(hash) => {
-                let everywhere = |e: &Entry| everywhere(e, members, &live, checks);
+                let everywhere = |e: &Entry| everywhere(e, self.members, &self.live, self.checks);
                 Some(next_entry(w.user, hash.clone(), before, now, everywhere))
             }
             Err(why) => {
-                problems.push(Problem::PasswordMissing {
+                decided.problems.push(Problem::PasswordMissing {
                     user: name.clone(),
                     why: why.clone(),
                 });
@@ -452,68 +506,77 @@ pub async fn prepare<V: AclMember>(
             }
         };
         let chosen = match next {
-            Some(next) if Some(&next) != before => match judge(&next).await {
-                Verdict::Accepted => Some(next),
-                Verdict::Unknown => {
-                    unchecked.push(name.clone());
-                    None
-                }
-                Verdict::Refused(version, answer) => {
-                    problems.push(Problem::RulesRefused {
-                        user: name.clone(),
-                        version,
-                        answer,
-                    });
-                    // The password still changes, with the rules it had.
-                    let kept_rules = before.filter(|b| b.rules != next.rules).map(|b| Entry {
-                        rules: b.rules.clone(),
-                        ..next
-                    });
-                    match kept_rules {
-                        Some(e) if matches!(judge(&e).await, Verdict::Accepted) => Some(e),
-                        _ => None,
-                    }
-                }
-            },
+            Some(next) if Some(&next) != before => self.checked(name, next, before, decided).await,
             _ => None,
         };
         match (chosen, before) {
-            (Some(entry), _) => entries.push(entry),
+            (Some(entry), _) => decided.entries.push(entry),
             (None, Some(before)) => {
                 if let Some(Verdict::Refused(version, answer)) = before_verdict
                     && w.password_hash.is_ok()
-                    && !problems.iter().any(|p| p.user() == name)
+                    && !decided.problems.iter().any(|p| p.user() == name)
                 {
-                    problems.push(Problem::RulesRefused {
+                    decided.problems.push(Problem::RulesRefused {
                         user: name.clone(),
                         version,
                         answer,
                     });
                 }
-                entries.push(before.clone());
+                decided.entries.push(before.clone());
             }
             (None, None) => {}
         }
     }
-    let listed: BTreeSet<&str> = wanted.iter().map(|w| w.user.name.as_str()).collect();
-    let mut removed: BTreeSet<String> = previous.removed.iter().cloned().collect();
-    removed.extend(previous.entries.iter().map(|e| e.name.clone()));
-    removed.retain(|u| !listed.contains(u.as_str()));
-    // Until every data node answered without it.
-    removed.retain(|u| {
-        members
-            .iter()
-            .any(|m| live.get(m.name).is_none_or(|users| users.contains_key(u)))
-    });
-    Prepared {
-        file: UsersFile {
-            entries,
-            removed: removed.into_iter().collect(),
-        },
-        problems,
-        unchecked,
-        expected,
-        live,
+
+    /// `next` if every version accepts it. When one refuses its rules, the new password
+    /// with the rules `before` had, if accepted; when one could not be asked, nothing.
+    async fn checked(
+        &mut self,
+        name: &str,
+        next: Entry,
+        before: Option<&Entry>,
+        decided: &mut Decided,
+    ) -> Option<Entry> {
+        match self.verdict(&next).await {
+            Verdict::Accepted => Some(next),
+            Verdict::Unknown => {
+                decided.unchecked.push(name.to_string());
+                None
+            }
+            Verdict::Refused(version, answer) => {
+                decided.problems.push(Problem::RulesRefused {
+                    user: name.to_string(),
+                    version,
+                    answer,
+                });
+                // The password still changes, with the rules it had.
+                let kept_rules = before.filter(|b| b.rules != next.rules).map(|b| Entry {
+                    rules: b.rules.clone(),
+                    ..next
+                });
+                match kept_rules {
+                    Some(e) if matches!(self.verdict(&e).await, Verdict::Accepted) => Some(e),
+                    _ => None,
+                }
+            }
+        }
+    }
+
+    /// Users the spec listed before and no longer does, until every data node answered
+    /// without them.
+    fn still_removed(&self, wanted: &[Wanted<'_>], previous: &UsersFile) -> Vec<String> {
+        let listed: BTreeSet<&str> = wanted.iter().map(|w| w.user.name.as_str()).collect();
+        let mut removed: BTreeSet<String> = previous.removed.iter().cloned().collect();
+        removed.extend(previous.entries.iter().map(|e| e.name.clone()));
+        removed.retain(|u| !listed.contains(u.as_str()));
+        removed.retain(|u| {
+            self.members.iter().any(|m| {
+                self.live
+                    .get(m.name)
+                    .is_none_or(|users| users.contains_key(u))
+            })
+        });
+        removed.into_iter().collect()
     }
 }
 
