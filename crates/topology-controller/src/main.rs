@@ -6,6 +6,7 @@ mod driver;
 
 use driver::cluster::reconcile;
 use driver::replication;
+use driver::shared::stages::Common;
 use driver::shared::{password_look, pulse};
 
 use std::process::ExitCode;
@@ -117,12 +118,14 @@ async fn run(ctx: Context, settings: Settings) -> Result<(), std::convert::Infal
             &ctx,
             clusters,
             Arc::new(reconcile::Shared {
-                pulse,
-                password_look,
-                idle_look,
+                common: Common {
+                    pulse,
+                    password_look,
+                    idle_look,
+                    operator_namespace: operator_namespace.clone(),
+                    user_checks: Default::default(),
+                },
                 forced_failover,
-                operator_namespace: operator_namespace.clone(),
-                user_checks: Default::default(),
                 attempts: Default::default(),
             }),
             reconcile::reconcile
@@ -131,12 +134,14 @@ async fn run(ctx: Context, settings: Settings) -> Result<(), std::convert::Infal
             &ctx,
             replications,
             Arc::new(replication::Shared {
+                common: Common {
+                    pulse: group_pulse,
+                    password_look: group_password_look,
+                    idle_look,
+                    operator_namespace,
+                    user_checks: Default::default(),
+                },
                 switches,
-                pulse: group_pulse,
-                password_look: group_password_look,
-                idle_look,
-                operator_namespace,
-                user_checks: Default::default(),
             }),
             replication::reconcile
         ),

@@ -24,7 +24,6 @@ use crd_types::cluster::{Phase, ValkeyClusterStatus};
 use crd_types::conditions::reasons::Waiting;
 use crd_types::conditions::{self};
 use crd_types::names;
-use crd_types::rotation::PasswordRotation;
 use crd_types::{ValkeyCluster, ValkeyNode};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -41,25 +40,19 @@ use topology_controller::cluster::status::{self, Inputs};
 use topology_controller::cluster::survey::{self, switchover_outcome};
 use topology_controller::shared::acl::ReplicationPassword;
 use topology_controller::shared::auth;
-use topology_controller::shared::connections::Connections;
-use topology_controller::shared::default_password;
 use topology_controller::shared::disruption;
 use topology_controller::shared::member_status::versions_in_play;
 use topology_controller::shared::network;
-use topology_controller::shared::operator_password;
 use topology_controller::shared::storage::headroom;
-use topology_controller::shared::users::{self, Checks, Member};
 
 use crate::driver::cluster::connect::{self, Observed};
 use crate::driver::cluster::members::ClusterMembers;
+use crate::driver::shared::credentials::{self, DataNode, Members, Reached};
 use crate::driver::shared::error::Error;
 use crate::driver::shared::member_tls;
-use crate::driver::shared::password_look::PasswordLook;
-use crate::driver::shared::pulse::Pulse;
 use crate::driver::shared::secrets::{self, Passwords};
-use crate::driver::shared::stages::{self, Apis, Credentials, Live};
+use crate::driver::shared::stages::{self, Apis, Common, Credentials, Live};
 use crate::driver::shared::topology::Topology;
-use crate::driver::shared::valkey::{Conn, DataLoginOf, Login, OperatorConn};
 
 /// How soon to look again after a step was carried out, and while waiting (2 s: formation
 /// waits on replication and gossip, and each wait shows in time to Ready).
@@ -72,21 +65,11 @@ const WHILE_GOSSIP_SETTLES: Duration = Duration::from_millis(500);
 
 /// What every ValkeyCluster reconcile shares.
 pub struct Shared {
-    /// Wakes the reconciles on changes inside Valkey (a failover changes no Kubernetes
-    /// object); the watches bring Kubernetes changes.
-    pub pulse: Pulse,
-    /// Wakes the reconciles when a default password Secret changes.
-    pub password_look: PasswordLook,
-    /// Between two looks at a Ready cluster with nothing to do: only a backstop.
-    pub idle_look: Duration,
+    pub common: Common,
     /// Whether a primary whose server Kubernetes shows not running is replaced at once
     /// (`CLUSTER FAILOVER FORCE`, the planner's gone rule) rather than by Valkey's own
     /// election after cluster-node-timeout.
     pub forced_failover: bool,
-    /// The namespace topology-controller runs in (its pods may reach the members).
-    pub operator_namespace: String,
-    /// `spec.users` rule checks made so far (see [`topology_controller::shared::users::Checks`]).
-    pub user_checks: Checks,
     /// The steps taken lately per cluster, for the planner's progress check
     /// ([`topology_controller::cluster::plan::progress`]).
     pub attempts: Mutex<HashMap<(String, String), Attempts>>,
@@ -94,22 +77,11 @@ pub struct Shared {
 
 type Ctx = ReconcileContext<Shared>;
 
-/// Stage 2's output: the cluster with its Secrets read, its members and objects applied.
-struct Prepared {
-    live: Live<ValkeyCluster>,
-    passwords: Passwords,
-    login: Option<Login>,
-    /// The members as they are after applying.
-    nodes: Vec<ValkeyNode>,
-    policy_refused: bool,
-}
+/// Where a member's clients connect.
+const CLIENT_PORT: u16 = names::ports::VALKEY as u16;
 
-/// Stage 3's output: what every member's Valkey answered, and the open connections.
-struct Seen {
-    prepared: Prepared,
-    observed: Observed,
-    connections: Connections<Conn>,
-}
+type Prepared = stages::Prepared<ValkeyCluster, Passwords>;
+type Seen = stages::Seen<ValkeyCluster, Passwords, Observed>;
 
 /// Stage 5's output: the step, and the status that says it.
 struct Decided {
@@ -144,8 +116,7 @@ pub async fn reconcile(cached: Arc<ValkeyCluster>, ctx: Arc<Ctx>) -> Result<Acti
 
 /// A cluster that is gone: nothing follows it any more.
 fn forget(ctx: &Ctx, namespace: &str, name: &str) {
-    ctx.data.pulse.forget(namespace, name);
-    ctx.data.password_look.forget(namespace, name);
+    ctx.data.common.forget(namespace, name);
     let key = (namespace.to_string(), name.to_string());
     ctx.data.attempts.lock().unwrap().remove(&key);
 }
@@ -171,6 +142,7 @@ async fn prepare(
         ),
     ];
     ctx.data
+        .common
         .password_look
         .follow(&apis.secrets, &apis.namespace, &name, followed);
     let tls = stages::read_tls(&ctx.runtime, apis, &live).await?;
@@ -184,7 +156,7 @@ async fn prepare(
     let nodes = stages::apply_members(apis, &live, tls.as_ref(), wanted, build).await?;
     let budgets = disruption::cluster_budgets(cluster, &budget_shards(&shape, &nodes));
     stages::apply_budgets(apis, cluster, &budgets).await?;
-    let policy = network::cluster_policy(cluster, &ctx.data.operator_namespace);
+    let policy = network::cluster_policy(cluster, &ctx.data.common.operator_namespace);
     let policy_refused = stages::apply_policy(&ctx.runtime, apis, cluster, policy).await;
     let login = member_tls::login(
         &passwords.operator,
@@ -224,6 +196,7 @@ async fn observe(ctx: &Ctx, apis: &Apis<ValkeyCluster>, prepared: Prepared) -> S
             .filter_map(|m| m.address.as_ref().map(|a| (a.ip.clone(), a.port)))
             .collect();
         ctx.data
+            .common
             .pulse
             .follow(&apis.namespace, &name, addresses, login);
     }
@@ -262,108 +235,34 @@ async fn mark_gone_servers(apis: &Apis<ValkeyCluster>, observed: &mut Observed) 
     }
 }
 
-/// The passes over `spec.users`, the passwords and, with TLS, the certificates.
+/// The passes over `spec.users`, the passwords and, with TLS, the certificates (a
+/// cluster's members are all data nodes).
 async fn credentials(ctx: &Ctx, apis: &Apis<ValkeyCluster>, seen: &Seen) -> Credentials {
-    let (observed, connections) = (&seen.observed, &seen.connections);
-    let cluster = &seen.prepared.live.topology;
-    let builds: Vec<Option<String>> = observed
-        .nodes
+    let observed = &seen.observed;
+    let data = observed
+        .members
         .iter()
         .zip(&observed.versions)
-        .map(|(node, version)| Some(users::build(version.as_deref()?, node)))
-        .collect();
-    let user_members: Vec<Member<'_, Conn>> = observed
-        .members
-        .iter()
-        .zip(&builds)
-        .map(|(m, build)| Member {
-            name: &m.name,
-            version: build.as_deref(),
-            conn: connections.find(&m.name),
+        .zip(&observed.nodes)
+        .map(|((m, version), node)| DataNode {
+            at: Reached {
+                name: &m.name,
+                ip: m.address.as_ref().map(|a| a.ip.as_str()),
+                port: m.address.as_ref().map_or(CLIENT_PORT, |a| a.port),
+            },
+            version: version.as_deref(),
+            node: Some(node),
         })
         .collect();
-    let checks = &ctx.data.user_checks;
-    let users = stages::users_pass(&ctx.runtime, apis, checks, cluster, &user_members).await;
-    let rotations = passwords_pass(ctx, apis, seen).await;
-    let mut ca = None;
-    if let Some(login) = &seen.prepared.login {
-        let members: Vec<member_tls::Member<'_>> = observed
-            .members
-            .iter()
-            .filter_map(|m| {
-                let address = m.address.as_ref()?;
-                Some(member_tls::Member {
-                    name: &m.name,
-                    ip: &address.ip,
-                    port: address.port,
-                })
-            })
-            .collect();
-        let live = &seen.prepared.live;
-        ca = stages::certificates_pass(
-            &ctx.runtime,
-            apis,
-            live,
-            login,
-            connections,
-            members,
-            vec![],
-        )
-        .await;
-    }
-    Credentials {
-        users,
-        rotations,
-        ca,
-    }
-}
-
-/// The rotations under way after a pass over the data nodes (a cluster's members are all
-/// data nodes) for the default password, and one for the operator password.
-async fn passwords_pass(
-    ctx: &Ctx,
-    apis: &Apis<ValkeyCluster>,
-    seen: &Seen,
-) -> Vec<PasswordRotation> {
-    let (observed, connections) = (&seen.observed, &seen.connections);
-    let (cluster, passwords) = (&seen.prepared.live.topology, &seen.prepared.passwords);
-    let members: Vec<default_password::Member<'_, Conn>> = observed
-        .members
-        .iter()
-        .map(|m| default_password::Member {
-            name: &m.name,
-            conn: connections.find(&m.name),
-        })
-        .collect();
-    let operator_conns: Vec<(&str, Option<OperatorConn<'_>>)> = observed
-        .members
-        .iter()
-        .map(|m| {
-            let conn = connections
-                .find(&m.name)
-                .map(|c| OperatorConn::Data(DataLoginOf(c)));
-            (m.name.as_str(), conn)
-        })
-        .collect();
-    let operator_members: Vec<operator_password::Member<'_, OperatorConn<'_>>> = operator_conns
-        .iter()
-        .map(|(name, conn)| operator_password::Member {
-            name,
-            kind: operator_password::Kind::DataNode,
-            conn: conn.as_ref(),
-        })
-        .collect();
-    let nodes = &observed.nodes;
-    stages::password_passes(
-        &ctx.runtime,
-        apis,
-        cluster,
-        passwords,
-        &members,
-        &operator_members,
-        nodes,
-    )
-    .await
+    let members = Members {
+        data,
+        sentinels: Vec::new(),
+        nodes: &observed.nodes,
+        connections: &seen.connections,
+    };
+    let checks = &ctx.data.common.user_checks;
+    let none = std::future::ready(Vec::new());
+    credentials::passes(&ctx.runtime, apis, checks, &seen.prepared, &members, none).await
 }
 
 /// The planner's step on what was seen, and the status that says so (pure).
@@ -409,7 +308,7 @@ fn decide(
     let survey = survey::survey(&shape, &observed.members);
     let planned = report(seen, credentials, &shape, &survey, &step, None);
     let idle = stages::idle_look(
-        shared.idle_look,
+        shared.common.idle_look,
         cluster,
         seen.prepared.policy_refused,
         &credentials.rotations,

@@ -22,11 +22,11 @@ pub use watch::SwitchWatch;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crd_types::ValkeyReplication;
 use crd_types::ValkeyReplicationStatus;
 use crd_types::cluster::Phase;
 use crd_types::names::{annotations, labels};
 use crd_types::rotation::PasswordRotation;
-use crd_types::{ValkeyNode, ValkeyReplication};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
@@ -43,23 +43,19 @@ use topology_controller::replication::survey::{self, Health};
 use topology_controller::replication::{PORT, SENTINEL_PORT, members};
 use topology_controller::shared::acl::ReplicationPassword;
 use topology_controller::shared::auth;
-use topology_controller::shared::connections::Connections;
 use topology_controller::shared::default_password::{self, Sentinel};
 use topology_controller::shared::disruption;
 use topology_controller::shared::member_status::versions_in_play;
 use topology_controller::shared::network;
-use topology_controller::shared::operator_password;
 use topology_controller::shared::storage::headroom;
 use topology_controller::shared::tls;
-use topology_controller::shared::users::{self, Checks, Member};
 
+use crate::driver::shared::credentials::{self, DataNode, Members, Reached};
 use crate::driver::shared::error::Error;
-use crate::driver::shared::password_look::PasswordLook;
-use crate::driver::shared::pulse::Pulse;
 use crate::driver::shared::secrets;
-use crate::driver::shared::stages::{self, Apis, Credentials, Live};
+use crate::driver::shared::stages::{self, Apis, Common, Credentials, Live};
 use crate::driver::shared::topology::Topology;
-use crate::driver::shared::valkey::{Conn, DataLoginOf, Login, OperatorConn, SentinelLoginOf};
+use crate::driver::shared::valkey::{Conn, Login};
 use crate::driver::shared::{member_tls, password_rotation};
 use connect::Observed;
 
@@ -68,21 +64,11 @@ use connect::Observed;
 const AFTER_STEP: Duration = Duration::from_secs(1);
 const WHILE_WAITING: Duration = Duration::from_secs(2);
 
-/// What every ValkeyReplication reconcile shares: what wakes it on changes inside Valkey,
-/// which change no Kubernetes object (the watches bring those).
+/// What every ValkeyReplication reconcile shares.
 pub struct Shared {
-    /// The sentinels' `+switch-master` announcements.
+    pub common: Common,
+    /// The sentinels' `+switch-master` announcements, which change no Kubernetes object.
     pub switches: SwitchWatch,
-    /// The data nodes' vitals, every second: a frozen primary, a replica losing its link.
-    pub pulse: Pulse,
-    /// Wakes the reconciles when a default password Secret changes.
-    pub password_look: PasswordLook,
-    /// Between two looks at a Ready group with nothing to do.
-    pub idle_look: Duration,
-    /// The namespace topology-controller runs in (its pods may reach the members).
-    pub operator_namespace: String,
-    /// `spec.users` rule checks made so far (see [`topology_controller::shared::users::Checks`]).
-    pub user_checks: Checks,
 }
 
 type Ctx = ReconcileContext<Shared>;
@@ -99,22 +85,14 @@ struct Passwords {
     start_problem: Option<String>,
 }
 
-/// Stage 2's output: the group with its Secrets read, its members and objects applied.
-struct Prepared {
-    live: Live<ValkeyReplication>,
-    passwords: Passwords,
-    login: Option<Login>,
-    /// The members as they are after applying.
-    nodes: Vec<ValkeyNode>,
-    policy_refused: bool,
+impl AsRef<secrets::Passwords> for Passwords {
+    fn as_ref(&self) -> &secrets::Passwords {
+        &self.data
+    }
 }
 
-/// Stage 3's output: what every member answered, and the open connections.
-struct Seen {
-    prepared: Prepared,
-    observed: Observed,
-    connections: Connections<Conn>,
-}
+type Prepared = stages::Prepared<ValkeyReplication, Passwords>;
+type Seen = stages::Seen<ValkeyReplication, Passwords, Observed>;
 
 /// Stage 5's output: the step, the group as the planner read it, and the status that says it.
 struct Decided {
@@ -131,8 +109,7 @@ pub async fn reconcile(cached: Arc<ValkeyReplication>, ctx: Arc<Ctx>) -> Result<
     let name = cached.name_any();
     let Some(live) = stages::fetch(&apis, &name).await? else {
         ctx.data.switches.forget(&apis.namespace, &name);
-        ctx.data.pulse.forget(&apis.namespace, &name);
-        ctx.data.password_look.forget(&apis.namespace, &name);
+        ctx.data.common.forget(&apis.namespace, &name);
         return Ok(Action::await_change());
     };
     if live.topology.paused() {
@@ -174,6 +151,7 @@ async fn prepare(
         ),
     ];
     ctx.data
+        .common
         .password_look
         .follow(&apis.secrets, &apis.namespace, &name, followed);
     let tls = stages::read_tls(&ctx.runtime, apis, &live).await?;
@@ -188,7 +166,7 @@ async fn prepare(
     let nodes = stages::apply_members(apis, &live, tls.as_ref(), wanted, build).await?;
     objects::apply_services(&apis.services, vkr, &apis.namespace, apis.field_manager).await?;
     stages::apply_budgets(apis, vkr, &disruption::replication_budgets(vkr)).await?;
-    let policy = network::replication_policy(vkr, &ctx.data.operator_namespace);
+    let policy = network::replication_policy(vkr, &ctx.data.common.operator_namespace);
     let policy_refused = stages::apply_policy(&ctx.runtime, apis, vkr, policy).await;
     let login = member_tls::login(
         &passwords.data.operator,
@@ -225,7 +203,10 @@ async fn observe(ctx: &Ctx, apis: &Apis<ValkeyReplication>, prepared: Prepared) 
             .iter()
             .filter_map(|d| d.facts.address.clone().map(|ip| (ip, PORT)))
             .collect();
-        ctx.data.pulse.follow(&apis.namespace, &name, data, login);
+        ctx.data
+            .common
+            .pulse
+            .follow(&apis.namespace, &name, data, login);
     }
     Seen {
         prepared,
@@ -235,61 +216,52 @@ async fn observe(ctx: &Ctx, apis: &Apis<ValkeyReplication>, prepared: Prepared) 
 }
 
 /// The passes over `spec.users` (data nodes only: sentinels have none of them), the
-/// passwords and, with TLS, the certificates (reloaded on data nodes only: Sentinel has no
-/// CONFIG SET, and 8.x reads TLS files only at start).
+/// passwords (the sentinels' own too) and, with TLS, the certificates (reloaded on data
+/// nodes only: Sentinel has no CONFIG SET, and 8.x reads TLS files only at start).
 async fn credentials(ctx: &Ctx, apis: &Apis<ValkeyReplication>, seen: &Seen) -> Credentials {
-    let (observed, connections) = (&seen.observed, &seen.connections);
-    let vkr = &seen.prepared.live.topology;
-    let data = &observed.members.data;
-    let builds: Vec<Option<String>> = data
+    let observed = &seen.observed;
+    let node = |name: &str| observed.nodes.iter().find(|n| n.name_any() == name);
+    let data = observed
+        .members
+        .data
         .iter()
-        .map(|d| {
-            let version = d.answer.as_ref()?.version.as_deref()?;
-            let node = observed.nodes.iter().find(|n| n.name_any() == d.name())?;
-            Some(users::build(version, node))
+        .map(|d| DataNode {
+            at: Reached {
+                name: d.name(),
+                ip: d.facts.address.as_deref(),
+                port: PORT,
+            },
+            version: d.answer.as_ref().and_then(|a| a.version.as_deref()),
+            node: node(d.name()),
         })
         .collect();
-    let user_members: Vec<Member<'_, Conn>> = data
+    let sentinels = observed
+        .members
+        .sentinels
         .iter()
-        .zip(&builds)
-        .map(|(d, build)| Member {
-            name: d.name(),
-            version: build.as_deref(),
-            conn: connections.find(d.name()),
+        .map(|s| Reached {
+            name: s.name(),
+            ip: s.facts.address.as_deref(),
+            port: SENTINEL_PORT,
         })
         .collect();
-    let checks = &ctx.data.user_checks;
-    let users = stages::users_pass(&ctx.runtime, apis, checks, vkr, &user_members).await;
-    let rotations = passwords_pass(ctx, apis, seen).await;
-    let mut ca = None;
-    if let Some(login) = &seen.prepared.login {
-        let data_nodes: Vec<member_tls::Member<'_>> = data
-            .iter()
-            .filter_map(|d| tls_member(&d.facts.name, d.facts.address.as_deref(), PORT))
-            .collect();
-        let sentinels: Vec<member_tls::Member<'_>> = observed
-            .members
-            .sentinels
-            .iter()
-            .filter_map(|s| tls_member(&s.facts.name, s.facts.address.as_deref(), SENTINEL_PORT))
-            .collect();
-        let live = &seen.prepared.live;
-        ca = stages::certificates_pass(
-            &ctx.runtime,
-            apis,
-            live,
-            login,
-            connections,
-            data_nodes,
-            sentinels,
-        )
-        .await;
-    }
-    Credentials {
-        users,
-        rotations,
-        ca,
-    }
+    let members = Members {
+        data,
+        sentinels,
+        nodes: &observed.nodes,
+        connections: &seen.connections,
+    };
+    let checks = &ctx.data.common.user_checks;
+    let on_sentinels = sentinels_pass(ctx, seen);
+    credentials::passes(
+        &ctx.runtime,
+        apis,
+        checks,
+        &seen.prepared,
+        &members,
+        on_sentinels,
+    )
+    .await
 }
 
 /// Creates the missing generated Secrets and reads the passwords.
@@ -334,29 +306,15 @@ async fn passwords(
     })
 }
 
-/// The rotations under way after a pass over the data nodes (the default password), one
-/// over the sentinels (their own password) and one over both (the operator password).
-async fn passwords_pass(
-    ctx: &Ctx,
-    apis: &Apis<ValkeyReplication>,
-    seen: &Seen,
-) -> Vec<PasswordRotation> {
-    let (observed, connections) = (&seen.observed, &seen.connections);
+/// The sentinels' own default password, on the sentinels.
+async fn sentinels_pass(ctx: &Ctx, seen: &Seen) -> Vec<PasswordRotation> {
     let (group, passwords) = (&seen.prepared.live.topology, &seen.prepared.passwords);
-    let data: Vec<default_password::Member<'_, Conn>> = observed
-        .members
-        .data
-        .iter()
-        .map(|d| default_password::Member {
-            name: d.name(),
-            conn: connections.find(d.name()),
-        })
-        .collect();
-    let sentinel_conns: Vec<(&str, Option<Sentinel<'_, Conn>>)> = observed
+    let sentinel_conns: Vec<(&str, Option<Sentinel<'_, Conn>>)> = seen
+        .observed
         .members
         .sentinels
         .iter()
-        .map(|s| (s.name(), connections.find(s.name()).map(Sentinel)))
+        .map(|s| (s.name(), seen.connections.find(s.name()).map(Sentinel)))
         .collect();
     let sentinels: Vec<default_password::Member<'_, Sentinel<'_, Conn>>> = sentinel_conns
         .iter()
@@ -365,71 +323,14 @@ async fn passwords_pass(
             conn: conn.as_ref(),
         })
         .collect();
-    let sentinel_ref = auth::sentinel_secret(group).reference;
-    let group_name = group.name_any();
-    let operator_conns: Vec<(&str, operator_password::Kind, Option<OperatorConn<'_>>)> = observed
-        .members
-        .data
-        .iter()
-        .map(|d| {
-            let conn = connections
-                .find(d.name())
-                .map(|c| OperatorConn::Data(DataLoginOf(c)));
-            (d.name(), operator_password::Kind::DataNode, conn)
-        })
-        .chain(observed.members.sentinels.iter().map(|s| {
-            let conn = connections.find(s.name()).map(|conn| {
-                OperatorConn::Sentinel(SentinelLoginOf {
-                    conn,
-                    group: &group_name,
-                })
-            });
-            (s.name(), operator_password::Kind::Sentinel, conn)
-        }))
-        .collect();
-    let operator_members: Vec<operator_password::Member<'_, OperatorConn<'_>>> = operator_conns
-        .iter()
-        .map(|(name, kind, conn)| operator_password::Member {
-            name,
-            kind: *kind,
-            conn: conn.as_ref(),
-        })
-        .collect();
-    let sentinel_password = password_rotation::Password {
+    let reference = auth::sentinel_secret(group).reference;
+    let password = password_rotation::Password {
         version: passwords.sentinel_version.as_deref(),
-        reference: &sentinel_ref,
+        reference: &reference,
         value: &passwords.sentinel,
     };
-    // At once: each pass is bounded, and all run before the step.
-    let (mut rotations, on_sentinels) = futures::join!(
-        stages::password_passes(
-            &ctx.runtime,
-            apis,
-            group,
-            &passwords.data,
-            &data,
-            &operator_members,
-            &observed.nodes,
-        ),
-        password_rotation::run(
-            &ctx.runtime,
-            group,
-            password_rotation::SENTINELS,
-            sentinel_password,
-            &sentinels,
-        ),
-    );
-    rotations.extend(on_sentinels);
-    rotations
-}
-
-/// A member the certificate pass dials, once its address is known.
-fn tls_member<'a>(name: &'a str, ip: Option<&'a str>, port: u16) -> Option<member_tls::Member<'a>> {
-    Some(member_tls::Member {
-        name,
-        ip: ip?,
-        port,
-    })
+    let whose = password_rotation::SENTINELS;
+    password_rotation::run(&ctx.runtime, group, whose, password, &sentinels).await
 }
 
 /// The planner's step on what was seen, and the status that says so (pure).
@@ -480,7 +381,7 @@ fn decide(shared: &Shared, seen: &Seen, credentials: &Credentials) -> Decided {
     let health = Health::of(&group, members, recorded);
     let planned = report(seen, credentials, &group, &health, &step, None);
     let idle = stages::idle_look(
-        shared.idle_look,
+        shared.common.idle_look,
         vkr,
         seen.prepared.policy_refused,
         &credentials.rotations,

@@ -2,6 +2,7 @@
 //! the password rotations, the pulse and the password look, the fred connection.
 
 pub mod acl_users;
+pub mod credentials;
 pub mod error;
 pub mod member_certs;
 pub mod member_tls;

@@ -30,6 +30,8 @@ use topology_controller::shared::{disruption, network};
 
 use crate::driver::shared::error::Error;
 use crate::driver::shared::objects::{apply_owned, fetch_with_members};
+use crate::driver::shared::password_look::PasswordLook;
+use crate::driver::shared::pulse::Pulse;
 use crate::driver::shared::secrets::Passwords;
 use crate::driver::shared::topology::{Topology, TopologyStatus};
 use crate::driver::shared::valkey::{Conn, Login, OperatorConn};
@@ -82,6 +84,48 @@ impl<T: Topology> Live<T> {
     /// The first ValkeyNode with a member's name that the topology does not own.
     pub fn foreign_member(&self) -> Option<String> {
         self.foreign.first().map(ResourceExt::name_any)
+    }
+}
+
+/// Stage 2's output for any kind: the topology with its Secrets read (`P`: the kind's
+/// passwords), its members and objects applied, and how the operator logs in.
+pub struct Prepared<T, P> {
+    pub live: Live<T>,
+    pub passwords: P,
+    pub login: Option<Login>,
+    /// The members as they are after applying.
+    pub nodes: Vec<ValkeyNode>,
+    pub policy_refused: bool,
+}
+
+/// Stage 3's output: what the members answered (`O`, the kind's observation), and the open
+/// connections, closed in one place at the end of the reconcile.
+pub struct Seen<T, P, O> {
+    pub prepared: Prepared<T, P>,
+    pub observed: O,
+    pub connections: Connections<Conn>,
+}
+
+/// What every kind's reconciles share, besides the kind's own.
+pub struct Common {
+    /// Wakes the reconciles on changes inside Valkey (a failover changes no Kubernetes
+    /// object); the watches bring Kubernetes changes.
+    pub pulse: Pulse,
+    /// Wakes the reconciles when a default password Secret changes.
+    pub password_look: PasswordLook,
+    /// Between two looks at a Ready topology with nothing to do: only a backstop.
+    pub idle_look: Duration,
+    /// The namespace topology-controller runs in (its pods may reach the members).
+    pub operator_namespace: String,
+    /// `spec.users` rule checks made so far (see [`topology_controller::shared::users::Checks`]).
+    pub user_checks: Checks,
+}
+
+impl Common {
+    /// A topology that is gone: nothing follows it any more.
+    pub fn forget(&self, namespace: &str, name: &str) {
+        self.pulse.forget(namespace, name);
+        self.password_look.forget(namespace, name);
     }
 }
 
