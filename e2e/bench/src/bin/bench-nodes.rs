@@ -52,7 +52,7 @@ const BATCH: usize = 10;
 const TOTAL: usize = 100;
 /// The longest a node may take to become Ready before the benchmark gives up.
 const NODE_TIMEOUT: Duration = Duration::from_secs(180);
-/// `agent_services::SIZED_STORAGE_CLASS` (a dev-dependency only, so not importable here).
+/// `agent_services::SIZED_STORAGE_CLASS` (agent-services is no dependency of this crate).
 const SIZED: &str = "local-sized";
 /// Small: a tmpfs takes memory only for what is written, and Valkey writes a few KiB.
 const VOLUME: &str = "32Mi";
