@@ -42,19 +42,19 @@ use anyhow::{Context, Result, bail};
 use crd_types::ValkeyNode;
 use crd_types::node::{Mode, Role};
 use crd_types::template::WorkloadType;
-use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
-use kube::api::{DeleteParams, PostParams};
-use local_cluster::cluster_testing::{
+use e2e_kit::cluster_testing::{
     Access, AckedWriter, ClusterApis, ClusterNode, DataSet, MemberAddr, PORT, Progress, RollWatch,
     WriterReport, access, check_passed, describe_status, ready_status,
 };
-use local_cluster::images::VALKEY_VERSIONS;
-use local_cluster::operator::RunningController;
-use local_cluster::testing::{
+use e2e_kit::testing::{
     cluster_with_local_controllers, restart_controller, signal, stop_process, valkey_node,
     valkey_server_pid,
 };
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+use local_cluster::images::VALKEY_VERSIONS;
+use local_cluster::operator::RunningController;
 use local_cluster::{LocalCluster, Options, run_script};
 use serde_json::json;
 

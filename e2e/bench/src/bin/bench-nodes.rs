@@ -29,13 +29,13 @@ use anyhow::{Context, Result, bail};
 use crd_types::ValkeyNode;
 use crd_types::conditions::{self, types};
 use crd_types::template::{AutoResize, WorkloadType};
+use e2e_kit::testing::{pod_ready, valkey_node};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::PostParams;
 use kube::runtime::wait::await_condition;
 use kube::{Api, Client};
 use local_cluster::operator::{self, RunningController};
-use local_cluster::testing::{pod_ready, valkey_node};
 use local_cluster::{LocalCluster, Options};
 use serde::Deserialize;
 

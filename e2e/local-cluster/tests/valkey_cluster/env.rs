@@ -7,14 +7,14 @@ use crd_types::ValkeyCluster;
 use crd_types::cluster::ValkeyClusterStatus;
 use crd_types::names::cluster_member_name;
 use crd_types::node::Role;
-use kube::ResourceExt;
-use local_cluster::LocalCluster;
-use local_cluster::cluster_testing::{
+use e2e_kit::cluster_testing::{
     Access, AckedWriter, ClusterApis, DataSet, Progress, WriterReport, access, ready_status, shape,
     status_matches_valkey, wait_until,
 };
+use e2e_kit::testing::{cluster_with_operator, controller, events_about, pod_starts};
+use kube::ResourceExt;
+use local_cluster::LocalCluster;
 use local_cluster::controller_pods::{Outage, PodController};
-use local_cluster::testing::{cluster_with_operator, controller, events_about, pod_starts};
 use serde_json::json;
 
 pub(crate) const NS: &str = "default";
@@ -350,7 +350,7 @@ impl Env {
         };
         let refused = anonymous.cli(ip, &["GET", "k"]);
         assert!(refused.starts_with("NOAUTH"), "{refused}");
-        let operator = local_cluster::testing::valkey_cli_as(
+        let operator = e2e_kit::testing::valkey_cli_as(
             ip,
             Some((Some("operator"), &passwords[1])),
             &["ACL", "WHOAMI"],
@@ -364,12 +364,12 @@ impl Env {
         }
         // The clients' user runs no admin command: the masterauth below is the operator's to
         // read.
-        local_cluster::testing::assert_default_user_is_a_clients(|args| access.cli(ip, args), true);
+        e2e_kit::testing::assert_default_user_is_a_clients(|args| access.cli(ip, args), true);
         let masterauth = access.admin_cli(ip, &["CONFIG", "GET", "masterauth"]);
         let masterauth = masterauth.strip_prefix("masterauth\n").unwrap();
         assert!(!passwords.iter().any(|p| p == masterauth));
         let as_replication = |ip: &str, args: &[&str]| {
-            local_cluster::testing::valkey_cli_as(ip, Some((Some("replication"), masterauth)), args)
+            e2e_kit::testing::valkey_cli_as(ip, Some((Some("replication"), masterauth)), args)
         };
         assert_eq!(as_replication(ip, &["PING"]), "PONG");
         for refused in [
@@ -382,7 +382,7 @@ impl Env {
             let answer = as_replication(ip, refused);
             assert!(answer.starts_with("NOPERM"), "{refused:?}: {answer}");
         }
-        let not_operator = local_cluster::testing::valkey_cli_as(
+        let not_operator = e2e_kit::testing::valkey_cli_as(
             ip,
             Some((Some("operator"), masterauth)),
             &["ACL", "WHOAMI"],
@@ -393,7 +393,7 @@ impl Env {
         // also cuts every replica's link: the operator creates it again, live.
         let operator = Some((Some("operator"), passwords[1].as_str()));
         for m in &access.members {
-            let deleted = local_cluster::testing::valkey_cli_as(
+            let deleted = e2e_kit::testing::valkey_cli_as(
                 &m.ip,
                 operator,
                 &["ACL", "DELUSER", "replication"],

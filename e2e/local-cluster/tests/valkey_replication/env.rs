@@ -3,14 +3,14 @@
 use std::time::{Duration, Instant};
 
 use crd_types::ValkeyReplication;
-use kube::ResourceExt;
-use local_cluster::LocalCluster;
-use local_cluster::cluster_testing::{Progress, wait_until};
-use local_cluster::controller_pods::PodController;
-use local_cluster::replication_testing::{
+use e2e_kit::cluster_testing::{Progress, wait_until};
+use e2e_kit::replication_testing::{
     GroupAccess, GroupWriter, GroupWriterReport, ReplicationApis, access, ready_status,
 };
-use local_cluster::testing::{cluster_with_operator, controller};
+use e2e_kit::testing::{cluster_with_operator, controller};
+use kube::ResourceExt;
+use local_cluster::LocalCluster;
+use local_cluster::controller_pods::PodController;
 
 pub(crate) const NS: &str = "default";
 /// A new group: members created, pods started, replicas attached, sentinels monitoring.

@@ -17,9 +17,9 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use kube::{Api, ResourceExt};
 
-use crate::controller_pods::PodController;
-use crate::operator::{self, RunningController};
-use crate::{LocalCluster, Options, operator_pods};
+use local_cluster::controller_pods::PodController;
+use local_cluster::operator::{self, RunningController};
+use local_cluster::{LocalCluster, Options, operator_pods};
 
 /// A local cluster with the node agent and the operator installed from
 /// deploy/overlays/all as a user installs it: every controller a pod of its Deployment,
@@ -42,7 +42,7 @@ pub async fn cluster_with_operator_using(
 
 /// deploy/overlays/all: every controller, cluster-wide.
 fn all_overlay() -> std::path::PathBuf {
-    crate::repo_root().join("deploy/overlays/all")
+    local_cluster::repo_root().join("deploy/overlays/all")
 }
 
 /// The controller running `binary` among `controllers`.
@@ -252,15 +252,7 @@ pub async fn events_about(
 /// `grace`) and forgets it, so [`LocalCluster::wait_for`] does not take its exit for a
 /// crash. For an outage of a controller started by [`cluster_with_local_controllers`].
 pub fn stop_process(cluster: &mut LocalCluster, name: &str, grace: Duration) -> Result<()> {
-    let index = cluster
-        .children
-        .iter()
-        .position(|(record, _)| record.name == name)
-        .with_context(|| format!("no running process named {name}"))?;
-    let (record, mut child) = cluster.children.remove(index);
-    record.stop(grace)?;
-    child.wait()?;
-    Ok(())
+    cluster.stop_recorded(name, grace)
 }
 
 /// Starts a controller stopped by [`stop_process`] again, as [`operator::install`] started
@@ -271,7 +263,7 @@ pub async fn restart_controller(
     controller: &RunningController,
 ) -> Result<RunningController> {
     let process = &controller.process;
-    let binary = crate::workspace_binary(&process.binary)?;
+    let binary = local_cluster::workspace_binary(&process.binary)?;
     let http_port = cluster.controller_port()?;
     let http_addr = format!("127.0.0.1:{http_port}");
     let mut command = Command::new(binary);

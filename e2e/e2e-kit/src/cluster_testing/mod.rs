@@ -31,7 +31,7 @@ use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 
-use crate::LocalCluster;
+use local_cluster::LocalCluster;
 
 pub use access::{Access, MemberAddr, access, check_passed};
 pub use cluster_view::{

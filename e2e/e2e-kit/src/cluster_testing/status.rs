@@ -13,7 +13,7 @@ use crd_types::{ValkeyCluster, ValkeyClusterStatus, ValkeyNode};
 use kube::ResourceExt;
 
 use super::{Access, ClusterApis, Progress, SLOTS, wait_until};
-use crate::LocalCluster;
+use local_cluster::LocalCluster;
 
 /// The member names the spec asks for, `<cluster>-<shard>-<member>`.
 pub fn desired_members(name: &str, spec: &ValkeyClusterSpec) -> BTreeSet<String> {

@@ -1,0 +1,19 @@
+//! The e2e test kit, on top of the launcher (`local-cluster`): what the tests in
+//! `e2e/local-cluster/tests` and the measurements in `e2e/bench` share.
+//!
+//! - [`testing`]: the local cluster with the operator installed, valkey-cli, Events,
+//!   ValkeyNode fixtures, controllers stopped and restarted, pods and their processes;
+//! - [`cluster_testing`]: ValkeyCluster, Valkey's own view of it (`CLUSTER NODES`,
+//!   `--cluster check`), key sets and a writer acknowledged by replicas;
+//! - [`replication_testing`]: ValkeyReplication, its data nodes and sentinels as Valkey and
+//!   Sentinel see them, key sets, writers through the Services or Sentinel;
+//! - [`valkey_tls`]: certificates in Secrets and the client side of TLS;
+//! - [`network_policy`]: NetworkPolicies evaluated as a plugin would;
+//! - [`sampler`]: a check kept running while a test changes something underneath.
+
+pub mod cluster_testing;
+pub mod network_policy;
+pub mod replication_testing;
+pub mod sampler;
+pub mod testing;
+pub mod valkey_tls;
