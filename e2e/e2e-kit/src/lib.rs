@@ -7,6 +7,9 @@
 //!   `--cluster check`), key sets and a writer acknowledged by replicas;
 //! - [`replication_testing`]: ValkeyReplication, its data nodes and sentinels as Valkey and
 //!   Sentinel see them, key sets, writers through the Services or Sentinel;
+//! - [`topology`]: what those two share, with the topology as a parameter: the APIs of a
+//!   namespace, readiness per the status contract, waits, the fixtures' member template,
+//!   Secrets, plain connections for writers;
 //! - [`valkey_tls`]: certificates in Secrets and the client side of TLS;
 //! - [`network_policy`]: NetworkPolicies evaluated as a plugin would;
 //! - [`sampler`]: a check kept running while a test changes something underneath.
@@ -16,4 +19,5 @@ pub mod network_policy;
 pub mod replication_testing;
 pub mod sampler;
 pub mod testing;
+pub mod topology;
 pub mod valkey_tls;

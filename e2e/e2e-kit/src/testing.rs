@@ -9,9 +9,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use crd_types::conditions::{self, types};
-use crd_types::config::ValkeyConfig;
 use crd_types::node::WorkloadStatus;
-use crd_types::template::{Persistence, ReclaimPolicy, ValkeyNodeTemplate, WorkloadType};
+use crd_types::template::WorkloadType;
 use crd_types::{ValkeyNode, ValkeyNodeSpec};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
@@ -20,6 +19,8 @@ use kube::{Api, ResourceExt};
 use local_cluster::controller_pods::PodController;
 use local_cluster::operator::{self, RunningController};
 use local_cluster::{LocalCluster, Options, operator_pods};
+
+use crate::topology::fixture_template;
 
 /// A local cluster with the node agent and the operator installed from
 /// deploy/overlays/all as a user installs it: every controller a pod of its Deployment,
@@ -304,23 +305,15 @@ pub fn valkey_node(
     persistent: bool,
     storage_class: Option<&str>,
 ) -> ValkeyNode {
+    let mut template = fixture_template(persistent);
+    template.workload_type = workload_type;
+    if let Some(persistence) = &mut template.persistence {
+        persistence.storage_class_name = storage_class.map(str::to_string);
+    }
     ValkeyNode::new(
         name,
         ValkeyNodeSpec {
-            template: ValkeyNodeTemplate {
-                workload_type,
-                config: ValkeyConfig(BTreeMap::from([(
-                    "maxmemory".to_string(),
-                    "100mb".to_string(),
-                )])),
-                persistence: persistent.then(|| Persistence {
-                    size: "1Gi".into(),
-                    storage_class_name: storage_class.map(str::to_string),
-                    reclaim_policy: ReclaimPolicy::Delete,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
+            template,
             ..Default::default()
         },
     )

@@ -10,9 +10,8 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use e2e_kit::cluster_testing::poll_until;
 use e2e_kit::replication_testing::full_restart::{Fault, full_restart};
-use e2e_kit::replication_testing::{ReplicationApis, ready_status, valkey_replication};
+use e2e_kit::replication_testing::{ReplicationApis, poll_until, ready_status, valkey_replication};
 use e2e_kit::testing::cluster_with_local_controllers;
 use local_cluster::{LocalCluster, Options};
 

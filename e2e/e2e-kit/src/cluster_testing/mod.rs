@@ -17,21 +17,18 @@ mod roll;
 mod status;
 mod writer;
 
-use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::ops::Deref;
 
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
 use crd_types::cluster::ValkeyClusterSpec;
-use crd_types::config::ValkeyConfig;
 use crd_types::names::{self, labels};
-use crd_types::template::{Persistence, ReclaimPolicy, ValkeyNodeTemplate};
-use crd_types::{ValkeyCluster, ValkeyNode};
-use k8s_openapi::api::core::v1::{Node, Pod, Secret};
+use crd_types::{ValkeyCluster, ValkeyClusterStatus, ValkeyNode};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 
-use local_cluster::LocalCluster;
+use crate::topology::{Topology, TopologyApis, fixture_template};
 
 pub use access::{Access, MemberAddr, access, check_passed};
 pub use cluster_view::{
@@ -45,86 +42,60 @@ pub use status::{
 };
 pub use writer::{AckedWriter, StreamReport, WriterReport, tag_for};
 
+pub use crate::topology::{Progress, TOPOLOGY_CONTROLLER, ValkeyClient, poll_until, wait_until};
+
 /// Hash slots of a Valkey cluster.
 pub const SLOTS: u32 = 16384;
 /// The client port of every member, on its ClusterIP.
 pub const PORT: u16 = names::ports::VALKEY as u16;
-/// The reporting controller of the topology-controller's Events.
-pub const TOPOLOGY_CONTROLLER: &str = "topology-controller";
 
-/// A fred client (the name `Client` is kube's in this crate's tests).
-pub type ValkeyClient = fred::clients::Client;
+impl Topology for ValkeyCluster {
+    type Status = ValkeyClusterStatus;
+    const KIND: &'static str = "ValkeyCluster";
+    const MEMBER_LABEL: &'static str = labels::CLUSTER;
 
-/// "Not yet, because ..." (`Err`) or the awaited value (`Ok`).
-pub type Progress<T> = std::result::Result<T, String>;
+    fn not_ready(&self, members: &[ValkeyNode]) -> Option<String> {
+        not_ready(self, members)
+    }
 
-/// The APIs the cluster tests use, in one namespace.
+    fn into_status(self) -> Option<ValkeyClusterStatus> {
+        self.status
+    }
+}
+
+/// The APIs the cluster tests use, in one namespace: those of every topology (through
+/// [`Deref`]: `create`, `patch`, `members`, `kill_pod`, the nodes, pods, Secrets and
+/// Events), the clusters by their own name, and the Kubernetes Nodes.
 #[derive(Clone)]
 pub struct ClusterApis {
+    /// The ValkeyClusters ([`TopologyApis::topologies`] by its name here).
     pub clusters: Api<ValkeyCluster>,
-    pub nodes: Api<ValkeyNode>,
-    pub pods: Api<Pod>,
-    pub secrets: Api<Secret>,
-    pub events: Api<Event>,
     /// Kubernetes Nodes (cluster-scoped).
     pub k8s_nodes: Api<Node>,
+    topology: TopologyApis<ValkeyCluster>,
+}
+
+impl Deref for ClusterApis {
+    type Target = TopologyApis<ValkeyCluster>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.topology
+    }
 }
 
 impl ClusterApis {
     pub fn new(client: &kube::Client, namespace: &str) -> Self {
+        let topology = TopologyApis::new(client, namespace);
         Self {
-            clusters: Api::namespaced(client.clone(), namespace),
-            nodes: Api::namespaced(client.clone(), namespace),
-            pods: Api::namespaced(client.clone(), namespace),
-            secrets: Api::namespaced(client.clone(), namespace),
-            events: Api::namespaced(client.clone(), namespace),
+            clusters: topology.topologies.clone(),
             k8s_nodes: Api::all(client.clone()),
+            topology,
         }
-    }
-
-    /// Creates the cluster.
-    pub async fn create(&self, cluster: &ValkeyCluster) -> Result<ValkeyCluster> {
-        self.clusters
-            .create(&PostParams::default(), cluster)
-            .await
-            .with_context(|| format!("creating ValkeyCluster {}", cluster.name_any()))
-    }
-
-    /// A JSON merge patch of the cluster (its spec, typically).
-    pub async fn patch(&self, name: &str, patch: serde_json::Value) -> Result<ValkeyCluster> {
-        self.clusters
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .with_context(|| format!("patching ValkeyCluster {name} with {patch}"))
-    }
-
-    /// The cluster's members, by the `valkey.rs/cluster` label, in name order.
-    pub async fn members(&self, cluster: &str) -> Result<Vec<ValkeyNode>> {
-        let selector = format!("{}={cluster}", labels::CLUSTER);
-        let mut nodes = self
-            .nodes
-            .list(&ListParams::default().labels(&selector))
-            .await?
-            .items;
-        nodes.sort_by_key(|n| n.name_any());
-        Ok(nodes)
     }
 
     /// Events about the cluster reported by topology-controller.
     pub async fn topology_events(&self, cluster: &str) -> Result<Vec<Event>> {
-        Ok(self
-            .events
-            .list(&Default::default())
-            .await?
-            .items
-            .into_iter()
-            .filter(|e| {
-                let regarding = e.regarding.as_ref();
-                regarding.and_then(|r| r.kind.as_deref()) == Some("ValkeyCluster")
-                    && regarding.and_then(|r| r.name.as_deref()) == Some(cluster)
-                    && e.reporting_controller.as_deref() == Some(TOPOLOGY_CONTROLLER)
-            })
-            .collect())
+        self.events_about(cluster, None).await
     }
 
     /// How many times topology-controller reported an Event about the cluster (an Event
@@ -136,21 +107,6 @@ impl ClusterApis {
             .iter()
             .map(|e| e.series.as_ref().map_or(1, |s| i64::from(s.count.max(1))))
             .sum())
-    }
-
-    /// Deletes a pod with grace period 0: the process is killed, the object gone at once.
-    pub async fn kill_pod(&self, pod: &str) -> Result<()> {
-        self.pods
-            .delete(
-                pod,
-                &DeleteParams {
-                    grace_period_seconds: Some(0),
-                    ..Default::default()
-                },
-            )
-            .await
-            .with_context(|| format!("killing pod {pod}"))?;
-        Ok(())
     }
 
     /// Cordons (`false`) or uncordons (`true`) every Kubernetes Node: while cordoned, a
@@ -187,66 +143,8 @@ pub fn valkey_cluster(
         ValkeyClusterSpec {
             shards,
             replicas_per_shard,
-            template: ValkeyNodeTemplate {
-                config: ValkeyConfig(BTreeMap::from([(
-                    "maxmemory".to_string(),
-                    "100mb".to_string(),
-                )])),
-                persistence: persistent.then(|| Persistence {
-                    size: "1Gi".into(),
-                    reclaim_policy: ReclaimPolicy::Delete,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
+            template: fixture_template(persistent),
             ..Default::default()
         },
     )
-}
-
-/// Polls `check` every 250 ms until it yields a value. Fails after `timeout` with the last
-/// "not yet" reason (or error), or as soon as a process of the run died.
-pub async fn wait_until<T, F, Fut>(
-    cluster: &LocalCluster,
-    what: &str,
-    timeout: Duration,
-    check: F,
-) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<Progress<T>>>,
-{
-    poll_until(cluster, what, timeout, Duration::from_millis(250), check).await
-}
-
-/// [`wait_until`], polling every `every` (benchmarks time with it).
-pub async fn poll_until<T, F, Fut>(
-    cluster: &LocalCluster,
-    what: &str,
-    timeout: Duration,
-    every: Duration,
-    mut check: F,
-) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<Progress<T>>>,
-{
-    let started = Instant::now();
-    let mut last;
-    loop {
-        cluster.check_running(what).await?;
-        match check().await {
-            Ok(Ok(value)) => return Ok(value),
-            Ok(Err(why)) => last = why,
-            Err(error) => last = format!("error: {error:#}"),
-        }
-        if started.elapsed() > timeout {
-            // The controller that acts on topologies is what a timeout here usually waits on.
-            bail!(
-                "timed out after {timeout:?} waiting for {what}; last: {last}\n{}",
-                cluster.controller_log(TOPOLOGY_CONTROLLER, 20).await
-            );
-        }
-        tokio::time::sleep(every).await;
-    }
 }

@@ -3,9 +3,9 @@
 use std::time::{Duration, Instant};
 
 use crd_types::ValkeyReplication;
-use e2e_kit::cluster_testing::{Progress, wait_until};
 use e2e_kit::replication_testing::{
-    GroupAccess, GroupWriter, GroupWriterReport, ReplicationApis, access, ready_status,
+    GroupAccess, GroupWriter, GroupWriterReport, Progress, ReplicationApis, access, ready_status,
+    wait_until,
 };
 use e2e_kit::testing::{cluster_with_operator, controller};
 use kube::ResourceExt;
