@@ -1,6 +1,8 @@
-//! The shared test environment: timeouts, the `SERIAL` lock and [`Env`] with its helpers.
+//! The shared test environment: timeouts and [`Env`] (the test's [`TestRun`] and the
+//! cluster APIs) with its helpers.
 
 use std::collections::BTreeMap;
+use std::ops::Deref;
 use std::time::{Duration, Instant};
 
 use crd_types::ValkeyCluster;
@@ -11,10 +13,10 @@ use e2e_kit::cluster_testing::{
     Access, AckedWriter, ClusterApis, DataSet, Progress, WriterReport, access, ready_status, shape,
     status_matches_valkey, wait_until,
 };
-use e2e_kit::testing::{cluster_with_operator, controller, events_about, pod_starts};
+use e2e_kit::test_run::TestRun;
+use e2e_kit::testing::{events_about, pod_starts};
 use kube::ResourceExt;
-use local_cluster::LocalCluster;
-use local_cluster::controller_pods::{Outage, PodController};
+use local_cluster::controller_pods::Outage;
 use serde_json::json;
 
 pub(crate) const NS: &str = "default";
@@ -36,38 +38,28 @@ pub(crate) const FAILOVER: Duration = Duration::from_secs(120);
 /// Something that follows promptly from a state already reached.
 pub(crate) const SETTLE: Duration = Duration::from_secs(60);
 
-/// The tests of this binary run one at a time even without `--test-threads=1`: each starts a
-/// whole local cluster, and two at once would starve the 2-core machine.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// A local cluster with the operator. Fields drop in order: the processes stop before the
-/// run directory goes, and the next test starts only after both.
+/// A local cluster with the operator ([`TestRun`], whose fields it shows) and the cluster
+/// APIs of [`NS`]. The run drops last: its processes stop, its run directory goes, then the
+/// next test starts.
 pub(crate) struct Env {
-    pub(crate) cluster: LocalCluster,
-    pub(crate) controllers: Vec<PodController>,
     pub(crate) apis: ClusterApis,
-    pub(crate) client: kube::Client,
-    _run: tempfile::TempDir,
-    _serial: tokio::sync::MutexGuard<'static, ()>,
+    run: TestRun,
+}
+
+impl Deref for Env {
+    type Target = TestRun;
+
+    fn deref(&self) -> &TestRun {
+        &self.run
+    }
 }
 
 impl Env {
     pub(crate) async fn start() -> Self {
-        let serial = SERIAL.lock().await;
-        let run = tempfile::tempdir().unwrap();
-        if std::env::var_os("E2E_KEEP_RUN_DIRS").is_some() {
-            // For a post-mortem of a failed test: the logs stay in the run dir.
-            eprintln!("run dir {}", run.path().display());
-        }
-        let (cluster, controllers) = cluster_with_operator(run.path()).await.unwrap();
-        let client = cluster.client().await.unwrap();
+        let run = TestRun::start().await;
         Self {
-            apis: ClusterApis::new(&client, NS),
-            cluster,
-            controllers,
-            client,
-            _run: run,
-            _serial: serial,
+            apis: ClusterApis::new(&run.client, NS),
+            run,
         }
     }
 
@@ -284,10 +276,6 @@ impl Env {
         .await;
     }
 
-    pub(crate) fn topology_controller(&self) -> &PodController {
-        controller(&self.controllers, "topology-controller")
-    }
-
     /// Takes topology-controller down (see [`Outage`]): nothing acts on the clusters'
     /// topology until [`Env::restart_topology_controller`].
     pub(crate) async fn stop_topology_controller(&self, outage: Outage) {
@@ -482,26 +470,7 @@ impl Env {
     }
 
     /// Ends the test: no controller restarted on the way, then the cluster stops.
-    pub(crate) async fn finish(mut self) {
-        self.cluster
-            .check_restarts("the end of the test")
-            .await
-            .unwrap();
-        self.cluster.stop().unwrap();
-    }
-}
-
-impl Drop for Env {
-    /// Keeps the run dir when asked, and after a failure: its logs (the controllers', each
-    /// container's) are the post-mortem.
-    fn drop(&mut self) {
-        let failed = std::thread::panicking();
-        if failed || std::env::var_os("E2E_KEEP_RUN_DIRS").is_some() {
-            let dir = std::mem::replace(&mut self._run, tempfile::tempdir().unwrap());
-            let kept = dir.keep();
-            if failed {
-                eprintln!("run dir kept after the failure: {}", kept.display());
-            }
-        }
+    pub(crate) async fn finish(self) {
+        self.run.finish().await;
     }
 }
