@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
+use crd_types::ValkeyClusterStatus;
 use e2e_kit::cluster_testing::{
     Access, ClusterApis, DataSet, Progress, access, describe_status, ready_status,
 };
@@ -117,14 +118,19 @@ pub(crate) async fn wait_cluster_ready(apis: &ClusterApis, name: &str) -> Result
     .await
 }
 
-/// Whether the cluster's Ready condition is True.
-pub(crate) async fn ready_condition_true(apis: &ClusterApis, name: &str) -> Result<bool> {
-    let status = apis
+/// The cluster's status as the API server has it now (empty before the first).
+pub(crate) async fn cluster_status(apis: &ClusterApis, name: &str) -> Result<ValkeyClusterStatus> {
+    Ok(apis
         .clusters
         .get_status(name)
         .await?
         .status
-        .unwrap_or_default();
+        .unwrap_or_default())
+}
+
+/// Whether the cluster's Ready condition is True.
+pub(crate) async fn ready_condition_true(apis: &ClusterApis, name: &str) -> Result<bool> {
+    let status = cluster_status(apis, name).await?;
     Ok(status
         .conditions
         .iter()

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::DeleteParams;
 
 use crate::LIMIT;
-use crate::clusters::{ready_condition_true, wait, wait_cluster_ready};
+use crate::clusters::{cluster_status, ready_condition_true, wait, wait_cluster_ready};
 
 /// Freezes shard 0's primary with SIGSTOP and times until its replica accepts a write to a
 /// slot of that shard, and until the cluster's Ready condition is not True; then lets the
@@ -171,12 +171,7 @@ async fn leave(
     shard: u32,
     how: Leaving,
 ) -> Result<Left> {
-    let status = apis
-        .clusters
-        .get_status(name)
-        .await?
-        .status
-        .unwrap_or_default();
+    let status = cluster_status(apis, name).await?;
     let primary = status
         .shards
         .get(shard as usize)

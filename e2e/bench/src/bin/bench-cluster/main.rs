@@ -42,7 +42,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use e2e_kit::cluster_testing::ClusterApis;
+use e2e_kit::cluster_testing::{Access, ClusterApis};
 use e2e_kit::testing::cluster_with_local_controllers;
 use local_cluster::images::VALKEY_VERSIONS;
 use local_cluster::operator::RunningController;
@@ -212,12 +212,8 @@ async fn faults(
     let frozen = failover(apis, &form, "form").await?;
 
     eprintln!("bench-cluster: a primary's pod deleted, a primary's server crash-looping");
-    let deleted = departure(apis, &form, "form", 1, Leaving::PodDeleted)
-        .await
-        .inspect_err(|e| explain_failure(cluster, "form", e));
-    let crashed = departure(apis, &form, "form", 2, Leaving::CrashLoop)
-        .await
-        .inspect_err(|e| explain_failure(cluster, "form", e));
+    let deleted = form_departure(cluster, apis, &form, 1, Leaving::PodDeleted).await;
+    let crashed = form_departure(cluster, apis, &form, 2, Leaving::CrashLoop).await;
 
     eprintln!("bench-cluster: the same faults, topology-controller as before ({BEFORE:?})");
     let mut as_before = topology.clone();
@@ -228,12 +224,8 @@ async fn faults(
     restart_topology_controller(cluster, &as_before).await?;
     wait_cluster_ready(apis, "form").await?;
     let failover_before = failover(apis, &form, "form").await;
-    let killed_before = departure(apis, &form, "form", 1, Leaving::PodKilled)
-        .await
-        .inspect_err(|e| explain_failure(cluster, "form", e));
-    let crashed_before = departure(apis, &form, "form", 2, Leaving::CrashLoop)
-        .await
-        .inspect_err(|e| explain_failure(cluster, "form", e));
+    let killed_before = form_departure(cluster, apis, &form, 1, Leaving::PodKilled).await;
+    let crashed_before = form_departure(cluster, apis, &form, 2, Leaving::CrashLoop).await;
     restart_topology_controller(cluster, topology).await?;
     Ok(Faults {
         frozen,
@@ -243,6 +235,19 @@ async fn faults(
         killed_before,
         crashed_before,
     })
+}
+
+/// [`departure`] on "form", a failure explained with topology-controller's log.
+async fn form_departure(
+    cluster: &LocalCluster,
+    apis: &ClusterApis,
+    form: &Access,
+    shard: u32,
+    how: Leaving,
+) -> Result<Departure> {
+    departure(apis, form, "form", shard, how)
+        .await
+        .inspect_err(|e| explain_failure(cluster, "form", e))
 }
 
 /// On a cleared cluster: the 3 -> 4 scale-outs on [`V91`] (the operator atomic and
