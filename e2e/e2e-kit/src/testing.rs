@@ -240,13 +240,15 @@ pub async fn events_about(
         .await?
         .items
         .into_iter()
-        .filter(|e| {
-            let regarding = e.regarding.as_ref();
-            e.reason.as_deref() == Some(reason)
-                && regarding.and_then(|r| r.name.as_deref()) == Some(name)
-                && regarding.and_then(|r| r.kind.as_deref()) == Some(kind)
-        })
+        .filter(|e| e.reason.as_deref() == Some(reason) && regards(e, kind, name))
         .collect())
+}
+
+/// Whether `event` is about the object of `kind` named `name`.
+pub fn regards(event: &Event, kind: &str, name: &str) -> bool {
+    let regarding = event.regarding.as_ref();
+    regarding.and_then(|r| r.name.as_deref()) == Some(name)
+        && regarding.and_then(|r| r.kind.as_deref()) == Some(kind)
 }
 
 /// Stops the recorded process `name` of the run by PID (SIGTERM, then SIGKILL after

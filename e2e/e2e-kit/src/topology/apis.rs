@@ -8,6 +8,7 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 
 use super::{TOPOLOGY_CONTROLLER, Topology};
+use crate::testing::regards;
 
 /// The topologies of kind `T`, their members (ValkeyNodes) and the members' pods, the
 /// Secrets and the Events of one namespace.
@@ -68,9 +69,7 @@ impl<T: Topology> TopologyApis<T> {
             .items
             .into_iter()
             .filter(|e| {
-                let regarding = e.regarding.as_ref();
-                regarding.and_then(|r| r.kind.as_deref()) == Some(T::KIND)
-                    && regarding.and_then(|r| r.name.as_deref()) == Some(name)
+                regards(e, T::KIND, name)
                     && e.reporting_controller.as_deref() == Some(TOPOLOGY_CONTROLLER)
                     && reason.is_none_or(|r| e.reason.as_deref() == Some(r))
             })

@@ -221,22 +221,7 @@ impl Env {
 /// [`Env::healthy`].
 pub(crate) fn agrees(access: &GroupAccess, primary: &str) -> Progress<()> {
     let primary_ip = access.ip(primary).ok_or("no such member")?.to_string();
-    for m in &access.data {
-        let (role, follows) = access.role(&m.ip).map_err(|e| format!("{e:#}"))?;
-        let ok = if m.name == primary {
-            role == "master"
-        } else {
-            role == "slave"
-                && follows.as_deref() == Some(primary_ip.as_str())
-                && access
-                    .cli(&m.ip, &["INFO", "replication"])
-                    .contains("master_link_status:up")
-        };
-        if !ok {
-            return Err(format!("{}: {role} of {follows:?}", m.name));
-        }
-    }
-    access.sentinels_agree_on(&primary_ip)
+    access.agree_on(&primary_ip)
 }
 
 /// Stops the writers and checks every acknowledged write reads back on `access`.
