@@ -53,32 +53,32 @@ up: e2e-deps build image
 
 # Local cluster figures (start time, pod start latency, agent RSS) for docs/benchmarks.md.
 bench-local: e2e-deps
-    cargo build --quiet --release -p node-agent -p local-cluster -p oci-image
-    cargo run --quiet --release -p local-cluster --bin bench-local
+    cargo build --quiet --release -p node-agent -p local-cluster -p bench -p oci-image
+    cargo run --quiet --release -p bench --bin bench-local
 
 # ValkeyNode figures (create to Ready, idle API and kubelet requests, controller RSS) for docs/benchmarks.md.
 bench-nodes: e2e-deps
     cargo build --quiet --release --workspace --bins
-    cargo run --quiet --release -p local-cluster --bin bench-nodes
+    cargo run --quiet --release -p bench --bin bench-nodes
 
 # ValkeyCluster figures (apply to Ready, slot migration, failover) next to valkey-cli's.
 bench-cluster *ARGS: e2e-deps
     cargo build --quiet --release --workspace --bins
-    cargo run --quiet --release -p local-cluster --bin bench-cluster -- {{ARGS}}
+    cargo run --quiet --release -p bench --bin bench-cluster -- {{ARGS}}
 
 # How soon ValkeyCluster Ready follows a frozen primary, and the idle cost of watching, with the pulse and with 30 s looks.
 bench-pulse: e2e-deps
     cargo build --quiet --release --workspace --bins
-    cargo run --quiet --release -p local-cluster --bin bench-pulse
+    cargo run --quiet --release -p bench --bin bench-pulse
 
 # ValkeyReplication figures (apply to Ready, failover, switchover) next to hand-wired Sentinel's.
 bench-replication: e2e-deps
     cargo build --quiet --release --workspace --bins
-    cargo run --quiet --release -p local-cluster --bin bench-replication
+    cargo run --quiet --release -p bench --bin bench-replication
 
 # Acknowledged writes lost over full restarts of a ValkeyReplication under writers (issue 42).
 full-restart-loop ITERATIONS="20" FAULT="behind": e2e-deps build
-    cargo run --quiet -p local-cluster --bin full-restart-loop -- {{ITERATIONS}} {{FAULT}}
+    cargo run --quiet -p bench --bin full-restart-loop -- {{ITERATIONS}} {{FAULT}}
 
 # Image sizes, push and pull/unpack times (Valkey images and the operator image).
 bench-images: e2e-deps build image

@@ -28,6 +28,7 @@ mod backends;
 mod control;
 mod partitions;
 mod proxy;
+pub mod quantity;
 mod stats;
 mod storage;
 

@@ -45,7 +45,7 @@ use tracing::{debug, info, warn};
 use crate::Error;
 /// A storage quantity in bytes, rounded up.
 fn parse_quantity(q: &str) -> Option<u128> {
-    crd_types::quantity::parse(q).ok().map(|a| a.whole_units())
+    crate::quantity::whole_units(q).ok()
 }
 
 pub const STORAGE_CLASS: &str = "local-dir";

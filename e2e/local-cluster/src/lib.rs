@@ -1,28 +1,22 @@
 //! A real Kubernetes on one machine: upstream etcd, kube-apiserver, kube-controller-manager
 //! and kube-scheduler (built from the Go module proxy by `e2e/k8s/build.sh`) plus our node
-//! agent, which runs pods as local processes on loopback addresses. Used by the e2e tests and
-//! by `just up`.
+//! agent, which runs pods as local processes on loopback addresses. Used by `just up`, by
+//! the e2e tests (through the kit in `e2e/e2e-kit`) and by the benchmarks (`e2e/bench`).
 //!
 //! Every process is recorded under the run directory and stopped by PID: by
 //! [`LocalCluster::stop`] (also on drop, so a panicking test tears down) or by
 //! `local-cluster down` for a detached run.
 
-pub mod cluster_testing;
 pub mod control_plane;
 pub mod controller_pods;
 pub mod images;
 pub mod kubeconfig;
 pub mod netns;
-pub mod network_policy;
 pub mod operator;
 pub mod operator_pods;
 pub mod pki;
 pub mod process;
 pub mod ranges;
-pub mod replication_testing;
-pub mod sampler;
-pub mod testing;
-pub mod valkey_tls;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -220,6 +214,21 @@ impl LocalCluster {
     /// Starts a process that belongs to this run (stopped with it).
     pub fn spawn_recorded(&mut self, name: &str, command: &mut Command) -> Result<()> {
         self.spawn(name, command)
+    }
+
+    /// Stops the recorded process `name` of the run by PID (SIGTERM, then SIGKILL after
+    /// `grace`) and forgets it, so [`LocalCluster::wait_for`] does not take its exit for a
+    /// crash.
+    pub fn stop_recorded(&mut self, name: &str, grace: Duration) -> Result<()> {
+        let index = self
+            .children
+            .iter()
+            .position(|(record, _)| record.name == name)
+            .with_context(|| format!("no running process named {name}"))?;
+        let (record, mut child) = self.children.remove(index);
+        record.stop(grace)?;
+        child.wait()?;
+        Ok(())
     }
 
     fn spawn(&mut self, name: &str, command: &mut Command) -> Result<()> {

@@ -7,12 +7,12 @@ use std::path::Path;
 use std::time::Duration;
 
 use crd_types::ValkeyNode;
+use e2e_kit::cluster_testing::{ClusterApis, valkey_cluster, wait_ready};
+use e2e_kit::testing::allowed;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
 use kube::api::PostParams;
-use local_cluster::cluster_testing::{ClusterApis, valkey_cluster, wait_ready};
-use local_cluster::testing::allowed;
 use local_cluster::{LocalCluster, Options, kube_client, operator_pods};
 use serde_json::json;
 

@@ -19,16 +19,16 @@ use std::time::{Duration, Instant};
 use crd_types::template::{
     Auth, Exporter, MONITORING_PASSWORD_PREFIX, SecretKeyRef, derived_password,
 };
+use e2e_kit::testing::{
+    cluster_with_operator, controller, events_about, ready_node, valkey_cli, valkey_cli_as,
+    valkey_node,
+};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use local_cluster::controller_pods::PodController;
-use local_cluster::testing::{
-    cluster_with_operator, controller, events_about, ready_node, valkey_cli, valkey_cli_as,
-    valkey_node,
-};
 use local_cluster::{LocalCluster, operator};
 
 const NS: &str = "default";

@@ -6,6 +6,9 @@
 
 use crd_types::ValkeyNode;
 use crd_types::template::WorkloadType;
+use e2e_kit::testing::{
+    cluster_with_operator, controller, events_about, pod_ready, ready_node, valkey_cli, valkey_node,
+};
 use futures::future::try_join_all;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
@@ -15,9 +18,6 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use local_cluster::LocalCluster;
 use local_cluster::controller_pods::{Outage, PodController};
-use local_cluster::testing::{
-    cluster_with_operator, controller, events_about, pod_ready, ready_node, valkey_cli, valkey_node,
-};
 
 const NS: &str = "default";
 const NAME: &str = "cache";

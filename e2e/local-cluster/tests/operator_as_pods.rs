@@ -5,19 +5,19 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use e2e_kit::cluster_testing::{
+    Access, ClusterApis, DataSet, Progress, access, open_slots, shape, slots_by_primary,
+    valkey_cluster, wait_until,
+};
+use e2e_kit::testing::pod_ready;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client, ResourceExt};
-use local_cluster::cluster_testing::{
-    Access, ClusterApis, DataSet, Progress, access, open_slots, shape, slots_by_primary,
-    valkey_cluster, wait_until,
-};
 use local_cluster::controller_pods::container_pid;
 use local_cluster::operator::{apply_all, documents};
 use local_cluster::operator_pods::{self, OperatorImage};
-use local_cluster::testing::pod_ready;
 use local_cluster::{LocalCluster, Options, repo_root};
 use serde_json::json;
 
@@ -175,7 +175,7 @@ async fn every_overlay_installs_and_runs_the_sample() {
         } else {
             let status = env
                 .wait("the sample to be Ready", FORM, || {
-                    local_cluster::cluster_testing::ready_status(&apis, &name)
+                    e2e_kit::cluster_testing::ready_status(&apis, &name)
                 })
                 .await;
             eprintln!("{overlay}: sample Ready, phase {:?}", status.phase);
@@ -217,7 +217,7 @@ async fn standby_takes_over_mid_scale_out() {
         .await
         .unwrap();
     env.wait("the cluster to be Ready", FORM, || {
-        local_cluster::cluster_testing::ready_status(&apis, name)
+        e2e_kit::cluster_testing::ready_status(&apis, name)
     })
     .await;
     let access = access(&apis, name).await.unwrap();
@@ -250,12 +250,10 @@ async fn standby_takes_over_mid_scale_out() {
         .await;
     eprintln!("{standby} leads now");
     env.wait("the scale-out to finish", RESHAPE, || {
-        local_cluster::cluster_testing::ready_status(&apis, name)
+        e2e_kit::cluster_testing::ready_status(&apis, name)
     })
     .await;
-    let access = local_cluster::cluster_testing::access(&apis, name)
-        .await
-        .unwrap();
+    let access = e2e_kit::cluster_testing::access(&apis, name).await.unwrap();
     env.wait("4 shards, every slot served", RESHAPE, || async {
         shape(&access, 4, 0)
     })

@@ -7,6 +7,7 @@ use std::path::Path;
 
 use crd_types::conditions::{self, types};
 use crd_types::{ValkeyCluster, ValkeyNode, ValkeyReplication};
+use e2e_kit::testing::{allowed, api_server_with_operator, events_about};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
@@ -17,7 +18,6 @@ use k8s_openapi::api::rbac::v1::RoleBinding;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use local_cluster::testing::{allowed, api_server_with_operator, events_about};
 use local_cluster::{kube_client, operator};
 use serde_json::{Value, json};
 

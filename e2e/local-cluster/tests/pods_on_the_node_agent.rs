@@ -6,11 +6,11 @@ use std::process::Command;
 use std::time::Duration;
 
 use agent_services::ControlClient;
+use e2e_kit::testing::{pod_ready, valkey_cli};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Pod, Service};
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, Client};
-use local_cluster::testing::{pod_ready, valkey_cli};
 use local_cluster::{LocalCluster, Options};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};

@@ -24,6 +24,9 @@ use crd_types::conditions::{self, types};
 use crd_types::node::{StorageState, StorageStatus};
 use crd_types::template::{AutoResize, WorkloadType};
 use crd_types::{ValkeyCluster, ValkeyNode};
+use e2e_kit::testing::{
+    cluster_with_operator_using, controller, events_about, ready_node, valkey_cli, valkey_node,
+};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
@@ -34,9 +37,6 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use local_cluster::controller_pods::{LeaderEndpoint, PodController};
-use local_cluster::testing::{
-    cluster_with_operator_using, controller, events_about, ready_node, valkey_cli, valkey_node,
-};
 use local_cluster::{LocalCluster, Options, kubeconfig, operator};
 use serde_json::json;
 

@@ -8,13 +8,13 @@ use crd_types::conditions::{self, types};
 use crd_types::node::{EndpointPort, Mode};
 use crd_types::template::{Exporter, ValkeyNodeTemplate};
 use crd_types::{ValkeyNode, ValkeyNodeSpec};
+use e2e_kit::testing::{api_server_with_operator, events_about};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use local_cluster::operator;
-use local_cluster::testing::{api_server_with_operator, events_about};
 use serde_json::json;
 
 const NODE: &str = "shard-0-0";

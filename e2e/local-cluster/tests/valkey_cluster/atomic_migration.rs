@@ -5,7 +5,7 @@ use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use local_cluster::cluster_testing::{Access, DataSet, open_slots, valkey_cluster};
+use e2e_kit::cluster_testing::{Access, DataSet, open_slots, valkey_cluster};
 use local_cluster::controller_pods::Outage;
 use serde_json::json;
 
@@ -158,11 +158,9 @@ async fn atomic_slot_migration_survives_a_killed_controller() {
         .unwrap();
     env.wait("the scale-in to finish", RESHAPE, || async {
         no_open_slot(&access, &markers);
-        Ok(
-            local_cluster::cluster_testing::ready_status(&env.apis, name)
-                .await?
-                .map(drop),
-        )
+        Ok(e2e_kit::cluster_testing::ready_status(&env.apis, name)
+            .await?
+            .map(drop))
     })
     .await;
     eprintln!("{name}: 4 -> 3 shards Ready after {:?}", started.elapsed());

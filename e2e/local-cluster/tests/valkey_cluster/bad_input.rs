@@ -10,11 +10,11 @@ use crd_types::conditions::{self, types};
 use crd_types::names::statefulset_pod_name;
 use crd_types::node::Role;
 use crd_types::template::{Auth, SecretKeyRef};
+use e2e_kit::cluster_testing::{DataSet, RollWatch, valkey_cluster};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ApiResource, DynamicObject, PostParams};
 use kube::{Api, ResourceExt};
-use local_cluster::cluster_testing::{DataSet, RollWatch, valkey_cluster};
 use serde_json::json;
 
 use crate::env::{Env, FORM, NS, ROLL, SETTLE};

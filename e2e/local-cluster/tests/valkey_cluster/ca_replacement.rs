@@ -7,12 +7,12 @@ use std::time::Instant;
 use crd_types::names::annotations::REPLACE_CA;
 use crd_types::rotation::CaReplacementPhase;
 use crd_types::template::{TlsAuthClients, TopologyTls};
-use local_cluster::cluster_testing::{Access, AckedWriter, MemberAddr, valkey_cluster};
-use local_cluster::controller_pods::Outage;
-use local_cluster::sampler::Sampler;
-use local_cluster::valkey_tls::{
+use e2e_kit::cluster_testing::{Access, AckedWriter, MemberAddr, valkey_cluster};
+use e2e_kit::sampler::Sampler;
+use e2e_kit::valkey_tls::{
     ClientTls, both_cas, client_of_secret, members_without_ca, not_serving_own, secret_text,
 };
+use local_cluster::controller_pods::Outage;
 
 use crate::env::{Env, FORM, SETTLE};
 

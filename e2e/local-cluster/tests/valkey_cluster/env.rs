@@ -1,20 +1,22 @@
-//! The shared test environment: timeouts, the `SERIAL` lock and [`Env`] with its helpers.
+//! The shared test environment: timeouts and [`Env`] (the test's [`TestRun`] and the
+//! cluster APIs) with its helpers.
 
 use std::collections::BTreeMap;
+use std::ops::Deref;
 use std::time::{Duration, Instant};
 
 use crd_types::ValkeyCluster;
 use crd_types::cluster::ValkeyClusterStatus;
 use crd_types::names::cluster_member_name;
 use crd_types::node::Role;
-use kube::ResourceExt;
-use local_cluster::LocalCluster;
-use local_cluster::cluster_testing::{
+use e2e_kit::cluster_testing::{
     Access, AckedWriter, ClusterApis, DataSet, Progress, WriterReport, access, ready_status, shape,
     status_matches_valkey, wait_until,
 };
-use local_cluster::controller_pods::{Outage, PodController};
-use local_cluster::testing::{cluster_with_operator, controller, events_about, pod_starts};
+use e2e_kit::test_run::TestRun;
+use e2e_kit::testing::{events_about, pod_starts};
+use kube::ResourceExt;
+use local_cluster::controller_pods::Outage;
 use serde_json::json;
 
 pub(crate) const NS: &str = "default";
@@ -36,38 +38,28 @@ pub(crate) const FAILOVER: Duration = Duration::from_secs(120);
 /// Something that follows promptly from a state already reached.
 pub(crate) const SETTLE: Duration = Duration::from_secs(60);
 
-/// The tests of this binary run one at a time even without `--test-threads=1`: each starts a
-/// whole local cluster, and two at once would starve the 2-core machine.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// A local cluster with the operator. Fields drop in order: the processes stop before the
-/// run directory goes, and the next test starts only after both.
+/// A local cluster with the operator ([`TestRun`], whose fields it shows) and the cluster
+/// APIs of [`NS`]. The run drops last: its processes stop, its run directory goes, then the
+/// next test starts.
 pub(crate) struct Env {
-    pub(crate) cluster: LocalCluster,
-    pub(crate) controllers: Vec<PodController>,
     pub(crate) apis: ClusterApis,
-    pub(crate) client: kube::Client,
-    _run: tempfile::TempDir,
-    _serial: tokio::sync::MutexGuard<'static, ()>,
+    run: TestRun,
+}
+
+impl Deref for Env {
+    type Target = TestRun;
+
+    fn deref(&self) -> &TestRun {
+        &self.run
+    }
 }
 
 impl Env {
     pub(crate) async fn start() -> Self {
-        let serial = SERIAL.lock().await;
-        let run = tempfile::tempdir().unwrap();
-        if std::env::var_os("E2E_KEEP_RUN_DIRS").is_some() {
-            // For a post-mortem of a failed test: the logs stay in the run dir.
-            eprintln!("run dir {}", run.path().display());
-        }
-        let (cluster, controllers) = cluster_with_operator(run.path()).await.unwrap();
-        let client = cluster.client().await.unwrap();
+        let run = TestRun::start().await;
         Self {
-            apis: ClusterApis::new(&client, NS),
-            cluster,
-            controllers,
-            client,
-            _run: run,
-            _serial: serial,
+            apis: ClusterApis::new(&run.client, NS),
+            run,
         }
     }
 
@@ -284,10 +276,6 @@ impl Env {
         .await;
     }
 
-    pub(crate) fn topology_controller(&self) -> &PodController {
-        controller(&self.controllers, "topology-controller")
-    }
-
     /// Takes topology-controller down (see [`Outage`]): nothing acts on the clusters'
     /// topology until [`Env::restart_topology_controller`].
     pub(crate) async fn stop_topology_controller(&self, outage: Outage) {
@@ -350,7 +338,7 @@ impl Env {
         };
         let refused = anonymous.cli(ip, &["GET", "k"]);
         assert!(refused.starts_with("NOAUTH"), "{refused}");
-        let operator = local_cluster::testing::valkey_cli_as(
+        let operator = e2e_kit::testing::valkey_cli_as(
             ip,
             Some((Some("operator"), &passwords[1])),
             &["ACL", "WHOAMI"],
@@ -364,12 +352,12 @@ impl Env {
         }
         // The clients' user runs no admin command: the masterauth below is the operator's to
         // read.
-        local_cluster::testing::assert_default_user_is_a_clients(|args| access.cli(ip, args), true);
+        e2e_kit::testing::assert_default_user_is_a_clients(|args| access.cli(ip, args), true);
         let masterauth = access.admin_cli(ip, &["CONFIG", "GET", "masterauth"]);
         let masterauth = masterauth.strip_prefix("masterauth\n").unwrap();
         assert!(!passwords.iter().any(|p| p == masterauth));
         let as_replication = |ip: &str, args: &[&str]| {
-            local_cluster::testing::valkey_cli_as(ip, Some((Some("replication"), masterauth)), args)
+            e2e_kit::testing::valkey_cli_as(ip, Some((Some("replication"), masterauth)), args)
         };
         assert_eq!(as_replication(ip, &["PING"]), "PONG");
         for refused in [
@@ -382,7 +370,7 @@ impl Env {
             let answer = as_replication(ip, refused);
             assert!(answer.starts_with("NOPERM"), "{refused:?}: {answer}");
         }
-        let not_operator = local_cluster::testing::valkey_cli_as(
+        let not_operator = e2e_kit::testing::valkey_cli_as(
             ip,
             Some((Some("operator"), masterauth)),
             &["ACL", "WHOAMI"],
@@ -393,7 +381,7 @@ impl Env {
         // also cuts every replica's link: the operator creates it again, live.
         let operator = Some((Some("operator"), passwords[1].as_str()));
         for m in &access.members {
-            let deleted = local_cluster::testing::valkey_cli_as(
+            let deleted = e2e_kit::testing::valkey_cli_as(
                 &m.ip,
                 operator,
                 &["ACL", "DELUSER", "replication"],
@@ -482,26 +470,7 @@ impl Env {
     }
 
     /// Ends the test: no controller restarted on the way, then the cluster stops.
-    pub(crate) async fn finish(mut self) {
-        self.cluster
-            .check_restarts("the end of the test")
-            .await
-            .unwrap();
-        self.cluster.stop().unwrap();
-    }
-}
-
-impl Drop for Env {
-    /// Keeps the run dir when asked, and after a failure: its logs (the controllers', each
-    /// container's) are the post-mortem.
-    fn drop(&mut self) {
-        let failed = std::thread::panicking();
-        if failed || std::env::var_os("E2E_KEEP_RUN_DIRS").is_some() {
-            let dir = std::mem::replace(&mut self._run, tempfile::tempdir().unwrap());
-            let kept = dir.keep();
-            if failed {
-                eprintln!("run dir kept after the failure: {}", kept.display());
-            }
-        }
+    pub(crate) async fn finish(self) {
+        self.run.finish().await;
     }
 }

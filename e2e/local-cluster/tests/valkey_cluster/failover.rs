@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use crd_types::cluster::SwitchoverOutcome;
 use crd_types::names::{cluster_member_name, statefulset_pod_name};
-use local_cluster::cluster_testing::{AckedWriter, valkey_cluster};
+use e2e_kit::cluster_testing::{AckedWriter, valkey_cluster};
 use serde_json::json;
 
 use crate::env::{Env, FAILOVER, FORM, SETTLE};

@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crd_types::names::statefulset_pod_name;
-use local_cluster::cluster_testing::{AckedWriter, valkey_cluster};
-use local_cluster::testing::{signal, valkey_server_pid};
+use e2e_kit::cluster_testing::{AckedWriter, valkey_cluster};
+use e2e_kit::testing::{signal, valkey_server_pid};
 
 use crate::env::{Env, FAILOVER, FORM, SETTLE};
 

@@ -6,12 +6,12 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use crd_types::names::statefulset_pod_name;
-use kube::ResourceExt;
-use kube::api::DeleteParams;
-use local_cluster::cluster_testing::{Access, AckedWriter, DataSet, ready_status, valkey_cluster};
-use local_cluster::testing::{
+use e2e_kit::cluster_testing::{Access, AckedWriter, DataSet, ready_status, valkey_cluster};
+use e2e_kit::testing::{
     ContainerExits, pod_ready, ready_node, signal, valkey_server_pid, why_node_not_ready,
 };
+use kube::ResourceExt;
+use kube::api::DeleteParams;
 
 use crate::env::{Env, FORM, SETTLE};
 

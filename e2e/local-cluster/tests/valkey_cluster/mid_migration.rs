@@ -5,11 +5,9 @@
 
 use std::time::{Duration, Instant};
 
-use local_cluster::cluster_testing::ClusterNode;
+use e2e_kit::cluster_testing::ClusterNode;
 
-use local_cluster::cluster_testing::{
-    Access, DataSet, open_slots, slots_by_primary, valkey_cluster,
-};
+use e2e_kit::cluster_testing::{Access, DataSet, open_slots, slots_by_primary, valkey_cluster};
 use local_cluster::controller_pods::Outage;
 use serde_json::json;
 

@@ -12,13 +12,13 @@ use std::time::Instant;
 
 use crd_types::names::{self, statefulset_pod_name};
 use crd_types::template::{Auth, REPLICATION_PASSWORD_PREFIX, SecretKeyRef, derived_password};
+use e2e_kit::cluster_testing::{Access, AckedWriter, valkey_cluster};
+use e2e_kit::testing::{events_about, ready_node, valkey_cli_as};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use kube::api::{Patch, PatchParams, PostParams};
-use local_cluster::cluster_testing::{Access, AckedWriter, valkey_cluster};
-use local_cluster::testing::{events_about, ready_node, valkey_cli_as};
 use serde_json::json;
 
 use crate::env::{Env, FAILOVER, FORM, SETTLE};

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use agent_services::ControlClient;
 use crd_types::names::statefulset_pod_name;
-use local_cluster::cluster_testing::{AckedWriter, valkey_cluster};
+use e2e_kit::cluster_testing::{AckedWriter, valkey_cluster};
 
 use crate::env::{Env, FAILOVER, FORM, NS, SETTLE};
 

@@ -8,10 +8,10 @@ use std::time::Instant;
 
 use crd_types::names::{self, statefulset_pod_name};
 use crd_types::template::Auth;
+use e2e_kit::cluster_testing::{Access, AckedWriter, valkey_cluster};
+use e2e_kit::testing::{events_about, valkey_cli_as};
 use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
-use local_cluster::cluster_testing::{Access, AckedWriter, valkey_cluster};
-use local_cluster::testing::{events_about, valkey_cli_as};
 use serde_json::json;
 
 use crate::env::{Env, SETTLE};

@@ -2,11 +2,11 @@
 //! the shard's disruption budget keeps its replica from being evicted meanwhile.
 
 use crd_types::names::statefulset_pod_name;
+use e2e_kit::cluster_testing::{Access, AckedWriter, valkey_cluster};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 use kube::api::{EvictParams, ListParams};
-use local_cluster::cluster_testing::{Access, AckedWriter, valkey_cluster};
 
 use crate::env::{Env, FAILOVER, FORM, NS, SETTLE};
 

@@ -7,7 +7,7 @@ use agent_services::ControlClient;
 use crd_types::conditions::reasons::Degraded;
 use crd_types::conditions::types;
 use crd_types::names::statefulset_pod_name;
-use local_cluster::cluster_testing::{AckedWriter, describe_status, valkey_cluster};
+use e2e_kit::cluster_testing::{AckedWriter, describe_status, valkey_cluster};
 
 use crate::env::{Env, FAILOVER, FORM, NS, SETTLE};
 

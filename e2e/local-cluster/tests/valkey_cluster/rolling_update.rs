@@ -7,9 +7,9 @@ use std::time::Instant;
 
 use crd_types::names::statefulset_pod_name;
 use crd_types::node::Role;
+use e2e_kit::cluster_testing::{AckedWriter, RollWatch, ready_status, valkey_cluster};
+use e2e_kit::testing::events_about;
 use kube::ResourceExt;
-use local_cluster::cluster_testing::{AckedWriter, RollWatch, ready_status, valkey_cluster};
-use local_cluster::testing::events_about;
 use serde_json::json;
 
 use crate::env::{Env, ROLL, SETTLE};

@@ -2,10 +2,10 @@
 
 use crd_types::names::{cluster_member_name, generated_user_secret_name};
 use crd_types::users::User;
-use local_cluster::cluster_testing::Access;
-use local_cluster::cluster_testing::{DataSet, SLOTS, slots_by_primary, valkey_cluster};
-use local_cluster::network_policy::{self, admits, applies_to, controller_pod, endpoint};
-use local_cluster::testing::valkey_cli_as;
+use e2e_kit::cluster_testing::Access;
+use e2e_kit::cluster_testing::{DataSet, SLOTS, slots_by_primary, valkey_cluster};
+use e2e_kit::network_policy::{self, admits, applies_to, controller_pod, endpoint};
+use e2e_kit::testing::valkey_cli_as;
 use serde_json::json;
 
 use crate::env::{Env, NS, SETTLE};

@@ -12,12 +12,12 @@ use anyhow::Context;
 use crd_types::conditions::reasons::Degraded;
 use crd_types::conditions::types;
 use crd_types::names::statefulset_pod_name;
-use kube::ResourceExt;
-use local_cluster::cluster_testing::{
+use e2e_kit::cluster_testing::{
     Access, ClusterNode, DataSet, PORT, describe_status, valkey_cluster,
 };
+use e2e_kit::testing::{events_about, ready_node};
+use kube::ResourceExt;
 use local_cluster::controller_pods::Outage;
-use local_cluster::testing::{events_about, ready_node};
 
 use crate::env::{Env, FORM, NS, SETTLE};
 

@@ -5,13 +5,13 @@
 use std::time::Instant;
 
 use crd_types::template::{Exporter, TlsAuthClients, TopologyTls};
-use local_cluster::cluster_testing::{Access, MemberAddr, valkey_cluster};
-use local_cluster::images::exporter_image;
-use local_cluster::testing::{connection_refused, plain_text_cli, valkey_cli_as};
-use local_cluster::valkey_tls::{
+use e2e_kit::cluster_testing::{Access, MemberAddr, valkey_cluster};
+use e2e_kit::testing::{connection_refused, plain_text_cli, valkey_cli_as};
+use e2e_kit::valkey_tls::{
     ClientTls, ExtendedKeyUsagePurpose, Issued, Kept, TestCa, client_of_secret, create_secret,
     renew_secret, replace_secret, secret_certificate, secret_text,
 };
+use local_cluster::images::exporter_image;
 
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
@@ -378,7 +378,7 @@ async fn a_cluster_serves_certificates_the_operator_issues_per_member() {
 /// The name a client checks in the certificates members serve.
 #[derive(Clone, Copy)]
 enum Checked {
-    /// The test Secret's one name ([`local_cluster::valkey_tls::SERVER_NAME`]).
+    /// The test Secret's one name ([`e2e_kit::valkey_tls::SERVER_NAME`]).
     ServerName,
     /// The member's own address (certificates the operator issues name it).
     Address,

@@ -6,10 +6,8 @@ use std::time::Instant;
 
 use crd_types::conditions::{self, types};
 use crd_types::node::Role;
-use local_cluster::cluster_testing::{
-    AckedWriter, DataSet, RollWatch, ready_status, valkey_cluster,
-};
-use local_cluster::testing::{events_about, running_version};
+use e2e_kit::cluster_testing::{AckedWriter, DataSet, RollWatch, ready_status, valkey_cluster};
+use e2e_kit::testing::{events_about, running_version};
 use serde_json::json;
 
 use crate::env::{Env, ROLL, SETTLE};

@@ -3,11 +3,11 @@
 //! scrapes it as the monitoring user (whose rules differ by version).
 
 use crd_types::template::Exporter;
+use e2e_kit::cluster_testing::{DataSet, valkey_cluster};
+use e2e_kit::testing::{events_about, running_version};
 use kube::api::DeleteParams;
-use local_cluster::cluster_testing::{DataSet, valkey_cluster};
 use local_cluster::images::{VALKEY_VERSIONS, exporter_image};
 use local_cluster::operator::http_get;
-use local_cluster::testing::{events_about, running_version};
 
 use crate::env::{Env, SETTLE};
 

@@ -1,6 +1,6 @@
 //! Scenario 6: bad input is refused at admission; what CEL cannot judge is reported.
 
-use local_cluster::replication_testing::valkey_replication;
+use e2e_kit::replication_testing::valkey_replication;
 use serde_json::json;
 
 use crate::env::Env;

@@ -8,9 +8,9 @@ use crd_types::names::annotations::REPLACE_CA;
 use crd_types::names::statefulset_pod_name;
 use crd_types::rotation::CaReplacementPhase;
 use crd_types::template::{TlsAuthClients, TopologyTls};
-use local_cluster::replication_testing::{GroupAccess, GroupWriter, Route, valkey_replication};
-use local_cluster::sampler::Sampler;
-use local_cluster::valkey_tls::{
+use e2e_kit::replication_testing::{GroupAccess, GroupWriter, Route, valkey_replication};
+use e2e_kit::sampler::Sampler;
+use e2e_kit::valkey_tls::{
     ClientTls, both_cas, client_of_secret, members_without_ca, not_serving_own, secret_text,
 };
 
@@ -78,7 +78,7 @@ async fn the_operators_ca_is_replaced_under_a_writer() {
     .await;
 
     // Data node 0's Secret now holds both CAs: the writer's client trusts both.
-    let access = local_cluster::replication_testing::access(&env.apis, name)
+    let access = e2e_kit::replication_testing::access(&env.apis, name)
         .await
         .unwrap();
     let service = access.service_ip.clone().unwrap();

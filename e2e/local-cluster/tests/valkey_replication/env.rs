@@ -1,16 +1,16 @@
-//! The shared test environment: timeouts, the `SERIAL` lock and [`Env`] with its helpers.
+//! The shared test environment: timeouts and [`Env`] (the test's [`TestRun`] and the
+//! replication APIs) with its helpers.
 
+use std::ops::Deref;
 use std::time::{Duration, Instant};
 
 use crd_types::ValkeyReplication;
-use kube::ResourceExt;
-use local_cluster::LocalCluster;
-use local_cluster::cluster_testing::{Progress, wait_until};
-use local_cluster::controller_pods::PodController;
-use local_cluster::replication_testing::{
-    GroupAccess, GroupWriter, GroupWriterReport, ReplicationApis, access, ready_status,
+use e2e_kit::replication_testing::{
+    GroupAccess, GroupWriter, GroupWriterReport, Progress, ReplicationApis, access, ready_status,
+    wait_until,
 };
-use local_cluster::testing::{cluster_with_operator, controller};
+use e2e_kit::test_run::TestRun;
+use kube::ResourceExt;
 
 pub(crate) const NS: &str = "default";
 /// A new group: members created, pods started, replicas attached, sentinels monitoring.
@@ -22,35 +22,28 @@ pub(crate) const SETTLE: Duration = Duration::from_secs(60);
 /// Lines of each pod's log a failed wait prints.
 const POD_LOG_LINES: i64 = 12;
 
-/// One test at a time: each starts a whole local cluster.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// A local cluster with the operator. Fields drop in order: the processes stop before the
-/// run directory goes, and the next test starts only after both.
+/// A local cluster with the operator ([`TestRun`], whose fields it shows) and the
+/// replication APIs of [`NS`]. The run drops last: its processes stop, its run directory
+/// goes, then the next test starts.
 pub(crate) struct Env {
-    pub(crate) cluster: LocalCluster,
-    pub(crate) controllers: Vec<PodController>,
     pub(crate) apis: ReplicationApis,
-    _run: tempfile::TempDir,
-    _serial: tokio::sync::MutexGuard<'static, ()>,
+    run: TestRun,
+}
+
+impl Deref for Env {
+    type Target = TestRun;
+
+    fn deref(&self) -> &TestRun {
+        &self.run
+    }
 }
 
 impl Env {
     pub(crate) async fn start() -> Self {
-        let serial = SERIAL.lock().await;
-        let run = tempfile::tempdir().unwrap();
-        if std::env::var_os("E2E_KEEP_RUN_DIRS").is_some() {
-            // For a post-mortem of a failed test: the logs stay in the run dir.
-            eprintln!("run dir {}", run.path().display());
-        }
-        let (cluster, controllers) = cluster_with_operator(run.path()).await.unwrap();
-        let client = cluster.client().await.unwrap();
+        let run = TestRun::start().await;
         Self {
-            apis: ReplicationApis::new(&client, NS),
-            cluster,
-            controllers,
-            _run: run,
-            _serial: serial,
+            apis: ReplicationApis::new(&run.client, NS),
+            run,
         }
     }
 
@@ -92,11 +85,6 @@ impl Env {
         }
         out.push_str(&self.topology_controller().leader_log(&client, lines).await);
         out
-    }
-
-    /// The topology-controller of the operator.
-    pub(crate) fn topology_controller(&self) -> &PodController {
-        controller(&self.controllers, "topology-controller")
     }
 
     pub(crate) async fn ready(
@@ -224,27 +212,8 @@ impl Env {
     }
 
     /// Ends the test: no controller restarted on the way, then the cluster stops.
-    pub(crate) async fn finish(mut self) {
-        self.cluster
-            .check_restarts("the end of the test")
-            .await
-            .unwrap();
-        self.cluster.stop().unwrap();
-    }
-}
-
-impl Drop for Env {
-    /// Keeps the run dir when asked, and after a failure: its logs (the controllers', each
-    /// container's) are the post-mortem.
-    fn drop(&mut self) {
-        let failed = std::thread::panicking();
-        if failed || std::env::var_os("E2E_KEEP_RUN_DIRS").is_some() {
-            let dir = std::mem::replace(&mut self._run, tempfile::tempdir().unwrap());
-            let kept = dir.keep();
-            if failed {
-                eprintln!("run dir kept after the failure: {}", kept.display());
-            }
-        }
+    pub(crate) async fn finish(self) {
+        self.run.finish().await;
     }
 }
 
@@ -252,22 +221,7 @@ impl Drop for Env {
 /// [`Env::healthy`].
 pub(crate) fn agrees(access: &GroupAccess, primary: &str) -> Progress<()> {
     let primary_ip = access.ip(primary).ok_or("no such member")?.to_string();
-    for m in &access.data {
-        let (role, follows) = access.role(&m.ip).map_err(|e| format!("{e:#}"))?;
-        let ok = if m.name == primary {
-            role == "master"
-        } else {
-            role == "slave"
-                && follows.as_deref() == Some(primary_ip.as_str())
-                && access
-                    .cli(&m.ip, &["INFO", "replication"])
-                    .contains("master_link_status:up")
-        };
-        if !ok {
-            return Err(format!("{}: {role} of {follows:?}", m.name));
-        }
-    }
-    access.sentinels_agree_on(&primary_ip)
+    access.agree_on(&primary_ip)
 }
 
 /// Stops the writers and checks every acknowledged write reads back on `access`.

@@ -2,13 +2,13 @@
 
 use crd_types::node::Role;
 use crd_types::template::Exporter;
+use e2e_kit::network_policy::{self, admits, applies_to, controller_pod, endpoint};
+use e2e_kit::replication_testing::{GroupAccess, valkey_replication};
+use e2e_kit::testing::events_about;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use local_cluster::images::exporter_image;
-use local_cluster::network_policy::{self, admits, applies_to, controller_pod, endpoint};
-use local_cluster::replication_testing::{GroupAccess, valkey_replication};
-use local_cluster::testing::events_about;
 use serde_json::json;
 
 use crate::env::{Env, NS, SETTLE};
@@ -58,7 +58,7 @@ async fn three_data_nodes_and_three_sentinels_form() {
 
     // Passwords: clients need the default password; sentinels their own; min-replicas on.
     let ip = access.ip(&primary).unwrap();
-    let anonymous = local_cluster::testing::valkey_cli(ip, &["GET", "k"]);
+    let anonymous = e2e_kit::testing::valkey_cli(ip, &["GET", "k"]);
     assert!(anonymous.starts_with("NOAUTH"), "{anonymous}");
     assert_eq!(access.cli(ip, &["SET", "k", "v"]), "OK");
     assert_eq!(
@@ -68,7 +68,7 @@ async fn three_data_nodes_and_three_sentinels_form() {
     assert_ne!(access.password, access.sentinel_password);
     let sentinel = &access.sentinels[0].ip;
     assert_eq!(access.sentinel_cli(sentinel, &["PING"]), "PONG");
-    let wrong = local_cluster::testing::valkey_cli_as(sentinel, None, &["-p", "26379", "PING"]);
+    let wrong = e2e_kit::testing::valkey_cli_as(sentinel, None, &["-p", "26379", "PING"]);
     assert!(!wrong.contains("PONG"), "{wrong}");
 
     replication_user(&env, name, &access, &primary).await;
@@ -165,10 +165,10 @@ async fn replication_user(env: &Env, name: &str, access: &GroupAccess, primary: 
         );
     }
     // The clients' user runs no admin command: the masterauth below is the operator's to read.
-    local_cluster::testing::assert_default_user_is_a_clients(|args| access.cli(ip, args), false);
+    e2e_kit::testing::assert_default_user_is_a_clients(|args| access.cli(ip, args), false);
     // Nor on a sentinel: the group stays the operator's to change.
     let sentinel = &access.sentinels[0].ip;
-    local_cluster::testing::assert_sentinel_default_user_is_a_clients(
+    e2e_kit::testing::assert_sentinel_default_user_is_a_clients(
         |args| access.sentinel_cli(sentinel, args),
         &access.name,
     );
@@ -177,7 +177,7 @@ async fn replication_user(env: &Env, name: &str, access: &GroupAccess, primary: 
     assert_ne!(masterauth, access.operator_password);
     assert_ne!(masterauth, access.password);
     let as_replication = |args: &[&str]| {
-        local_cluster::testing::valkey_cli_as(ip, Some((Some("replication"), masterauth)), args)
+        e2e_kit::testing::valkey_cli_as(ip, Some((Some("replication"), masterauth)), args)
     };
     assert_eq!(as_replication(&["PING"]), "PONG");
     for refused in [

@@ -2,8 +2,8 @@
 //! when a replica was behind the others as every member went down. See docs/replication.md,
 //! "A full restart".
 
-use local_cluster::replication_testing::full_restart::{Fault, full_restart};
-use local_cluster::replication_testing::valkey_replication;
+use e2e_kit::replication_testing::full_restart::{Fault, full_restart};
+use e2e_kit::replication_testing::valkey_replication;
 
 use crate::env::{Env, FORM};
 

@@ -10,11 +10,9 @@ use std::time::Instant;
 
 use crd_types::names::{self, statefulset_pod_name};
 use crd_types::template::{Auth, REPLICATION_PASSWORD_PREFIX, derived_password};
+use e2e_kit::replication_testing::{self, GroupAccess, GroupWriter, Route, valkey_replication};
+use e2e_kit::testing::valkey_cli_as;
 use kube::api::{Patch, PatchParams};
-use local_cluster::replication_testing::{
-    self, GroupAccess, GroupWriter, Route, valkey_replication,
-};
-use local_cluster::testing::valkey_cli_as;
 use serde_json::json;
 
 use crate::env::{Env, FAILOVER, FORM, SETTLE, nothing_lost};

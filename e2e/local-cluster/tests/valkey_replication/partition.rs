@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use agent_services::ControlClient;
 use crd_types::names::statefulset_pod_name;
-use local_cluster::replication_testing::{self, GroupWriter, Route, valkey_replication};
+use e2e_kit::replication_testing::{self, GroupWriter, Route, valkey_replication};
 
 use crate::env::{Env, FAILOVER, NS, SETTLE, nothing_lost};
 

@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 
 use crd_types::names::{self, statefulset_pod_name};
 use crd_types::template::Auth;
+use e2e_kit::replication_testing::{GroupAccess, GroupWriter, Route, valkey_replication};
+use e2e_kit::testing::valkey_cli_as;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
-use local_cluster::replication_testing::{GroupAccess, GroupWriter, Route, valkey_replication};
-use local_cluster::testing::valkey_cli_as;
 use serde_json::json;
 
 use crate::env::{Env, FORM, SETTLE, nothing_lost};

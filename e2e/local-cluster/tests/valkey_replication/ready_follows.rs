@@ -7,9 +7,7 @@ use agent_services::ControlClient;
 use crd_types::conditions::reasons::Degraded;
 use crd_types::conditions::types;
 use crd_types::names::statefulset_pod_name;
-use local_cluster::replication_testing::{
-    self, GroupWriter, Route, describe_status, valkey_replication,
-};
+use e2e_kit::replication_testing::{self, GroupWriter, Route, describe_status, valkey_replication};
 
 use crate::env::{Env, FAILOVER, FORM, NS, SETTLE, nothing_lost};
 

@@ -5,12 +5,10 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use crd_types::names::statefulset_pod_name;
+use e2e_kit::replication_testing::{self, GroupAccess, GroupWriter, Route, valkey_replication};
 use futures::future::try_join_all;
 use kube::ResourceExt;
 use local_cluster::controller_pods::Outage;
-use local_cluster::replication_testing::{
-    self, GroupAccess, GroupWriter, Route, valkey_replication,
-};
 
 use crate::env::{Env, FAILOVER, FORM, SETTLE};
 

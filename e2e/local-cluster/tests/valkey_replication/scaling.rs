@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use crd_types::cluster::SwitchoverOutcome;
-use local_cluster::replication_testing::{self, GroupWriter, Route, valkey_replication};
+use e2e_kit::replication_testing::{self, GroupWriter, Route, valkey_replication};
 use serde_json::json;
 
 use crate::env::{Env, FAILOVER, FORM, SETTLE};

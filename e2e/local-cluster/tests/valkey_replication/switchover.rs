@@ -4,10 +4,8 @@
 use std::time::Instant;
 
 use crd_types::cluster::SwitchoverOutcome;
+use e2e_kit::replication_testing::{self, GroupAccess, GroupWriter, Route, valkey_replication};
 use kube::ResourceExt;
-use local_cluster::replication_testing::{
-    self, GroupAccess, GroupWriter, Route, valkey_replication,
-};
 use serde_json::json;
 
 use crate::env::{Env, FAILOVER, SETTLE, nothing_lost};

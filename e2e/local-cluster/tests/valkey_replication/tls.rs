@@ -5,10 +5,10 @@ use std::time::{Duration, Instant};
 
 use crd_types::names::statefulset_pod_name;
 use crd_types::template::{Exporter, TlsAuthClients, TopologyTls};
+use e2e_kit::replication_testing::{GroupWriter, Route, valkey_replication};
+use e2e_kit::testing::{connection_refused, plain_text_cli, valkey_cli_as};
+use e2e_kit::valkey_tls::{create_secret, renew_secret, secret_certificate, secret_text};
 use local_cluster::images::exporter_image;
-use local_cluster::replication_testing::{GroupWriter, Route, valkey_replication};
-use local_cluster::testing::{connection_refused, plain_text_cli, valkey_cli_as};
-use local_cluster::valkey_tls::{create_secret, renew_secret, secret_certificate, secret_text};
 
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;

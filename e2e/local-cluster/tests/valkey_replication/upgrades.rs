@@ -5,10 +5,8 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use crd_types::conditions::{self, types};
-use local_cluster::replication_testing::{
-    self, GroupWriter, Route, ready_status, valkey_replication,
-};
-use local_cluster::testing::{pod_starts, running_version};
+use e2e_kit::replication_testing::{self, GroupWriter, Route, ready_status, valkey_replication};
+use e2e_kit::testing::{pod_starts, running_version};
 use serde_json::json;
 
 use crate::env::{Env, FORM, SETTLE, agrees};

@@ -6,13 +6,13 @@ use std::time::{Duration, Instant};
 use crd_types::names::{self, statefulset_pod_name};
 use crd_types::template::SecretKeyRef;
 use crd_types::users::{USERS_KEY, User};
+use e2e_kit::replication_testing::{GroupAccess, MemberAddr, valkey_replication};
+use e2e_kit::testing::valkey_cli_as;
 use futures::future::try_join_all;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{ObjectMeta, PostParams};
 use local_cluster::controller_pods::Outage;
-use local_cluster::replication_testing::{GroupAccess, MemberAddr, valkey_replication};
-use local_cluster::testing::valkey_cli_as;
 use serde_json::json;
 
 use crate::env::{Env, FORM, SETTLE};

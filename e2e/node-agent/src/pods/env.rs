@@ -1,7 +1,7 @@
 //! Container environment: env/envFrom resolution, downward API field values
 //! and Kubernetes `$(VAR)` expansion.
 
-use crd_types::quantity;
+use agent_services::quantity;
 use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::{
@@ -300,11 +300,8 @@ pub fn resource_value(
         (None, "limits", "memory") => NODE_MEMORY.into(),
         (None, _, _) => "0".into(),
     };
-    let nano = |q: &str, what: &str| {
-        quantity::parse(q)
-            .map(|a| a.nano_units())
-            .map_err(|e| format!("bad {what}: {e}"))
-    };
+    let nano =
+        |q: &str, what: &str| quantity::nano_units(q).map_err(|e| format!("bad {what}: {e}"));
     let value = nano(&raw, "quantity")?;
     let divisor = match &sel.divisor {
         Some(d) => nano(&d.0, "divisor")?,

@@ -7,6 +7,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use agent_services::quantity;
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{
     Container, DownwardAPIVolumeFile, KeyToPath, PersistentVolume, PersistentVolumeClaim, Pod,
@@ -349,8 +350,8 @@ impl VolumeCtx<'_> {
             .capacity
             .as_ref()
             .and_then(|c| c.get("storage"))
-            .and_then(|q| crd_types::quantity::parse(&q.0).ok())
-            .map_or(0, |a| u64::try_from(a.whole_units()).unwrap_or(u64::MAX));
+            .and_then(|q| quantity::whole_units(&q.0).ok())
+            .map_or(0, |bytes| u64::try_from(bytes).unwrap_or(u64::MAX));
         let path = PathBuf::from(path);
         std::fs::create_dir_all(&path).map_err(|e| format!("creating {}: {e}", path.display()))?;
         Ok((path, capacity))

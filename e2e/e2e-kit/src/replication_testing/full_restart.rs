@@ -9,10 +9,9 @@ use anyhow::{Context, Result};
 use crd_types::names::statefulset_pod_name;
 use kube::ResourceExt;
 
-use super::{GroupWriter, ReplicationApis, Route, access, ready_status};
-use crate::LocalCluster;
-use crate::cluster_testing::poll_until;
+use super::{GroupWriter, ReplicationApis, Route, access, poll_until, ready_status};
 use crate::testing::{signal, valkey_server_pid};
+use local_cluster::LocalCluster;
 
 /// How the pods go.
 #[derive(Clone, Copy, Debug)]

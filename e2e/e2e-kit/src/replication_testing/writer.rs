@@ -4,24 +4,20 @@
 //! sentinels (through `<name>-sentinel`) where the primary is after every failure.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
-use fred::prelude::{ClientLike, ConnectionConfig, PerformanceConfig, Server, ServerConfig};
-use fred::types::{ClusterHash, CustomCommand, Value};
+use anyhow::{Context, Result};
+use fred::prelude::{ClientLike, Server};
+use fred::types::Value;
 
-use super::GroupAccess;
-use crate::cluster_testing::ValkeyClient;
+use super::{GroupAccess, ValkeyClient};
+use crate::topology::{WriterCount, connect_one, raw};
 use crate::valkey_tls::ClientTls;
 
 /// `WAIT 1 <this>`: how long a write waits for a replica's acknowledgement.
 const WAIT_TIMEOUT_MS: i64 = 1000;
 /// Pause between two writes: keeps the writer from starving the 2-core machine.
 const WRITE_INTERVAL: Duration = Duration::from_millis(5);
-/// Bound on connecting and on each command.
-const TIMEOUT: Duration = Duration::from_secs(3);
 
 /// How the writer finds the primary.
 #[derive(Clone, Debug)]
@@ -89,11 +85,11 @@ impl GroupWriterReport {
 
 /// A background writer; see the module docs.
 pub struct GroupWriter {
-    stop: Arc<AtomicBool>,
-    acked: Arc<AtomicUsize>,
+    count: WriterCount,
     task: tokio::task::JoinHandle<GroupWriterReport>,
 }
 
+/// A plain connection to `ip:port` (over TLS with `tls`, checking its server name).
 pub(super) async fn connect(
     tls: Option<&ClientTls>,
     ip: &str,
@@ -104,80 +100,34 @@ pub(super) async fn connect(
         Some(tls) => Server::new_with_tls(ip, port, Some(tls.server_name().to_string())),
         None => Server::new(ip, port),
     };
-    let config = fred::types::config::Config {
-        fail_fast: true,
-        password: password.map(str::to_string),
-        server: ServerConfig::Centralized { server },
-        tls: tls.map(ClientTls::fred),
-        ..Default::default()
-    };
-    let connection = ConnectionConfig {
-        connection_timeout: TIMEOUT,
-        internal_command_timeout: TIMEOUT,
-        max_command_attempts: 1,
-        ..Default::default()
-    };
-    let performance = PerformanceConfig {
-        default_command_timeout: TIMEOUT,
-        ..Default::default()
-    };
-    let client = ValkeyClient::new(config, Some(performance), Some(connection), None);
-    tokio::time::timeout(TIMEOUT, client.init())
-        .await
-        .with_context(|| format!("connecting to {ip}:{port}: timed out"))?
-        .with_context(|| format!("connecting to {ip}:{port}"))?;
-    Ok(client)
-}
-
-pub(super) async fn raw<R: fred::types::FromValue>(
-    client: &ValkeyClient,
-    command: &'static str,
-    args: Vec<Value>,
-) -> std::result::Result<R, fred::error::Error> {
-    client
-        .custom(
-            CustomCommand::new_static(command, ClusterHash::Random, false),
-            args,
-        )
-        .await
+    let address = format!("{ip}:{port}");
+    connect_one(server, password, tls.map(ClientTls::fred), &address).await
 }
 
 impl GroupWriter {
     /// Starts writing keys `<prefix>:<n>` along `route`.
     pub fn start(access: &GroupAccess, route: Route, prefix: &str) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let acked = Arc::new(AtomicUsize::new(0));
+        let count = WriterCount::default();
         let stream = Stream {
             access: access.clone(),
             route,
             prefix: prefix.to_string(),
         };
-        let task = tokio::spawn(stream.run(stop.clone(), acked.clone()));
-        Self { stop, acked, task }
+        let task = tokio::spawn(stream.run(count.clone()));
+        Self { count, task }
     }
 
     pub fn acked(&self) -> usize {
-        self.acked.load(Ordering::Relaxed)
+        self.count.acked()
     }
 
     /// Waits until `more` further writes have been acknowledged.
     pub async fn progressed(&self, more: usize, timeout: Duration) -> Result<()> {
-        let target = self.acked() + more;
-        let started = Instant::now();
-        while self.acked() < target {
-            if started.elapsed() > timeout {
-                bail!(
-                    "the writer acknowledged {} of {more} more writes in {timeout:?}",
-                    self.acked() + more - target
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        Ok(())
+        self.count.progressed(more, timeout).await
     }
 
     pub async fn stop(self) -> Result<GroupWriterReport> {
-        self.stop.store(true, Ordering::Relaxed);
+        self.count.stop();
         self.task.await.context("the writer panicked")
     }
 }
@@ -219,7 +169,7 @@ impl Stream {
         }
     }
 
-    async fn run(self, stop: Arc<AtomicBool>, acked: Arc<AtomicUsize>) -> GroupWriterReport {
+    async fn run(self, count: WriterCount) -> GroupWriterReport {
         let mut report = GroupWriterReport {
             route: format!("{:?}", self.route),
             ..Default::default()
@@ -228,7 +178,7 @@ impl Stream {
         let mut last_ack = started;
         let mut client: Option<ValkeyClient> = None;
         let mut seq: u64 = 0;
-        while !stop.load(Ordering::Relaxed) {
+        while !count.stopping() {
             let conn = match &client {
                 Some(c) => c.clone(),
                 None => {
@@ -277,7 +227,7 @@ impl Stream {
                     report.longest_pause = report.longest_pause.max(now - last_ack);
                     last_ack = now;
                     report.acked.push((key, value));
-                    acked.fetch_add(1, Ordering::Relaxed);
+                    count.add_acked();
                 }
                 Ok(_) => report.unacknowledged += 1,
                 Err(e) => {

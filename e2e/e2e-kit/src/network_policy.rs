@@ -157,12 +157,12 @@ pub async fn endpoint(
 
 /// A pod of `controller`'s Deployment in deploy/, in the operator's namespace.
 pub async fn controller_pod(client: &Client, controller: &str) -> Result<Endpoint> {
-    let path = crate::repo_root()
+    let path = local_cluster::repo_root()
         .join("deploy/components")
         .join(controller)
         .join("deployment.yaml");
     let yaml = std::fs::read_to_string(&path).with_context(|| format!("{}", path.display()))?;
-    let deployment = crate::operator::documents(&yaml)?
+    let deployment = local_cluster::operator::documents(&yaml)?
         .into_iter()
         .find(|o| o.types.as_ref().is_some_and(|t| t.kind == "Deployment"))
         .context("no Deployment")?;

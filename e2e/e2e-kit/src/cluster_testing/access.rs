@@ -16,6 +16,7 @@ use fred::prelude::{
 use kube::ResourceExt;
 
 use super::{ClusterApis, ClusterNode, PORT, Progress, ValkeyClient, parse_cluster_nodes};
+use crate::topology::{cluster_ip, secret_value};
 
 /// One member and the address it serves on.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -61,25 +62,9 @@ async fn passwords(
         .operator_secret_ref
         .unwrap_or_else(|| generated(names::generated_operator_secret_name(cluster)));
     Ok((
-        Some(secret_value(apis, &default).await?),
-        Some(secret_value(apis, &operator).await?),
+        Some(secret_value(&apis.secrets, &default.name, &default.key).await?),
+        Some(secret_value(&apis.secrets, &operator.name, &operator.key).await?),
     ))
-}
-
-/// The value of `reference`.
-async fn secret_value(apis: &ClusterApis, reference: &SecretKeyRef) -> Result<String> {
-    let (secret, key) = (&reference.name, &reference.key);
-    let secret = apis.secrets.get(secret).await?;
-    let value = secret
-        .data
-        .and_then(|d| d.get(key).cloned())
-        .with_context(|| {
-            format!(
-                "Secret {} has no key {key}",
-                secret.metadata.name.unwrap_or_default()
-            )
-        })?;
-    Ok(String::from_utf8(value.0)?)
 }
 
 /// [`Access`] to the members that exist now (those with a ClusterIP).
@@ -94,12 +79,7 @@ pub async fn access(apis: &ClusterApis, cluster: &str) -> Result<Access> {
         ) else {
             continue;
         };
-        let ip = node
-            .status
-            .as_ref()
-            .and_then(|s| s.endpoint.as_ref())
-            .and_then(|e| e.cluster_ip.clone());
-        if let Some(ip) = ip {
+        if let Some(ip) = cluster_ip(node) {
             members.push(MemberAddr {
                 name: node.name_any(),
                 shard,

@@ -4,8 +4,9 @@ use anyhow::{Context, Result, bail};
 use fred::prelude::ClientLike;
 use fred::types::Value;
 
-use super::GroupAccess;
-use super::writer::{connect, raw};
+use super::writer::connect;
+use super::{GroupAccess, ValkeyClient};
+use crate::topology::raw;
 
 /// Keys `<prefix>:<i>` with values `<prefix>-value-<i>`.
 #[derive(Clone, Debug)]
@@ -24,7 +25,7 @@ impl Keys {
 }
 
 impl GroupAccess {
-    async fn primary_client(&self) -> Result<crate::cluster_testing::ValkeyClient> {
+    async fn primary_client(&self) -> Result<ValkeyClient> {
         let ip = self
             .service_ip
             .as_deref()

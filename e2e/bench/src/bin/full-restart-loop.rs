@@ -1,7 +1,7 @@
 //! `cargo run -p local-cluster --bin full-restart-loop -- [ITERATIONS [FAULT]]` (20, all):
 //! issue 42's measurement. A ValkeyReplication of 3 data nodes and 3 sentinels, run by
 //! controllers on this machine, goes through ITERATIONS full restarts under two writers
-//! (see [`local_cluster::replication_testing::full_restart`]). FAULT: `all` (every pod
+//! (see [`e2e_kit::replication_testing::full_restart`]). FAULT: `all` (every pod
 //! deleted at once), `skew:MS` (one replica's pod MS before the rest), `freeze:MS` (one
 //! replica frozen MS before every pod is deleted) or `behind` (one replica frozen until the
 //! other acknowledged writes it lacks, then every pod deleted). One line per iteration;
@@ -10,10 +10,9 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use local_cluster::cluster_testing::poll_until;
-use local_cluster::replication_testing::full_restart::{Fault, full_restart};
-use local_cluster::replication_testing::{ReplicationApis, ready_status, valkey_replication};
-use local_cluster::testing::cluster_with_local_controllers;
+use e2e_kit::replication_testing::full_restart::{Fault, full_restart};
+use e2e_kit::replication_testing::{ReplicationApis, poll_until, ready_status, valkey_replication};
+use e2e_kit::testing::cluster_with_local_controllers;
 use local_cluster::{LocalCluster, Options};
 
 const NS: &str = "default";

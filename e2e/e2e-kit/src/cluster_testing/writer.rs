@@ -1,14 +1,13 @@
 //! A background writer that records every write a replica acknowledged (`WAIT 1`).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
 use super::Access;
 use super::data::missing_pairs;
-use super::plain::{Nodes, raw, redirect_ip};
+use super::plain::{Nodes, redirect_ip};
+use crate::topology::{WriterCount, raw};
 
 /// `WAIT 1 <this>`: how long a write waits for a replica's acknowledgement.
 const WAIT_TIMEOUT_MS: i64 = 1000;
@@ -94,8 +93,7 @@ impl WriterReport {
 /// member, never reconnected behind its back, and finds a slot's primary from
 /// `CLUSTER NODES`, following MOVED and ASK. A stream thus needs a replica in its shard.
 pub struct AckedWriter {
-    stop: Arc<AtomicBool>,
-    acked: Arc<AtomicUsize>,
+    count: WriterCount,
     tasks: Vec<tokio::task::JoinHandle<StreamReport>>,
 }
 
@@ -113,8 +111,7 @@ impl AckedWriter {
     pub async fn start(access: &Access) -> Result<Self> {
         let ip = access.live_ip().context("no member answers PING")?;
         let view = access.nodes_seen_by(ip)?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let acked = Arc::new(AtomicUsize::new(0));
+        let count = WriterCount::default();
         let mut tasks = Vec::new();
         for primary in view.iter().filter(|n| n.is_primary() && n.slot_count() > 0) {
             let (tag, slot) = tag_for(|slot| primary.owns(slot))
@@ -133,38 +130,27 @@ impl AckedWriter {
                 },
                 set_accepted: None,
             };
-            tasks.push(tokio::spawn(stream.run(stop.clone(), acked.clone())));
+            tasks.push(tokio::spawn(stream.run(count.clone())));
         }
         if tasks.is_empty() {
             bail!("no primary owns slots: nothing to write to");
         }
-        Ok(Self { stop, acked, tasks })
+        Ok(Self { count, tasks })
     }
 
     /// Acknowledged writes so far.
     pub fn acked(&self) -> usize {
-        self.acked.load(Ordering::Relaxed)
+        self.count.acked()
     }
 
     /// Waits until `more` further writes have been acknowledged.
     pub async fn progressed(&self, more: usize, timeout: Duration) -> Result<()> {
-        let target = self.acked() + more;
-        let started = Instant::now();
-        while self.acked() < target {
-            if started.elapsed() > timeout {
-                bail!(
-                    "the writer acknowledged {} of {more} more writes in {timeout:?}",
-                    self.acked() + more - target
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        Ok(())
+        self.count.progressed(more, timeout).await
     }
 
     /// Stops every stream and returns what they did.
     pub async fn stop(self) -> Result<WriterReport> {
-        self.stop.store(true, Ordering::Relaxed);
+        self.count.stop();
         let mut streams = Vec::new();
         for task in self.tasks {
             streams.push(task.await.context("a writer stream panicked")?);
@@ -189,13 +175,13 @@ enum Outcome {
 }
 
 impl Stream {
-    async fn run(mut self, stop: Arc<AtomicBool>, acked: Arc<AtomicUsize>) -> StreamReport {
+    async fn run(mut self, count: WriterCount) -> StreamReport {
         let started = Instant::now();
         let mut last_ack = started;
         let mut last_write_end = started;
         let mut owner: Option<String> = None;
         let mut seq: u64 = 0;
-        while !stop.load(Ordering::Relaxed) {
+        while !count.stopping() {
             let ip = match owner.clone() {
                 Some(ip) => ip,
                 None => match self.nodes.owner(self.report.slot).await {
@@ -231,7 +217,7 @@ impl Stream {
                     self.report.longest_pause = self.report.longest_pause.max(now - last_ack);
                     last_ack = now;
                     self.report.acked.push((key, value));
-                    acked.fetch_add(1, Ordering::Relaxed);
+                    count.add_acked();
                 }
                 Outcome::NotReplicated => self.report.unacknowledged += 1,
                 Outcome::Moved(target) => owner = Some(target),

@@ -31,14 +31,12 @@ use crd_types::names::ports;
 use crd_types::node::Mode;
 use crd_types::replication::SentinelSpec;
 use crd_types::template::WorkloadType;
+use e2e_kit::replication_testing::{
+    GroupAccess, MemberAddr, Progress, ReplicationApis, WriteProbes, access, poll_until,
+    ready_status, valkey_replication,
+};
+use e2e_kit::testing::{cluster_with_local_controllers, signal, valkey_node, valkey_server_pid};
 use kube::api::PostParams;
-use local_cluster::cluster_testing::{Progress, poll_until};
-use local_cluster::replication_testing::{
-    GroupAccess, MemberAddr, ReplicationApis, WriteProbes, access, ready_status, valkey_replication,
-};
-use local_cluster::testing::{
-    cluster_with_local_controllers, signal, valkey_node, valkey_server_pid,
-};
 use local_cluster::{LocalCluster, Options};
 use serde_json::json;
 

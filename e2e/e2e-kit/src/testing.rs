@@ -9,17 +9,18 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use crd_types::conditions::{self, types};
-use crd_types::config::ValkeyConfig;
 use crd_types::node::WorkloadStatus;
-use crd_types::template::{Persistence, ReclaimPolicy, ValkeyNodeTemplate, WorkloadType};
+use crd_types::template::WorkloadType;
 use crd_types::{ValkeyNode, ValkeyNodeSpec};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use kube::{Api, ResourceExt};
 
-use crate::controller_pods::PodController;
-use crate::operator::{self, RunningController};
-use crate::{LocalCluster, Options, operator_pods};
+use local_cluster::controller_pods::PodController;
+use local_cluster::operator::{self, RunningController};
+use local_cluster::{LocalCluster, Options, operator_pods};
+
+use crate::topology::fixture_template;
 
 /// A local cluster with the node agent and the operator installed from
 /// deploy/overlays/all as a user installs it: every controller a pod of its Deployment,
@@ -42,7 +43,7 @@ pub async fn cluster_with_operator_using(
 
 /// deploy/overlays/all: every controller, cluster-wide.
 fn all_overlay() -> std::path::PathBuf {
-    crate::repo_root().join("deploy/overlays/all")
+    local_cluster::repo_root().join("deploy/overlays/all")
 }
 
 /// The controller running `binary` among `controllers`.
@@ -239,28 +240,22 @@ pub async fn events_about(
         .await?
         .items
         .into_iter()
-        .filter(|e| {
-            let regarding = e.regarding.as_ref();
-            e.reason.as_deref() == Some(reason)
-                && regarding.and_then(|r| r.name.as_deref()) == Some(name)
-                && regarding.and_then(|r| r.kind.as_deref()) == Some(kind)
-        })
+        .filter(|e| e.reason.as_deref() == Some(reason) && regards(e, kind, name))
         .collect())
+}
+
+/// Whether `event` is about the object of `kind` named `name`.
+pub fn regards(event: &Event, kind: &str, name: &str) -> bool {
+    let regarding = event.regarding.as_ref();
+    regarding.and_then(|r| r.name.as_deref()) == Some(name)
+        && regarding.and_then(|r| r.kind.as_deref()) == Some(kind)
 }
 
 /// Stops the recorded process `name` of the run by PID (SIGTERM, then SIGKILL after
 /// `grace`) and forgets it, so [`LocalCluster::wait_for`] does not take its exit for a
 /// crash. For an outage of a controller started by [`cluster_with_local_controllers`].
 pub fn stop_process(cluster: &mut LocalCluster, name: &str, grace: Duration) -> Result<()> {
-    let index = cluster
-        .children
-        .iter()
-        .position(|(record, _)| record.name == name)
-        .with_context(|| format!("no running process named {name}"))?;
-    let (record, mut child) = cluster.children.remove(index);
-    record.stop(grace)?;
-    child.wait()?;
-    Ok(())
+    cluster.stop_recorded(name, grace)
 }
 
 /// Starts a controller stopped by [`stop_process`] again, as [`operator::install`] started
@@ -271,7 +266,7 @@ pub async fn restart_controller(
     controller: &RunningController,
 ) -> Result<RunningController> {
     let process = &controller.process;
-    let binary = crate::workspace_binary(&process.binary)?;
+    let binary = local_cluster::workspace_binary(&process.binary)?;
     let http_port = cluster.controller_port()?;
     let http_addr = format!("127.0.0.1:{http_port}");
     let mut command = Command::new(binary);
@@ -312,23 +307,15 @@ pub fn valkey_node(
     persistent: bool,
     storage_class: Option<&str>,
 ) -> ValkeyNode {
+    let mut template = fixture_template(persistent);
+    template.workload_type = workload_type;
+    if let Some(persistence) = &mut template.persistence {
+        persistence.storage_class_name = storage_class.map(str::to_string);
+    }
     ValkeyNode::new(
         name,
         ValkeyNodeSpec {
-            template: ValkeyNodeTemplate {
-                workload_type,
-                config: ValkeyConfig(BTreeMap::from([(
-                    "maxmemory".to_string(),
-                    "100mb".to_string(),
-                )])),
-                persistence: persistent.then(|| Persistence {
-                    size: "1Gi".into(),
-                    storage_class_name: storage_class.map(str::to_string),
-                    reclaim_policy: ReclaimPolicy::Delete,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
+            template,
             ..Default::default()
         },
     )

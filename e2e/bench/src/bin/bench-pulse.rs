@@ -21,15 +21,15 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use crd_types::conditions::types;
 use crd_types::names::statefulset_pod_name;
-use k8s_openapi::jiff::Timestamp;
-use local_cluster::LocalCluster;
-use local_cluster::cluster_testing::{
+use e2e_kit::cluster_testing::{
     Access, ClusterApis, access, poll_until, valkey_cluster, wait_ready,
 };
-use local_cluster::operator::{self, RunningController};
-use local_cluster::testing::{
+use e2e_kit::testing::{
     cluster_with_local_controllers, restart_controller, signal, stop_process, valkey_server_pid,
 };
+use k8s_openapi::jiff::Timestamp;
+use local_cluster::LocalCluster;
+use local_cluster::operator::{self, RunningController};
 
 const NS: &str = "default";
 const NAME: &str = "pulse";

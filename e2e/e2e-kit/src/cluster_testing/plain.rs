@@ -5,13 +5,10 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use fred::prelude::{ClientLike, ConnectionConfig, PerformanceConfig, ServerConfig};
-use fred::types::{ClusterHash, CustomCommand};
+use fred::prelude::{ClientLike, Server};
 
 use super::{Access, PORT, ValkeyClient, parse_cluster_nodes};
-
-/// Bound on connecting to a member and on each command of the writer.
-const WRITER_TIMEOUT: Duration = Duration::from_secs(3);
+use crate::topology::{connect_one, raw};
 
 /// Plain connections to the members, one per IP, made on demand; routing by `CLUSTER NODES`
 /// and redirections followed here, so `ASKING` immediately precedes its command on the one
@@ -28,50 +25,6 @@ pub(super) struct Nodes {
 pub(super) fn redirect_ip(details: &str) -> Option<String> {
     let address = details.split_whitespace().nth(2)?;
     Some(address.rsplit_once(':')?.0.to_string())
-}
-
-/// A plain (non-cluster) connection that fails fast and never reconnects by itself.
-async fn connect_node(
-    ip: &str,
-    password: Option<&str>,
-    tls: Option<fred::types::config::TlsConfig>,
-) -> Result<ValkeyClient> {
-    let config = fred::types::config::Config {
-        fail_fast: true,
-        password: password.map(str::to_string),
-        tls,
-        server: ServerConfig::new_centralized(ip, PORT),
-        ..Default::default()
-    };
-    let connection = ConnectionConfig {
-        connection_timeout: WRITER_TIMEOUT,
-        internal_command_timeout: WRITER_TIMEOUT,
-        max_command_attempts: 1,
-        ..Default::default()
-    };
-    let performance = PerformanceConfig {
-        default_command_timeout: WRITER_TIMEOUT,
-        ..Default::default()
-    };
-    let client = ValkeyClient::new(config, Some(performance), Some(connection), None);
-    tokio::time::timeout(WRITER_TIMEOUT, client.init())
-        .await
-        .with_context(|| format!("connecting to {ip}: timed out"))?
-        .with_context(|| format!("connecting to {ip}"))?;
-    Ok(client)
-}
-
-pub(super) async fn raw<R: fred::types::FromValue>(
-    client: &ValkeyClient,
-    command: &'static str,
-    args: Vec<fred::types::Value>,
-) -> std::result::Result<R, fred::error::Error> {
-    client
-        .custom(
-            CustomCommand::new_static(command, ClusterHash::Random, false),
-            args,
-        )
-        .await
 }
 
 impl Nodes {
@@ -97,7 +50,8 @@ impl Nodes {
             }
             self.drop_connection(ip).await;
         }
-        let client = connect_node(ip, self.password.as_deref(), self.tls.clone()).await?;
+        let server = Server::new(ip, PORT);
+        let client = connect_one(server, self.password.as_deref(), self.tls.clone(), ip).await?;
         self.connections.insert(ip.to_string(), client.clone());
         Ok(client)
     }

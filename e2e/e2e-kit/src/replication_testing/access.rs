@@ -3,13 +3,13 @@
 
 use std::process::Command;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use crd_types::names::{self, labels, ports};
 use crd_types::node::Mode;
 use kube::ResourceExt;
 
-use super::ReplicationApis;
-use crate::cluster_testing::Progress;
+use super::{Progress, ReplicationApis};
+use crate::topology::{cluster_ip, secret_value};
 use crate::valkey_tls::{ClientTls, client_of_secret};
 
 /// One member and its Service's ClusterIP.
@@ -52,13 +52,9 @@ pub struct SentinelView {
     pub sentinels: Vec<(String, u16)>,
 }
 
+/// The password in Secret `name`.
 async fn secret(apis: &ReplicationApis, name: &str) -> Result<String> {
-    let secret = apis.secrets.get(name).await?;
-    let value = secret
-        .data
-        .and_then(|d| d.get("password").cloned())
-        .with_context(|| format!("Secret {name} has no key password"))?;
-    Ok(String::from_utf8(value.0)?)
+    secret_value(&apis.secrets, name, "password").await
 }
 
 /// [`GroupAccess`] to the members that exist now (those with a ClusterIP).
@@ -73,12 +69,7 @@ pub async fn access(apis: &ReplicationApis, group: &str) -> Result<GroupAccess> 
         else {
             continue;
         };
-        let ip = node
-            .status
-            .as_ref()
-            .and_then(|s| s.endpoint.as_ref())
-            .and_then(|e| e.cluster_ip.clone());
-        let Some(ip) = ip else { continue };
+        let Some(ip) = cluster_ip(node) else { continue };
         let member = MemberAddr {
             name: node.name_any(),
             index,

@@ -13,7 +13,8 @@ use crd_types::{ValkeyCluster, ValkeyClusterStatus, ValkeyNode};
 use kube::ResourceExt;
 
 use super::{Access, ClusterApis, Progress, SLOTS, wait_until};
-use crate::LocalCluster;
+use crate::topology;
+use local_cluster::LocalCluster;
 
 /// The member names the spec asks for, `<cluster>-<shard>-<member>`.
 pub fn desired_members(name: &str, spec: &ValkeyClusterSpec) -> BTreeSet<String> {
@@ -175,12 +176,7 @@ pub fn describe_status(status: &ValkeyClusterStatus) -> String {
 
 /// The cluster's status once [`not_ready`] finds nothing wrong.
 pub async fn ready_status(apis: &ClusterApis, name: &str) -> Result<Progress<ValkeyClusterStatus>> {
-    let cluster = apis.clusters.get(name).await?;
-    let members = apis.members(name).await?;
-    Ok(match not_ready(&cluster, &members) {
-        Some(why) => Err(why),
-        None => Ok(cluster.status.unwrap_or_default()),
-    })
+    topology::ready_status::<ValkeyCluster>(apis, name).await
 }
 
 /// Waits for [`ready_status`].

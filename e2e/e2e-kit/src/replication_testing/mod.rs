@@ -8,108 +8,75 @@ pub mod full_restart;
 mod probe;
 mod writer;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
+use std::ops::Deref;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use crd_types::cluster::Phase;
 use crd_types::conditions::{self, types};
-use crd_types::config::ValkeyConfig;
 use crd_types::names::{self, labels};
 use crd_types::node::Role;
 use crd_types::replication::SentinelSpec;
-use crd_types::template::{Persistence, ReclaimPolicy, ValkeyNodeTemplate};
 use crd_types::{ValkeyNode, ValkeyReplication, ValkeyReplicationSpec, ValkeyReplicationStatus};
-use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 
-use crate::cluster_testing::{Progress, TOPOLOGY_CONTROLLER};
+use crate::topology::{self, Topology, TopologyApis, fixture_template};
 
 pub use access::{GroupAccess, MemberAddr, SentinelView, access};
 pub use data::Keys;
 pub use probe::WriteProbes;
 pub use writer::{GroupWriter, GroupWriterReport, Route};
 
-/// The APIs the replication tests use, in one namespace.
+pub use crate::topology::{Progress, TOPOLOGY_CONTROLLER, ValkeyClient, poll_until, wait_until};
+
+impl Topology for ValkeyReplication {
+    type Status = ValkeyReplicationStatus;
+    const KIND: &'static str = "ValkeyReplication";
+    const MEMBER_LABEL: &'static str = labels::REPLICATION;
+
+    fn not_ready(&self, members: &[ValkeyNode]) -> Option<String> {
+        not_ready(self, members)
+    }
+
+    fn into_status(self) -> Option<ValkeyReplicationStatus> {
+        self.status
+    }
+}
+
+/// The APIs the replication tests use, in one namespace: those of every topology (through
+/// [`Deref`]: `create`, `patch`, `members`, `kill_pod`, the nodes, pods, Secrets and
+/// Events), the groups by their own name, and the Services.
 #[derive(Clone)]
 pub struct ReplicationApis {
+    /// The ValkeyReplications ([`TopologyApis::topologies`] by its name here).
     pub groups: Api<ValkeyReplication>,
-    pub nodes: Api<ValkeyNode>,
-    pub pods: Api<Pod>,
-    pub secrets: Api<Secret>,
     pub services: Api<Service>,
-    pub events: Api<Event>,
+    topology: TopologyApis<ValkeyReplication>,
+}
+
+impl Deref for ReplicationApis {
+    type Target = TopologyApis<ValkeyReplication>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.topology
+    }
 }
 
 impl ReplicationApis {
     pub fn new(client: &kube::Client, namespace: &str) -> Self {
+        let topology = TopologyApis::new(client, namespace);
         Self {
-            groups: Api::namespaced(client.clone(), namespace),
-            nodes: Api::namespaced(client.clone(), namespace),
-            pods: Api::namespaced(client.clone(), namespace),
-            secrets: Api::namespaced(client.clone(), namespace),
+            groups: topology.topologies.clone(),
             services: Api::namespaced(client.clone(), namespace),
-            events: Api::namespaced(client.clone(), namespace),
+            topology,
         }
-    }
-
-    pub async fn create(&self, group: &ValkeyReplication) -> Result<ValkeyReplication> {
-        self.groups
-            .create(&PostParams::default(), group)
-            .await
-            .with_context(|| format!("creating ValkeyReplication {}", group.name_any()))
-    }
-
-    /// A JSON merge patch of the group.
-    pub async fn patch(&self, name: &str, patch: serde_json::Value) -> Result<ValkeyReplication> {
-        self.groups
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .with_context(|| format!("patching ValkeyReplication {name} with {patch}"))
-    }
-
-    /// The group's members, by the `valkey.rs/replication` label, in name order.
-    pub async fn members(&self, group: &str) -> Result<Vec<ValkeyNode>> {
-        let selector = format!("{}={group}", labels::REPLICATION);
-        let mut nodes = self
-            .nodes
-            .list(&ListParams::default().labels(&selector))
-            .await?
-            .items;
-        nodes.sort_by_key(|n| n.name_any());
-        Ok(nodes)
-    }
-
-    /// Deletes a pod with grace period 0: the process is killed, the object gone at once.
-    pub async fn kill_pod(&self, pod: &str) -> Result<()> {
-        let grace = kube::api::DeleteParams {
-            grace_period_seconds: Some(0),
-            ..Default::default()
-        };
-        self.pods
-            .delete(pod, &grace)
-            .await
-            .with_context(|| format!("killing pod {pod}"))?;
-        Ok(())
     }
 
     /// Events about the group reported by topology-controller, with `reason` when given.
     pub async fn group_events(&self, group: &str, reason: Option<&str>) -> Result<Vec<Event>> {
-        Ok(self
-            .events
-            .list(&Default::default())
-            .await?
-            .items
-            .into_iter()
-            .filter(|e| {
-                let regarding = e.regarding.as_ref();
-                regarding.and_then(|r| r.kind.as_deref()) == Some("ValkeyReplication")
-                    && regarding.and_then(|r| r.name.as_deref()) == Some(group)
-                    && e.reporting_controller.as_deref() == Some(TOPOLOGY_CONTROLLER)
-                    && reason.is_none_or(|r| e.reason.as_deref() == Some(r))
-            })
-            .collect())
+        self.events_about(group, reason).await
     }
 }
 
@@ -131,18 +98,7 @@ pub fn valkey_replication(
                 quorum: sentinels / 2 + 1,
                 ..Default::default()
             },
-            template: ValkeyNodeTemplate {
-                config: ValkeyConfig(BTreeMap::from([(
-                    "maxmemory".to_string(),
-                    "100mb".to_string(),
-                )])),
-                persistence: persistent.then(|| Persistence {
-                    size: "1Gi".into(),
-                    reclaim_policy: ReclaimPolicy::Delete,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
+            template: fixture_template(persistent),
             ..Default::default()
         },
     )
@@ -245,10 +201,5 @@ pub async fn ready_status(
     apis: &ReplicationApis,
     name: &str,
 ) -> Result<Progress<ValkeyReplicationStatus>> {
-    let group = apis.groups.get(name).await?;
-    let members = apis.members(name).await?;
-    Ok(match not_ready(&group, &members) {
-        Some(why) => Err(why),
-        None => Ok(group.status.unwrap_or_default()),
-    })
+    topology::ready_status::<ValkeyReplication>(apis, name).await
 }
