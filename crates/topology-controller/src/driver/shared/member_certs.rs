@@ -24,8 +24,8 @@ use crd_types::rotation::CaReplacement;
 use crd_types::template::{TLS_CA_KEY, TLS_CERT_KEY, TLS_KEY_KEY};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
-use kube::{Api, Resource, ResourceExt};
+use kube::api::ObjectMeta;
+use kube::{Resource, ResourceExt};
 use operator_runtime::{ApiResultExt, ObjectName, Op};
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
@@ -39,6 +39,7 @@ use topology_controller::shared::issuer::{
 use topology_controller::shared::tls::{self, Client, TlsFiles, Wanted};
 
 use crate::driver::shared::error::Error;
+use crate::driver::shared::secret_store::SecretStore;
 
 /// The CA's key in `<topology>-ca-key` (its certificate is `ca.crt`).
 const CA_KEY_KEY: &str = "ca.key";
@@ -57,8 +58,8 @@ pub struct Prepared {
 /// The topology's CA (created while it has no member), the members' certificates (issued
 /// or renewed as needed), and the client the operator connects with: its own certificate,
 /// trusting the CA, wanting each member to serve the certificate of its Secret.
-pub async fn prepare<K>(
-    secrets: &Api<Secret>,
+pub async fn prepare<S, K>(
+    secrets: &S,
     topology: &K,
     label_key: &str,
     members: &[ValkeyNode],
@@ -67,6 +68,7 @@ pub async fn prepare<K>(
     field_manager: &str,
 ) -> Result<Prepared, Error>
 where
+    S: SecretStore,
     K: Resource<DynamicType = ()> + Debug,
 {
     let now = SystemTime::now();
@@ -125,14 +127,15 @@ type Ca = (Cas, Leaf, Option<String>);
 /// The CAs and the operator's certificate from `<topology>-ca-key` (a replacement started
 /// and the certificate renewed when due; `Some` says what was done), or why they cannot be
 /// used.
-async fn authority<K>(
-    secrets: &Api<Secret>,
+async fn authority<S, K>(
+    secrets: &S,
     topology: &K,
     label_key: &str,
     members_exist: bool,
     field_manager: &str,
 ) -> Result<Result<Ca, String>, Error>
 where
+    S: SecretStore,
     K: Resource<DynamicType = ()> + Debug,
 {
     let now = SystemTime::now();
@@ -152,7 +155,7 @@ where
             Err(why) => return Ok(Err(why)),
         };
         // Another writer (a previous leader) created it first: theirs is the CA.
-        secret = match secrets.create(&PostParams::default(), &made).await {
+        secret = match secrets.create(&made).await {
             Err(kube::Error::Api(e)) if e.code == 409 => {
                 secrets.get_opt(&name).await.on(Op::Read, object())?
             }
@@ -280,8 +283,8 @@ fn next_ca(secret: &Secret) -> Option<Result<Next, String>> {
 /// Keeps `authority` in `<topology>-ca-key` as the next CA, with the value of the topology's
 /// `valkey.rs/replace-ca` it answers (only if the Secret is still the version read: two
 /// leaders cannot both start one).
-async fn start_replacement(
-    secrets: &Api<Secret>,
+async fn start_replacement<S: SecretStore>(
+    secrets: &S,
     authority: Authority,
     secret: &Secret,
     requested: Option<&String>,
@@ -300,25 +303,14 @@ async fn start_replacement(
             NEXT_CA_KEY_KEY: bytes(&authority.key_pem),
         },
     });
-    let written = merge_patch(secrets, &secret.name_any(), &patch, field_manager).await?;
+    let written = secrets
+        .merge_patch(&secret.name_any(), &patch, field_manager)
+        .await?;
     let next = Next {
         authority,
         phase: Phase::Trusting,
     };
     Ok((next, written))
-}
-
-async fn merge_patch(
-    secrets: &Api<Secret>,
-    name: &str,
-    patch: &serde_json::Value,
-    field_manager: &str,
-) -> Result<Secret, kube::Error> {
-    let params = PatchParams {
-        field_manager: Some(field_manager.to_string()),
-        ..Default::default()
-    };
-    secrets.patch(name, &params, &Patch::Merge(patch)).await
 }
 
 /// What [`advance`] did, and what the topology's status says of the replacement after it.
@@ -332,14 +324,15 @@ pub struct Advanced {
 /// Takes the replacement's next step, if it may: what members served to `client` at this
 /// reconcile (`members`: every member's name and the address it was dialled at, `None` when
 /// not reached) decides.
-pub async fn advance<K>(
-    secrets: &Api<Secret>,
+pub async fn advance<S, K>(
+    secrets: &S,
     topology: &K,
     client: &Client,
     members: &[(&str, Option<&str>)],
     field_manager: &str,
 ) -> Result<Advanced, kube::Error>
 where
+    S: SecretStore,
     K: Resource<DynamicType = ()>,
 {
     let Some(replacement) = client.replacement.as_ref() else {
@@ -414,7 +407,7 @@ where
             (patch, done)
         }
     };
-    merge_patch(secrets, &name, &patch, field_manager).await?;
+    secrets.merge_patch(&name, &patch, field_manager).await?;
     tracing::info!(topology = %topology_name, done, "replacing the CA");
     Ok(Advanced {
         done: Some(done.to_string()),
@@ -475,14 +468,15 @@ fn new_ca_secret<K: Resource<DynamicType = ()>>(
 
 /// Keeps `<topology>-ca` holding what members trust alone (both CAs during a replacement);
 /// or says why it cannot.
-async fn publish_ca<K>(
-    secrets: &Api<Secret>,
+async fn publish_ca<S, K>(
+    secrets: &S,
     topology: &K,
     label_key: &str,
     cas: &Cas,
     field_manager: &str,
 ) -> Result<(), String>
 where
+    S: SecretStore,
     K: Resource<DynamicType = ()> + Debug,
 {
     let trusted = cas.trusted();
@@ -490,7 +484,7 @@ where
     let failed = |e: kube::Error| format!("Secret {name}: {e}");
     let Some(secret) = secrets.get_opt(&name).await.map_err(failed)? else {
         let made = auth::owned_secret(topology, label_key, &name, TLS_CA_KEY, &trusted);
-        return match secrets.create(&PostParams::default(), &made).await {
+        return match secrets.create(&made).await {
             // Created meanwhile: looked at again at the next reconcile.
             Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
             other => other.map(drop).map_err(failed),
@@ -517,8 +511,8 @@ where
 
 /// Sets `set` and removes `remove` in `secret`'s data, only if it is still the version read:
 /// two leaders cannot both write it.
-async fn patch_data(
-    secrets: &Api<Secret>,
+async fn patch_data<S: SecretStore>(
+    secrets: &S,
     secret: &Secret,
     set: &[(&str, &String)],
     remove: &[&str],
@@ -536,7 +530,9 @@ async fn patch_data(
         "metadata": {"resourceVersion": secret.resource_version()},
         "data": data,
     });
-    merge_patch(secrets, &secret.name_any(), &patch, field_manager).await
+    secrets
+        .merge_patch(&secret.name_any(), &patch, field_manager)
+        .await
 }
 
 type Issued = (Option<CertificateDer<'static>>, Option<String>);
@@ -544,8 +540,8 @@ type Issued = (Option<CertificateDer<'static>>, Option<String>);
 /// Member `node`'s certificate: the one its Secret holds (written first if it needed to be
 /// issued; `Some` says why), `None` while its Service has no ClusterIP; or why its Secret
 /// cannot be had.
-async fn member(
-    secrets: &Api<Secret>,
+async fn member<S: SecretStore>(
+    secrets: &S,
     cas: &Cas,
     node: &ValkeyNode,
     field_manager: &str,
@@ -613,10 +609,7 @@ async fn member(
                 // not taken over (409: looked at again at the next reconcile).
                 None => {
                     let built = member_secret(node, name, &data);
-                    secrets
-                        .create(&PostParams::default(), &built)
-                        .await
-                        .map_err(failed)?;
+                    secrets.create(&built).await.map_err(failed)?;
                 }
                 Some(s) => {
                     patch_data(secrets, s, &data, &[], field_manager)
