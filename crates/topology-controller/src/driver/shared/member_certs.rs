@@ -75,7 +75,15 @@ where
     let mut issued = Vec::new();
     let mut refused = Vec::new();
     let members_exist = !members.is_empty();
-    let ca = authority(secrets, topology, label_key, members_exist, field_manager).await?;
+    let ca = authority(
+        secrets,
+        topology,
+        label_key,
+        members_exist,
+        field_manager,
+        now,
+    )
+    .await?;
     let (cas, operator) = match ca {
         Ok((cas, operator, why)) => {
             issued.extend(why);
@@ -133,12 +141,56 @@ async fn authority<S, K>(
     label_key: &str,
     members_exist: bool,
     field_manager: &str,
+    now: SystemTime,
 ) -> Result<Result<Ca, String>, Error>
 where
     S: SecretStore,
     K: Resource<DynamicType = ()> + Debug,
 {
-    let now = SystemTime::now();
+    let name = names::topology_ca_key_secret_name(&topology.name_any());
+    let secret = match ca_secret(secrets, topology, label_key, members_exist, now).await? {
+        Ok(secret) => secret,
+        Err(why) => return Ok(Err(why)),
+    };
+    let current = match current_ca(&secret) {
+        Ok(current) => current,
+        Err(why) => return Ok(Err(format!("CA Secret {name}: {why}"))),
+    };
+    let mut done = Vec::new();
+    let replacing = next_authority(secrets, topology, secret, &current, field_manager, now);
+    let (next, secret) = match replacing.await? {
+        Ok((next, secret, started)) => {
+            done.extend(started);
+            (next, secret)
+        }
+        Err(why) => return Ok(Err(why)),
+    };
+    let cas = Cas { current, next };
+    let own = operator_certificate(secrets, topology, &cas, &secret, field_manager, now);
+    let leaf = match own.await? {
+        Ok((leaf, renewed)) => {
+            done.extend(renewed);
+            leaf
+        }
+        Err(why) => return Ok(Err(why)),
+    };
+    Ok(Ok((cas, leaf, (!done.is_empty()).then(|| done.join("; ")))))
+}
+
+/// `<topology>-ca-key`, created with a new CA while the topology has no member (if another
+/// writer created it first, theirs is the CA); or why it cannot be used: gone while members
+/// run, or not this topology's.
+async fn ca_secret<S, K>(
+    secrets: &S,
+    topology: &K,
+    label_key: &str,
+    members_exist: bool,
+    now: SystemTime,
+) -> Result<Result<Secret, String>, Error>
+where
+    S: SecretStore,
+    K: Resource<DynamicType = ()> + Debug,
+{
     let namespace = topology.namespace().unwrap_or_default();
     let name = names::topology_ca_key_secret_name(&topology.name_any());
     let object = || ObjectName::new::<Secret>(&namespace, &name);
@@ -166,63 +218,93 @@ where
             }
         };
     }
-    let Some(mut secret) = secret else {
+    let Some(secret) = secret else {
         return Ok(Err(format!("CA Secret {name} does not exist")));
     };
     if let Some(why) = not_owned_by(&secret, topology) {
         return Ok(Err(why));
     }
-    let authority = match (value(&secret, TLS_CA_KEY), value(&secret, CA_KEY_KEY)) {
+    Ok(Ok(secret))
+}
+
+/// The CA `<topology>-ca-key` holds, or why it cannot be used.
+fn current_ca(secret: &Secret) -> Result<Authority, String> {
+    match (value(secret, TLS_CA_KEY), value(secret, CA_KEY_KEY)) {
         (Some(cert), Some(key)) => Authority::from_pem(&cert, &key),
         _ => Err(format!("it needs {TLS_CA_KEY} and {CA_KEY_KEY}")),
-    };
-    let authority = match authority {
-        Ok(a) => a,
-        Err(why) => return Ok(Err(format!("CA Secret {name}: {why}"))),
-    };
-    let mut done = Vec::new();
-    let next = match next_ca(&secret) {
-        Some(Ok(next)) => Some(next),
+    }
+}
+
+/// The next CA, `secret` as it is after it, and what was started (`Some` when a replacement
+/// starts now).
+type Replacing = (Option<Next>, Secret, Option<String>);
+
+/// The CA replacing `current`, if any: the one `secret` holds, or a new one when a
+/// replacement is due (asked for, or `current` nears its end), kept in `secret` first; or
+/// why the one held cannot be used.
+async fn next_authority<S, K>(
+    secrets: &S,
+    topology: &K,
+    secret: Secret,
+    current: &Authority,
+    field_manager: &str,
+    now: SystemTime,
+) -> Result<Result<Replacing, String>, Error>
+where
+    S: SecretStore,
+    K: Resource<DynamicType = ()> + Debug,
+{
+    let namespace = topology.namespace().unwrap_or_default();
+    let name = names::topology_ca_key_secret_name(&topology.name_any());
+    match next_ca(&secret) {
+        Some(Ok(next)) => return Ok(Ok((Some(next), secret, None))),
         Some(Err(why)) => return Ok(Err(format!("CA Secret {name}: {why}"))),
-        None => {
-            let requested = topology.annotations().get(annotations::REPLACE_CA);
-            let answered = secret.annotations().get(annotations::REPLACE_CA);
-            let due = ca_replacement::due(
-                requested.map(String::as_str),
-                answered.map(String::as_str),
-                &authority,
-                now,
-            );
-            match due {
-                None => None,
-                Some(why) => {
-                    let namespace = topology.namespace().unwrap_or_default();
-                    let made = Authority::generate(&namespace, &topology.name_any(), now);
-                    let made = match made {
-                        Ok(made) => made,
-                        Err(e) => return Ok(Err(format!("a next CA: {e}"))),
-                    };
-                    let (next, written) =
-                        start_replacement(secrets, made, &secret, requested, field_manager)
-                            .await
-                            .on(Op::Apply, object())?;
-                    secret = written;
-                    tracing::info!(topology = %topology.name_any(), %why, "replacing the CA");
-                    done.push(format!(
-                        "replacing the CA ({why}): {TLS_CA_KEY} of {} holds both",
-                        names::topology_ca_secret_name(&topology.name_any())
-                    ));
-                    Some(next)
-                }
-            }
-        }
+        None => {}
+    }
+    let requested = topology.annotations().get(annotations::REPLACE_CA);
+    let answered = secret.annotations().get(annotations::REPLACE_CA);
+    let due = ca_replacement::due(
+        requested.map(String::as_str),
+        answered.map(String::as_str),
+        current,
+        now,
+    );
+    let Some(why) = due else {
+        return Ok(Ok((None, secret, None)));
     };
-    let cas = Cas {
-        current: authority,
-        next,
+    let made = match Authority::generate(&namespace, &topology.name_any(), now) {
+        Ok(made) => made,
+        Err(e) => return Ok(Err(format!("a next CA: {e}"))),
     };
+    let (next, written) = start_replacement(secrets, made, &secret, requested, field_manager)
+        .await
+        .on(Op::Apply, ObjectName::new::<Secret>(&namespace, &name))?;
+    tracing::info!(topology = %topology.name_any(), %why, "replacing the CA");
+    let started = format!(
+        "replacing the CA ({why}): {TLS_CA_KEY} of {} holds both",
+        names::topology_ca_secret_name(&topology.name_any())
+    );
+    Ok(Ok((Some(next), written, Some(started))))
+}
+
+/// The certificate the operator presents, from `secret` (`<topology>-ca-key`): issued again
+/// and written there when due (`Some` says why), or why it cannot be had.
+async fn operator_certificate<S, K>(
+    secrets: &S,
+    topology: &K,
+    cas: &Cas,
+    secret: &Secret,
+    field_manager: &str,
+    now: SystemTime,
+) -> Result<Result<(Leaf, Option<String>), String>, Error>
+where
+    S: SecretStore,
+    K: Resource<DynamicType = ()> + Debug,
+{
+    let namespace = topology.namespace().unwrap_or_default();
+    let name = names::topology_ca_key_secret_name(&topology.name_any());
     let request = Request::operator(&topology.name_any());
-    let (cert, key) = (value(&secret, TLS_CERT_KEY), value(&secret, TLS_KEY_KEY));
+    let (cert, key) = (value(secret, TLS_CERT_KEY), value(secret, TLS_KEY_KEY));
     let trusted = cas.trusted();
     // The operator's certificate is judged like a member's whose ca.crt is right: it lives
     // beside the CA, not with a copy of it.
@@ -237,7 +319,7 @@ where
                 cert_pem: cert.unwrap_or_default(),
                 key_pem: key.unwrap_or_default(),
             };
-            return Ok(Ok((cas, leaf, (!done.is_empty()).then(|| done.join("; ")))));
+            return Ok(Ok((leaf, None)));
         }
         Verdict::Refuse(why) => return Ok(Err(format!("CA Secret {name}: {why}"))),
         Verdict::Issue(why) => why,
@@ -247,11 +329,13 @@ where
         Err(e) => return Ok(Err(format!("CA Secret {name}: {e}"))),
     };
     let data = [(TLS_CERT_KEY, &leaf.cert_pem), (TLS_KEY_KEY, &leaf.key_pem)];
-    patch_data(secrets, &secret, &data, &[], field_manager)
+    patch_data(secrets, secret, &data, &[], field_manager)
         .await
-        .on(Op::Apply, object())?;
-    done.push(format!("the operator's own certificate: {why}"));
-    Ok(Ok((cas, leaf, Some(done.join("; ")))))
+        .on(Op::Apply, ObjectName::new::<Secret>(&namespace, &name))?;
+    Ok(Ok((
+        leaf,
+        Some(format!("the operator's own certificate: {why}")),
+    )))
 }
 
 /// The next CA `<topology>-ca-key` holds during a replacement, if any, or why it cannot be
