@@ -12,6 +12,11 @@ use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use operator_runtime::apply;
 
+#[cfg(test)]
+pub mod fake;
+#[cfg(test)]
+mod tests;
+
 /// The Secrets of one namespace, as the topology's Kubernetes half reads and writes them.
 pub trait SecretStore: Sync {
     /// The Secret `name`, or `None` when there is none.
