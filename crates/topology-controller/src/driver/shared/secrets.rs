@@ -14,6 +14,9 @@ use topology_controller::shared::auth::{self, AppliedOperator, TopologySecret};
 use crate::driver::shared::error::Error;
 use crate::driver::shared::secret_store::SecretStore;
 
+#[cfg(test)]
+mod tests;
+
 /// What the controller knows about a topology's passwords.
 pub struct Passwords {
     /// The `operator` user's password, or why it cannot be read, and its Secret's
