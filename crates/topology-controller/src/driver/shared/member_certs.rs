@@ -41,6 +41,9 @@ use topology_controller::shared::tls::{self, Client, TlsFiles, Wanted};
 use crate::driver::shared::error::Error;
 use crate::driver::shared::secret_store::SecretStore;
 
+#[cfg(test)]
+mod tests;
+
 /// The CA's key in `<topology>-ca-key` (its certificate is `ca.crt`).
 const CA_KEY_KEY: &str = "ca.key";
 
