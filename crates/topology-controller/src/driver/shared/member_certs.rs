@@ -24,8 +24,8 @@ use crd_types::rotation::CaReplacement;
 use crd_types::template::{TLS_CA_KEY, TLS_CERT_KEY, TLS_KEY_KEY};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
-use kube::{Api, Resource, ResourceExt};
+use kube::api::ObjectMeta;
+use kube::{Resource, ResourceExt};
 use operator_runtime::{ApiResultExt, ObjectName, Op};
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
@@ -39,6 +39,10 @@ use topology_controller::shared::issuer::{
 use topology_controller::shared::tls::{self, Client, TlsFiles, Wanted};
 
 use crate::driver::shared::error::Error;
+use crate::driver::shared::secret_store::SecretStore;
+
+#[cfg(test)]
+mod tests;
 
 /// The CA's key in `<topology>-ca-key` (its certificate is `ca.crt`).
 const CA_KEY_KEY: &str = "ca.key";
@@ -57,8 +61,8 @@ pub struct Prepared {
 /// The topology's CA (created while it has no member), the members' certificates (issued
 /// or renewed as needed), and the client the operator connects with: its own certificate,
 /// trusting the CA, wanting each member to serve the certificate of its Secret.
-pub async fn prepare<K>(
-    secrets: &Api<Secret>,
+pub async fn prepare<S, K>(
+    secrets: &S,
     topology: &K,
     label_key: &str,
     members: &[ValkeyNode],
@@ -67,13 +71,22 @@ pub async fn prepare<K>(
     field_manager: &str,
 ) -> Result<Prepared, Error>
 where
+    S: SecretStore,
     K: Resource<DynamicType = ()> + Debug,
 {
     let now = SystemTime::now();
     let mut issued = Vec::new();
     let mut refused = Vec::new();
     let members_exist = !members.is_empty();
-    let ca = authority(secrets, topology, label_key, members_exist, field_manager).await?;
+    let ca = authority(
+        secrets,
+        topology,
+        label_key,
+        members_exist,
+        field_manager,
+        now,
+    )
+    .await?;
     let (cas, operator) = match ca {
         Ok((cas, operator, why)) => {
             issued.extend(why);
@@ -125,17 +138,62 @@ type Ca = (Cas, Leaf, Option<String>);
 /// The CAs and the operator's certificate from `<topology>-ca-key` (a replacement started
 /// and the certificate renewed when due; `Some` says what was done), or why they cannot be
 /// used.
-async fn authority<K>(
-    secrets: &Api<Secret>,
+async fn authority<S, K>(
+    secrets: &S,
     topology: &K,
     label_key: &str,
     members_exist: bool,
     field_manager: &str,
+    now: SystemTime,
 ) -> Result<Result<Ca, String>, Error>
 where
+    S: SecretStore,
     K: Resource<DynamicType = ()> + Debug,
 {
-    let now = SystemTime::now();
+    let name = names::topology_ca_key_secret_name(&topology.name_any());
+    let secret = match ca_secret(secrets, topology, label_key, members_exist, now).await? {
+        Ok(secret) => secret,
+        Err(why) => return Ok(Err(why)),
+    };
+    let current = match current_ca(&secret) {
+        Ok(current) => current,
+        Err(why) => return Ok(Err(format!("CA Secret {name}: {why}"))),
+    };
+    let mut done = Vec::new();
+    let replacing = next_authority(secrets, topology, secret, &current, field_manager, now);
+    let (next, secret) = match replacing.await? {
+        Ok((next, secret, started)) => {
+            done.extend(started);
+            (next, secret)
+        }
+        Err(why) => return Ok(Err(why)),
+    };
+    let cas = Cas { current, next };
+    let own = operator_certificate(secrets, topology, &cas, &secret, field_manager, now);
+    let leaf = match own.await? {
+        Ok((leaf, renewed)) => {
+            done.extend(renewed);
+            leaf
+        }
+        Err(why) => return Ok(Err(why)),
+    };
+    Ok(Ok((cas, leaf, (!done.is_empty()).then(|| done.join("; ")))))
+}
+
+/// `<topology>-ca-key`, created with a new CA while the topology has no member (if another
+/// writer created it first, theirs is the CA); or why it cannot be used: gone while members
+/// run, or not this topology's.
+async fn ca_secret<S, K>(
+    secrets: &S,
+    topology: &K,
+    label_key: &str,
+    members_exist: bool,
+    now: SystemTime,
+) -> Result<Result<Secret, String>, Error>
+where
+    S: SecretStore,
+    K: Resource<DynamicType = ()> + Debug,
+{
     let namespace = topology.namespace().unwrap_or_default();
     let name = names::topology_ca_key_secret_name(&topology.name_any());
     let object = || ObjectName::new::<Secret>(&namespace, &name);
@@ -152,7 +210,7 @@ where
             Err(why) => return Ok(Err(why)),
         };
         // Another writer (a previous leader) created it first: theirs is the CA.
-        secret = match secrets.create(&PostParams::default(), &made).await {
+        secret = match secrets.create(&made).await {
             Err(kube::Error::Api(e)) if e.code == 409 => {
                 secrets.get_opt(&name).await.on(Op::Read, object())?
             }
@@ -163,63 +221,93 @@ where
             }
         };
     }
-    let Some(mut secret) = secret else {
+    let Some(secret) = secret else {
         return Ok(Err(format!("CA Secret {name} does not exist")));
     };
     if let Some(why) = not_owned_by(&secret, topology) {
         return Ok(Err(why));
     }
-    let authority = match (value(&secret, TLS_CA_KEY), value(&secret, CA_KEY_KEY)) {
+    Ok(Ok(secret))
+}
+
+/// The CA `<topology>-ca-key` holds, or why it cannot be used.
+fn current_ca(secret: &Secret) -> Result<Authority, String> {
+    match (value(secret, TLS_CA_KEY), value(secret, CA_KEY_KEY)) {
         (Some(cert), Some(key)) => Authority::from_pem(&cert, &key),
         _ => Err(format!("it needs {TLS_CA_KEY} and {CA_KEY_KEY}")),
-    };
-    let authority = match authority {
-        Ok(a) => a,
-        Err(why) => return Ok(Err(format!("CA Secret {name}: {why}"))),
-    };
-    let mut done = Vec::new();
-    let next = match next_ca(&secret) {
-        Some(Ok(next)) => Some(next),
+    }
+}
+
+/// The next CA, `secret` as it is after it, and what was started (`Some` when a replacement
+/// starts now).
+type Replacing = (Option<Next>, Secret, Option<String>);
+
+/// The CA replacing `current`, if any: the one `secret` holds, or a new one when a
+/// replacement is due (asked for, or `current` nears its end), kept in `secret` first; or
+/// why the one held cannot be used.
+async fn next_authority<S, K>(
+    secrets: &S,
+    topology: &K,
+    secret: Secret,
+    current: &Authority,
+    field_manager: &str,
+    now: SystemTime,
+) -> Result<Result<Replacing, String>, Error>
+where
+    S: SecretStore,
+    K: Resource<DynamicType = ()> + Debug,
+{
+    let namespace = topology.namespace().unwrap_or_default();
+    let name = names::topology_ca_key_secret_name(&topology.name_any());
+    match next_ca(&secret) {
+        Some(Ok(next)) => return Ok(Ok((Some(next), secret, None))),
         Some(Err(why)) => return Ok(Err(format!("CA Secret {name}: {why}"))),
-        None => {
-            let requested = topology.annotations().get(annotations::REPLACE_CA);
-            let answered = secret.annotations().get(annotations::REPLACE_CA);
-            let due = ca_replacement::due(
-                requested.map(String::as_str),
-                answered.map(String::as_str),
-                &authority,
-                now,
-            );
-            match due {
-                None => None,
-                Some(why) => {
-                    let namespace = topology.namespace().unwrap_or_default();
-                    let made = Authority::generate(&namespace, &topology.name_any(), now);
-                    let made = match made {
-                        Ok(made) => made,
-                        Err(e) => return Ok(Err(format!("a next CA: {e}"))),
-                    };
-                    let (next, written) =
-                        start_replacement(secrets, made, &secret, requested, field_manager)
-                            .await
-                            .on(Op::Apply, object())?;
-                    secret = written;
-                    tracing::info!(topology = %topology.name_any(), %why, "replacing the CA");
-                    done.push(format!(
-                        "replacing the CA ({why}): {TLS_CA_KEY} of {} holds both",
-                        names::topology_ca_secret_name(&topology.name_any())
-                    ));
-                    Some(next)
-                }
-            }
-        }
+        None => {}
+    }
+    let requested = topology.annotations().get(annotations::REPLACE_CA);
+    let answered = secret.annotations().get(annotations::REPLACE_CA);
+    let due = ca_replacement::due(
+        requested.map(String::as_str),
+        answered.map(String::as_str),
+        current,
+        now,
+    );
+    let Some(why) = due else {
+        return Ok(Ok((None, secret, None)));
     };
-    let cas = Cas {
-        current: authority,
-        next,
+    let made = match Authority::generate(&namespace, &topology.name_any(), now) {
+        Ok(made) => made,
+        Err(e) => return Ok(Err(format!("a next CA: {e}"))),
     };
+    let (next, written) = start_replacement(secrets, made, &secret, requested, field_manager)
+        .await
+        .on(Op::Apply, ObjectName::new::<Secret>(&namespace, &name))?;
+    tracing::info!(topology = %topology.name_any(), %why, "replacing the CA");
+    let started = format!(
+        "replacing the CA ({why}): {TLS_CA_KEY} of {} holds both",
+        names::topology_ca_secret_name(&topology.name_any())
+    );
+    Ok(Ok((Some(next), written, Some(started))))
+}
+
+/// The certificate the operator presents, from `secret` (`<topology>-ca-key`): issued again
+/// and written there when due (`Some` says why), or why it cannot be had.
+async fn operator_certificate<S, K>(
+    secrets: &S,
+    topology: &K,
+    cas: &Cas,
+    secret: &Secret,
+    field_manager: &str,
+    now: SystemTime,
+) -> Result<Result<(Leaf, Option<String>), String>, Error>
+where
+    S: SecretStore,
+    K: Resource<DynamicType = ()> + Debug,
+{
+    let namespace = topology.namespace().unwrap_or_default();
+    let name = names::topology_ca_key_secret_name(&topology.name_any());
     let request = Request::operator(&topology.name_any());
-    let (cert, key) = (value(&secret, TLS_CERT_KEY), value(&secret, TLS_KEY_KEY));
+    let (cert, key) = (value(secret, TLS_CERT_KEY), value(secret, TLS_KEY_KEY));
     let trusted = cas.trusted();
     // The operator's certificate is judged like a member's whose ca.crt is right: it lives
     // beside the CA, not with a copy of it.
@@ -234,7 +322,7 @@ where
                 cert_pem: cert.unwrap_or_default(),
                 key_pem: key.unwrap_or_default(),
             };
-            return Ok(Ok((cas, leaf, (!done.is_empty()).then(|| done.join("; ")))));
+            return Ok(Ok((leaf, None)));
         }
         Verdict::Refuse(why) => return Ok(Err(format!("CA Secret {name}: {why}"))),
         Verdict::Issue(why) => why,
@@ -244,11 +332,13 @@ where
         Err(e) => return Ok(Err(format!("CA Secret {name}: {e}"))),
     };
     let data = [(TLS_CERT_KEY, &leaf.cert_pem), (TLS_KEY_KEY, &leaf.key_pem)];
-    patch_data(secrets, &secret, &data, &[], field_manager)
+    patch_data(secrets, secret, &data, &[], field_manager)
         .await
-        .on(Op::Apply, object())?;
-    done.push(format!("the operator's own certificate: {why}"));
-    Ok(Ok((cas, leaf, Some(done.join("; ")))))
+        .on(Op::Apply, ObjectName::new::<Secret>(&namespace, &name))?;
+    Ok(Ok((
+        leaf,
+        Some(format!("the operator's own certificate: {why}")),
+    )))
 }
 
 /// The next CA `<topology>-ca-key` holds during a replacement, if any, or why it cannot be
@@ -280,8 +370,8 @@ fn next_ca(secret: &Secret) -> Option<Result<Next, String>> {
 /// Keeps `authority` in `<topology>-ca-key` as the next CA, with the value of the topology's
 /// `valkey.rs/replace-ca` it answers (only if the Secret is still the version read: two
 /// leaders cannot both start one).
-async fn start_replacement(
-    secrets: &Api<Secret>,
+async fn start_replacement<S: SecretStore>(
+    secrets: &S,
     authority: Authority,
     secret: &Secret,
     requested: Option<&String>,
@@ -300,25 +390,14 @@ async fn start_replacement(
             NEXT_CA_KEY_KEY: bytes(&authority.key_pem),
         },
     });
-    let written = merge_patch(secrets, &secret.name_any(), &patch, field_manager).await?;
+    let written = secrets
+        .merge_patch(&secret.name_any(), &patch, field_manager)
+        .await?;
     let next = Next {
         authority,
         phase: Phase::Trusting,
     };
     Ok((next, written))
-}
-
-async fn merge_patch(
-    secrets: &Api<Secret>,
-    name: &str,
-    patch: &serde_json::Value,
-    field_manager: &str,
-) -> Result<Secret, kube::Error> {
-    let params = PatchParams {
-        field_manager: Some(field_manager.to_string()),
-        ..Default::default()
-    };
-    secrets.patch(name, &params, &Patch::Merge(patch)).await
 }
 
 /// What [`advance`] did, and what the topology's status says of the replacement after it.
@@ -332,14 +411,15 @@ pub struct Advanced {
 /// Takes the replacement's next step, if it may: what members served to `client` at this
 /// reconcile (`members`: every member's name and the address it was dialled at, `None` when
 /// not reached) decides.
-pub async fn advance<K>(
-    secrets: &Api<Secret>,
+pub async fn advance<S, K>(
+    secrets: &S,
     topology: &K,
     client: &Client,
     members: &[(&str, Option<&str>)],
     field_manager: &str,
 ) -> Result<Advanced, kube::Error>
 where
+    S: SecretStore,
     K: Resource<DynamicType = ()>,
 {
     let Some(replacement) = client.replacement.as_ref() else {
@@ -414,7 +494,7 @@ where
             (patch, done)
         }
     };
-    merge_patch(secrets, &name, &patch, field_manager).await?;
+    secrets.merge_patch(&name, &patch, field_manager).await?;
     tracing::info!(topology = %topology_name, done, "replacing the CA");
     Ok(Advanced {
         done: Some(done.to_string()),
@@ -475,14 +555,15 @@ fn new_ca_secret<K: Resource<DynamicType = ()>>(
 
 /// Keeps `<topology>-ca` holding what members trust alone (both CAs during a replacement);
 /// or says why it cannot.
-async fn publish_ca<K>(
-    secrets: &Api<Secret>,
+async fn publish_ca<S, K>(
+    secrets: &S,
     topology: &K,
     label_key: &str,
     cas: &Cas,
     field_manager: &str,
 ) -> Result<(), String>
 where
+    S: SecretStore,
     K: Resource<DynamicType = ()> + Debug,
 {
     let trusted = cas.trusted();
@@ -490,7 +571,7 @@ where
     let failed = |e: kube::Error| format!("Secret {name}: {e}");
     let Some(secret) = secrets.get_opt(&name).await.map_err(failed)? else {
         let made = auth::owned_secret(topology, label_key, &name, TLS_CA_KEY, &trusted);
-        return match secrets.create(&PostParams::default(), &made).await {
+        return match secrets.create(&made).await {
             // Created meanwhile: looked at again at the next reconcile.
             Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
             other => other.map(drop).map_err(failed),
@@ -517,8 +598,8 @@ where
 
 /// Sets `set` and removes `remove` in `secret`'s data, only if it is still the version read:
 /// two leaders cannot both write it.
-async fn patch_data(
-    secrets: &Api<Secret>,
+async fn patch_data<S: SecretStore>(
+    secrets: &S,
     secret: &Secret,
     set: &[(&str, &String)],
     remove: &[&str],
@@ -536,7 +617,9 @@ async fn patch_data(
         "metadata": {"resourceVersion": secret.resource_version()},
         "data": data,
     });
-    merge_patch(secrets, &secret.name_any(), &patch, field_manager).await
+    secrets
+        .merge_patch(&secret.name_any(), &patch, field_manager)
+        .await
 }
 
 type Issued = (Option<CertificateDer<'static>>, Option<String>);
@@ -544,8 +627,8 @@ type Issued = (Option<CertificateDer<'static>>, Option<String>);
 /// Member `node`'s certificate: the one its Secret holds (written first if it needed to be
 /// issued; `Some` says why), `None` while its Service has no ClusterIP; or why its Secret
 /// cannot be had.
-async fn member(
-    secrets: &Api<Secret>,
+async fn member<S: SecretStore>(
+    secrets: &S,
     cas: &Cas,
     node: &ValkeyNode,
     field_manager: &str,
@@ -613,10 +696,7 @@ async fn member(
                 // not taken over (409: looked at again at the next reconcile).
                 None => {
                     let built = member_secret(node, name, &data);
-                    secrets
-                        .create(&PostParams::default(), &built)
-                        .await
-                        .map_err(failed)?;
+                    secrets.create(&built).await.map_err(failed)?;
                 }
                 Some(s) => {
                     patch_data(secrets, s, &data, &[], field_manager)

@@ -11,6 +11,7 @@ pub mod operator_rotation;
 pub mod password_look;
 pub mod password_rotation;
 pub mod pulse;
+pub mod secret_store;
 pub mod secrets;
 pub mod stages;
 pub mod topology;

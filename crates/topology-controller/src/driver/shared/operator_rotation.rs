@@ -5,6 +5,7 @@
 //! in Events; nothing fails the reconcile.
 
 use std::fmt::Debug;
+use std::future::Future;
 use std::time::Duration;
 
 use crd_types::names::annotations;
@@ -20,7 +21,9 @@ use topology_controller::shared::default_password;
 use topology_controller::shared::operator_password::{self, Facts, Member, Outcome, OutgoingLogin};
 use topology_controller::shared::users::AclMember;
 
+use crate::driver::shared::error::Error;
 use crate::driver::shared::password_rotation::Password;
+use crate::driver::shared::secret_store::SecretStore;
 use crate::driver::shared::secrets;
 
 /// The longest a pass may take: it runs before the topology's step.
@@ -34,20 +37,67 @@ pub struct Reasons<R> {
     pub refused: R,
 }
 
-/// Where a pass reads pods and keeps the applied password.
-pub struct Apis<'a> {
-    pub secrets: &'a Api<Secret>,
-    pub pods: &'a Api<Pod>,
+/// Where a pass reads pods and keeps the applied password: the API server's `Api`s, or a
+/// test's fakes.
+pub struct Apis<'a, S = Api<Secret>, P = Api<Pod>> {
+    pub secrets: &'a S,
+    pub pods: &'a P,
     pub label_key: &'a str,
     pub field_manager: &'a str,
+}
+
+/// The pods a pass reads (the seam [`SecretStore`] is for Secrets).
+pub trait PodReader: Sync {
+    /// The pod `name`, or `None` when there is none.
+    fn get_opt(&self, name: &str) -> impl Future<Output = Result<Option<Pod>, kube::Error>> + Send;
+}
+
+impl PodReader for Api<Pod> {
+    async fn get_opt(&self, name: &str) -> Result<Option<Pod>, kube::Error> {
+        Api::get_opt(self, name).await
+    }
+}
+
+/// Where a pass tells what it did: the topology's Events, or a test's list.
+trait Tell<R>: Sync {
+    fn tell(&self, reason: R, note: String) -> impl Future<Output = ()> + Send;
+}
+
+/// The Events of `topology`, published as the controller of `ctx`.
+struct Events<'a, K> {
+    ctx: &'a Context,
+    topology: &'a K,
+}
+
+impl<R, K> Tell<R> for Events<'_, K>
+where
+    R: EventReason + Send,
+    K: Resource<DynamicType = ()> + Sync,
+{
+    async fn tell(&self, reason: R, note: String) {
+        self.ctx
+            .events
+            .publish(self.topology, reason, note, None)
+            .await;
+    }
+}
+
+/// What a pass works from, as [`run`] is given it.
+struct Pass<'a, 'm, V> {
+    auth: Option<&'a Auth>,
+    password: Password<'a>,
+    applied: Option<&'a AppliedOperator>,
+    recorded: &'a [PasswordRotation],
+    members: &'a [Member<'m, V>],
+    nodes: &'a [ValkeyNode],
 }
 
 /// Brings the operator `password` to `members` of `topology` (data nodes and sentinels,
 /// their ValkeyNodes in `nodes`); returns what to record now for it.
 #[allow(clippy::too_many_arguments)]
-pub async fn run<K, R, V>(
+pub async fn run<K, R, V, S, P>(
     ctx: &Context,
-    apis: Apis<'_>,
+    apis: Apis<'_, S, P>,
     topology: &K,
     auth: Option<&Auth>,
     password: Password<'_>,
@@ -58,20 +108,44 @@ pub async fn run<K, R, V>(
     reasons: Reasons<R>,
 ) -> Vec<PasswordRotation>
 where
+    K: Resource<DynamicType = ()> + Debug + Sync,
+    R: EventReason + Send,
+    V: AclMember + OutgoingLogin,
+    S: SecretStore,
+    P: PodReader,
+{
+    let events = Events { ctx, topology };
+    let pass = Pass {
+        auth,
+        password,
+        applied,
+        recorded,
+        members,
+        nodes,
+    };
+    rotate(&events, &apis, topology, pass, reasons).await
+}
+
+/// [`run`], telling what it did to `tell`.
+async fn rotate<K, R, V, S, P, T>(
+    tell: &T,
+    apis: &Apis<'_, S, P>,
+    topology: &K,
+    pass: Pass<'_, '_, V>,
+    reasons: Reasons<R>,
+) -> Vec<PasswordRotation>
+where
     K: Resource<DynamicType = ()> + Debug,
     R: EventReason,
     V: AclMember + OutgoingLogin,
+    S: SecretStore,
+    P: PodReader,
+    T: Tell<R>,
 {
     let name = topology.name_any();
-    let kept = || {
-        recorded
-            .iter()
-            .filter(|r| r.user == RotatedPassword::Operator)
-            .cloned()
-            .collect()
-    };
+    let kept = || operator_rotations(pass.recorded);
     let (Ok(value), Some(secret_version), Some(applied)) =
-        (password.value, password.version, applied)
+        (pass.password.value, pass.password.version, pass.applied)
     else {
         return kept();
     };
@@ -80,59 +154,41 @@ where
         return Vec::new();
     }
     if !default_password::startable(value) {
-        let note = refused_note(password.reference);
-        ctx.events
-            .publish(topology, reasons.refused, note, None)
-            .await;
+        let note = refused_note(pass.password.reference);
+        tell.tell(reasons.refused, note).await;
         return kept();
     }
-    let recorded_since = recorded
+    let recorded_since = pass
+        .recorded
         .iter()
         .find(|r| r.user == RotatedPassword::Operator && r.secret_version == secret_version);
     let now = k8s_openapi::jiff::Timestamp::now();
     // Pods are read only when the previous password could go now.
     let drop_due = recorded_since.is_some_and(|r| now >= r.previous_until.0);
     let held_by_pods = match drop_due {
-        true => pods_without_the_file(apis.pods, nodes, &password.reference.name).await,
+        true => pods_without_the_file(apis.pods, pass.nodes, &pass.password.reference.name).await,
         false => Vec::new(),
     };
     // Kept before the new password reaches any member: from then on one may hold it alone
     // (restarted), and a later change of the Secret must still log in to it.
-    if let Some(toward) = applied.toward(value) {
-        let keep = secrets::keep_applied_operator(
-            apis.secrets,
-            topology,
-            apis.label_key,
-            &toward,
-            apis.field_manager,
-        )
-        .await;
-        if let Err(e) = keep {
-            tracing::warn!(topology = %name, error = %e, "operator password rotation not kept: not started");
-            return kept();
-        }
+    if let Some(toward) = applied.toward(value)
+        && let Err(e) = keep(apis, topology, &toward).await
+    {
+        tracing::warn!(topology = %name, error = %e, "operator password rotation not kept: not started");
+        return kept();
     }
     let facts = Facts {
         recorded: recorded_since.map(|r| r.since.0),
-        overlap: default_password::overlap(auth),
+        overlap: default_password::overlap(pass.auth),
         drop_allowed: drop_due && held_by_pods.is_empty(),
         now,
     };
-    let pass = operator_password::rotate(value, members, facts);
-    let Ok(outcome) = tokio::time::timeout(PASS_LIMIT, pass).await else {
+    let rotating = operator_password::rotate(value, pass.members, facts);
+    let Ok(outcome) = tokio::time::timeout(PASS_LIMIT, rotating).await else {
         tracing::warn!(topology = %name, "operator password pass took over {PASS_LIMIT:?}");
         return kept();
     };
-    if !outcome.failed.is_empty() {
-        tracing::warn!(topology = %name, failed = ?outcome.failed, "operator password not changed everywhere");
-    }
-    tracing::debug!(topology = %name, ?outcome, "operator password pass");
-    for (reason, note) in notes(&outcome, reasons) {
-        if !reason.is_warning() {
-            tracing::info!(topology = %name, %note, "operator password rotation");
-        }
-        ctx.events.publish(topology, reason, note, None).await;
-    }
+    told(tell, &name, &outcome, reasons).await;
     if outcome.settled {
         // Only now: until every member holds the new password alone, the kept ones are
         // what a member that has not taken it still takes.
@@ -140,21 +196,68 @@ where
             password: value.clone(),
             rotating: Vec::new(),
         };
-        let keep = secrets::keep_applied_operator(
-            apis.secrets,
-            topology,
-            apis.label_key,
-            &settled,
-            apis.field_manager,
-        )
-        .await;
-        if let Err(e) = keep {
+        if let Err(e) = keep(apis, topology, &settled).await {
             tracing::warn!(topology = %name, error = %e, "applied operator password not kept");
             return kept();
         }
     }
+    record(&outcome, secret_version, &held_by_pods)
+}
+
+/// The operator's rotations among `recorded`: what is recorded again when a pass does not
+/// run or does not finish.
+fn operator_rotations(recorded: &[PasswordRotation]) -> Vec<PasswordRotation> {
+    recorded
+        .iter()
+        .filter(|r| r.user == RotatedPassword::Operator)
+        .cloned()
+        .collect()
+}
+
+/// Keeps `applied` as the operator passwords members of `topology` hold.
+async fn keep<S, P, K>(
+    apis: &Apis<'_, S, P>,
+    topology: &K,
+    applied: &AppliedOperator,
+) -> Result<(), Error>
+where
+    S: SecretStore,
+    K: Resource<DynamicType = ()> + Debug,
+{
+    let (label_key, field_manager) = (apis.label_key, apis.field_manager);
+    secrets::keep_applied_operator(apis.secrets, topology, label_key, applied, field_manager).await
+}
+
+/// Logs a pass of `topology` and tells its Events.
+async fn told<R: EventReason, T: Tell<R>>(
+    tell: &T,
+    topology: &str,
+    outcome: &Outcome,
+    reasons: Reasons<R>,
+) {
+    if !outcome.failed.is_empty() {
+        tracing::warn!(%topology, failed = ?outcome.failed, "operator password not changed everywhere");
+    }
+    tracing::debug!(%topology, ?outcome, "operator password pass");
+    for (reason, note) in notes(outcome, reasons) {
+        if !reason.is_warning() {
+            tracing::info!(%topology, %note, "operator password rotation");
+        }
+        tell.tell(reason, note).await;
+    }
+}
+
+/// What to record of a pass's `outcome`, toward the Secret's `secret_version`: the members
+/// it did not reach and those whose pods hold the previous password back
+/// (`held_by_pods`) hold the rotation back.
+fn record(
+    outcome: &Outcome,
+    secret_version: &str,
+    held_by_pods: &[String],
+) -> Vec<PasswordRotation> {
     outcome
         .rotation
+        .as_ref()
         .map(|r| PasswordRotation {
             user: RotatedPassword::Operator,
             since: Time(r.since),
@@ -162,12 +265,7 @@ where
             members_with_new: i32::try_from(r.members_with_new).unwrap_or(i32::MAX),
             members: i32::try_from(r.members).unwrap_or(i32::MAX),
             secret_version: secret_version.to_string(),
-            held_back_by: outcome
-                .silent
-                .iter()
-                .chain(&held_by_pods)
-                .cloned()
-                .collect(),
+            held_back_by: outcome.silent.iter().chain(held_by_pods).cloned().collect(),
         })
         .into_iter()
         .collect()
@@ -176,7 +274,11 @@ where
 /// Members whose pod's hooks do not read the password from the mounted Secret `secret` (an
 /// older operator's template, a pod not rolled yet onto another Secret the spec now names,
 /// or a pod that cannot be read): their hooks would hold the previous password once it goes.
-async fn pods_without_the_file(pods: &Api<Pod>, nodes: &[ValkeyNode], secret: &str) -> Vec<String> {
+async fn pods_without_the_file<P: PodReader>(
+    pods: &P,
+    nodes: &[ValkeyNode],
+    secret: &str,
+) -> Vec<String> {
     let mut without = Vec::new();
     for node in nodes {
         let name = node
@@ -275,48 +377,4 @@ fn notes<R>(outcome: &Outcome, reasons: Reasons<R>) -> Vec<(R, String)> {
 }
 
 #[cfg(test)]
-mod tests {
-    use k8s_openapi::api::core::v1::{PodSpec, SecretVolumeSource, Volume};
-
-    use super::*;
-
-    fn pod(annotated: bool, mounted: Option<&str>) -> Pod {
-        let mut pod = Pod::default();
-        if annotated {
-            pod.metadata.annotations = Some(
-                [(
-                    annotations::OPERATOR_PASSWORD_FILE.to_string(),
-                    "/etc/valkey-operator/operator/password".to_string(),
-                )]
-                .into(),
-            );
-        }
-        pod.spec = Some(PodSpec {
-            volumes: Some(
-                mounted
-                    .map(|name| Volume {
-                        name: "operator-password".into(),
-                        secret: Some(SecretVolumeSource {
-                            secret_name: Some(name.into()),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    })
-                    .into_iter()
-                    .collect(),
-            ),
-            ..Default::default()
-        });
-        pod
-    }
-
-    #[test]
-    fn only_a_pod_mounting_the_current_secret_lets_the_previous_password_go() {
-        assert!(reads_the_file(&pod(true, Some("op")), "op"));
-        // Not rolled yet onto the Secret the spec names now.
-        assert!(!reads_the_file(&pod(true, Some("old-op")), "op"));
-        // An older operator's template.
-        assert!(!reads_the_file(&pod(false, None), "op"));
-        assert!(!reads_the_file(&pod(false, Some("op")), "op"));
-    }
-}
+mod tests;

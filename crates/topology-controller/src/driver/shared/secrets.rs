@@ -7,12 +7,15 @@ use std::io::Read;
 use crd_types::ValkeyCluster;
 use crd_types::names::{self, labels};
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::PostParams;
-use kube::{Api, Resource, ResourceExt};
-use operator_runtime::{ApiResultExt, ObjectName, Op, apply};
+use kube::{Resource, ResourceExt};
+use operator_runtime::{ApiResultExt, ObjectName, Op};
 use topology_controller::shared::auth::{self, AppliedOperator, TopologySecret};
 
 use crate::driver::shared::error::Error;
+use crate::driver::shared::secret_store::SecretStore;
+
+#[cfg(test)]
+mod tests;
 
 /// What the controller knows about a topology's passwords.
 pub struct Passwords {
@@ -31,8 +34,8 @@ pub struct Passwords {
 }
 
 /// A cluster's passwords; see [`read`].
-pub async fn prepare(
-    secrets: &Api<Secret>,
+pub async fn prepare<S: SecretStore>(
+    secrets: &S,
     cluster: &ValkeyCluster,
     members_exist: bool,
     field_manager: &str,
@@ -58,14 +61,15 @@ pub async fn prepare(
 /// Secret is created first if it may be. It may only while the topology has no member: once
 /// servers run with its value, a new random one would lock everyone out, so a deleted one is
 /// reported instead.
-pub async fn read<K>(
-    secrets: &Api<Secret>,
+pub async fn read<S, K>(
+    secrets: &S,
     topology: &K,
     label_key: &str,
     wanted: &TopologySecret,
     members_exist: bool,
 ) -> Result<Result<String, String>, Error>
 where
+    S: SecretStore,
     K: Resource<DynamicType = ()> + Debug,
 {
     let (password, _) =
@@ -75,14 +79,15 @@ where
 
 /// [`read`], with the Secret's `<name>/<resourceVersion>` when there is one (a rotation
 /// records which version it goes to).
-pub async fn read_with_version<K>(
-    secrets: &Api<Secret>,
+pub async fn read_with_version<S, K>(
+    secrets: &S,
     topology: &K,
     label_key: &str,
     wanted: &TopologySecret,
     members_exist: bool,
 ) -> Result<(Result<String, String>, Option<String>), Error>
 where
+    S: SecretStore,
     K: Resource<DynamicType = ()> + Debug,
 {
     let ns = topology.namespace().unwrap_or_default();
@@ -123,14 +128,15 @@ where
 /// `<name>-operator-applied` (owned by the topology). Created from `operator`, the
 /// Secret's password, when absent: right for every topology whose Secret did not change
 /// since its members started. `None` while neither can be read.
-pub async fn applied_operator<K>(
-    secrets: &Api<Secret>,
+pub async fn applied_operator<S, K>(
+    secrets: &S,
     topology: &K,
     label_key: &str,
     operator: &Result<String, String>,
     field_manager: &str,
 ) -> Result<Option<AppliedOperator>, Error>
 where
+    S: SecretStore,
     K: Resource<DynamicType = ()> + Debug,
 {
     let ns = topology.namespace().unwrap_or_default();
@@ -155,33 +161,36 @@ where
 
 /// Keeps `applied` as the operator passwords members of `topology` hold (see
 /// [`applied_operator`]).
-pub async fn keep_applied_operator<K>(
-    secrets: &Api<Secret>,
+pub async fn keep_applied_operator<S, K>(
+    secrets: &S,
     topology: &K,
     label_key: &str,
     applied: &AppliedOperator,
     field_manager: &str,
 ) -> Result<(), Error>
 where
+    S: SecretStore,
     K: Resource<DynamicType = ()> + Debug,
 {
     let ns = topology.namespace().unwrap_or_default();
     let name = names::applied_operator_secret_name(&topology.name_any());
     let secret = applied.secret(topology, label_key, &name);
-    apply::apply(secrets, &name, &secret, field_manager)
+    secrets
+        .apply(&name, &secret, field_manager)
         .await
         .on(Op::Apply, ObjectName::new::<Secret>(&ns, &name))?;
     Ok(())
 }
 
 /// Creates a generated Secret; if another writer created it first, theirs is kept.
-async fn create<K>(
-    secrets: &Api<Secret>,
+async fn create<S, K>(
+    secrets: &S,
     topology: &K,
     label_key: &str,
     name: &str,
 ) -> Result<Secret, Error>
 where
+    S: SecretStore,
     K: Resource<DynamicType = ()>,
 {
     let ns = topology.namespace().unwrap_or_default();
@@ -192,7 +201,7 @@ where
     let password = auth::password_from_random(&random);
     let secret = auth::generated_secret(topology, label_key, name, &password);
     let object = || ObjectName::new::<Secret>(&ns, name);
-    let created = secrets.create(&PostParams::default(), &secret).await;
+    let created = secrets.create(&secret).await;
     if let Err(kube::Error::Api(e)) = &created
         && e.code == 409
     {
