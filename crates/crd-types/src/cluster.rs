@@ -5,8 +5,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::network::NetworkPolicySpec;
-use crate::template::{Auth, TopologyTls, ValkeyNodeTemplate};
+use crate::topology::TopologySpec;
 
 /// Most shards a ValkeyCluster may have (Valkey recommends at most ~1000 nodes in all).
 pub const MAX_SHARDS: u32 = 500;
@@ -57,29 +56,9 @@ pub struct ValkeyClusterSpec {
     )]
     pub replicas_per_shard: i32,
 
-    /// The pod every member runs; changes roll one member at a time, replicas first.
-    #[serde(default)]
-    pub template: ValkeyNodeTemplate,
-
-    /// Client authentication; a password Secret is generated when none is named.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub auth: Option<Auth>,
-
-    /// ACL users for applications, on every data node (see [`crate::users`]). A user
-    /// removed from the list is deleted; users made by hand are left alone (they do not
-    /// survive a restart). Adding or removing the whole field rolls the data nodes once:
-    /// their pods gain or lose the users Secret, and without it they start with no users.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 64))]
-    #[x_kube(validation = Rule::new(crate::users::UNIQUE_NAMES).message(crate::users::UNIQUE_NAMES_MESSAGE))]
-    pub users: Option<Vec<crate::users::User>>,
-
-    /// Who may reach the members: a NetworkPolicy topology-controller renders and owns.
-    #[serde(default)]
-    pub network_policy: NetworkPolicySpec,
-    /// TLS for clients, replication and the cluster bus.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tls: Option<TopologyTls>,
+    /// The members' pod, auth, users, NetworkPolicy and TLS (see [`TopologySpec`]).
+    #[serde(flatten)]
+    pub common: TopologySpec,
 
     /// A request to make a given member its shard's primary (a safe CLUSTER FAILOVER).
     #[serde(default, skip_serializing_if = "Option::is_none")]

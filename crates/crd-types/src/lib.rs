@@ -19,6 +19,7 @@ pub mod quantity;
 pub mod replication;
 pub mod rotation;
 pub mod template;
+pub mod topology;
 pub mod users;
 pub mod versions;
 

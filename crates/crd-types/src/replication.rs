@@ -7,9 +7,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::{ConfigPaths, Phase, SwitchoverStatus};
-use crate::network::NetworkPolicySpec;
 use crate::node::Role;
-use crate::template::{Auth, SecretKeyRef, TopologyTls, ValkeyNodeTemplate};
+use crate::template::SecretKeyRef;
+use crate::topology::TopologySpec;
 
 /// Most data nodes in a ValkeyReplication.
 pub const MAX_REPLICAS: u32 = 32;
@@ -55,30 +55,9 @@ pub struct ValkeyReplicationSpec {
     #[serde(default)]
     pub sentinel: SentinelSpec,
 
-    /// The pod every data node runs; changes roll one node at a time, replicas first. Its
-    /// image, workload type, announce, placement and exporter apply to the sentinels too.
-    #[serde(default)]
-    pub template: ValkeyNodeTemplate,
-
-    /// Client authentication; a password Secret is generated when none is named.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub auth: Option<Auth>,
-
-    /// ACL users for applications, on every data node (see [`crate::users`]). A user
-    /// removed from the list is deleted; users made by hand are left alone (they do not
-    /// survive a restart). Adding or removing the whole field rolls the data nodes once:
-    /// their pods gain or lose the users Secret, and without it they start with no users.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 64))]
-    #[x_kube(validation = Rule::new(crate::users::UNIQUE_NAMES).message(crate::users::UNIQUE_NAMES_MESSAGE))]
-    pub users: Option<Vec<crate::users::User>>,
-
-    /// Who may reach the members: a NetworkPolicy topology-controller renders and owns.
-    #[serde(default)]
-    pub network_policy: NetworkPolicySpec,
-    /// TLS for clients and replication.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tls: Option<TopologyTls>,
+    /// The members' pod, auth, users, NetworkPolicy and TLS (see [`TopologySpec`]).
+    #[serde(flatten)]
+    pub common: TopologySpec,
 
     /// A request to make a given data node the primary.
     #[serde(default, skip_serializing_if = "Option::is_none")]

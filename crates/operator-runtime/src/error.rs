@@ -113,8 +113,8 @@ impl ApiError {
         format!("{}_{}", self.op.label(), self.object.kind.to_lowercase())
     }
 
-    /// The API server answered with this HTTP status code (only tests read it).
-    #[cfg(test)]
+    /// The API server answered with this HTTP status code (topology-controller's tests of its
+    /// Kubernetes half tell a refusal from a conflict by it).
     pub fn status_code(&self) -> Option<u16> {
         match self.source.as_ref() {
             kube::Error::Api(status) => Some(status.code),

@@ -639,7 +639,7 @@ async fn a_cluster_template_growth_reaches_every_member(cluster: &LocalCluster, 
         "template": {"persistence": {"size": "16Mi", "storageClassName": SIZED, "reclaimPolicy": "Delete"}},
     }))
     .unwrap();
-    spec.template.config.0 = BTreeMap::from([("maxmemory".into(), "100mb".into())]);
+    spec.common.template.config.0 = BTreeMap::from([("maxmemory".into(), "100mb".into())]);
     clusters
         .create(&PostParams::default(), &ValkeyCluster::new("grow", spec))
         .await

@@ -96,8 +96,8 @@ pub fn member(
     allowed_revision: Option<String>,
 ) -> ValkeyNode {
     let cluster_name = cluster.name_any();
-    let mut template = cluster.spec.template.clone();
-    template.config = member_config(&cluster.spec.template.config);
+    let mut template = cluster.spec.common.template.clone();
+    template.config = member_config(&cluster.spec.common.template.config);
     let scheduling = template.scheduling.get_or_insert_with(Scheduling::default);
     spread_shard(
         &mut scheduling.topology_spread_constraints,
@@ -119,6 +119,7 @@ pub fn member(
             auth: Some(crate::shared::auth::member_auth(cluster)),
             tls: cluster
                 .spec
+                .common
                 .tls
                 .as_ref()
                 .map(|t| member_tls(t, &member_name, true)),
@@ -127,6 +128,7 @@ pub fn member(
             replication: None,
             users_secret_name: cluster
                 .spec
+                .common
                 .users
                 .as_ref()
                 .map(|_| names::users_secret_name(&cluster_name)),
@@ -234,7 +236,7 @@ mod tests {
             (owner.kind.as_str(), owner.controller),
             ("ValkeyCluster", Some(true))
         );
-        assert_eq!(n.spec.template.image, c.spec.template.image);
+        assert_eq!(n.spec.template.image, c.spec.common.template.image);
     }
 
     #[test]
@@ -272,7 +274,7 @@ mod tests {
     #[test]
     fn a_users_constraint_on_a_key_wins() {
         let mut c = cluster(1, 1);
-        c.spec.template.scheduling = Some(Scheduling {
+        c.spec.common.template.scheduling = Some(Scheduling {
             topology_spread_constraints: vec![TopologySpreadConstraint {
                 topology_key: "kubernetes.io/hostname".into(),
                 max_skew: 2,
@@ -313,6 +315,7 @@ mod tests {
         );
         let mut c = cluster(1, 1);
         c.spec
+            .common
             .template
             .config
             .0
@@ -332,6 +335,7 @@ mod tests {
     fn an_unchanged_member_needs_no_apply_and_a_removed_directive_does() {
         let mut c = cluster(1, 0);
         c.spec
+            .common
             .template
             .config
             .0
@@ -342,7 +346,7 @@ mod tests {
         };
         let live = member(&c, at, None);
         assert!(!needs_apply(&member(&c, at, None), &live));
-        c.spec.template.config.0.remove("maxmemory");
+        c.spec.common.template.config.0.remove("maxmemory");
         assert!(needs_apply(&member(&c, at, None), &live));
         let mut unowned = live.clone();
         unowned.metadata.owner_references = None;

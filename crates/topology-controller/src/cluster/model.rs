@@ -56,8 +56,8 @@ impl Shape {
                 id: s.id.clone(),
                 target: names::cluster_member_name(&name, count(s.shard), count(s.member)),
             }),
-            config: member_config(&spec.template.config),
-            image: spec.template.image.clone(),
+            config: member_config(&spec.common.template.config),
+            image: spec.common.template.image.clone(),
             atomic_migration: cluster
                 .annotations()
                 .get(SLOT_MIGRATION_ANNOTATION)

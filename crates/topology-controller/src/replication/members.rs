@@ -115,7 +115,7 @@ pub fn member(
             Mode::Standalone,
             i,
             data_template(replication),
-            auth::topology_member_auth(&name, spec.auth.as_ref()),
+            auth::topology_member_auth(&name, spec.common.auth.as_ref()),
         ),
         At::Sentinel(j) => (
             Mode::Sentinel,
@@ -123,7 +123,7 @@ pub fn member(
             sentinel_template(replication),
             Auth {
                 password_secret_ref: Some(auth::sentinel_secret(replication).reference),
-                operator_secret_ref: auth::topology_member_auth(&name, spec.auth.as_ref())
+                operator_secret_ref: auth::topology_member_auth(&name, spec.common.auth.as_ref())
                     .operator_secret_ref,
                 ..Default::default()
             },
@@ -146,6 +146,7 @@ pub fn member(
             template,
             auth: Some(auth),
             tls: spec
+                .common
                 .tls
                 .as_ref()
                 .map(|t| member_tls(t, &member_name, matches!(at, At::Data(_)))),
@@ -154,6 +155,7 @@ pub fn member(
             replication: Some(context.clone()),
             // Sentinels have no users of the spec's.
             users_secret_name: spec
+                .common
                 .users
                 .as_ref()
                 .filter(|_| matches!(at, At::Data(_)))
@@ -168,7 +170,7 @@ pub fn member(
 /// way), spread softly from the other data nodes.
 fn data_template(replication: &ValkeyReplication) -> ValkeyNodeTemplate {
     let spec = &replication.spec;
-    let mut template = spec.template.clone();
+    let mut template = spec.common.template.clone();
     template.config = data_config(replication);
     spread(&mut template, replication, components::SERVER);
     template
@@ -180,7 +182,7 @@ fn data_template(replication: &ValkeyReplication) -> ValkeyNodeTemplate {
 /// found again from its peers) and no user config.
 fn sentinel_template(replication: &ValkeyReplication) -> ValkeyNodeTemplate {
     let spec = &replication.spec;
-    let t = &spec.template;
+    let t = &spec.common.template;
     let mut template = ValkeyNodeTemplate {
         image: spec
             .sentinel
@@ -257,6 +259,7 @@ mod tests {
         r.spec.min_replicas_to_write = Some(2);
         r.spec.min_replicas_max_lag = Some(4);
         r.spec
+            .common
             .template
             .config
             .0
@@ -274,8 +277,9 @@ mod tests {
     #[test]
     fn sentinels_have_their_own_password_and_no_volume() {
         let mut r = replication(3);
-        r.spec.template.persistence = Some(Default::default());
+        r.spec.common.template.persistence = Some(Default::default());
         r.spec
+            .common
             .template
             .config
             .0
@@ -310,13 +314,13 @@ mod tests {
         let mut r = replication(3);
         let n = member(&r, At::Sentinel(0), None, &Default::default());
         assert!(n.spec.template.exporter.is_none());
-        r.spec.template.exporter = Some(crd_types::template::Exporter {
+        r.spec.common.template.exporter = Some(crd_types::template::Exporter {
             image: "oliver006/redis_exporter:v1.86.0".into(),
             port: 9121,
             resources: None,
         });
         let n = member(&r, At::Sentinel(0), None, &Default::default());
-        assert_eq!(n.spec.template.exporter, r.spec.template.exporter);
+        assert_eq!(n.spec.template.exporter, r.spec.common.template.exporter);
     }
 
     #[test]

@@ -101,6 +101,7 @@ pub const DEFAULT_PING_PERIOD: u32 = 10;
 fn template_number(replication: &ValkeyReplication, directive: &str) -> Option<u32> {
     replication
         .spec
+        .common
         .template
         .config
         .0
@@ -133,7 +134,7 @@ impl Group {
                 .filter(|&p| p > 0)
                 .unwrap_or(DEFAULT_PING_PERIOD),
             config: data_config(replication),
-            image: spec.template.image.clone(),
+            image: spec.common.template.image.clone(),
             name,
             replication_password: None,
         }
@@ -172,7 +173,7 @@ pub(crate) const MIN_REPLICAS_MAX_LAG: &str = "min-replicas-max-lag";
 /// `min-replicas-max-lag` from the spec (any spelling of them in the template gives way).
 pub fn data_config(replication: &ValkeyReplication) -> ValkeyConfig {
     let spec = &replication.spec;
-    let mut config = spec.template.config.clone();
+    let mut config = spec.common.template.config.clone();
     config.0.retain(|k, _| {
         !k.eq_ignore_ascii_case(MIN_REPLICAS_TO_WRITE)
             && !k.eq_ignore_ascii_case(MIN_REPLICAS_MAX_LAG)

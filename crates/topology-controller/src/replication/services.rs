@@ -42,7 +42,7 @@ pub fn client_services(replication: &ValkeyReplication) -> Vec<Service> {
         ),
     ]);
     let mut valkey = vec![(ports::VALKEY_NAME, ports::VALKEY)];
-    if TopologyTls::serves_plain_text(replication.spec.tls.as_ref()) {
+    if TopologyTls::serves_plain_text(replication.spec.common.tls.as_ref()) {
         valkey.push((ports::VALKEY_PLAIN_NAME, ports::VALKEY_PLAIN));
     }
     let sentinel = vec![(ports::SENTINEL_NAME, ports::SENTINEL)];
@@ -174,7 +174,7 @@ mod tests {
         assert_eq!(spec(0).ports.unwrap().len(), 1);
 
         // TLS with plain-text clients: both data Services add the port, not the sentinels'.
-        r.spec.tls = Some(crd_types::template::TopologyTls {
+        r.spec.common.tls = Some(crd_types::template::TopologyTls {
             plain_text_clients: true,
             ca_overlap_seconds: None,
             ..Default::default()

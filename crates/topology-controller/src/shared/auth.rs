@@ -66,7 +66,7 @@ pub fn topology_secrets(name: &str, auth: Option<&Auth>) -> (TopologySecret, Top
 
 /// A cluster's default user's Secret and operator user's.
 pub fn cluster_secrets(cluster: &ValkeyCluster) -> (TopologySecret, TopologySecret) {
-    topology_secrets(&cluster.name_any(), cluster.spec.auth.as_ref())
+    topology_secrets(&cluster.name_any(), cluster.spec.common.auth.as_ref())
 }
 
 /// The password Secret of `user` of `spec.users` of the topology `name`: the one it names,
@@ -99,7 +99,7 @@ pub fn topology_member_auth(name: &str, auth: Option<&Auth>) -> Auth {
 
 /// Both Secrets a cluster's members use.
 pub fn member_auth(cluster: &ValkeyCluster) -> Auth {
-    topology_member_auth(&cluster.name_any(), cluster.spec.auth.as_ref())
+    topology_member_auth(&cluster.name_any(), cluster.spec.common.auth.as_ref())
 }
 
 /// A generated Secret holding `password`, owned by `topology` (labelled `label_key=<name>`)
@@ -317,6 +317,7 @@ impl AppliedOperator {
 mod tests {
     use super::*;
     use crd_types::ValkeyClusterSpec;
+    use crd_types::topology::TopologySpec;
 
     /// The Secrets the controller must create when absent: those the spec does not name.
     fn generated_secret_names(cluster: &ValkeyCluster) -> Vec<String> {
@@ -367,7 +368,10 @@ mod tests {
             "orders",
             ValkeyClusterSpec {
                 shards: 3,
-                auth,
+                common: TopologySpec {
+                    auth,
+                    ..Default::default()
+                },
                 ..Default::default()
             },
         );

@@ -52,9 +52,9 @@ pub fn cluster_policy(cluster: &ValkeyCluster, operator_namespace: &str) -> Vec<
         format!("{name}-cluster"),
         labels::CLUSTER,
         members,
-        &spec.network_policy,
-        &spec.template,
-        &client_ports(spec.tls.as_ref(), &[ports::VALKEY]),
+        &spec.common.network_policy,
+        &spec.common.template,
+        &client_ports(spec.common.tls.as_ref(), &[ports::VALKEY]),
         Some(bus),
         operator_namespace,
     )
@@ -81,9 +81,9 @@ pub fn replication_policy(
         format!("{}-replication", replication.name_any()),
         labels::REPLICATION,
         members,
-        &spec.network_policy,
-        &spec.template,
-        &client_ports(spec.tls.as_ref(), &[ports::VALKEY, ports::SENTINEL]),
+        &spec.common.network_policy,
+        &spec.common.template,
+        &client_ports(spec.common.tls.as_ref(), &[ports::VALKEY, ports::SENTINEL]),
         None,
         operator_namespace,
     )
@@ -266,7 +266,7 @@ mod tests {
     #[test]
     fn a_group_takes_the_named_clients_and_scrapers_on_its_three_ports() {
         let mut r = ValkeyReplication::new("sessions", ValkeyReplicationSpec::default());
-        r.spec.template.exporter = Some(Exporter {
+        r.spec.common.template.exporter = Some(Exporter {
             image: "e".into(),
             port: 9121,
             resources: None,
@@ -278,8 +278,8 @@ mod tests {
             json!({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}),
         )
         .unwrap();
-        r.spec.network_policy.clients = Some(vec![app]);
-        r.spec.network_policy.metrics = vec![prometheus];
+        r.spec.common.network_policy.clients = Some(vec![app]);
+        r.spec.common.network_policy.metrics = vec![prometheus];
         let policies = replication_policy(&r, "valkey-operator-system");
         assert_eq!(policies[0].name_any(), "sessions-replication");
         let app = json!({"podSelector": {"matchLabels": {"app": "web"}}});
@@ -299,19 +299,19 @@ mod tests {
             ])
         );
         // No clients at all: members and the operator only.
-        r.spec.network_policy.clients = Some(Vec::new());
+        r.spec.common.network_policy.clients = Some(Vec::new());
         let policies = replication_policy(&r, "valkey-operator-system");
         assert_eq!(
             spec_json(&policies[0])["ingress"][0]["from"],
             json!([members, operator_peer()])
         );
         // Nor scrapers: the exporter's port gets no rule (an empty `from` admits everyone).
-        r.spec.network_policy.metrics.clear();
+        r.spec.common.network_policy.metrics.clear();
         let policies = replication_policy(&r, "valkey-operator-system");
         let ingress = spec_json(&policies[0])["ingress"].clone();
         assert_eq!(ingress.as_array().unwrap().len(), 1, "{ingress}");
         // TLS with plain-text clients: their port is a client port too.
-        r.spec.tls = Some(TopologyTls {
+        r.spec.common.tls = Some(TopologyTls {
             plain_text_clients: true,
             ca_overlap_seconds: None,
             ..Default::default()
@@ -330,7 +330,7 @@ mod tests {
     #[test]
     fn turned_off_renders_none() {
         let mut c = ValkeyCluster::new("cache", ValkeyClusterSpec::default());
-        c.spec.network_policy.enabled = false;
+        c.spec.common.network_policy.enabled = false;
         assert!(cluster_policy(&c, "valkey-operator-system").is_empty());
     }
 }

@@ -22,6 +22,7 @@ use std::ops::Deref;
 use anyhow::Result;
 use crd_types::cluster::ValkeyClusterSpec;
 use crd_types::names::{self, labels};
+use crd_types::topology::TopologySpec;
 use crd_types::{ValkeyCluster, ValkeyClusterStatus, ValkeyNode};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::events::v1::Event;
@@ -143,7 +144,10 @@ pub fn valkey_cluster(
         ValkeyClusterSpec {
             shards,
             replicas_per_shard,
-            template: fixture_template(persistent),
+            common: TopologySpec {
+                template: fixture_template(persistent),
+                ..Default::default()
+            },
             ..Default::default()
         },
     )

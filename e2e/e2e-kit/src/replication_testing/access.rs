@@ -93,7 +93,7 @@ pub async fn access(apis: &ReplicationApis, group: &str) -> Result<GroupAccess> 
     };
     let stored = apis.groups.get(group).await?;
     let namespace = stored.namespace().unwrap_or_default();
-    let tls = match stored.spec.tls {
+    let tls = match stored.spec.common.tls {
         // Without a Secret of the user's, as a client holding a certificate of the group's
         // CA would: data node 0's. The read-write Service's name is one every data node's
         // certificate holds.

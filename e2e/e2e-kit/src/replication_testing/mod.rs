@@ -17,6 +17,7 @@ use crd_types::conditions::{self, types};
 use crd_types::names::{self, labels};
 use crd_types::node::Role;
 use crd_types::replication::SentinelSpec;
+use crd_types::topology::TopologySpec;
 use crd_types::{ValkeyNode, ValkeyReplication, ValkeyReplicationSpec, ValkeyReplicationStatus};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::events::v1::Event;
@@ -98,7 +99,10 @@ pub fn valkey_replication(
                 quorum: sentinels / 2 + 1,
                 ..Default::default()
             },
-            template: fixture_template(persistent),
+            common: TopologySpec {
+                template: fixture_template(persistent),
+                ..Default::default()
+            },
             ..Default::default()
         },
     )

@@ -142,13 +142,13 @@ mod tests {
             let template = spelled_out(persistent, None);
             assert_eq!(json(fixture_template(persistent)), template);
             let cluster = valkey_cluster("c", 3, 1, persistent);
-            assert_eq!(json(&cluster.spec.template), template);
+            assert_eq!(json(&cluster.spec.common.template), template);
             assert_eq!(
                 (cluster.spec.shards, cluster.spec.replicas_per_shard),
                 (3, 1)
             );
             let group = valkey_replication("r", 3, 3, persistent);
-            assert_eq!(json(&group.spec.template), template);
+            assert_eq!(json(&group.spec.common.template), template);
             assert_eq!((group.spec.replicas, group.spec.sentinel.quorum), (3, 2));
             for class in [None, Some("local-sized")] {
                 let node = valkey_node("n", WorkloadType::StatefulSet, persistent, class);

@@ -58,7 +58,7 @@ async fn atomic_slot_migration_survives_a_killed_controller() {
     let env = Env::start().await;
     let name = "atomic";
     let mut cluster = valkey_cluster(name, 3, 1, false);
-    cluster.spec.template.image = "valkey/valkey:9.1".into();
+    cluster.spec.common.template.image = "valkey/valkey:9.1".into();
     let access = env.create_ready(cluster).await;
     let data = DataSet::new("key", 100_000);
     let took = data.load(&access).await.unwrap();

@@ -258,7 +258,7 @@ async fn bad_input() {
     // which Secret is missing; creating it lets the cluster form with that password.
     let name = "locked";
     let mut locked = valkey_cluster(name, 1, 0, false);
-    locked.spec.auth = Some(Auth {
+    locked.spec.common.auth = Some(Auth {
         password_secret_ref: Some(SecretKeyRef {
             name: "locked-pass".into(),
             key: "pw".into(),

@@ -34,7 +34,7 @@ async fn the_operators_ca_is_replaced_under_a_writer_with_no_restart() {
     let name = "newca";
     let secrets = &env.apis.secrets;
     let mut cluster = valkey_cluster(name, 2, 1, false);
-    cluster.spec.tls = Some(TopologyTls {
+    cluster.spec.common.tls = Some(TopologyTls {
         secret_name: None,
         auth_clients: TlsAuthClients::Never,
         plain_text_clients: false,

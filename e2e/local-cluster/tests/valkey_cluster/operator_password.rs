@@ -63,7 +63,7 @@ async fn the_operator_password_rotates_on_every_member() {
     let name = "oprot";
     let mut cluster = valkey_cluster(name, 1, 1, true);
     // Below the operator's least overlap for this password (120 s), which it keeps.
-    cluster.spec.auth = Some(Auth {
+    cluster.spec.common.auth = Some(Auth {
         password_overlap_seconds: Some(30),
         ..Default::default()
     });
@@ -254,7 +254,7 @@ async fn another_operator_secret_rolls_the_members_and_rotates_the_password() {
             .unwrap();
     }
     let mut cluster = valkey_cluster(name, 1, 1, true);
-    cluster.spec.auth = Some(Auth {
+    cluster.spec.common.auth = Some(Auth {
         operator_secret_ref: Some(SecretKeyRef {
             name: "op-first".into(),
             key: "password".into(),

@@ -54,7 +54,7 @@ async fn the_default_password_rotates_on_every_member() {
     let env = Env::start().await;
     let name = "rotate";
     let mut cluster = valkey_cluster(name, 3, 1, false);
-    cluster.spec.auth = Some(Auth {
+    cluster.spec.common.auth = Some(Auth {
         password_overlap_seconds: Some(OVERLAP_SECONDS),
         ..Default::default()
     });

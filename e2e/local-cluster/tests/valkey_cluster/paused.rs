@@ -4,7 +4,7 @@
 use crd_types::cluster::Phase;
 use crd_types::conditions::{self, types};
 use crd_types::names::{annotations, cluster_member_name};
-use local_cluster::cluster_testing::{DataSet, valkey_cluster};
+use e2e_kit::cluster_testing::{DataSet, valkey_cluster};
 use serde_json::json;
 
 use crate::env::{Env, RESHAPE, SETTLE};

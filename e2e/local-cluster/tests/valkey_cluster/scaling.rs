@@ -21,7 +21,7 @@ async fn a_cluster_forms_scales_and_keeps_every_key() {
     let env = Env::start().await;
     let name = "grow";
     let mut cluster = valkey_cluster(name, 3, 1, false);
-    cluster.spec.users = Some(vec![User {
+    cluster.spec.common.users = Some(vec![User {
         name: "app".into(),
         rules: ["~app:*", "+@read", "+@write", "+ping"]
             .map(String::from)

@@ -46,13 +46,13 @@ async fn a_cluster_speaks_only_tls_and_loads_a_renewed_certificate_live() {
         .await
         .unwrap();
     let mut cluster = valkey_cluster(name, 3, 1, false);
-    cluster.spec.tls = Some(TopologyTls {
+    cluster.spec.common.tls = Some(TopologyTls {
         secret_name: Some(secret_name.into()),
         auth_clients: TlsAuthClients::Never,
         plain_text_clients: false,
         ca_overlap_seconds: None,
     });
-    cluster.spec.template.exporter = Some(Exporter {
+    cluster.spec.common.template.exporter = Some(Exporter {
         image: exporter_image().unwrap(),
         port: EXPORTER_PORT,
         resources: None,
@@ -251,7 +251,7 @@ async fn a_cluster_serves_certificates_the_operator_issues_per_member() {
     let name = "issued";
     let secrets = &env.apis.secrets;
     let mut cluster = valkey_cluster(name, 3, 1, false);
-    cluster.spec.tls = Some(TopologyTls {
+    cluster.spec.common.tls = Some(TopologyTls {
         secret_name: None,
         auth_clients: TlsAuthClients::Required,
         plain_text_clients: false,
@@ -475,7 +475,7 @@ async fn plain_text_clients_are_served_beside_tls_while_asked() {
     let env = Env::start().await;
     let name = "both";
     let mut cluster = valkey_cluster(name, 2, 1, false);
-    cluster.spec.tls = Some(TopologyTls::default());
+    cluster.spec.common.tls = Some(TopologyTls::default());
     env.apis.create(&cluster).await.unwrap();
     env.ready(name, FORM).await;
     let access = env.exact_access(name, 2, 1).await;

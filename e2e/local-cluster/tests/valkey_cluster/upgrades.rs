@@ -39,7 +39,7 @@ async fn upgrades_roll_member_by_member_and_refusals_restart_nothing() {
     let env = Env::start().await;
     let name = "up";
     let mut cluster = valkey_cluster(name, 3, 1, true);
-    cluster.spec.template.image = "valkey/valkey:8.0".into();
+    cluster.spec.common.template.image = "valkey/valkey:8.0".into();
     let access = env.create_ready(cluster).await;
     let data = DataSet::new("up-key", 5_000);
     data.load(&access).await.unwrap();

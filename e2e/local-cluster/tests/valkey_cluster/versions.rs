@@ -21,8 +21,8 @@ async fn the_same_cluster_forms_on_every_version() {
     for version in VALKEY_VERSIONS {
         let name = format!("v{}", version.replace('.', "-"));
         let mut cluster = valkey_cluster(&name, 3, 1, false);
-        cluster.spec.template.image = format!("valkey/valkey:{version}");
-        cluster.spec.template.exporter = Some(Exporter {
+        cluster.spec.common.template.image = format!("valkey/valkey:{version}");
+        cluster.spec.common.template.exporter = Some(Exporter {
             image: exporter.clone(),
             port: 9121,
             resources: None,

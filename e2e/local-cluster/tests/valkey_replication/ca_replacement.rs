@@ -33,7 +33,7 @@ async fn the_operators_ca_is_replaced_under_a_writer() {
     let name = "newca";
     let secrets = &env.apis.secrets;
     let mut group = valkey_replication(name, 2, 3, false);
-    group.spec.tls = Some(TopologyTls {
+    group.spec.common.tls = Some(TopologyTls {
         secret_name: None,
         auth_clients: TlsAuthClients::Never,
         plain_text_clients: false,

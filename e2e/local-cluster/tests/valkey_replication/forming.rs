@@ -23,7 +23,7 @@ async fn three_data_nodes_and_three_sentinels_form() {
     let env = Env::start().await;
     let name = "form";
     let mut group = valkey_replication(name, 3, 3, false);
-    group.spec.template.exporter = Some(Exporter {
+    group.spec.common.template.exporter = Some(Exporter {
         image: exporter_image().unwrap(),
         port: EXPORTER_PORT,
         resources: None,

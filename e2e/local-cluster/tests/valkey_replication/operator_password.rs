@@ -59,7 +59,7 @@ async fn the_operator_password_rotates_live_and_hooks_follow_it() {
     let name = "oprot";
     let mut group = valkey_replication(name, 2, 1, true);
     // Below the operator's least overlap for this password (120 s), which it keeps.
-    group.spec.auth = Some(Auth {
+    group.spec.common.auth = Some(Auth {
         password_overlap_seconds: Some(30),
         ..Default::default()
     });

@@ -91,7 +91,7 @@ async fn the_default_password_rotates_live_with_an_overlap() {
     let env = Env::start().await;
     let name = "rotate";
     let mut group = valkey_replication(name, 2, 1, false);
-    group.spec.auth = Some(Auth {
+    group.spec.common.auth = Some(Auth {
         password_overlap_seconds: Some(OVERLAP_SECONDS),
         ..Default::default()
     });

@@ -5,7 +5,7 @@
 use crd_types::cluster::Phase;
 use crd_types::conditions::{self, types};
 use crd_types::names::{annotations, replication_member_name};
-use local_cluster::replication_testing::valkey_replication;
+use e2e_kit::replication_testing::valkey_replication;
 use serde_json::json;
 
 use crate::env::{Env, FORM, SETTLE};

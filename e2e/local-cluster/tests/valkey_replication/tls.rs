@@ -56,13 +56,13 @@ async fn a_group_speaks_only_tls_and_loads_a_renewed_certificate_live() {
     let secrets = &env.apis.secrets;
     let (ca, first) = create_secret(secrets, secret_name).await.unwrap();
     let mut group = valkey_replication(name, 2, 3, false);
-    group.spec.tls = Some(TopologyTls {
+    group.spec.common.tls = Some(TopologyTls {
         secret_name: Some(secret_name.into()),
         auth_clients: TlsAuthClients::Required,
         plain_text_clients: false,
         ca_overlap_seconds: None,
     });
-    group.spec.template.exporter = Some(Exporter {
+    group.spec.common.template.exporter = Some(Exporter {
         image: exporter_image().unwrap(),
         port: EXPORTER_PORT,
         resources: None,
@@ -242,7 +242,7 @@ async fn a_group_serves_certificates_the_operator_issues_per_member() {
     let name = "issued";
     let secrets = &env.apis.secrets;
     let mut group = valkey_replication(name, 2, 3, false);
-    group.spec.tls = Some(TopologyTls {
+    group.spec.common.tls = Some(TopologyTls {
         secret_name: None,
         auth_clients: TlsAuthClients::Optional,
         plain_text_clients: false,
@@ -438,8 +438,8 @@ async fn a_9_1_sentinel_reloads_a_renewed_certificate_itself() {
     let secrets = &env.apis.secrets;
     let (ca, _) = create_secret(secrets, secret_name).await.unwrap();
     let mut group = valkey_replication(name, 2, 1, false);
-    group.spec.template.image = "valkey/valkey:9.1".into();
-    group.spec.tls = Some(TopologyTls {
+    group.spec.common.template.image = "valkey/valkey:9.1".into();
+    group.spec.common.tls = Some(TopologyTls {
         secret_name: Some(secret_name.into()),
         auth_clients: TlsAuthClients::Required,
         plain_text_clients: false,

@@ -35,7 +35,7 @@ async fn upgrades_hand_over_before_the_primary_restarts_and_downgrades_are_refus
     let env = Env::start().await;
     let name = "up";
     let mut group = valkey_replication(name, 3, 3, true);
-    group.spec.template.image = "valkey/valkey:8.0".into();
+    group.spec.common.template.image = "valkey/valkey:8.0".into();
     let access = env.create_ready(group).await;
     let keys = access.load("up", 2000).await.unwrap();
     let writer = GroupWriter::start(

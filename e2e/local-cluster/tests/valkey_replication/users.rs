@@ -125,7 +125,7 @@ async fn users_follow_the_spec_on_every_data_node() {
         .await
         .unwrap();
     let mut group = valkey_replication(name, 2, 1, false);
-    group.spec.users = Some(vec![
+    group.spec.common.users = Some(vec![
         user("app", &["~app:*", "+@read", "+@write", "-@dangerous"], None),
         user("reader", &["~*", "+@read"], Some(reader_secret)),
         user("broken", &["+nosuchcommand"], None),

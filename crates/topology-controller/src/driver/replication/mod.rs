@@ -135,7 +135,8 @@ async fn prepare(
     let vkr = &live.topology;
     let name = vkr.name_any();
     let mut passwords = passwords(apis, &live).await?;
-    let (default_secret, operator_secret) = auth::topology_secrets(&name, vkr.spec.auth.as_ref());
+    let (default_secret, operator_secret) =
+        auth::topology_secrets(&name, vkr.spec.common.auth.as_ref());
     let followed = vec![
         (
             default_secret.reference,
@@ -271,7 +272,8 @@ async fn passwords(
 ) -> Result<Passwords, Error> {
     let group = &live.topology;
     let exist = !live.owned.is_empty();
-    let (default, operator) = auth::topology_secrets(&group.name_any(), group.spec.auth.as_ref());
+    let (default, operator) =
+        auth::topology_secrets(&group.name_any(), group.spec.common.auth.as_ref());
     let sentinel = auth::sentinel_secret(group);
     let read = |wanted| {
         secrets::read_with_version(&apis.secrets, group, labels::REPLICATION, wanted, exist)

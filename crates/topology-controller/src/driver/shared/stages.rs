@@ -540,7 +540,7 @@ mod tests {
         let mut c = cluster(None);
         assert_eq!(idle_look(IDLE, &c, false, &[]), IDLE);
         assert_eq!(idle_look(IDLE, &c, true, &[]), network::REFUSED_POLICY_LOOK);
-        c.spec.users = Some(Vec::new());
+        c.spec.common.users = Some(Vec::new());
         assert_eq!(idle_look(IDLE, &c, true, &[]), users::USERS_LOOK);
     }
 }

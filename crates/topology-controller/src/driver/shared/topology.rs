@@ -126,15 +126,15 @@ impl Topology for ValkeyCluster {
     const BUS: bool = true;
 
     fn auth(&self) -> Option<&Auth> {
-        self.spec.auth.as_ref()
+        self.spec.common.auth.as_ref()
     }
 
     fn users(&self) -> Option<&[User]> {
-        self.spec.users.as_deref()
+        self.spec.common.users.as_deref()
     }
 
     fn tls(&self) -> Option<&TopologyTls> {
-        self.spec.tls.as_ref()
+        self.spec.common.tls.as_ref()
     }
 
     fn status(&self) -> Option<&ValkeyClusterStatus> {
@@ -149,15 +149,15 @@ impl Topology for ValkeyReplication {
     const BUS: bool = false;
 
     fn auth(&self) -> Option<&Auth> {
-        self.spec.auth.as_ref()
+        self.spec.common.auth.as_ref()
     }
 
     fn users(&self) -> Option<&[User]> {
-        self.spec.users.as_deref()
+        self.spec.common.users.as_deref()
     }
 
     fn tls(&self) -> Option<&TopologyTls> {
-        self.spec.tls.as_ref()
+        self.spec.common.tls.as_ref()
     }
 
     fn status(&self) -> Option<&ValkeyReplicationStatus> {

@@ -335,7 +335,7 @@ async fn a_running_cluster_whose_secrets_are_gone_gets_nothing_new() {
 #[tokio::test]
 async fn a_cluster_naming_its_own_secrets_has_none_created() {
     let mut cluster = cluster();
-    cluster.spec.auth = Some(Auth {
+    cluster.spec.common.auth = Some(Auth {
         password_secret_ref: Some(SecretKeyRef {
             name: "mine".into(),
             key: "pw".into(),
