@@ -6,6 +6,7 @@ mod driver;
 
 use driver::cluster::reconcile;
 use driver::replication;
+use driver::shared::pipeline;
 use driver::shared::stages::Common;
 use driver::shared::{password_look, pulse};
 
@@ -128,7 +129,7 @@ async fn run(ctx: Context, settings: Settings) -> Result<(), std::convert::Infal
                 forced_failover,
                 attempts: Default::default(),
             }),
-            reconcile::reconcile
+            pipeline::reconcile::<ValkeyCluster>
         ),
         controller::run(
             &ctx,
@@ -143,7 +144,7 @@ async fn run(ctx: Context, settings: Settings) -> Result<(), std::convert::Infal
                 },
                 switches,
             }),
-            replication::reconcile
+            pipeline::reconcile::<ValkeyReplication>
         ),
     );
     Ok(())

@@ -13,8 +13,8 @@
 use std::collections::BTreeMap;
 
 use crd_types::names::{labels, ports};
-use crd_types::network::NetworkPolicySpec;
-use crd_types::template::{TopologyTls, ValkeyNodeTemplate};
+use crd_types::template::TopologyTls;
+use crd_types::topology::TopologySpec;
 use crd_types::{ValkeyCluster, ValkeyReplication};
 use k8s_openapi::api::networking::v1::{
     NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
@@ -47,17 +47,15 @@ pub fn cluster_policy(cluster: &ValkeyCluster, operator_namespace: &str) -> Vec<
         ports: Some(vec![port(ports::CLUSTER_BUS)]),
         from: Some(vec![pods(&members)]),
     };
-    policy(
-        cluster,
-        format!("{name}-cluster"),
-        labels::CLUSTER,
+    let ports = client_ports(spec.common.tls.as_ref(), &[ports::VALKEY]);
+    Parent {
+        object: cluster,
+        name: format!("{name}-cluster"),
+        label: labels::CLUSTER,
         members,
-        &spec.common.network_policy,
-        &spec.common.template,
-        &client_ports(spec.common.tls.as_ref(), &[ports::VALKEY]),
-        Some(bus),
-        operator_namespace,
-    )
+        spec: &spec.common,
+    }
+    .policy(&ports, Some(bus), operator_namespace)
 }
 
 /// `ports`, and the data nodes' plain-text client port when TLS has one beside it.
@@ -76,67 +74,81 @@ pub fn replication_policy(
 ) -> Vec<NetworkPolicy> {
     let spec = &replication.spec;
     let members = BTreeMap::from([(labels::REPLICATION.to_string(), replication.name_any())]);
-    policy(
-        replication,
-        format!("{}-replication", replication.name_any()),
-        labels::REPLICATION,
+    let ports = client_ports(spec.common.tls.as_ref(), &[ports::VALKEY, ports::SENTINEL]);
+    Parent {
+        object: replication,
+        name: format!("{}-replication", replication.name_any()),
+        label: labels::REPLICATION,
         members,
-        &spec.common.network_policy,
-        &spec.common.template,
-        &client_ports(spec.common.tls.as_ref(), &[ports::VALKEY, ports::SENTINEL]),
-        None,
-        operator_namespace,
-    )
+        spec: &spec.common,
+    }
+    .policy(&ports, None, operator_namespace)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn policy<K: Resource<DynamicType = ()>>(
-    parent: &K,
+/// The topology a policy is for: the object, the policy's name, the label naming the
+/// topology on its members (and their selector), and its spec.
+struct Parent<'a, K> {
+    object: &'a K,
     name: String,
-    parent_label: &str,
+    label: &'a str,
     members: BTreeMap<String, String>,
-    wanted: &NetworkPolicySpec,
-    template: &ValkeyNodeTemplate,
-    client_ports: &[i32],
-    bus: Option<NetworkPolicyIngressRule>,
-    operator_namespace: &str,
-) -> Vec<NetworkPolicy> {
-    if !wanted.enabled {
-        return Vec::new();
-    }
-    let clients = wanted
-        .clients
-        .clone()
-        .unwrap_or_else(|| vec![pods(&BTreeMap::new())]);
-    let mut from = clients.clone();
-    from.push(pods(&members));
-    from.push(operator(operator_namespace));
-    let mut ingress = vec![NetworkPolicyIngressRule {
-        ports: Some(client_ports.iter().copied().map(port).collect()),
-        from: Some(from),
-    }];
-    ingress.extend(bus);
-    let mut scrapers = clients;
-    scrapers.extend(wanted.metrics.iter().cloned());
-    // No scrapers, no rule: an empty `from` would admit everyone.
-    if let Some(exporter) = template.exporter.as_ref().filter(|_| !scrapers.is_empty()) {
-        ingress.push(NetworkPolicyIngressRule {
-            ports: Some(vec![port(exporter.port)]),
-            from: Some(scrapers),
-        });
-    }
-    vec![NetworkPolicy {
-        metadata: owned::metadata(parent, name, parent_label, POLICY_LABEL),
-        spec: Some(PolicySpec {
-            pod_selector: Some(LabelSelector {
-                match_labels: Some(members),
-                match_expressions: None,
+    spec: &'a TopologySpec,
+}
+
+impl<K: Resource<DynamicType = ()>> Parent<'_, K> {
+    /// Clients on `client_ports`, the members among themselves (and on `bus`), the operator,
+    /// and the exporter's scrapers; none when the spec turns the policy off.
+    fn policy(
+        self,
+        client_ports: &[i32],
+        bus: Option<NetworkPolicyIngressRule>,
+        operator_namespace: &str,
+    ) -> Vec<NetworkPolicy> {
+        let Parent {
+            object: parent,
+            name,
+            label: parent_label,
+            members,
+            spec,
+        } = self;
+        let (wanted, template) = (&spec.network_policy, &spec.template);
+        if !wanted.enabled {
+            return Vec::new();
+        }
+        let clients = wanted
+            .clients
+            .clone()
+            .unwrap_or_else(|| vec![pods(&BTreeMap::new())]);
+        let mut from = clients.clone();
+        from.push(pods(&members));
+        from.push(operator(operator_namespace));
+        let mut ingress = vec![NetworkPolicyIngressRule {
+            ports: Some(client_ports.iter().copied().map(port).collect()),
+            from: Some(from),
+        }];
+        ingress.extend(bus);
+        let mut scrapers = clients;
+        scrapers.extend(wanted.metrics.iter().cloned());
+        // No scrapers, no rule: an empty `from` would admit everyone.
+        if let Some(exporter) = template.exporter.as_ref().filter(|_| !scrapers.is_empty()) {
+            ingress.push(NetworkPolicyIngressRule {
+                ports: Some(vec![port(exporter.port)]),
+                from: Some(scrapers),
+            });
+        }
+        vec![NetworkPolicy {
+            metadata: owned::metadata(parent, name, parent_label, POLICY_LABEL),
+            spec: Some(PolicySpec {
+                pod_selector: Some(LabelSelector {
+                    match_labels: Some(members),
+                    match_expressions: None,
+                }),
+                policy_types: Some(vec!["Ingress".into()]),
+                ingress: Some(ingress),
+                egress: None,
             }),
-            policy_types: Some(vec!["Ingress".into()]),
-            ingress: Some(ingress),
-            egress: None,
-        }),
-    }]
+        }]
+    }
 }
 
 fn port(number: i32) -> NetworkPolicyPort {

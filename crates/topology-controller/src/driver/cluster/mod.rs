@@ -1,5 +1,4 @@
 //! One reconcile of a ValkeyCluster and its connections.
 
 pub mod connect;
-pub mod members;
 pub mod reconcile;

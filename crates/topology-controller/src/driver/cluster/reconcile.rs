@@ -1,15 +1,8 @@
-//! One reconcile of a ValkeyCluster, in typed stages, each taking the one before:
-//!
-//! 1. [`stages::fetch`]: the cluster and the ValkeyNodes labelled as its members; a paused
-//!    cluster stops here ([`stages::report_paused`]);
-//! 2. [`prepare`]: the password Secrets, its TLS, the members the spec asks for, the
-//!    disruption budgets and the NetworkPolicy ([`Prepared`]);
-//! 3. [`observe`]: every member's Valkey asked what it sees ([`Seen`], with the
-//!    connections, closed in one place at the end);
-//! 4. [`credentials`]: the passes over `spec.users`, the passwords and the certificates;
-//! 5. [`decide`] (pure): the planner's one next step and the status that says so ([`Decided`]);
-//! 6. [`carry_out`]: status written first (a migration can take a while), the step run, its
-//!    Event published.
+//! A ValkeyCluster's own stages of the reconcile every kind runs
+//! ([`crate::driver::shared::pipeline`]): `prepare` (its Secrets, TLS, members, one
+//! disruption budget per shard, its NetworkPolicy), `observe` (every member asked, the
+//! pods of silent ones read), `credentials` (all members are data nodes), `decide` (the
+//! slot-aware planner, pure) and `carry_out`.
 //!
 //! The next reconcile starts from what Valkey and the API server say; the one thing kept in
 //! memory is how often each step was taken on an unchanged cluster (the planner's progress
@@ -17,7 +10,7 @@
 //! harmlessly.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use crd_types::cluster::{Phase, ValkeyClusterStatus};
@@ -28,7 +21,6 @@ use crd_types::{ValkeyCluster, ValkeyNode};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
-use operator_runtime::controller::ReconcileContext;
 use topology_controller::cluster::events::step_event;
 use topology_controller::cluster::execute::{Done, execute};
 use topology_controller::cluster::member_status::member_status;
@@ -46,13 +38,13 @@ use topology_controller::shared::network;
 use topology_controller::shared::storage::headroom;
 
 use crate::driver::cluster::connect::{self, Observed};
-use crate::driver::cluster::members::ClusterMembers;
 use crate::driver::shared::credentials::{self, DataNode, Members, Reached};
 use crate::driver::shared::error::Error;
+use crate::driver::shared::member_nodes::MemberNodes;
 use crate::driver::shared::member_tls;
+use crate::driver::shared::pipeline::{self, Kind};
 use crate::driver::shared::secrets::{self, Passwords};
 use crate::driver::shared::stages::{self, Apis, Common, Credentials, Live};
-use crate::driver::shared::topology::Topology;
 
 /// How soon to look again after a step was carried out, and while waiting (2 s: formation
 /// waits on replication and gossip, and each wait shows in time to Ready).
@@ -75,7 +67,7 @@ pub struct Shared {
     pub attempts: Mutex<HashMap<(String, String), Attempts>>,
 }
 
-type Ctx = ReconcileContext<Shared>;
+type Ctx = pipeline::Ctx<ValkeyCluster>;
 
 /// Where a member's clients connect.
 const CLIENT_PORT: u16 = names::ports::VALKEY as u16;
@@ -84,7 +76,7 @@ type Prepared = stages::Prepared<ValkeyCluster, Passwords>;
 type Seen = stages::Seen<ValkeyCluster, Passwords, Observed>;
 
 /// Stage 5's output: the step, and the status that says it.
-struct Decided {
+pub struct Decided {
     step: Step,
     shape: Shape,
     planned: ValkeyClusterStatus,
@@ -94,82 +86,259 @@ struct Decided {
     idle: Duration,
 }
 
-pub async fn reconcile(cached: Arc<ValkeyCluster>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let apis = Apis::of(&ctx.runtime, cached.as_ref())?;
-    let name = cached.name_any();
-    let Some(live) = stages::fetch(&apis, &name).await? else {
-        forget(&ctx, &apis.namespace, &name);
-        return Ok(Action::await_change());
-    };
-    if live.topology.paused() {
-        stages::report_paused(&apis, &live.topology).await?;
-        return Ok(Action::await_change());
+impl Kind for ValkeyCluster {
+    type Shared = Shared;
+    type Passwords = Passwords;
+    type Observed = Observed;
+    type Decided = Decided;
+
+    fn common(shared: &Shared) -> &Common {
+        &shared.common
     }
-    let prepared = prepare(&ctx, &apis, live).await?;
-    let seen = observe(&ctx, &apis, prepared).await;
-    let credentials = credentials(&ctx, &apis, &seen).await;
-    let decided = decide(&ctx.data, &apis, &seen, &credentials);
-    let outcome = carry_out(&ctx, &apis, &seen, &credentials, decided).await;
-    seen.connections.close().await;
-    outcome
-}
 
-/// A cluster that is gone: nothing follows it any more.
-fn forget(ctx: &Ctx, namespace: &str, name: &str) {
-    ctx.data.common.forget(namespace, name);
-    let key = (namespace.to_string(), name.to_string());
-    ctx.data.attempts.lock().unwrap().remove(&key);
-}
+    fn forget(shared: &Shared, namespace: &str, name: &str) {
+        let key = (namespace.to_string(), name.to_string());
+        shared.attempts.lock().unwrap().remove(&key);
+    }
 
-/// Passwords before members, so a member's pod finds its Secrets when it starts; members
-/// only once their certificates can be issued; then the budgets and the policy.
-async fn prepare(
-    ctx: &Ctx,
-    apis: &Apis<ValkeyCluster>,
-    live: Live<ValkeyCluster>,
-) -> Result<Prepared, Error> {
-    let cluster = &live.topology;
-    let name = cluster.name_any();
-    let members_exist = !live.owned.is_empty();
-    let mut passwords =
-        secrets::prepare(&apis.secrets, cluster, members_exist, apis.field_manager).await?;
-    let (default_secret, operator_secret) = auth::cluster_secrets(cluster);
-    let followed = vec![
-        (default_secret.reference, passwords.default.as_deref().ok()),
-        (
-            operator_secret.reference,
-            passwords.operator.as_deref().ok(),
-        ),
-    ];
-    ctx.data
-        .common
-        .password_look
-        .follow(&apis.secrets, &apis.namespace, &name, followed);
-    let tls = stages::read_tls(&ctx.runtime, apis, &live).await?;
-    passwords.tls_problem = tls.as_ref().and_then(|t| t.as_ref().err().cloned());
-    let shape = Shape::of(cluster);
-    let wanted = shape
-        .positions()
-        .into_iter()
-        .map(|at| (names::cluster_member_name(&name, at.shard, at.member), at));
-    let build = |at, allowed| members::member(cluster, at, allowed);
-    let nodes = stages::apply_members(apis, &live, tls.as_ref(), wanted, build).await?;
-    let budgets = disruption::cluster_budgets(cluster, &budget_shards(&shape, &nodes));
-    stages::apply_budgets(apis, cluster, &budgets).await?;
-    let policy = network::cluster_policy(cluster, &ctx.data.common.operator_namespace);
-    let policy_refused = stages::apply_policy(&ctx.runtime, apis, cluster, policy).await;
-    let login = member_tls::login(
-        &passwords.operator,
-        passwords.operator_applied.as_ref(),
-        tls,
-    );
-    Ok(Prepared {
-        live,
-        passwords,
-        login,
-        nodes,
-        policy_refused,
-    })
+    /// Passwords before members, so a member's pod finds its Secrets when it starts; members
+    /// only once their certificates can be issued; then the budgets and the policy.
+    async fn prepare(ctx: &Ctx, apis: &Apis<Self>, live: Live<Self>) -> Result<Prepared, Error> {
+        let cluster = &live.topology;
+        let name = cluster.name_any();
+        let members_exist = !live.owned.is_empty();
+        let mut passwords =
+            secrets::prepare(&apis.secrets, cluster, members_exist, apis.field_manager).await?;
+        let (default_secret, operator_secret) = auth::cluster_secrets(cluster);
+        let followed = vec![
+            (default_secret.reference, passwords.default.as_deref().ok()),
+            (
+                operator_secret.reference,
+                passwords.operator.as_deref().ok(),
+            ),
+        ];
+        ctx.data
+            .common
+            .password_look
+            .follow(&apis.secrets, &apis.namespace, &name, followed);
+        let tls = stages::read_tls(&ctx.runtime, apis, &live).await?;
+        passwords.tls_problem = tls.as_ref().and_then(|t| t.as_ref().err().cloned());
+        let shape = Shape::of(cluster);
+        let wanted = shape
+            .positions()
+            .into_iter()
+            .map(|at| (names::cluster_member_name(&name, at.shard, at.member), at));
+        let build = |at, allowed| members::member(cluster, at, allowed);
+        let nodes = stages::apply_members(apis, &live, tls.as_ref(), wanted, build).await?;
+        let budgets = disruption::cluster_budgets(cluster, &budget_shards(&shape, &nodes));
+        stages::apply_budgets(apis, cluster, &budgets).await?;
+        let policy = network::cluster_policy(cluster, &ctx.data.common.operator_namespace);
+        let policy_refused = stages::apply_policy(&ctx.runtime, apis, cluster, policy).await;
+        let login = member_tls::login(
+            &passwords.operator,
+            passwords.operator_applied.as_ref(),
+            tls,
+        );
+        Ok(Prepared {
+            live,
+            passwords,
+            login,
+            nodes,
+            policy_refused,
+        })
+    }
+
+    /// Asks every member, has the pulse follow them, and reads the pods of silent members.
+    async fn observe(ctx: &Ctx, apis: &Apis<Self>, prepared: Prepared) -> Seen {
+        let name = prepared.live.topology.name_any();
+        let nodes = prepared.nodes.clone();
+        let (mut observed, connections) = connect::observe(nodes, prepared.login.as_ref()).await;
+        if let Some(login) = &prepared.login {
+            let addresses = observed
+                .members
+                .iter()
+                .filter_map(|m| m.address.as_ref().map(|a| (a.ip.clone(), a.port)))
+                .collect();
+            ctx.data
+                .common
+                .pulse
+                .follow(&apis.namespace, &name, addresses, login);
+        }
+        if ctx.data.forced_failover {
+            mark_gone_servers(apis, &mut observed).await;
+        }
+        Seen {
+            prepared,
+            observed,
+            connections,
+        }
+    }
+
+    /// The passes over `spec.users`, the passwords and, with TLS, the certificates (a
+    /// cluster's members are all data nodes).
+    async fn credentials(ctx: &Ctx, apis: &Apis<Self>, seen: &Seen) -> Credentials {
+        let observed = &seen.observed;
+        let data = observed
+            .members
+            .iter()
+            .zip(&observed.versions)
+            .zip(&observed.nodes)
+            .map(|((m, version), node)| DataNode {
+                at: Reached {
+                    name: &m.name,
+                    ip: m.address.as_ref().map(|a| a.ip.as_str()),
+                    port: m.address.as_ref().map_or(CLIENT_PORT, |a| a.port),
+                },
+                version: version.as_deref(),
+                node: Some(node),
+            })
+            .collect();
+        let members = Members {
+            data,
+            sentinels: Vec::new(),
+            nodes: &observed.nodes,
+            connections: &seen.connections,
+        };
+        let checks = &ctx.data.common.user_checks;
+        let none = std::future::ready(Vec::new());
+        credentials::passes(&ctx.runtime, apis, checks, &seen.prepared, &members, none).await
+    }
+
+    /// The planner's step on what was seen, and the status that says so (pure).
+    fn decide(ctx: &Ctx, apis: &Apis<Self>, seen: &Seen, credentials: &Credentials) -> Decided {
+        let shared = &ctx.data;
+        let Prepared {
+            live, passwords, ..
+        } = &seen.prepared;
+        let (cluster, observed) = (&live.topology, &seen.observed);
+        let shape = Shape {
+            replication_password: passwords.operator.as_deref().ok().map(|p| {
+                let previous = passwords.operator_applied.as_ref().map(|a| a.fallbacks(p));
+                ReplicationPassword::rotating_from(p, &previous.unwrap_or_default())
+            }),
+            ..Shape::of(cluster)
+        };
+        let refused: Vec<&str> = observed.login_refused.iter().map(String::as_str).collect();
+        let foreign = live.foreign_member();
+        let key = (apis.namespace.clone(), cluster.name_any());
+        let tried = shared.attempts.lock().unwrap().get(&key).cloned();
+        let step = plan::decide(
+            &shape,
+            &observed.members,
+            &Circumstances {
+                recorded_switchover: cluster
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.switchover.as_ref())
+                    .filter(|s| s.outcome.is_finished())
+                    .map(|s| s.id.as_str()),
+                foreign_member: foreign.as_deref(),
+                operator_password_problem: passwords.operator.as_ref().err().map(String::as_str),
+                tls_problem: passwords.tls_problem.as_deref(),
+                default_password_problem: passwords.default.as_ref().err().map(String::as_str),
+                login_refused: &refused,
+                attempts: tried.as_ref(),
+            },
+        );
+        let survey = survey::survey(&shape, &observed.members);
+        let planned = report(seen, credentials, &shape, &survey, &step, None);
+        let idle = stages::idle_look(
+            shared.common.idle_look,
+            cluster,
+            seen.prepared.policy_refused,
+            &credentials.rotations,
+        );
+        Decided {
+            gossip: survey.disagreement.is_some() || survey.unsettled_shard_ids.is_some(),
+            step,
+            shape,
+            planned,
+            idle,
+        }
+    }
+
+    /// Writes status first (so it says what is about to happen), runs the step, records it for
+    /// the progress check, publishes its Event; when to look again.
+    async fn carry_out(
+        ctx: &Ctx,
+        apis: &Apis<Self>,
+        seen: &Seen,
+        credentials: &Credentials,
+        decided: Decided,
+    ) -> Result<Action, Error> {
+        let cluster = &seen.prepared.live.topology;
+        let observed = &seen.observed;
+        let Decided {
+            step,
+            shape,
+            planned,
+            gossip,
+            idle,
+        } = decided;
+        match &step {
+            Step::Idle => {}
+            Step::Wait { .. } => tracing::debug!(cluster = %cluster.name_any(), %step, "waiting"),
+            _ => tracing::info!(cluster = %cluster.name_any(), %step, "step"),
+        }
+        let statuses = observed
+            .members
+            .iter()
+            .zip(&observed.versions)
+            .map(|(m, version)| (m.name.as_str(), member_status(m, version.as_deref())))
+            .collect();
+        stages::write_member_statuses(apis, &observed.nodes, statuses).await?;
+        if planned.phase != Some(Phase::Ready) {
+            let why = conditions::find(&planned.conditions, conditions::types::READY)
+                .map(|c| c.message.as_str());
+            tracing::debug!(cluster = %cluster.name_any(), phase = ?planned.phase, why, "not ready");
+        }
+        let changed =
+            |old: Option<&ValkeyClusterStatus>, new: &ValkeyClusterStatus| old != Some(new);
+        stages::write_status(apis, cluster, &planned, changed).await?;
+
+        let objects = MemberNodes::new(apis, |member: &str, revision| {
+            let at = observed.members.iter().find(|m| m.name == member)?.at;
+            Some(members::member(cluster, at, Some(revision)))
+        });
+        let done = execute(&step, &observed.members, &seen.connections, &objects).await;
+        let key = (apis.namespace.clone(), cluster.name_any());
+        ctx.data
+            .attempts
+            .lock()
+            .unwrap()
+            .entry(key)
+            .or_default()
+            .record(&step, Unchanged::of(&observed.members));
+        let step_error = done.as_ref().err().map(ToString::to_string);
+        match &done {
+            Ok(Done { moved: Some(moved) }) => {
+                tracing::info!(cluster = %cluster.name_any(), slots = moved.slots, stopped = ?moved.stopped, "moved slots");
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(cluster = %cluster.name_any(), step = %step, error = %e, "step failed");
+                let survey = survey::survey(&shape, &observed.members);
+                let failed = report(
+                    seen,
+                    credentials,
+                    &shape,
+                    &survey,
+                    &step,
+                    step_error.as_deref(),
+                );
+                stages::write_status(apis, cluster, &failed, changed).await?;
+            }
+        }
+        if let Some((reason, note)) = step_event(&step, step_error.as_deref()) {
+            ctx.runtime
+                .events
+                .publish(cluster, reason, note, None)
+                .await;
+        }
+        let ready = planned.phase == Some(Phase::Ready);
+        let look = next_look(&step, step_error.is_some(), ready, gossip, idle);
+        Ok(Action::requeue(look))
+    }
 }
 
 /// A budget per shard the spec asks for or that still has members (a leaving shard keeps
@@ -182,32 +351,6 @@ fn budget_shards(shape: &Shape, members: &[ValkeyNode]) -> BTreeSet<u32> {
             .filter_map(|n| Some(members::position_of(n)?.shard)),
     );
     shards
-}
-
-/// Asks every member, has the pulse follow them, and reads the pods of silent members.
-async fn observe(ctx: &Ctx, apis: &Apis<ValkeyCluster>, prepared: Prepared) -> Seen {
-    let name = prepared.live.topology.name_any();
-    let nodes = prepared.nodes.clone();
-    let (mut observed, connections) = connect::observe(nodes, prepared.login.as_ref()).await;
-    if let Some(login) = &prepared.login {
-        let addresses = observed
-            .members
-            .iter()
-            .filter_map(|m| m.address.as_ref().map(|a| (a.ip.clone(), a.port)))
-            .collect();
-        ctx.data
-            .common
-            .pulse
-            .follow(&apis.namespace, &name, addresses, login);
-    }
-    if ctx.data.forced_failover {
-        mark_gone_servers(apis, &mut observed).await;
-    }
-    Seen {
-        prepared,
-        observed,
-        connections,
-    }
 }
 
 /// For each member that did not answer, what its pod says of its server
@@ -232,93 +375,6 @@ async fn mark_gone_servers(apis: &Apis<ValkeyCluster>, observed: &mut Observed) 
                 tracing::debug!(member = %member.name, %error, "cannot read the member's pod")
             }
         }
-    }
-}
-
-/// The passes over `spec.users`, the passwords and, with TLS, the certificates (a
-/// cluster's members are all data nodes).
-async fn credentials(ctx: &Ctx, apis: &Apis<ValkeyCluster>, seen: &Seen) -> Credentials {
-    let observed = &seen.observed;
-    let data = observed
-        .members
-        .iter()
-        .zip(&observed.versions)
-        .zip(&observed.nodes)
-        .map(|((m, version), node)| DataNode {
-            at: Reached {
-                name: &m.name,
-                ip: m.address.as_ref().map(|a| a.ip.as_str()),
-                port: m.address.as_ref().map_or(CLIENT_PORT, |a| a.port),
-            },
-            version: version.as_deref(),
-            node: Some(node),
-        })
-        .collect();
-    let members = Members {
-        data,
-        sentinels: Vec::new(),
-        nodes: &observed.nodes,
-        connections: &seen.connections,
-    };
-    let checks = &ctx.data.common.user_checks;
-    let none = std::future::ready(Vec::new());
-    credentials::passes(&ctx.runtime, apis, checks, &seen.prepared, &members, none).await
-}
-
-/// The planner's step on what was seen, and the status that says so (pure).
-fn decide(
-    shared: &Shared,
-    apis: &Apis<ValkeyCluster>,
-    seen: &Seen,
-    credentials: &Credentials,
-) -> Decided {
-    let Prepared {
-        live, passwords, ..
-    } = &seen.prepared;
-    let (cluster, observed) = (&live.topology, &seen.observed);
-    let shape = Shape {
-        replication_password: passwords.operator.as_deref().ok().map(|p| {
-            let previous = passwords.operator_applied.as_ref().map(|a| a.fallbacks(p));
-            ReplicationPassword::rotating_from(p, &previous.unwrap_or_default())
-        }),
-        ..Shape::of(cluster)
-    };
-    let refused: Vec<&str> = observed.login_refused.iter().map(String::as_str).collect();
-    let foreign = live.foreign_member();
-    let key = (apis.namespace.clone(), cluster.name_any());
-    let tried = shared.attempts.lock().unwrap().get(&key).cloned();
-    let step = plan::decide(
-        &shape,
-        &observed.members,
-        &Circumstances {
-            recorded_switchover: cluster
-                .status
-                .as_ref()
-                .and_then(|s| s.switchover.as_ref())
-                .filter(|s| s.outcome.is_finished())
-                .map(|s| s.id.as_str()),
-            foreign_member: foreign.as_deref(),
-            operator_password_problem: passwords.operator.as_ref().err().map(String::as_str),
-            tls_problem: passwords.tls_problem.as_deref(),
-            default_password_problem: passwords.default.as_ref().err().map(String::as_str),
-            login_refused: &refused,
-            attempts: tried.as_ref(),
-        },
-    );
-    let survey = survey::survey(&shape, &observed.members);
-    let planned = report(seen, credentials, &shape, &survey, &step, None);
-    let idle = stages::idle_look(
-        shared.common.idle_look,
-        cluster,
-        seen.prepared.policy_refused,
-        &credentials.rotations,
-    );
-    Decided {
-        gossip: survey.disagreement.is_some() || survey.unsettled_shard_ids.is_some(),
-        step,
-        shape,
-        planned,
-        idle,
     }
 }
 
@@ -351,91 +407,6 @@ fn report(
     };
     stages::finish_status(&mut status, cluster, credentials, now);
     status
-}
-
-/// Writes status first (so it says what is about to happen), runs the step, records it for
-/// the progress check, publishes its Event; when to look again.
-async fn carry_out(
-    ctx: &Ctx,
-    apis: &Apis<ValkeyCluster>,
-    seen: &Seen,
-    credentials: &Credentials,
-    decided: Decided,
-) -> Result<Action, Error> {
-    let cluster = &seen.prepared.live.topology;
-    let observed = &seen.observed;
-    let Decided {
-        step,
-        shape,
-        planned,
-        gossip,
-        idle,
-    } = decided;
-    match &step {
-        Step::Idle => {}
-        Step::Wait { .. } => tracing::debug!(cluster = %cluster.name_any(), %step, "waiting"),
-        _ => tracing::info!(cluster = %cluster.name_any(), %step, "step"),
-    }
-    let statuses = observed
-        .members
-        .iter()
-        .zip(&observed.versions)
-        .map(|(m, version)| (m.name.as_str(), member_status(m, version.as_deref())))
-        .collect();
-    stages::write_member_statuses(apis, &observed.nodes, statuses).await?;
-    if planned.phase != Some(Phase::Ready) {
-        let why = conditions::find(&planned.conditions, conditions::types::READY)
-            .map(|c| c.message.as_str());
-        tracing::debug!(cluster = %cluster.name_any(), phase = ?planned.phase, why, "not ready");
-    }
-    let changed = |old: Option<&ValkeyClusterStatus>, new: &ValkeyClusterStatus| old != Some(new);
-    stages::write_status(apis, cluster, &planned, changed).await?;
-
-    let objects = ClusterMembers {
-        cluster,
-        members: &observed.members,
-        api: &apis.nodes,
-        namespace: &apis.namespace,
-        field_manager: apis.field_manager,
-    };
-    let done = execute(&step, &observed.members, &seen.connections, &objects).await;
-    let key = (apis.namespace.clone(), cluster.name_any());
-    ctx.data
-        .attempts
-        .lock()
-        .unwrap()
-        .entry(key)
-        .or_default()
-        .record(&step, Unchanged::of(&observed.members));
-    let step_error = done.as_ref().err().map(ToString::to_string);
-    match &done {
-        Ok(Done { moved: Some(moved) }) => {
-            tracing::info!(cluster = %cluster.name_any(), slots = moved.slots, stopped = ?moved.stopped, "moved slots");
-        }
-        Ok(_) => {}
-        Err(e) => {
-            tracing::warn!(cluster = %cluster.name_any(), step = %step, error = %e, "step failed");
-            let survey = survey::survey(&shape, &observed.members);
-            let failed = report(
-                seen,
-                credentials,
-                &shape,
-                &survey,
-                &step,
-                step_error.as_deref(),
-            );
-            stages::write_status(apis, cluster, &failed, changed).await?;
-        }
-    }
-    if let Some((reason, note)) = step_event(&step, step_error.as_deref()) {
-        ctx.runtime
-            .events
-            .publish(cluster, reason, note, None)
-            .await;
-    }
-    let ready = planned.phase == Some(Phase::Ready);
-    let look = next_look(&step, step_error.is_some(), ready, gossip, idle);
-    Ok(Action::requeue(look))
 }
 
 /// When to look again: soon after a step (its effect shows in Valkey), sooner still while

@@ -1,15 +1,9 @@
-//! One reconcile of a ValkeyReplication, in typed stages, each taking the one before:
-//!
-//! 1. [`stages::fetch`]: the group and the ValkeyNodes labelled as its members; a paused
-//!    group stops here ([`stages::report_paused`]);
-//! 2. [`prepare`]: the password Secrets, its TLS, the members the spec asks for, the client
-//!    Services, the disruption budgets and the NetworkPolicy ([`Prepared`]);
-//! 3. [`observe`]: every data node and sentinel asked what it knows ([`Seen`], with the
-//!    connections, closed in one place at the end);
-//! 4. [`credentials`]: the passes over `spec.users`, the passwords and the certificates;
-//! 5. [`decide`] (pure): the planner's one next step and the status that says so ([`Decided`]);
-//! 6. [`carry_out`]: the role labels follow the primary, status is written first, the step
-//!    runs, its Event and one when the primary moved are published.
+//! A ValkeyReplication's own stages of the reconcile every kind runs
+//! ([`crate::driver::shared::pipeline`]): `prepare` (its Secrets, the sentinels' too, TLS,
+//! members, client Services, budgets, NetworkPolicy), `observe` (every data node and
+//! sentinel asked; the sentinels' announcements followed), `credentials` (the sentinels'
+//! own password besides), `decide` (pure) and `carry_out` (the role labels follow the
+//! primary first; an Event when the primary moved).
 //!
 //! Nothing is remembered between reconciles but what status says.
 
@@ -19,7 +13,6 @@ mod watch;
 
 pub use watch::SwitchWatch;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use crd_types::ValkeyReplication;
@@ -31,7 +24,6 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
-use operator_runtime::controller::ReconcileContext;
 use topology_controller::replication::events::{ReplicationEvent, primary_changed, step_event};
 use topology_controller::replication::execute::{DataLogin, execute};
 use topology_controller::replication::model::Group;
@@ -52,9 +44,10 @@ use topology_controller::shared::tls;
 
 use crate::driver::shared::credentials::{self, DataNode, Members, Reached};
 use crate::driver::shared::error::Error;
+use crate::driver::shared::member_nodes::MemberNodes;
+use crate::driver::shared::pipeline::{self, Kind};
 use crate::driver::shared::secrets;
 use crate::driver::shared::stages::{self, Apis, Common, Credentials, Live};
-use crate::driver::shared::topology::Topology;
 use crate::driver::shared::valkey::{Conn, Login};
 use crate::driver::shared::{member_tls, password_rotation};
 use connect::Observed;
@@ -71,11 +64,11 @@ pub struct Shared {
     pub switches: SwitchWatch,
 }
 
-type Ctx = ReconcileContext<Shared>;
+type Ctx = pipeline::Ctx<ValkeyReplication>;
 
 /// What is known of the group's passwords: the data nodes' and the operator's, as for any
 /// topology, and the sentinels' own.
-struct Passwords {
+pub struct Passwords {
     data: secrets::Passwords,
     /// The sentinels' default user's password, or why it cannot be read, and its Secret's.
     sentinel: Result<String, String>,
@@ -95,7 +88,7 @@ type Prepared = stages::Prepared<ValkeyReplication, Passwords>;
 type Seen = stages::Seen<ValkeyReplication, Passwords, Observed>;
 
 /// Stage 5's output: the step, the group as the planner read it, and the status that says it.
-struct Decided {
+pub struct Decided {
     step: Step,
     group: Group,
     health: Health,
@@ -104,165 +97,317 @@ struct Decided {
     idle: Duration,
 }
 
-pub async fn reconcile(cached: Arc<ValkeyReplication>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let apis = Apis::of(&ctx.runtime, cached.as_ref())?;
-    let name = cached.name_any();
-    let Some(live) = stages::fetch(&apis, &name).await? else {
-        ctx.data.switches.forget(&apis.namespace, &name);
-        ctx.data.common.forget(&apis.namespace, &name);
-        return Ok(Action::await_change());
-    };
-    if live.topology.paused() {
-        stages::report_paused(&apis, &live.topology).await?;
-        return Ok(Action::await_change());
+impl Kind for ValkeyReplication {
+    type Shared = Shared;
+    type Passwords = Passwords;
+    type Observed = Observed;
+    type Decided = Decided;
+
+    fn common(shared: &Shared) -> &Common {
+        &shared.common
     }
-    let prepared = prepare(&ctx, &apis, live).await?;
-    let seen = observe(&ctx, &apis, prepared).await;
-    let credentials = credentials(&ctx, &apis, &seen).await;
-    let decided = decide(&ctx.data, &seen, &credentials);
-    let outcome = carry_out(&ctx, &apis, &seen, &credentials, decided).await;
-    seen.connections.close().await;
-    outcome.map(Action::requeue)
-}
 
-/// Passwords before members, so a member's pod finds its Secrets when it starts; members
-/// only once their certificates can be issued; then the Services, budgets and policy.
-async fn prepare(
-    ctx: &Ctx,
-    apis: &Apis<ValkeyReplication>,
-    live: Live<ValkeyReplication>,
-) -> Result<Prepared, Error> {
-    let vkr = &live.topology;
-    let name = vkr.name_any();
-    let mut passwords = passwords(apis, &live).await?;
-    let (default_secret, operator_secret) =
-        auth::topology_secrets(&name, vkr.spec.common.auth.as_ref());
-    let followed = vec![
-        (
-            default_secret.reference,
-            passwords.data.default.as_deref().ok(),
-        ),
-        (
-            operator_secret.reference,
-            passwords.data.operator.as_deref().ok(),
-        ),
-        (
-            auth::sentinel_secret(vkr).reference,
-            passwords.sentinel.as_deref().ok(),
-        ),
-    ];
-    ctx.data
-        .common
-        .password_look
-        .follow(&apis.secrets, &apis.namespace, &name, followed);
-    let tls = stages::read_tls(&ctx.runtime, apis, &live).await?;
-    passwords.data.tls_problem = tls.as_ref().and_then(|t| t.as_ref().err().cloned());
-    let group = Group::of(vkr);
-    let context = members::context(vkr, &live.owned);
-    let wanted = group
-        .positions()
-        .into_iter()
-        .map(|at| (group.member_name(at), at));
-    let build = |at, allowed| members::member(vkr, at, allowed, &context);
-    let nodes = stages::apply_members(apis, &live, tls.as_ref(), wanted, build).await?;
-    objects::apply_services(&apis.services, vkr, &apis.namespace, apis.field_manager).await?;
-    stages::apply_budgets(apis, vkr, &disruption::replication_budgets(vkr)).await?;
-    let policy = network::replication_policy(vkr, &ctx.data.common.operator_namespace);
-    let policy_refused = stages::apply_policy(&ctx.runtime, apis, vkr, policy).await;
-    let login = member_tls::login(
-        &passwords.data.operator,
-        passwords.data.operator_applied.as_ref(),
-        tls,
-    );
-    Ok(Prepared {
-        live,
-        passwords,
-        login,
-        nodes,
-        policy_refused,
-    })
-}
+    fn forget(shared: &Shared, namespace: &str, name: &str) {
+        shared.switches.forget(namespace, name);
+    }
 
-/// Asks every data node and sentinel; the sentinels' announcements and the pulse follow them.
-async fn observe(ctx: &Ctx, apis: &Apis<ValkeyReplication>, prepared: Prepared) -> Seen {
-    let name = prepared.live.topology.name_any();
-    let nodes = prepared.nodes.clone();
-    let (observed, connections) = connect::observe(&name, nodes, prepared.login.as_ref()).await;
-    if let Some(login) = &prepared.login {
-        let sentinels = observed
-            .members
-            .sentinels
-            .iter()
-            .filter_map(|s| s.facts.address.clone())
-            .collect();
+    /// Passwords before members, so a member's pod finds its Secrets when it starts; members
+    /// only once their certificates can be issued; then the Services, budgets and policy.
+    async fn prepare(ctx: &Ctx, apis: &Apis<Self>, live: Live<Self>) -> Result<Prepared, Error> {
+        let vkr = &live.topology;
+        let name = vkr.name_any();
+        let mut passwords = passwords(apis, &live).await?;
+        let (default_secret, operator_secret) =
+            auth::topology_secrets(&name, vkr.spec.common.auth.as_ref());
+        let followed = vec![
+            (
+                default_secret.reference,
+                passwords.data.default.as_deref().ok(),
+            ),
+            (
+                operator_secret.reference,
+                passwords.data.operator.as_deref().ok(),
+            ),
+            (
+                auth::sentinel_secret(vkr).reference,
+                passwords.sentinel.as_deref().ok(),
+            ),
+        ];
         ctx.data
-            .switches
-            .follow(&apis.namespace, &name, sentinels, login);
+            .common
+            .password_look
+            .follow(&apis.secrets, &apis.namespace, &name, followed);
+        let tls = stages::read_tls(&ctx.runtime, apis, &live).await?;
+        passwords.data.tls_problem = tls.as_ref().and_then(|t| t.as_ref().err().cloned());
+        let group = Group::of(vkr);
+        let context = members::context(vkr, &live.owned);
+        let wanted = group
+            .positions()
+            .into_iter()
+            .map(|at| (group.member_name(at), at));
+        let build = |at, allowed| members::member(vkr, at, allowed, &context);
+        let nodes = stages::apply_members(apis, &live, tls.as_ref(), wanted, build).await?;
+        objects::apply_services(&apis.services, vkr, &apis.namespace, apis.field_manager).await?;
+        stages::apply_budgets(apis, vkr, &disruption::replication_budgets(vkr)).await?;
+        let policy = network::replication_policy(vkr, &ctx.data.common.operator_namespace);
+        let policy_refused = stages::apply_policy(&ctx.runtime, apis, vkr, policy).await;
+        let login = member_tls::login(
+            &passwords.data.operator,
+            passwords.data.operator_applied.as_ref(),
+            tls,
+        );
+        Ok(Prepared {
+            live,
+            passwords,
+            login,
+            nodes,
+            policy_refused,
+        })
+    }
+
+    /// Asks every data node and sentinel; the sentinels' announcements and the pulse follow them.
+    async fn observe(ctx: &Ctx, apis: &Apis<Self>, prepared: Prepared) -> Seen {
+        let name = prepared.live.topology.name_any();
+        let nodes = prepared.nodes.clone();
+        let (observed, connections) = connect::observe(&name, nodes, prepared.login.as_ref()).await;
+        if let Some(login) = &prepared.login {
+            let sentinels = observed
+                .members
+                .sentinels
+                .iter()
+                .filter_map(|s| s.facts.address.clone())
+                .collect();
+            ctx.data
+                .switches
+                .follow(&apis.namespace, &name, sentinels, login);
+            let data = observed
+                .members
+                .data
+                .iter()
+                .filter_map(|d| d.facts.address.clone().map(|ip| (ip, PORT)))
+                .collect();
+            ctx.data
+                .common
+                .pulse
+                .follow(&apis.namespace, &name, data, login);
+        }
+        Seen {
+            prepared,
+            observed,
+            connections,
+        }
+    }
+
+    /// The passes over `spec.users` (data nodes only: sentinels have none of them), the
+    /// passwords (the sentinels' own too) and, with TLS, the certificates (reloaded on data
+    /// nodes only: Sentinel has no CONFIG SET, and 8.x reads TLS files only at start).
+    async fn credentials(ctx: &Ctx, apis: &Apis<Self>, seen: &Seen) -> Credentials {
+        let observed = &seen.observed;
+        let node = |name: &str| observed.nodes.iter().find(|n| n.name_any() == name);
         let data = observed
             .members
             .data
             .iter()
-            .filter_map(|d| d.facts.address.clone().map(|ip| (ip, PORT)))
+            .map(|d| DataNode {
+                at: Reached {
+                    name: d.name(),
+                    ip: d.facts.address.as_deref(),
+                    port: PORT,
+                },
+                version: d.answer.as_ref().and_then(|a| a.version.as_deref()),
+                node: node(d.name()),
+            })
             .collect();
-        ctx.data
-            .common
-            .pulse
-            .follow(&apis.namespace, &name, data, login);
+        let sentinels = observed
+            .members
+            .sentinels
+            .iter()
+            .map(|s| Reached {
+                name: s.name(),
+                ip: s.facts.address.as_deref(),
+                port: SENTINEL_PORT,
+            })
+            .collect();
+        let members = Members {
+            data,
+            sentinels,
+            nodes: &observed.nodes,
+            connections: &seen.connections,
+        };
+        let checks = &ctx.data.common.user_checks;
+        let on_sentinels = sentinels_pass(ctx, seen);
+        credentials::passes(
+            &ctx.runtime,
+            apis,
+            checks,
+            &seen.prepared,
+            &members,
+            on_sentinels,
+        )
+        .await
     }
-    Seen {
-        prepared,
-        observed,
-        connections,
-    }
-}
 
-/// The passes over `spec.users` (data nodes only: sentinels have none of them), the
-/// passwords (the sentinels' own too) and, with TLS, the certificates (reloaded on data
-/// nodes only: Sentinel has no CONFIG SET, and 8.x reads TLS files only at start).
-async fn credentials(ctx: &Ctx, apis: &Apis<ValkeyReplication>, seen: &Seen) -> Credentials {
-    let observed = &seen.observed;
-    let node = |name: &str| observed.nodes.iter().find(|n| n.name_any() == name);
-    let data = observed
-        .members
-        .data
-        .iter()
-        .map(|d| DataNode {
-            at: Reached {
-                name: d.name(),
-                ip: d.facts.address.as_deref(),
-                port: PORT,
+    /// The planner's step on what was seen, and the status that says so (pure).
+    fn decide(ctx: &Ctx, _: &Apis<Self>, seen: &Seen, credentials: &Credentials) -> Decided {
+        let shared = &ctx.data;
+        let Prepared {
+            live, passwords, ..
+        } = &seen.prepared;
+        let vkr = &live.topology;
+        let group = Group {
+            replication_password: passwords.data.operator.as_deref().ok().map(|p| {
+                let previous = passwords
+                    .data
+                    .operator_applied
+                    .as_ref()
+                    .map(|a| a.fallbacks(p));
+                ReplicationPassword::rotating_from(p, &previous.unwrap_or_default())
+            }),
+            ..Group::of(vkr)
+        };
+        let members = &seen.observed.members;
+        let recorded = recorded_primary(vkr);
+        let recorded_switchover = vkr
+            .status
+            .as_ref()
+            .and_then(|s| s.switchover.as_ref())
+            .filter(|s| s.outcome.is_finished())
+            .map(|s| s.id.as_str());
+        let refused: Vec<&str> = seen
+            .observed
+            .login_refused
+            .iter()
+            .map(String::as_str)
+            .collect();
+        let foreign = live.foreign_member();
+        let step = plan::decide(
+            &group,
+            members,
+            &Circumstances {
+                recorded_primary: recorded,
+                recorded_switchover,
+                foreign_member: foreign.as_deref(),
+                operator_password_problem: passwords
+                    .data
+                    .operator
+                    .as_ref()
+                    .err()
+                    .map(String::as_str),
+                tls_problem: passwords.data.tls_problem.as_deref(),
+                default_password_problem: passwords.start_problem.as_deref(),
+                login_refused: &refused,
             },
-            version: d.answer.as_ref().and_then(|a| a.version.as_deref()),
-            node: node(d.name()),
-        })
-        .collect();
-    let sentinels = observed
-        .members
-        .sentinels
-        .iter()
-        .map(|s| Reached {
-            name: s.name(),
-            ip: s.facts.address.as_deref(),
-            port: SENTINEL_PORT,
-        })
-        .collect();
-    let members = Members {
-        data,
-        sentinels,
-        nodes: &observed.nodes,
-        connections: &seen.connections,
-    };
-    let checks = &ctx.data.common.user_checks;
-    let on_sentinels = sentinels_pass(ctx, seen);
-    credentials::passes(
-        &ctx.runtime,
-        apis,
-        checks,
-        &seen.prepared,
-        &members,
-        on_sentinels,
-    )
-    .await
+        );
+        let health = Health::of(&group, members, recorded);
+        let planned = report(seen, credentials, &group, &health, &step, None);
+        let idle = stages::idle_look(
+            shared.common.idle_look,
+            vkr,
+            seen.prepared.policy_refused,
+            &credentials.rotations,
+        );
+        Decided {
+            step,
+            group,
+            health,
+            planned,
+            idle,
+        }
+    }
+
+    /// The read-write and read-only Services follow the roles before anything else; status is
+    /// written next (so it says what is about to happen), then the step runs and its Events go
+    /// out; when to look again.
+    async fn carry_out(
+        ctx: &Ctx,
+        apis: &Apis<Self>,
+        seen: &Seen,
+        credentials: &Credentials,
+        decided: Decided,
+    ) -> Result<Action, Error> {
+        let (vkr, observed) = (&seen.prepared.live.topology, &seen.observed);
+        let login = seen.prepared.login.as_ref();
+        let members = &observed.members;
+        let Decided {
+            step,
+            group,
+            health,
+            planned,
+            idle,
+        } = decided;
+        let recorded = recorded_primary(vkr);
+        label_roles(apis, seen, &group, &health).await?;
+        let statuses = members
+            .data
+            .iter()
+            .map(|d| (d.name(), valkey_status(d, members)))
+            .chain(
+                members
+                    .sentinels
+                    .iter()
+                    .map(|s| (s.name(), sentinel_valkey_status(s))),
+            )
+            .collect();
+        stages::write_member_statuses(apis, &observed.nodes, statuses).await?;
+        stages::write_status(apis, vkr, &planned, status::status_changed).await?;
+        if let Some((reason, note, member)) =
+            primary_changed(recorded, planned.current_primary.as_deref())
+        {
+            let related = related(observed, member.as_deref());
+            ctx.runtime.events.publish(vkr, reason, note, related).await;
+        }
+
+        let context = members::context(vkr, &observed.nodes);
+        let objects = MemberNodes::new(apis, |member: &str, revision| {
+            let at = group
+                .positions()
+                .into_iter()
+                .find(|at| group.member_name(*at) == member)?;
+            Some(members::member(vkr, at, Some(revision), &context))
+        });
+        let done = match login {
+            Some(login) => {
+                let data_login = DataLogin {
+                    user: &login.user,
+                    password: &login.password,
+                };
+                execute(
+                    &step,
+                    &group,
+                    members,
+                    &seen.connections,
+                    &objects,
+                    &data_login,
+                )
+                .await
+            }
+            // Without the operator's password the guard only ever lets waits through.
+            None => Ok(()),
+        };
+        let step_error = done.as_ref().err().map(ToString::to_string);
+        if let Err(e) = &done {
+            tracing::warn!(replication = %vkr.name_any(), step = %step, error = %e, "step failed");
+            let failed = report(
+                seen,
+                credentials,
+                &group,
+                &health,
+                &step,
+                step_error.as_deref(),
+            );
+            stages::write_status(apis, vkr, &failed, status::status_changed).await?;
+        }
+        if let Some((reason, note, member)) = step_event(&step, step_error.as_deref()) {
+            let related = related(observed, member.as_deref());
+            ctx.runtime.events.publish(vkr, reason, note, related).await;
+        }
+        let ready = planned.phase == Some(Phase::Ready);
+        if let (Some(login), Step::Idle, true) = (login, &step, ready) {
+            restart_stale_sentinel(ctx, apis, vkr, login, observed, &health).await;
+        }
+        let look = next_look(&step, step_error.is_some(), ready, idle);
+        Ok(Action::requeue(look))
+    }
 }
 
 /// Creates the missing generated Secrets and reads the passwords.
@@ -335,68 +480,6 @@ async fn sentinels_pass(ctx: &Ctx, seen: &Seen) -> Vec<PasswordRotation> {
     password_rotation::run(&ctx.runtime, group, whose, password, &sentinels).await
 }
 
-/// The planner's step on what was seen, and the status that says so (pure).
-fn decide(shared: &Shared, seen: &Seen, credentials: &Credentials) -> Decided {
-    let Prepared {
-        live, passwords, ..
-    } = &seen.prepared;
-    let vkr = &live.topology;
-    let group = Group {
-        replication_password: passwords.data.operator.as_deref().ok().map(|p| {
-            let previous = passwords
-                .data
-                .operator_applied
-                .as_ref()
-                .map(|a| a.fallbacks(p));
-            ReplicationPassword::rotating_from(p, &previous.unwrap_or_default())
-        }),
-        ..Group::of(vkr)
-    };
-    let members = &seen.observed.members;
-    let recorded = recorded_primary(vkr);
-    let recorded_switchover = vkr
-        .status
-        .as_ref()
-        .and_then(|s| s.switchover.as_ref())
-        .filter(|s| s.outcome.is_finished())
-        .map(|s| s.id.as_str());
-    let refused: Vec<&str> = seen
-        .observed
-        .login_refused
-        .iter()
-        .map(String::as_str)
-        .collect();
-    let foreign = live.foreign_member();
-    let step = plan::decide(
-        &group,
-        members,
-        &Circumstances {
-            recorded_primary: recorded,
-            recorded_switchover,
-            foreign_member: foreign.as_deref(),
-            operator_password_problem: passwords.data.operator.as_ref().err().map(String::as_str),
-            tls_problem: passwords.data.tls_problem.as_deref(),
-            default_password_problem: passwords.start_problem.as_deref(),
-            login_refused: &refused,
-        },
-    );
-    let health = Health::of(&group, members, recorded);
-    let planned = report(seen, credentials, &group, &health, &step, None);
-    let idle = stages::idle_look(
-        shared.common.idle_look,
-        vkr,
-        seen.prepared.policy_refused,
-        &credentials.rotations,
-    );
-    Decided {
-        step,
-        group,
-        health,
-        planned,
-        idle,
-    }
-}
-
 /// The primary status names.
 fn recorded_primary(vkr: &ValkeyReplication) -> Option<&str> {
     vkr.status
@@ -440,99 +523,6 @@ fn report(
     };
     stages::finish_status(&mut status, vkr, credentials, now);
     status
-}
-
-/// The read-write and read-only Services follow the roles before anything else; status is
-/// written next (so it says what is about to happen), then the step runs and its Events go
-/// out; when to look again.
-async fn carry_out(
-    ctx: &Ctx,
-    apis: &Apis<ValkeyReplication>,
-    seen: &Seen,
-    credentials: &Credentials,
-    decided: Decided,
-) -> Result<Duration, Error> {
-    let (vkr, observed) = (&seen.prepared.live.topology, &seen.observed);
-    let login = seen.prepared.login.as_ref();
-    let members = &observed.members;
-    let Decided {
-        step,
-        group,
-        health,
-        planned,
-        idle,
-    } = decided;
-    let recorded = recorded_primary(vkr);
-    label_roles(apis, seen, &group, &health).await?;
-    let statuses = members
-        .data
-        .iter()
-        .map(|d| (d.name(), valkey_status(d, members)))
-        .chain(
-            members
-                .sentinels
-                .iter()
-                .map(|s| (s.name(), sentinel_valkey_status(s))),
-        )
-        .collect();
-    stages::write_member_statuses(apis, &observed.nodes, statuses).await?;
-    stages::write_status(apis, vkr, &planned, status::status_changed).await?;
-    if let Some((reason, note, member)) =
-        primary_changed(recorded, planned.current_primary.as_deref())
-    {
-        let related = related(observed, member.as_deref());
-        ctx.runtime.events.publish(vkr, reason, note, related).await;
-    }
-
-    let context = members::context(vkr, &observed.nodes);
-    let objects = objects::GroupMembers {
-        group: vkr,
-        context: &context,
-        api: &apis.nodes,
-        namespace: &apis.namespace,
-        field_manager: apis.field_manager,
-    };
-    let done = match login {
-        Some(login) => {
-            let data_login = DataLogin {
-                user: &login.user,
-                password: &login.password,
-            };
-            execute(
-                &step,
-                &group,
-                members,
-                &seen.connections,
-                &objects,
-                &data_login,
-            )
-            .await
-        }
-        // Without the operator's password the guard only ever lets waits through.
-        None => Ok(()),
-    };
-    let step_error = done.as_ref().err().map(ToString::to_string);
-    if let Err(e) = &done {
-        tracing::warn!(replication = %vkr.name_any(), step = %step, error = %e, "step failed");
-        let failed = report(
-            seen,
-            credentials,
-            &group,
-            &health,
-            &step,
-            step_error.as_deref(),
-        );
-        stages::write_status(apis, vkr, &failed, status::status_changed).await?;
-    }
-    if let Some((reason, note, member)) = step_event(&step, step_error.as_deref()) {
-        let related = related(observed, member.as_deref());
-        ctx.runtime.events.publish(vkr, reason, note, related).await;
-    }
-    let ready = planned.phase == Some(Phase::Ready);
-    if let (Some(login), Step::Idle, true) = (login, &step, ready) {
-        restart_stale_sentinel(ctx, apis, vkr, login, observed, &health).await;
-    }
-    Ok(next_look(&step, step_error.is_some(), ready, idle))
 }
 
 /// The data pods' role labels follow the primary the group has, so the read-write and

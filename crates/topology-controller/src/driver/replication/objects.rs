@@ -1,67 +1,19 @@
-//! The Kubernetes objects of a group besides its Secrets: the members a step changes
-//! (opening a roll gate, deleting a leaving member), the client Services, applied when the
-//! live ones do not hold them, and the role label on the data pods.
+//! The Kubernetes objects of a group besides its Secrets and members: the client Services,
+//! applied when the live ones do not hold them, and the role label on the data pods.
 
 use std::collections::BTreeMap;
 
+use crd_types::ValkeyReplication;
 use crd_types::names::labels;
-use crd_types::node::NodeReplication;
-use crd_types::{ValkeyNode, ValkeyReplication};
 use k8s_openapi::api::core::v1::{Pod, Service};
-use kube::api::{DeleteParams, ListParams};
+use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 use operator_runtime::{ApiResultExt, ObjectName, Op, apply};
 use serde_json::json;
-use topology_controller::replication::members;
-use topology_controller::replication::model::{DataNode, Group, Members};
+use topology_controller::replication::model::{DataNode, Members};
 use topology_controller::replication::services::{client_services, pod_roles};
-use topology_controller::shared::commands::StepError;
-use topology_controller::shared::execute::MemberObjects;
 
 use crate::driver::shared::error::Error;
-
-/// A group's member ValkeyNodes, changed through the API server under the controller's
-/// field manager.
-pub struct GroupMembers<'a> {
-    pub group: &'a ValkeyReplication,
-    /// What members are told of the group (see `members::context`).
-    pub context: &'a NodeReplication,
-    pub api: &'a Api<ValkeyNode>,
-    pub namespace: &'a str,
-    pub field_manager: &'a str,
-}
-
-impl MemberObjects for GroupMembers<'_> {
-    async fn delete(&self, member: &str) -> Result<(), StepError> {
-        self.api
-            .delete(member, &DeleteParams::default())
-            .await
-            .map(drop)
-            .on(
-                Op::Delete,
-                ObjectName::new::<ValkeyNode>(self.namespace, member),
-            )
-            .map_err(StepError::from)
-    }
-
-    async fn allow_roll(&self, member: &str, revision: &str) -> Result<(), StepError> {
-        let group = Group::of(self.group);
-        let at = group
-            .positions()
-            .into_iter()
-            .find(|at| group.member_name(*at) == member)
-            .ok_or_else(|| StepError::NotAnswering(member.to_string()))?;
-        let built = members::member(self.group, at, Some(revision.to_string()), self.context);
-        apply::apply(self.api, member, &built, self.field_manager)
-            .await
-            .map(drop)
-            .on(
-                Op::Apply,
-                ObjectName::new::<ValkeyNode>(self.namespace, member),
-            )
-            .map_err(StepError::from)
-    }
-}
 
 /// Applies the group's client Services where the live ones differ.
 pub async fn apply_services(

@@ -18,6 +18,7 @@ use kube::{Api, Resource, ResourceExt};
 use operator_runtime::{Context, EventReason};
 use topology_controller::shared::auth::AppliedOperator;
 use topology_controller::shared::default_password;
+use topology_controller::shared::events::TopologyEvent;
 use topology_controller::shared::operator_password::{self, Facts, Member, Outcome, OutgoingLogin};
 use topology_controller::shared::users::AclMember;
 
@@ -25,6 +26,7 @@ use crate::driver::shared::error::Error;
 use crate::driver::shared::password_rotation::Password;
 use crate::driver::shared::secret_store::SecretStore;
 use crate::driver::shared::secrets;
+use crate::driver::shared::topology::Topology;
 
 /// The longest a pass may take: it runs before the topology's step.
 const PASS_LIMIT: Duration = Duration::from_secs(15);
@@ -94,34 +96,35 @@ struct Pass<'a, 'm, V> {
 
 /// Brings the operator `password` to `members` of `topology` (data nodes and sentinels,
 /// their ValkeyNodes in `nodes`); returns what to record now for it.
-#[allow(clippy::too_many_arguments)]
-pub async fn run<K, R, V, S, P>(
+pub async fn run<T, V, S, P>(
     ctx: &Context,
     apis: Apis<'_, S, P>,
-    topology: &K,
-    auth: Option<&Auth>,
+    topology: &T,
     password: Password<'_>,
     applied: Option<&AppliedOperator>,
-    recorded: &[PasswordRotation],
     members: &[Member<'_, V>],
     nodes: &[ValkeyNode],
-    reasons: Reasons<R>,
 ) -> Vec<PasswordRotation>
 where
-    K: Resource<DynamicType = ()> + Debug + Sync,
-    R: EventReason + Send,
+    T: Topology,
     V: AclMember + OutgoingLogin,
     S: SecretStore,
     P: PodReader,
 {
     let events = Events { ctx, topology };
     let pass = Pass {
-        auth,
+        auth: topology.auth(),
         password,
         applied,
-        recorded,
+        recorded: topology.recorded_rotations(),
         members,
         nodes,
+    };
+    let reasons = Reasons {
+        added: TopologyEvent::OperatorPasswordAdded,
+        switched: TopologyEvent::OperatorLoginsSwitched,
+        dropped: TopologyEvent::PreviousPasswordDropped,
+        refused: TopologyEvent::OperatorPasswordRefused,
     };
     rotate(&events, &apis, topology, pass, reasons).await
 }

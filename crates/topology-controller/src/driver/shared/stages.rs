@@ -336,22 +336,14 @@ pub async fn password_passes<T: Topology>(
                 field_manager: apis.field_manager,
             },
             topology,
-            topology.auth(),
             password_rotation::Password {
                 version: passwords.operator_version.as_deref(),
                 reference: &operator_secret.reference,
                 value: &passwords.operator,
             },
             passwords.operator_applied.as_ref(),
-            topology.recorded_rotations(),
             operator,
             nodes,
-            operator_rotation::Reasons {
-                added: TopologyEvent::OperatorPasswordAdded,
-                switched: TopologyEvent::OperatorLoginsSwitched,
-                dropped: TopologyEvent::PreviousPasswordDropped,
-                refused: TopologyEvent::OperatorPasswordRefused,
-            },
         )
     );
     rotations.extend(on_operator);
