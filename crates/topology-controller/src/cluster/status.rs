@@ -6,7 +6,7 @@ use crd_types::cluster::{
     ConfigPaths, MemberStatus, Phase, ShardStatus, SwitchoverOutcome, SwitchoverStatus,
     ValkeyClusterStatus,
 };
-use crd_types::conditions::reasons::{Degraded, Progressing, SlotsAssigned, TopologyReady};
+use crd_types::conditions::reasons::{Degraded, SlotsAssigned, TopologyReady};
 use crd_types::conditions::{self, ConditionSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -15,6 +15,7 @@ use crate::cluster::model::{Member, Shape};
 use crate::cluster::plan::Step;
 use crate::cluster::slots::{self, SLOTS};
 use crate::cluster::survey::{ShardSurvey, Survey};
+use crate::shared::conditions::{not_ready, progressing};
 use crate::shared::roll::FailoverReason;
 
 /// Everything the cluster status is computed from.
@@ -40,7 +41,7 @@ pub fn cluster_status(i: Inputs) -> ValkeyClusterStatus {
     let current = i.current.map(|c| c.conditions.as_slice()).unwrap_or(&[]);
     let conditions = [
         ready(&i, &health, phase),
-        progressing(&i, phase),
+        progressing(i.step, i.step_error, phase),
         degraded(&i, &health),
         slots_assigned(i.survey, &health),
     ]
@@ -178,23 +179,7 @@ fn ready(i: &Inputs, h: &Health, phase: Phase) -> ConditionSpec {
         let message = format!("{} shards, all {SLOTS} slots served", h.wanted_shards);
         return ConditionSpec::new(TopologyReady::ClusterReady, true, message);
     }
-    let message = match i.step {
-        // Nothing left to do, yet not ready: say what is still missing.
-        Step::Idle => unwell_message(i, h),
-        _ => progress_message(i),
-    };
-    ConditionSpec::new(TopologyReady::from(phase), false, message)
-}
-
-/// `Progressing`: True while a step runs (the reason is the phase it serves), False while
-/// idle or waiting (the reason says for what).
-fn progressing(i: &Inputs, phase: Phase) -> ConditionSpec {
-    let (reason, running) = match i.step {
-        Step::Idle => (Progressing::Idle, false),
-        Step::Wait { reason, .. } => (Progressing::Waiting(*reason), false),
-        _ => (Progressing::Step(phase), true),
-    };
-    ConditionSpec::new(reason, running, progress_message(i))
+    not_ready(i.step, i.step_error, phase, || unwell_message(i, h))
 }
 
 /// `Degraded`: formed once, not ready, and a member, a shard or Valkey's node list is not
@@ -232,14 +217,6 @@ fn slots_assigned(survey: &Survey, h: &Health) -> ConditionSpec {
         survey.slots_assigned, survey.open_slots
     );
     ConditionSpec::new(reason, h.complete, message)
-}
-
-/// The step in words, and how it failed.
-fn progress_message(i: &Inputs) -> String {
-    match i.step_error {
-        Some(e) => format!("{}; failed: {e}", i.step),
-        None => i.step.to_string(),
-    }
 }
 
 /// The first thing that keeps the cluster from Ready, in words.

@@ -25,7 +25,7 @@ use crd_types::conditions::reasons::Waiting;
 use crate::replication::model::{Group, Members};
 use crate::replication::survey::{forming, primary};
 use crate::shared::acl::ReplicationPassword;
-use crate::shared::guard::{self, GuardedStep};
+use crate::shared::guard::{self, Holds, PlannedStep, StepState};
 use crate::shared::live;
 use crate::shared::roll::FailoverReason;
 use data_nodes::{attach, refused_target, replication_user, set_live_config};
@@ -179,15 +179,16 @@ impl fmt::Display for Step {
     }
 }
 
-impl GuardedStep for Step {
+impl PlannedStep for Step {
     fn waiting(reason: Waiting, message: String) -> Self {
         Step::Wait { reason, message }
     }
 
-    fn wait_message(&self) -> Option<&str> {
+    fn state(&self) -> StepState<'_> {
         match self {
-            Step::Wait { message, .. } => Some(message),
-            _ => None,
+            Step::Idle => StepState::Idle,
+            Step::Wait { reason, message } => StepState::Waiting(*reason, message),
+            _ => StepState::Running,
         }
     }
 
@@ -211,36 +212,16 @@ pub struct Circumstances<'a> {
     pub recorded_primary: Option<&'a str>,
     /// The switchover request id status already reports as done.
     pub recorded_switchover: Option<&'a str>,
-    /// A ValkeyNode with a member's name that this group does not own.
-    pub foreign_member: Option<&'a str>,
-    pub operator_password_problem: Option<&'a str>,
-    /// Why the TLS Secret cannot be used, if it cannot.
-    pub tls_problem: Option<&'a str>,
-    pub default_password_problem: Option<&'a str>,
-    /// Members that refuse the operator user's login.
-    pub login_refused: &'a [&'a str],
+    /// A foreign member, the passwords, the TLS Secret ([`guard::Holds`]).
+    pub holds: Holds<'a>,
 }
 
 /// The step to take: the planner's, unless a foreign ValkeyNode holds a member's name,
-/// then held back by what is known of the passwords.
+/// then held back by what is known of the passwords ([`guard::decide`]).
 pub fn decide(group: &Group, members: &Members, c: &Circumstances) -> Step {
-    let step = match c.foreign_member {
-        Some(name) => Step::wait(
-            Waiting::ForeignMember,
-            format!(
-                "ValkeyNode {name} exists but does not belong to {}; rename or delete it",
-                group.name
-            ),
-        ),
-        None => next_step(group, members, c.recorded_primary, c.recorded_switchover),
-    };
-    guard::guard_step(
-        step,
-        c.operator_password_problem,
-        c.tls_problem,
-        c.default_password_problem,
-        c.login_refused,
-    )
+    guard::decide(&c.holds, &group.name, || {
+        next_step(group, members, c.recorded_primary, c.recorded_switchover)
+    })
 }
 
 /// The next step; `recorded_primary` is `status.currentPrimary`, `recorded_switchover` the

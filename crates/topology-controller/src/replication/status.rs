@@ -4,7 +4,7 @@
 
 use crd_types::ValkeyReplicationStatus;
 use crd_types::cluster::{ConfigPaths, Phase, SwitchoverOutcome, SwitchoverStatus};
-use crd_types::conditions::reasons::{Degraded, Progressing, TopologyReady};
+use crd_types::conditions::reasons::{Degraded, TopologyReady};
 use crd_types::conditions::{self, ConditionSpec};
 use crd_types::node::{Role, ValkeyStatus};
 use crd_types::replication::ReplicationMemberStatus;
@@ -14,6 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 use crate::replication::model::{DataNode, Group, Members, Sentinel};
 use crate::replication::plan::Step;
 use crate::replication::survey::Health;
+use crate::shared::conditions::{not_ready, progressing};
 use crate::shared::roll::FailoverReason;
 
 /// Everything the status is computed from.
@@ -36,7 +37,7 @@ pub fn replication_status(i: Inputs) -> ValkeyReplicationStatus {
     let current = i.current.map(|c| c.conditions.as_slice()).unwrap_or(&[]);
     let conditions = [
         ready_condition(&i, ready, phase),
-        progressing(&i, phase),
+        progressing(i.step, i.step_error, phase),
         degraded(&i, ready),
     ]
     .into_iter()
@@ -199,20 +200,7 @@ fn ready_condition(i: &Inputs, ready: bool, phase: Phase) -> ConditionSpec {
         );
         return ConditionSpec::new(TopologyReady::ReplicationReady, true, message);
     }
-    let message = match i.step {
-        Step::Idle => unwell_message(h),
-        _ => progress_message(i),
-    };
-    ConditionSpec::new(TopologyReady::from(phase), false, message)
-}
-
-fn progressing(i: &Inputs, phase: Phase) -> ConditionSpec {
-    let (reason, running) = match i.step {
-        Step::Idle => (Progressing::Idle, false),
-        Step::Wait { reason, .. } => (Progressing::Waiting(*reason), false),
-        _ => (Progressing::Step(phase), true),
-    };
-    ConditionSpec::new(reason, running, progress_message(i))
+    not_ready(i.step, i.step_error, phase, || unwell_message(h))
 }
 
 fn degraded(i: &Inputs, ready: bool) -> ConditionSpec {
@@ -231,14 +219,6 @@ fn degraded(i: &Inputs, ready: bool) -> ConditionSpec {
         Degraded::Healthy
     };
     ConditionSpec::new(reason, reason != Degraded::Healthy, unwell_message(h))
-}
-
-/// The step in words, and how it failed.
-fn progress_message(i: &Inputs) -> String {
-    match i.step_error {
-        Some(e) => format!("{}; failed: {e}", i.step),
-        None => i.step.to_string(),
-    }
 }
 
 /// The first thing that keeps the group from Ready, in words.

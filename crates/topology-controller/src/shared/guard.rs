@@ -3,15 +3,68 @@
 
 use crd_types::conditions::reasons::Waiting;
 
-/// A planner's step as the guard sees it: a cluster's [`Step`], a replication's.
-pub trait GuardedStep: Sized {
+/// What a planner's step is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepState<'a> {
+    /// Nothing to do.
+    Idle,
+    /// Nothing can be done until something changes: why, in a reason and words.
+    Waiting(Waiting, &'a str),
+    /// A step that changes something.
+    Running,
+}
+
+/// A planner's step as the shared rules and reports see it: a cluster's, a replication's.
+pub trait PlannedStep: Sized + std::fmt::Display {
     /// A wait with `reason` and `message`.
     fn waiting(reason: Waiting, message: String) -> Self;
-    /// The message of a wait; `None` for any other step.
-    fn wait_message(&self) -> Option<&str>;
+    fn state(&self) -> StepState<'_>;
     /// Idle, or a step that lets a member restart: held while the default user's password
     /// cannot be read (a member that restarts would not start again, and nothing is Ready).
     fn needs_default_password(&self) -> bool;
+
+    /// The message of a wait; `None` for any other step.
+    fn wait_message(&self) -> Option<&str> {
+        match self.state() {
+            StepState::Waiting(_, message) => Some(message),
+            _ => None,
+        }
+    }
+}
+
+/// What holds every topology's planner back besides its members' answers: a ValkeyNode it
+/// does not own under a member's name, and what is known of the passwords and the TLS Secret.
+#[derive(Clone, Debug, Default)]
+pub struct Holds<'a> {
+    /// A ValkeyNode with a member's name that the topology does not own.
+    pub foreign_member: Option<&'a str>,
+    /// Why the operator user's password cannot be read, if it cannot.
+    pub operator_password_problem: Option<&'a str>,
+    /// Why the TLS Secret cannot be used, if it cannot.
+    pub tls_problem: Option<&'a str>,
+    /// Why a password members need to start cannot be read, if one cannot.
+    pub default_password_problem: Option<&'a str>,
+    /// Members that refuse the operator user's login.
+    pub login_refused: &'a [&'a str],
+}
+
+/// The step to take: `plan`'s, unless a foreign ValkeyNode holds a member's name (never taken
+/// over; `owner` names the topology in the message), then held back by [`guard_step`].
+pub fn decide<S: PlannedStep>(holds: &Holds, owner: &str, plan: impl FnOnce() -> S) -> S {
+    let step = match holds.foreign_member {
+        Some(name) => S::waiting(
+            Waiting::ForeignMember,
+            format!("ValkeyNode {name} exists but does not belong to {owner}; rename or delete it"),
+        ),
+        None => plan(),
+    };
+    guard_step(
+        step,
+        holds.operator_password_problem,
+        holds.tls_problem,
+        holds.default_password_problem,
+        holds.login_refused,
+    )
 }
 
 /// The planner's step, held back by what is known of the passwords:
@@ -24,7 +77,7 @@ pub trait GuardedStep: Sized {
 ///
 /// Each problem is put in front of a waiting step's own message, never instead of it; the
 /// wait then carries the first problem's reason, the cause to act on.
-pub fn guard_step<S: GuardedStep>(
+pub fn guard_step<S: PlannedStep>(
     step: S,
     operator_problem: Option<&str>,
     tls_problem: Option<&str>,

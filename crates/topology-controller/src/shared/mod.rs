@@ -5,6 +5,7 @@ pub mod acl;
 pub mod auth;
 pub mod ca_replacement;
 pub mod commands;
+pub mod conditions;
 pub mod connections;
 pub mod default_password;
 pub mod disruption;

@@ -4,19 +4,20 @@
 use crd_types::conditions::reasons::Waiting;
 
 use super::{FailoverReason, Step};
-use crate::shared::guard::GuardedStep;
 #[cfg(test)]
 use crate::shared::guard::guard_step;
+use crate::shared::guard::{PlannedStep, StepState};
 
-impl GuardedStep for Step {
+impl PlannedStep for Step {
     fn waiting(reason: Waiting, message: String) -> Self {
         Step::wait(reason, message)
     }
 
-    fn wait_message(&self) -> Option<&str> {
+    fn state(&self) -> StepState<'_> {
         match self {
-            Step::Wait { message, .. } => Some(message),
-            _ => None,
+            Step::Idle => StepState::Idle,
+            Step::Wait { reason, message } => StepState::Waiting(*reason, message),
+            _ => StepState::Running,
         }
     }
 

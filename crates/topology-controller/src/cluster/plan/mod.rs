@@ -39,6 +39,7 @@ use crate::cluster::model::{Member, Shape};
 use crate::cluster::slot_jobs;
 use crate::cluster::slots::{Move, SlotRange, format_ranges, slot_count};
 use crate::shared::acl::{self, ReplicationPassword};
+use crate::shared::guard::Holds;
 use crate::shared::member_facts::Address;
 use crate::shared::roll::{FailoverReason, RollStep};
 use progress::{Attempts, Seen};
@@ -279,46 +280,23 @@ impl fmt::Display for Step {
 pub struct Circumstances<'a> {
     /// The switchover request id status already reports as done.
     pub recorded_switchover: Option<&'a str>,
-    /// A ValkeyNode with a member's name that this cluster does not own.
-    pub foreign_member: Option<&'a str>,
-    /// Why the operator user's password cannot be read, if it cannot.
-    pub operator_password_problem: Option<&'a str>,
-    /// Why the TLS Secret cannot be used, if it cannot.
-    pub tls_problem: Option<&'a str>,
-    /// Why the default user's password cannot be read, if it cannot.
-    pub default_password_problem: Option<&'a str>,
-    /// Members that refuse the operator user's login.
-    pub login_refused: &'a [&'a str],
+    /// A foreign member, the passwords, the TLS Secret ([`crate::shared::guard::Holds`]).
+    pub holds: Holds<'a>,
     /// The steps this controller took lately and how often, for the progress check
     /// ([`progress`]); `None` counts nothing.
     pub attempts: Option<&'a Attempts>,
 }
 
 /// The step to take: the planner's, unless a foreign ValkeyNode holds a member's name (never
-/// taken over), then held back by what is known of the passwords ([`crate::shared::guard::guard_step`]).
+/// taken over), then held back by what is known of the passwords ([`crate::shared::guard::decide`]).
 pub fn decide(shape: &Shape, members: &[Member], c: &Circumstances) -> Step {
-    let step = match c.foreign_member {
-        Some(name) => Step::wait(
-            Waiting::ForeignMember,
-            format!(
-                "ValkeyNode {name} exists but does not belong to this cluster; rename or delete it"
-            ),
-        ),
-        None => {
-            let seen = Seen::of(members);
-            let tried = |step: &Step| c.attempts.map_or(0, |a| a.times(step, seen));
-            let step = next_step_after(shape, members, c.recorded_switchover, &tried);
-            let times = tried(&step);
-            progress::hold_without_effect(step, times)
-        }
-    };
-    crate::shared::guard::guard_step(
-        step,
-        c.operator_password_problem,
-        c.tls_problem,
-        c.default_password_problem,
-        c.login_refused,
-    )
+    crate::shared::guard::decide(&c.holds, "this cluster", || {
+        let seen = Seen::of(members);
+        let tried = |step: &Step| c.attempts.map_or(0, |a| a.times(step, seen));
+        let step = next_step_after(shape, members, c.recorded_switchover, &tried);
+        let times = tried(&step);
+        progress::hold_without_effect(step, times)
+    })
 }
 
 /// Names the wanted members without an address, and where the address comes from: an

@@ -1,5 +1,6 @@
 use super::*;
 use crate::cluster::sim::*;
+use crate::shared::guard::Holds;
 
 #[test]
 fn slots_never_move_to_a_member_on_an_older_data_format() {
@@ -244,15 +245,21 @@ fn a_foreign_member_holds_everything_and_passwords_come_first() {
     let d = shape(1, 0);
     let sims = formed(1, 0);
     let foreign = Circumstances {
-        foreign_member: Some("c-0-0"),
+        holds: Holds {
+            foreign_member: Some("c-0-0"),
+            ..Default::default()
+        },
         ..Default::default()
     };
     let (reason, why) = wait_of(decide(&d, &members(&sims), &foreign));
     assert_eq!(reason, Waiting::ForeignMember);
     assert!(why.contains("ValkeyNode c-0-0 exists"), "{why}");
     let no_password = Circumstances {
-        operator_password_problem: Some("Secret c-operator does not exist"),
-        ..foreign
+        holds: Holds {
+            operator_password_problem: Some("Secret c-operator does not exist"),
+            ..foreign.holds
+        },
+        ..Default::default()
     };
     let (reason, _) = wait_of(decide(&d, &members(&sims), &no_password));
     assert_eq!(reason, Waiting::NoOperatorPassword);

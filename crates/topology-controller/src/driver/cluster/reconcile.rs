@@ -33,6 +33,7 @@ use topology_controller::cluster::survey::{self, switchover_outcome};
 use topology_controller::shared::acl::ReplicationPassword;
 use topology_controller::shared::auth;
 use topology_controller::shared::disruption;
+use topology_controller::shared::guard::Holds;
 use topology_controller::shared::member_status::versions_in_play;
 use topology_controller::shared::network;
 use topology_controller::shared::storage::headroom;
@@ -232,11 +233,17 @@ impl Kind for ValkeyCluster {
                     .and_then(|s| s.switchover.as_ref())
                     .filter(|s| s.outcome.is_finished())
                     .map(|s| s.id.as_str()),
-                foreign_member: foreign.as_deref(),
-                operator_password_problem: passwords.operator.as_ref().err().map(String::as_str),
-                tls_problem: passwords.tls_problem.as_deref(),
-                default_password_problem: passwords.default.as_ref().err().map(String::as_str),
-                login_refused: &refused,
+                holds: Holds {
+                    foreign_member: foreign.as_deref(),
+                    operator_password_problem: passwords
+                        .operator
+                        .as_ref()
+                        .err()
+                        .map(String::as_str),
+                    tls_problem: passwords.tls_problem.as_deref(),
+                    default_password_problem: passwords.default.as_ref().err().map(String::as_str),
+                    login_refused: &refused,
+                },
                 attempts: tried.as_ref(),
             },
         );

@@ -37,6 +37,7 @@ use topology_controller::shared::acl::ReplicationPassword;
 use topology_controller::shared::auth;
 use topology_controller::shared::default_password::{self, Sentinel};
 use topology_controller::shared::disruption;
+use topology_controller::shared::guard::Holds;
 use topology_controller::shared::member_status::versions_in_play;
 use topology_controller::shared::network;
 use topology_controller::shared::storage::headroom;
@@ -286,16 +287,18 @@ impl Kind for ValkeyReplication {
             &Circumstances {
                 recorded_primary: recorded,
                 recorded_switchover,
-                foreign_member: foreign.as_deref(),
-                operator_password_problem: passwords
-                    .data
-                    .operator
-                    .as_ref()
-                    .err()
-                    .map(String::as_str),
-                tls_problem: passwords.data.tls_problem.as_deref(),
-                default_password_problem: passwords.start_problem.as_deref(),
-                login_refused: &refused,
+                holds: Holds {
+                    foreign_member: foreign.as_deref(),
+                    operator_password_problem: passwords
+                        .data
+                        .operator
+                        .as_ref()
+                        .err()
+                        .map(String::as_str),
+                    tls_problem: passwords.data.tls_problem.as_deref(),
+                    default_password_problem: passwords.start_problem.as_deref(),
+                    login_refused: &refused,
+                },
             },
         );
         let health = Health::of(&group, members, recorded);

@@ -1,6 +1,7 @@
 use super::*;
 use crate::replication::PORT;
 use crate::replication::sim::*;
+use crate::shared::guard::Holds;
 
 #[test]
 fn a_new_group_waits_for_every_member_then_attaches_then_monitors() {
@@ -100,12 +101,18 @@ fn a_foreign_member_and_password_problems_come_first() {
     let g = group(1, 1);
     let m = formed(1, 1);
     let c = Circumstances {
-        foreign_member: Some("g-0"),
+        holds: Holds {
+            foreign_member: Some("g-0"),
+            ..Default::default()
+        },
         ..Default::default()
     };
     assert_eq!(wait_of(decide(&g, &m, &c)).0, Waiting::ForeignMember);
     let c = Circumstances {
-        default_password_problem: Some("Secret g-auth does not exist"),
+        holds: Holds {
+            default_password_problem: Some("Secret g-auth does not exist"),
+            ..Default::default()
+        },
         ..Default::default()
     };
     assert_eq!(
