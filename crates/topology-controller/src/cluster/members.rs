@@ -5,17 +5,16 @@
 use std::collections::BTreeMap;
 
 use crd_types::names::{self, labels};
-use crd_types::node::{Mode, RolloutPolicy};
+use crd_types::node::Mode;
 use crd_types::template::Scheduling;
-use crd_types::{ValkeyCluster, ValkeyNode, ValkeyNodeSpec};
+use crd_types::{ValkeyCluster, ValkeyNode};
 use k8s_openapi::api::core::v1::{Pod, TopologySpreadConstraint};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::{Resource, ResourceExt};
+use kube::ResourceExt;
 
 use crate::cluster::model::{Member, Position, member_config};
 
 use crate::shared::member_facts::Revisions;
-use crate::shared::members::{announced_address, member_tls, spread_softly};
+use crate::shared::members::{MemberOf, announced_address, member_node, spread_softly};
 
 /// The member's position, read from its labels (`None` for a node that is not a member).
 pub fn position_of(node: &ValkeyNode) -> Option<Position> {
@@ -104,37 +103,16 @@ pub fn member(
         &cluster_name,
         at,
     );
-    let member_name = names::cluster_member_name(&cluster_name, at.shard, at.member);
-    ValkeyNode {
-        metadata: ObjectMeta {
-            name: Some(member_name.clone()),
-            namespace: cluster.namespace(),
-            labels: Some(member_labels(&cluster_name, at)),
-            owner_references: cluster.controller_owner_ref(&()).map(|o| vec![o]),
-            ..Default::default()
-        },
-        spec: ValkeyNodeSpec {
-            mode: Mode::Cluster,
-            template,
-            auth: Some(crate::shared::auth::member_auth(cluster)),
-            tls: cluster
-                .spec
-                .common
-                .tls
-                .as_ref()
-                .map(|t| member_tls(t, &member_name, true)),
-            rollout_policy: RolloutPolicy::Gated,
-            allowed_revision,
-            replication: None,
-            users_secret_name: cluster
-                .spec
-                .common
-                .users
-                .as_ref()
-                .map(|_| names::users_secret_name(&cluster_name)),
-        },
-        status: None,
-    }
+    let member = MemberOf {
+        name: names::cluster_member_name(&cluster_name, at.shard, at.member),
+        mode: Mode::Cluster,
+        template,
+        auth: crate::shared::auth::member_auth(cluster),
+        labels: member_labels(&cluster_name, at),
+        data: true,
+        replication: None,
+    };
+    member_node(cluster, &cluster.spec.common, member, allowed_revision)
 }
 
 /// Adds, per spread key the user did not already constrain, a soft constraint keeping one
@@ -153,6 +131,8 @@ mod tests {
     use super::*;
     use crate::shared::members::{SPREAD_KEYS, needs_apply};
     use crd_types::ValkeyClusterSpec;
+    use crd_types::ValkeyNodeSpec;
+    use crd_types::node::RolloutPolicy;
     use crd_types::template::Announce;
 
     fn pod_with(valkey: serde_json::Value) -> Pod {

@@ -6,16 +6,15 @@ use std::collections::BTreeMap;
 
 use crd_types::cluster::Phase;
 use crd_types::names::{self, components, labels};
-use crd_types::node::{Mode, NodeReplication, RolloutPolicy};
+use crd_types::node::{Mode, NodeReplication};
 use crd_types::template::{Auth, Scheduling, ValkeyNodeTemplate};
-use crd_types::{ValkeyNode, ValkeyNodeSpec, ValkeyReplication};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::{Resource, ResourceExt};
+use crd_types::{ValkeyNode, ValkeyReplication};
+use kube::ResourceExt;
 
 use crate::replication::model::{At, Facts, Group, data_config};
 use crate::shared::auth;
 use crate::shared::member_facts::Revisions;
-use crate::shared::members::{announced_address, member_tls, spread_softly};
+use crate::shared::members::{MemberOf, announced_address, member_node, spread_softly};
 
 /// The member's position, from its labels and mode (`None`: not a member).
 pub fn position_of(node: &ValkeyNode) -> Option<At> {
@@ -129,40 +128,19 @@ pub fn member(
             },
         ),
     };
-    let member_name = match at {
-        At::Data(i) => names::replication_member_name(&name, i),
-        At::Sentinel(j) => names::sentinel_member_name(&name, j),
+    let member = MemberOf {
+        name: match at {
+            At::Data(i) => names::replication_member_name(&name, i),
+            At::Sentinel(j) => names::sentinel_member_name(&name, j),
+        },
+        mode,
+        template,
+        auth,
+        labels: member_labels(&name, index),
+        data: matches!(at, At::Data(_)),
+        replication: Some(context.clone()),
     };
-    ValkeyNode {
-        metadata: ObjectMeta {
-            name: Some(member_name.clone()),
-            namespace: replication.namespace(),
-            labels: Some(member_labels(&name, index)),
-            owner_references: replication.controller_owner_ref(&()).map(|o| vec![o]),
-            ..Default::default()
-        },
-        spec: ValkeyNodeSpec {
-            mode,
-            template,
-            auth: Some(auth),
-            tls: spec
-                .common
-                .tls
-                .as_ref()
-                .map(|t| member_tls(t, &member_name, matches!(at, At::Data(_)))),
-            rollout_policy: RolloutPolicy::Gated,
-            allowed_revision,
-            replication: Some(context.clone()),
-            // Sentinels have no users of the spec's.
-            users_secret_name: spec
-                .common
-                .users
-                .as_ref()
-                .filter(|_| matches!(at, At::Data(_)))
-                .map(|_| names::users_secret_name(&name)),
-        },
-        status: None,
-    }
+    member_node(replication, &spec.common, member, allowed_revision)
 }
 
 /// A data node's pod: the spec's template with `min-replicas-to-write` and
@@ -216,6 +194,7 @@ mod tests {
     use super::*;
     use crate::replication::model::{MIN_REPLICAS_MAX_LAG, MIN_REPLICAS_TO_WRITE};
     use crd_types::ValkeyReplicationSpec;
+    use crd_types::node::RolloutPolicy;
     use crd_types::template::SecretKeyRef;
 
     fn replication(replicas: i32) -> ValkeyReplication {

@@ -3,12 +3,15 @@
 
 use std::collections::BTreeMap;
 
-use crd_types::ValkeyNode;
 use crd_types::names::{self, ports};
+use crd_types::node::{Mode, NodeReplication, RolloutPolicy};
 use crd_types::template::{Announce, Tls, TopologyTls};
+use crd_types::template::{Auth, ValkeyNodeTemplate};
+use crd_types::topology::TopologySpec;
+use crd_types::{ValkeyNode, ValkeyNodeSpec};
 use k8s_openapi::api::core::v1::TopologySpreadConstraint;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kube::ResourceExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use kube::{Resource, ResourceExt};
 
 use crate::shared::member_facts::Address;
 
@@ -79,5 +82,59 @@ pub fn spread_softly(
             }),
             ..Default::default()
         });
+    }
+}
+
+/// One member's own part of its ValkeyNode; [`member_node`] adds what every member of a
+/// topology gets.
+pub struct MemberOf {
+    pub name: String,
+    pub mode: Mode,
+    pub template: ValkeyNodeTemplate,
+    pub auth: Auth,
+    pub labels: BTreeMap<String, String>,
+    /// A data node (not a sentinel): its certificate names the data ports, and it gets the
+    /// spec's users.
+    pub data: bool,
+    /// What a ValkeyReplication's member is told of its group.
+    pub replication: Option<NodeReplication>,
+}
+
+/// The member's ValkeyNode: owned by `topology`, gated (`allowed_revision` is its roll gate's
+/// current value: it must be sent on every apply, or the field would be dropped), with the
+/// topology's TLS and, on a data node, its users.
+pub fn member_node<K: Resource<DynamicType = ()>>(
+    topology: &K,
+    spec: &TopologySpec,
+    member: MemberOf,
+    allowed_revision: Option<String>,
+) -> ValkeyNode {
+    let topology_name = topology.meta().name.clone().unwrap_or_default();
+    ValkeyNode {
+        metadata: ObjectMeta {
+            name: Some(member.name.clone()),
+            namespace: topology.meta().namespace.clone(),
+            labels: Some(member.labels),
+            owner_references: topology.controller_owner_ref(&()).map(|o| vec![o]),
+            ..Default::default()
+        },
+        spec: ValkeyNodeSpec {
+            mode: member.mode,
+            template: member.template,
+            auth: Some(member.auth),
+            tls: spec
+                .tls
+                .as_ref()
+                .map(|t| member_tls(t, &member.name, member.data)),
+            rollout_policy: RolloutPolicy::Gated,
+            allowed_revision,
+            replication: member.replication,
+            users_secret_name: spec
+                .users
+                .as_ref()
+                .filter(|_| member.data)
+                .map(|_| names::users_secret_name(&topology_name)),
+        },
+        status: None,
     }
 }
