@@ -15,7 +15,7 @@ use crate::cluster::model::{Member, Shape};
 use crate::cluster::plan::Step;
 use crate::cluster::slots::{self, SLOTS};
 use crate::cluster::survey::{ShardSurvey, Survey};
-use crate::shared::conditions::{not_ready, progressing};
+use crate::shared::conditions::{PhaseFacts, not_ready, progressing, topology_phase};
 use crate::shared::roll::FailoverReason;
 
 /// Everything the cluster status is computed from.
@@ -144,33 +144,15 @@ impl<'a> Health<'a> {
     }
 }
 
-/// Creating until the first Ready; then Scaling while the shape changes, Updating while
-/// members roll, Degraded for anything else that keeps it from Ready.
+/// The cluster's phase ([`crate::shared::conditions::topology_phase`]).
 fn phase(i: &Inputs, h: &Health) -> Phase {
-    // Waiting on the roll itself: the last member to roll runs the new revision but is not
-    // in sync yet, or node-controller has not rendered a new template everywhere.
-    let roll_waits = matches!(i.step, Step::Wait { reason, .. } if reason.is_roll());
-    let scaling_waits = matches!(i.step, Step::Wait { reason, .. } if reason.is_scaling());
-    if h.ready {
-        Phase::Ready
-    } else if !h.ever_formed {
-        Phase::Creating
-    } else if i.step.is_scaling() || scaling_waits || !h.all_there || h.reshaping {
-        Phase::Scaling
-    } else if h.rolling
-        || roll_waits
-        || matches!(
-            i.step,
-            Step::AllowRoll { .. }
-                | Step::Failover { .. }
-                | Step::SetConfig(_)
-                | Step::CreateReplicationUser { .. }
-        )
-    {
-        Phase::Updating
-    } else {
-        Phase::Degraded
-    }
+    let facts = PhaseFacts {
+        ready: h.ready,
+        formed: h.ever_formed,
+        reshaping: !h.all_there || h.reshaping,
+        rolling: h.rolling,
+    };
+    topology_phase(i.step, facts)
 }
 
 /// `Ready`: its reason is the phase while not ready.

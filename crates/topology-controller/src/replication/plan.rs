@@ -20,6 +20,7 @@ mod sentinels;
 
 use std::fmt;
 
+use crd_types::cluster::Phase;
 use crd_types::conditions::reasons::Waiting;
 
 use crate::replication::model::{Group, Members};
@@ -184,6 +185,21 @@ impl PlannedStep for Step {
         Step::Wait { reason, message }
     }
 
+    fn serves(&self) -> Option<Phase> {
+        if is_scaling(self) {
+            return Some(Phase::Scaling);
+        }
+        let updates = matches!(
+            self,
+            Step::HandOver { .. }
+                | Step::AllowRoll { .. }
+                | Step::SetPriority { .. }
+                | Step::SetConfig(_)
+                | Step::CreateReplicationUser { .. }
+        );
+        updates.then_some(Phase::Updating)
+    }
+
     fn state(&self) -> StepState<'_> {
         match self {
             Step::Idle => StepState::Idle,
@@ -203,6 +219,23 @@ impl PlannedStep for Step {
                 }
         )
     }
+}
+
+/// Steps that change who replicates whom or who watches (the Scaling phase).
+fn is_scaling(step: &Step) -> bool {
+    matches!(
+        step,
+        Step::ReplicaOf { .. }
+            | Step::Monitor { .. }
+            | Step::Remonitor { .. }
+            | Step::Configure { .. }
+            | Step::Remove(_)
+            | Step::Reset { .. }
+            | Step::HandOver {
+                reason: FailoverReason::Removal,
+                ..
+            }
+    )
 }
 
 /// What the next step depends on besides the members' answers.

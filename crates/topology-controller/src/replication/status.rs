@@ -14,7 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 use crate::replication::model::{DataNode, Group, Members, Sentinel};
 use crate::replication::plan::Step;
 use crate::replication::survey::Health;
-use crate::shared::conditions::{not_ready, progressing};
+use crate::shared::conditions::{PhaseFacts, not_ready, progressing, topology_phase};
 use crate::shared::roll::FailoverReason;
 
 /// Everything the status is computed from.
@@ -94,7 +94,6 @@ fn ever_formed(i: &Inputs) -> bool {
 /// Creating until the first Ready; then Scaling while members come or go, Updating while
 /// they roll, Degraded for anything else that keeps the group from Ready.
 fn phase(i: &Inputs, ready: bool) -> Phase {
-    let roll_waits = matches!(i.step, Step::Wait { reason, .. } if reason.is_roll());
     let wanted = i.group.positions().len();
     let there = i
         .members
@@ -104,44 +103,13 @@ fn phase(i: &Inputs, ready: bool) -> Phase {
         .chain(i.members.sentinels.iter().map(|s| s.facts.at))
         .filter(|at| i.group.wants(*at))
         .count();
-    if ready {
-        Phase::Ready
-    } else if !ever_formed(i) {
-        Phase::Creating
-    } else if !i.health.leaving.is_empty() || there < wanted || is_scaling(i.step) {
-        Phase::Scaling
-    } else if i.health.rolling
-        || roll_waits
-        || matches!(
-            i.step,
-            Step::HandOver { .. }
-                | Step::AllowRoll { .. }
-                | Step::SetPriority { .. }
-                | Step::SetConfig(_)
-                | Step::CreateReplicationUser { .. }
-        )
-    {
-        Phase::Updating
-    } else {
-        Phase::Degraded
-    }
-}
-
-/// Steps that change who replicates whom or who watches (the Scaling phase).
-fn is_scaling(step: &Step) -> bool {
-    matches!(
-        step,
-        Step::ReplicaOf { .. }
-            | Step::Monitor { .. }
-            | Step::Remonitor { .. }
-            | Step::Configure { .. }
-            | Step::Remove(_)
-            | Step::Reset { .. }
-            | Step::HandOver {
-                reason: FailoverReason::Removal,
-                ..
-            }
-    )
+    let facts = PhaseFacts {
+        ready,
+        formed: ever_formed(i),
+        reshaping: !i.health.leaving.is_empty() || there < wanted,
+        rolling: i.health.rolling,
+    };
+    topology_phase(i.step, facts)
 }
 
 /// The outcome of the current switchover request; a finished one is kept as it was.

@@ -22,6 +22,9 @@ pub trait PlannedStep: Sized + std::fmt::Display {
     /// Idle, or a step that lets a member restart: held while the default user's password
     /// cannot be read (a member that restarts would not start again, and nothing is Ready).
     fn needs_default_password(&self) -> bool;
+    /// The phase a running step serves: `Scaling` (the topology's shape changes) or
+    /// `Updating` (its members' template or config); `None` for the others.
+    fn serves(&self) -> Option<crd_types::cluster::Phase>;
 
     /// The message of a wait; `None` for any other step.
     fn wait_message(&self) -> Option<&str> {

@@ -1,6 +1,7 @@
 //! Planner (layer 4): the planner's step held back by what is known of the passwords (read
 //! by the binary from the Secrets [`crate::shared::auth`] names).
 
+use crd_types::cluster::Phase;
 use crd_types::conditions::reasons::Waiting;
 
 use super::{FailoverReason, Step};
@@ -11,6 +12,20 @@ use crate::shared::guard::{PlannedStep, StepState};
 impl PlannedStep for Step {
     fn waiting(reason: Waiting, message: String) -> Self {
         Step::wait(reason, message)
+    }
+
+    fn serves(&self) -> Option<Phase> {
+        if self.is_scaling() {
+            return Some(Phase::Scaling);
+        }
+        let updates = matches!(
+            self,
+            Step::AllowRoll { .. }
+                | Step::Failover { .. }
+                | Step::SetConfig(_)
+                | Step::CreateReplicationUser { .. }
+        );
+        updates.then_some(Phase::Updating)
     }
 
     fn state(&self) -> StepState<'_> {
