@@ -52,7 +52,7 @@ pub mod annotations {
     /// replaces the CA (a key that may have leaked). topology-controller writes the value it
     /// answered on `<topology>-ca-key`; one set at creation asks for nothing.
     pub const REPLACE_CA: &str = "valkey.rs/replace-ca";
-    /// On a ValkeyCluster or ValkeyReplication: while set (to any value), topology-controller
+    /// On a ValkeyCluster or ValkeyReplication: while set (to anything but `false`), topology-controller
     /// takes no step on it (no roll, scaling, failover following or rotation) and its status
     /// says `Paused`; Kubernetes and Valkey keep serving.
     pub const PAUSED: &str = "valkey.rs/paused";

@@ -76,11 +76,13 @@ where
         })
         .collect();
     let users = stages::users_pass(ctx, apis, checks, topology, &user_members).await;
-    let (mut rotations, more) = futures::join!(
+    let ((mut rotations, on_operator), more) = futures::join!(
         password_passes(ctx, apis, topology, prepared.passwords.as_ref(), members),
         also
     );
+    // Recorded as before: the data nodes' default password, the kind's own, the operator's.
     rotations.extend(more);
+    rotations.extend(on_operator);
     let ca = match &prepared.login {
         Some(login) => {
             let data = members
@@ -110,14 +112,15 @@ fn tls_member<'a>(m: &Reached<'a>) -> Option<member_tls::Member<'a>> {
     })
 }
 
-/// The default password on the data nodes and the operator password on every member.
+/// The default password on the data nodes and the operator password on every member; what
+/// each records.
 async fn password_passes<T: Topology>(
     ctx: &operator_runtime::Context,
     apis: &Apis<T>,
     topology: &T,
     passwords: &Passwords,
     members: &Members<'_>,
-) -> Vec<PasswordRotation> {
+) -> (Vec<PasswordRotation>, Vec<PasswordRotation>) {
     let connections = members.connections;
     let data: Vec<default_password::Member<'_, Conn>> = members
         .data

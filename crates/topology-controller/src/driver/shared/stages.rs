@@ -308,7 +308,8 @@ pub async fn certificates_pass<T: Topology>(
 }
 
 /// The default password's pass over the data nodes (`data`) and the operator password's over
-/// `operator` (every member), at once: each is bounded, and both run before the step.
+/// `operator` (every member), at once: each is bounded, and both run before the step. What
+/// each records, in that order.
 pub async fn password_passes<T: Topology>(
     ctx: &Context,
     apis: &Apis<T>,
@@ -317,7 +318,7 @@ pub async fn password_passes<T: Topology>(
     data: &[default_password::Member<'_, Conn>],
     operator: &[operator_password::Member<'_, OperatorConn<'_>>],
     nodes: &[ValkeyNode],
-) -> Vec<PasswordRotation> {
+) -> (Vec<PasswordRotation>, Vec<PasswordRotation>) {
     let (default_secret, operator_secret) =
         auth::topology_secrets(&topology.name_any(), topology.auth());
     let default = password_rotation::Password {
@@ -325,7 +326,7 @@ pub async fn password_passes<T: Topology>(
         reference: &default_secret.reference,
         value: &passwords.default,
     };
-    let (mut rotations, on_operator) = futures::join!(
+    futures::join!(
         password_rotation::run(ctx, topology, password_rotation::DATA_NODES, default, data),
         operator_rotation::run(
             ctx,
@@ -345,9 +346,7 @@ pub async fn password_passes<T: Topology>(
             operator,
             nodes,
         )
-    );
-    rotations.extend(on_operator);
-    rotations
+    )
 }
 
 /// The longest a topology with nothing to do waits for its next look: `idle`, less while its
@@ -517,6 +516,18 @@ mod tests {
         // Written again unchanged: nothing to write.
         let again = cluster(Some(paused.clone()));
         assert_eq!(paused_status(&again, Timestamp::now()), paused);
+    }
+
+    #[test]
+    fn only_false_or_no_annotation_leaves_a_topology_running() {
+        let mut c = cluster(None);
+        for (value, paused) in [("true", true), ("", true), ("yes", true), ("false", false)] {
+            c.annotations_mut()
+                .insert(annotations::PAUSED.into(), value.into());
+            assert_eq!(c.paused(), paused, "{value:?}");
+        }
+        c.annotations_mut().remove(annotations::PAUSED);
+        assert!(!c.paused());
     }
 
     #[test]

@@ -54,9 +54,11 @@ pub trait Topology:
             .unwrap_or_default()
     }
 
-    /// The `valkey.rs/paused` annotation is set.
+    /// The `valkey.rs/paused` annotation is set to anything but `false`.
     fn paused(&self) -> bool {
-        self.annotations().contains_key(annotations::PAUSED)
+        self.annotations()
+            .get(annotations::PAUSED)
+            .is_some_and(|v| v != "false")
     }
 
     /// It watches Secrets nothing watches for it (users' passwords, a TLS Secret), so it is
