@@ -1,8 +1,8 @@
 //! The stages every topology kind's reconcile shares, written once over [`Topology`]: the
 //! API handles, fetching the topology with its members, applying members and owned objects,
 //! reading its TLS, the `spec.users` and certificate passes, writing status, and the pause.
-//! Each kind's reconcile (`driver::cluster::reconcile`, `driver::replication`) chains them
-//! with its own observation, planner and executor.
+//! The reconcile every kind runs (`driver::shared::pipeline`) and each kind's own stages
+//! (its `Kind`) call them.
 
 use std::time::Duration;
 
