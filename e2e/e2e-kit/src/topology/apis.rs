@@ -48,6 +48,12 @@ impl<T: Topology> TopologyApis<T> {
             .with_context(|| format!("patching {} {name} with {patch}", T::KIND))
     }
 
+    /// Its status (empty while it has none).
+    pub async fn status(&self, name: &str) -> Result<T::Status> {
+        let topology = self.topologies.get(name).await?;
+        Ok(topology.into_status().unwrap_or_default())
+    }
+
     /// The topology's members, by their [`Topology::MEMBER_LABEL`], in name order.
     pub async fn members(&self, name: &str) -> Result<Vec<ValkeyNode>> {
         let selector = format!("{}={name}", T::MEMBER_LABEL);

@@ -8,8 +8,12 @@
 //! What differs stays with each topology: its fixture and status contract, how its members
 //! are reached (shards and slots, or data nodes and sentinels), its writers and key sets.
 
+pub mod ca_replacement;
+pub mod paused;
+
 mod apis;
 mod connection;
+mod status;
 mod wait;
 mod writer;
 
@@ -27,6 +31,7 @@ use serde::de::DeserializeOwned;
 
 pub use apis::TopologyApis;
 pub use connection::{ValkeyClient, connect_one, raw};
+pub use status::TopologyStatus;
 pub use wait::{Progress, TOPOLOGY_CONTROLLER, poll_until, wait_until};
 pub use writer::WriterCount;
 
@@ -42,7 +47,7 @@ pub trait Topology:
     + 'static
 {
     /// What topology-controller writes in its status.
-    type Status: Default;
+    type Status: TopologyStatus;
     /// The kind, as Events, owner references and failure messages name it.
     const KIND: &'static str;
     /// The label on each member's ValkeyNode that names the topology (`valkey.rs/cluster`,

@@ -4,14 +4,10 @@
 
 use std::time::Instant;
 
-use crd_types::names::annotations::REPLACE_CA;
-use crd_types::rotation::CaReplacementPhase;
-use crd_types::template::{TlsAuthClients, TopologyTls};
 use e2e_kit::cluster_testing::{Access, AckedWriter, MemberAddr, valkey_cluster};
 use e2e_kit::sampler::Sampler;
-use e2e_kit::valkey_tls::{
-    ClientTls, both_cas, client_of_secret, members_without_ca, not_serving_own, secret_text,
-};
+use e2e_kit::topology::ca_replacement::{self, TlsMember};
+use e2e_kit::valkey_tls::{ClientTls, both_cas, client_of_secret, secret_text};
 use local_cluster::controller_pods::Outage;
 
 use crate::env::{Env, FORM, SETTLE};
@@ -34,12 +30,7 @@ async fn the_operators_ca_is_replaced_under_a_writer_with_no_restart() {
     let name = "newca";
     let secrets = &env.apis.secrets;
     let mut cluster = valkey_cluster(name, 2, 1, false);
-    cluster.spec.common.tls = Some(TopologyTls {
-        secret_name: None,
-        auth_clients: TlsAuthClients::Never,
-        plain_text_clients: false,
-        ca_overlap_seconds: Some(3600),
-    });
+    cluster.spec.common.tls = Some(ca_replacement::operator_tls(3600));
     env.apis.create(&cluster).await.unwrap();
     env.ready(name, FORM).await;
     let access = env.exact_access(name, 2, 1).await;
@@ -57,14 +48,16 @@ async fn the_operators_ca_is_replaced_under_a_writer_with_no_restart() {
 
     // Asked: both CAs are trusted; certificates stay the old CA's during the overlap.
     let asked = Instant::now();
-    let annotate = serde_json::json!({"metadata": {"annotations": {REPLACE_CA: "leaked-1"}}});
-    env.apis.patch(name, annotate).await.unwrap();
+    env.apis
+        .patch(name, ca_replacement::ask("leaked-1"))
+        .await
+        .unwrap();
     let bundle = env
         .wait(&format!("{public} to hold both CAs"), SETTLE, || {
             both_cas(secrets, &public)
         })
         .await;
-    assert!(bundle.starts_with(old_ca.trim_end()), "the old CA first");
+    let new_ca = ca_replacement::next_ca(&bundle, &old_ca);
     let what = "every member to trust both CAs (serving a fresh certificate of the old CA)";
     wait_serving_own(&env, &old_only, &access.members, &bundle, what).await;
     eprintln!(
@@ -81,28 +74,15 @@ async fn the_operators_ca_is_replaced_under_a_writer_with_no_restart() {
         .remove("valkey.rs/ca-replacement");
     assert_eq!(phase, None, "no switch while clients have their overlap");
     let told = env
-        .wait(
-            "the status to say members trust both CAs",
-            SETTLE,
-            || async {
-                let status = env.status(name).await?.ca_replacement;
-                Ok(status
-                    .filter(|r| r.phase == CaReplacementPhase::Trusting)
-                    .filter(|r| {
-                        r.waiting_for
-                            .as_ref()
-                            .is_some_and(|w| w.contains("clientsUntil"))
-                    })
-                    .ok_or("not yet".to_string()))
-            },
-        )
+        .wait("the status to say members trust both CAs", SETTLE, || {
+            ca_replacement::trusting_both(&env.apis, name)
+        })
         .await;
     let until = told
         .clients_until
         .expect("when clients must trust the new CA")
         .0;
     assert_eq!(until.as_second() - told.started.0.as_second(), 3600);
-    let new_ca = bundle[old_ca.trim_end().len()..].trim_start().to_string();
 
     // topology-controller killed while both CAs are trusted: the one that comes back reads
     // where the replacement stands from the Secrets, makes no other next CA and issues no
@@ -135,19 +115,17 @@ async fn the_operators_ca_is_replaced_under_a_writer_with_no_restart() {
     writer.progressed(100, SETTLE).await.unwrap();
     let sampled = access.clone();
     let sampler = Sampler::start(move || every_member_serving(&sampled));
-    let overlap = serde_json::json!({"spec": {"tls": {"caOverlapSeconds": 0}}});
-    env.apis.patch(name, overlap).await.unwrap();
+    env.apis
+        .patch(name, ca_replacement::overlap(0))
+        .await
+        .unwrap();
     let switched = Instant::now();
     env.wait(
         "every member's Secret to trust the new CA alone",
         SETTLE * 3,
-        || async {
+        || {
             let names = access.members.iter().map(|m| m.name.as_str());
-            let behind = members_without_ca(secrets, names, &new_ca).await?;
-            Ok(behind
-                .is_empty()
-                .then_some(())
-                .ok_or(format!("not yet: {behind:?}")))
+            ca_replacement::trusting_alone(secrets, names, &new_ca)
         },
     )
     .await;
@@ -178,9 +156,8 @@ async fn the_operators_ca_is_replaced_under_a_writer_with_no_restart() {
         secret_text(secrets, &public, "ca.crt").await.unwrap(),
         new_ca
     );
-    env.wait("the status to say no replacement", SETTLE, || async {
-        let status = env.status(name).await?.ca_replacement;
-        Ok(status.map_or(Ok(()), |r| Err(format!("{r:?}"))))
+    env.wait("the status to say no replacement", SETTLE, || {
+        ca_replacement::none_under_way(&env.apis, name)
     })
     .await;
     let data = secrets
@@ -191,12 +168,7 @@ async fn the_operators_ca_is_replaced_under_a_writer_with_no_restart() {
         .unwrap_or_default();
     assert!(!data.contains_key("next-ca.crt") && !data.contains_key("next-ca.key"));
     for m in &access.members {
-        let refused = old_only.served_as(&m.ip, CLIENT_PORT, &m.ip).await;
-        let refused = format!("{:#}", refused.expect_err("the old CA is trusted no more"));
-        assert!(
-            refused.contains("UnknownIssuer") || refused.contains("issuer"),
-            "{refused}"
-        );
+        ca_replacement::assert_old_ca_refused(&old_only, &m.ip, CLIENT_PORT).await;
     }
     assert_eq!(env.pod_starts(&members).await, starts, "no pod restarted");
     env.healthy(name, &access, 2, 1).await;
@@ -204,21 +176,7 @@ async fn the_operators_ca_is_replaced_under_a_writer_with_no_restart() {
         let key = format!("newca:{i}");
         assert_eq!(access.cli_cluster(&["GET", &key]), key);
     }
-    let events = env.apis.topology_events(name).await.unwrap();
-    let steps: Vec<String> = events
-        .iter()
-        .filter_map(|e| e.note.clone())
-        .filter(|n| n.contains("replacing the CA"))
-        .collect();
-    for step in [
-        "the topology asks for it",
-        "every member trusts both CAs",
-        "it is now the CA",
-    ] {
-        assert!(steps.iter().any(|s| s.contains(step)), "{step}: {steps:?}");
-    }
-    let reasons: Vec<&str> = events.iter().filter_map(|e| e.reason.as_deref()).collect();
-    assert!(!reasons.contains(&"CertificateRefused"), "{reasons:?}");
+    ca_replacement::assert_steps_reported(&env.apis, name).await;
     env.finish().await;
 }
 
@@ -231,15 +189,16 @@ async fn wait_serving_own(
     ca: &str,
     what: &str,
 ) {
-    let secrets = &env.apis.secrets;
-    env.wait(what, SETTLE * 3, || async {
-        let mut behind = Vec::new();
-        for m in members {
-            let own = (m.name.as_str(), m.ip.as_str());
-            let ports = [CLIENT_PORT, BUS_PORT];
-            behind.extend(not_serving_own(secrets, tls, own, &ports, ca).await?);
-        }
-        Ok(behind.is_empty().then_some(()).ok_or(behind.join("; ")))
+    let members: Vec<TlsMember> = members
+        .iter()
+        .map(|m| TlsMember {
+            name: &m.name,
+            ip: &m.ip,
+            ports: &[CLIENT_PORT, BUS_PORT],
+        })
+        .collect();
+    env.wait(what, SETTLE * 3, || {
+        ca_replacement::serving_own(&env.apis.secrets, tls, &members, ca)
     })
     .await;
 }

@@ -4,15 +4,11 @@
 
 use std::time::{Duration, Instant};
 
-use crd_types::names::annotations::REPLACE_CA;
 use crd_types::names::statefulset_pod_name;
-use crd_types::rotation::CaReplacementPhase;
-use crd_types::template::{TlsAuthClients, TopologyTls};
 use e2e_kit::replication_testing::{GroupAccess, GroupWriter, Route, valkey_replication};
 use e2e_kit::sampler::Sampler;
-use e2e_kit::valkey_tls::{
-    ClientTls, both_cas, client_of_secret, members_without_ca, not_serving_own, secret_text,
-};
+use e2e_kit::topology::ca_replacement::{self, TlsMember};
+use e2e_kit::valkey_tls::{ClientTls, both_cas, client_of_secret, secret_text};
 
 use crate::env::{Env, FORM, SETTLE, nothing_lost};
 use crate::restarts::pod_uids;
@@ -33,12 +29,7 @@ async fn the_operators_ca_is_replaced_under_a_writer() {
     let name = "newca";
     let secrets = &env.apis.secrets;
     let mut group = valkey_replication(name, 2, 3, false);
-    group.spec.common.tls = Some(TopologyTls {
-        secret_name: None,
-        auth_clients: TlsAuthClients::Never,
-        plain_text_clients: false,
-        ca_overlap_seconds: Some(3600),
-    });
+    group.spec.common.tls = Some(ca_replacement::operator_tls(3600));
     let access = env.create_ready(group).await;
     let public = format!("{name}-ca");
     let old_ca = secret_text(secrets, &public, "ca.crt").await.unwrap();
@@ -46,8 +37,10 @@ async fn the_operators_ca_is_replaced_under_a_writer() {
     let uids = pod_uids(&env, name).await;
 
     let asked = Instant::now();
-    let annotate = serde_json::json!({"metadata": {"annotations": {REPLACE_CA: "leaked-1"}}});
-    env.apis.patch(name, annotate).await.unwrap();
+    env.apis
+        .patch(name, ca_replacement::ask("leaked-1"))
+        .await
+        .unwrap();
     let bundle = env
         .wait(&format!("{public} to hold both CAs"), SETTLE, || {
             both_cas(secrets, &public)
@@ -59,22 +52,10 @@ async fn the_operators_ca_is_replaced_under_a_writer() {
         "newca: every member trusts both CAs {:?} after the ask",
         asked.elapsed()
     );
-    let new_ca = bundle[old_ca.trim_end().len()..].trim_start().to_string();
-    let status = || async {
-        let group = env.apis.groups.get(name).await?;
-        anyhow::Ok(group.status.unwrap_or_default().ca_replacement)
-    };
-    env.wait(
-        "the status to say members trust both CAs",
-        SETTLE,
-        || async {
-            Ok(status()
-                .await?
-                .filter(|r| r.phase == CaReplacementPhase::Trusting && r.clients_until.is_some())
-                .map(drop)
-                .ok_or("not yet".to_string()))
-        },
-    )
+    let new_ca = ca_replacement::next_ca(&bundle, &old_ca);
+    env.wait("the status to say members trust both CAs", SETTLE, || {
+        ca_replacement::trusting_both(&env.apis, name)
+    })
     .await;
 
     // Data node 0's Secret now holds both CAs: the writer's client trusts both.
@@ -89,23 +70,17 @@ async fn the_operators_ca_is_replaced_under_a_writer() {
         .unwrap();
     let sampled = access.clone();
     let links = Sampler::start(move || replica_links_down(&sampled));
-    let overlap = serde_json::json!({"spec": {"tls": {"caOverlapSeconds": 0}}});
-    env.apis.patch(name, overlap).await.unwrap();
+    env.apis
+        .patch(name, ca_replacement::overlap(0))
+        .await
+        .unwrap();
     let switched = Instant::now();
     env.wait(
         "every member's Secret to trust the new CA alone",
         FORM * 2,
-        || async {
-            let names = access
-                .data
-                .iter()
-                .chain(&access.sentinels)
-                .map(|m| m.name.as_str());
-            let behind = members_without_ca(secrets, names, &new_ca).await?;
-            Ok(behind
-                .is_empty()
-                .then_some(())
-                .ok_or(format!("not yet: {behind:?}")))
+        || {
+            let names = access.data.iter().chain(&access.sentinels);
+            ca_replacement::trusting_alone(secrets, names.map(|m| m.name.as_str()), &new_ca)
         },
     )
     .await;
@@ -136,63 +111,33 @@ async fn the_operators_ca_is_replaced_under_a_writer() {
         secret_text(secrets, &public, "ca.crt").await.unwrap(),
         new_ca
     );
-    env.wait("the status to say no replacement", SETTLE, || async {
-        Ok(status().await?.map_or(Ok(()), |r| Err(format!("{r:?}"))))
+    env.wait("the status to say no replacement", SETTLE, || {
+        ca_replacement::none_under_way(&env.apis, name)
     })
     .await;
     for m in &access.data {
         let pod = statefulset_pod_name(&m.name);
         let now = pod_uids(&env, name).await;
         assert_eq!(now.get(&pod), uids.get(&pod), "{} kept its pod", m.name);
-        let refused = old_only.served_as(&m.ip, DATA_PORT, &m.ip).await;
-        let refused = format!("{:#}", refused.expect_err("the old CA is trusted no more"));
-        assert!(refused.contains("UnknownIssuer"), "{refused}");
+        ca_replacement::assert_old_ca_refused(&old_only, &m.ip, DATA_PORT).await;
     }
-    let refused = env
-        .apis
-        .group_events(name, Some("CertificateRefused"))
-        .await;
-    assert!(refused.unwrap().is_empty());
-    let steps: Vec<String> = env
-        .apis
-        .group_events(name, Some("CertificateIssued"))
-        .await
-        .unwrap()
-        .into_iter()
-        .filter_map(|e| e.note)
-        .collect();
-    for step in [
-        "the topology asks for it",
-        "every member trusts both CAs",
-        "it is now the CA",
-    ] {
-        assert!(steps.iter().any(|s| s.contains(step)), "{step}: {steps:?}");
-    }
+    ca_replacement::assert_steps_reported(&env.apis, name).await;
     env.finish().await;
 }
 
 /// Waits until every data node and sentinel holds `ca` in its Secret and serves its
 /// Secret's certificate, as `tls` sees it (checking its IP).
 async fn wait_serving_own(env: &Env, tls: &ClientTls, access: &GroupAccess, ca: &str, what: &str) {
-    let secrets = &env.apis.secrets;
-    let members: Vec<(&str, &str, u16)> = (access
-        .data
-        .iter()
-        .map(|m| (m.name.as_str(), m.ip.as_str(), DATA_PORT)))
-    .chain(
-        access
-            .sentinels
-            .iter()
-            .map(|s| (s.name.as_str(), s.ip.as_str(), SENTINEL_PORT)),
-    )
-    .collect();
-    env.wait(what, FORM * 2, || async {
-        let mut behind = Vec::new();
-        for (name, ip, port) in &members {
-            let wrong = not_serving_own(secrets, tls, (name, ip), &[*port], ca).await?;
-            behind.extend(wrong);
-        }
-        Ok(behind.is_empty().then_some(()).ok_or(behind.join("; ")))
+    let members: Vec<TlsMember> = (access.data.iter().map(|m| (m, &[DATA_PORT])))
+        .chain(access.sentinels.iter().map(|s| (s, &[SENTINEL_PORT])))
+        .map(|(m, ports)| TlsMember {
+            name: &m.name,
+            ip: &m.ip,
+            ports,
+        })
+        .collect();
+    env.wait(what, FORM * 2, || {
+        ca_replacement::serving_own(&env.apis.secrets, tls, &members, ca)
     })
     .await;
 }

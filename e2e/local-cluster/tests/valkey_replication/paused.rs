@@ -2,10 +2,9 @@
 //! Valkey, Sentinel and Kubernetes keep serving, and picks up what the spec asks once
 //! resumed.
 
-use crd_types::cluster::Phase;
-use crd_types::conditions::{self, types};
-use crd_types::names::{annotations, replication_member_name};
+use crd_types::names::replication_member_name;
 use e2e_kit::replication_testing::valkey_replication;
+use e2e_kit::topology::paused;
 use serde_json::json;
 
 use crate::env::{Env, FORM, SETTLE};
@@ -24,8 +23,7 @@ async fn a_paused_group_takes_no_step_until_resumed() {
         .await;
     let keys = access.load("before", 1_000).await.unwrap();
 
-    let pause = json!({"metadata": {"annotations": {(annotations::PAUSED): "true"}}});
-    env.apis.patch(name, pause).await.unwrap();
+    env.apis.patch(name, paused::pause()).await.unwrap();
     let asked = env
         .apis
         .patch(name, json!({"spec": {"replicas": 3}}))
@@ -33,29 +31,11 @@ async fn a_paused_group_takes_no_step_until_resumed() {
         .unwrap();
     let generation = asked.metadata.generation;
     let status = env
-        .wait("status to say Paused for the new spec", SETTLE, || async {
-            let status = env.apis.groups.get(name).await?.status.unwrap_or_default();
-            let seen = status.observed_generation == generation;
-            Ok(match (status.phase, seen) {
-                (Some(Phase::Paused), true) => Ok(status),
-                _ => Err(format!(
-                    "phase {:?} at generation {:?}",
-                    status.phase, status.observed_generation
-                )),
-            })
+        .wait("status to say Paused for the new spec", SETTLE, || {
+            paused::paused_at(&env.apis, name, generation)
         })
         .await;
-    let progressing = conditions::find(&status.conditions, types::PROGRESSING).unwrap();
-    assert_eq!(
-        (progressing.status.as_str(), progressing.reason.as_str()),
-        (conditions::FALSE, "Paused")
-    );
-    let ready = conditions::find(&status.conditions, types::READY).unwrap();
-    assert_eq!(
-        (ready.status.as_str(), ready.reason.as_str()),
-        (conditions::TRUE, "Paused"),
-        "the last Ready seen is kept"
-    );
+    paused::assert_paused(&status);
     let third = replication_member_name(name, 2);
     assert!(
         env.apis.nodes.get_opt(&third).await.unwrap().is_none(),
@@ -64,8 +44,7 @@ async fn a_paused_group_takes_no_step_until_resumed() {
     let during = access.load("during", 100).await.unwrap();
     access.verify(&keys).await.unwrap();
 
-    let resume = json!({"metadata": {"annotations": {(annotations::PAUSED): null}}});
-    env.apis.patch(name, resume).await.unwrap();
+    env.apis.patch(name, paused::resume()).await.unwrap();
     let status = env.ready_agreeing(name, None, FORM).await;
     assert_eq!(status.members.len(), 3 + 3, "{:?}", status.members);
     access.verify(&keys).await.unwrap();
