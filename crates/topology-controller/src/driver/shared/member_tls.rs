@@ -93,9 +93,11 @@ where
                 .get_opt(name)
                 .await
                 .on(Op::Read, ObjectName::new::<Secret>(&namespace, name))?;
-            tls::files_in(secret.as_ref(), name).and_then(|files| {
-                tls::client(&files, client_auth).map_err(|e| format!("TLS Secret {name}: {e}"))
-            })
+            tls::files_in(secret.as_ref(), name)
+                .map_err(|e| e.to_string())
+                .and_then(|files| {
+                    tls::client(&files, client_auth).map_err(|e| format!("TLS Secret {name}: {e}"))
+                })
         }
     };
     // The status says it too (`TlsSecretUnusable`), but a Secret is input CEL cannot
