@@ -147,28 +147,53 @@ pub fn owned_secret<K: Resource<DynamicType = ()>>(
     }
 }
 
+/// Why a Secret of a name the operator gives cannot be used, or written, for a topology.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum UnusableSecret {
+    #[error("Secret {secret} is being deleted")]
+    BeingDeleted { secret: String },
+    /// Another object (an earlier topology of the same name, say) controls it.
+    #[error(
+        "Secret {secret} belongs to {owner_kind} {owner_name} ({owner_uid}), not this {kind}; \
+         delete it or wait for it to be collected"
+    )]
+    ControlledByAnother {
+        secret: String,
+        owner_kind: String,
+        owner_name: String,
+        owner_uid: String,
+        kind: String,
+    },
+    /// Nothing controls it (made by hand): read as it is, never written over.
+    #[error(
+        "Secret {secret} exists and is not this {kind}'s; the operator does not take it over: \
+         delete or rename it"
+    )]
+    NotControlled { secret: String, kind: String },
+}
+
 /// Why a Secret with a generated name cannot be used by `topology`: it is being deleted, or
 /// another object controls it (an earlier topology of the same name, not yet collected).
 pub fn not_this_topologys<K: Resource<DynamicType = ()>>(
     secret: &Secret,
     topology: &K,
-) -> Option<String> {
+) -> Option<UnusableSecret> {
     let name = secret.name_any();
     if secret.metadata.deletion_timestamp.is_some() {
-        return Some(format!("Secret {name} is being deleted"));
+        return Some(UnusableSecret::BeingDeleted { secret: name });
     }
     let uid = topology.meta().uid.as_ref();
     let other = secret
         .owner_references()
         .iter()
         .find(|o| o.controller == Some(true) && Some(&o.uid) != uid)?;
-    Some(format!(
-        "Secret {name} belongs to {} {} ({}), not this {}; delete it or wait for it to be collected",
-        other.kind,
-        other.name,
-        other.uid,
-        K::kind(&())
-    ))
+    Some(UnusableSecret::ControlledByAnother {
+        secret: name,
+        owner_kind: other.kind.clone(),
+        owner_name: other.name.clone(),
+        owner_uid: other.uid.clone(),
+        kind: K::kind(&()).into_owned(),
+    })
 }
 
 /// Why the operator may not write `secret` for `topology`: it is not controlled by the
@@ -178,7 +203,7 @@ pub fn not_this_topologys<K: Resource<DynamicType = ()>>(
 pub fn not_written_for<K: Resource<DynamicType = ()>>(
     secret: &Secret,
     topology: &K,
-) -> Option<String> {
+) -> Option<UnusableSecret> {
     if let Some(why) = not_this_topologys(secret, topology) {
         return Some(why);
     }
@@ -187,12 +212,9 @@ pub fn not_written_for<K: Resource<DynamicType = ()>>(
         .owner_references()
         .iter()
         .any(|o| o.controller == Some(true) && Some(&o.uid) == uid);
-    (!ours).then(|| {
-        format!(
-            "Secret {} exists and is not this {}'s; the operator does not take it over: delete or rename it",
-            secret.name_any(),
-            K::kind(&())
-        )
+    (!ours).then(|| UnusableSecret::NotControlled {
+        secret: secret.name_any(),
+        kind: K::kind(&()).into_owned(),
     })
 }
 
@@ -201,11 +223,39 @@ pub fn password_from_random(random: &[u8]) -> String {
     random.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Why a password cannot be had from its Secret.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PasswordError {
+    #[error("Secret {} does not exist", .0.name)]
+    SecretMissing(SecretKeyRef),
+    #[error("Secret {} has no key {}", .0.name, .0.key)]
+    NoKey(SecretKeyRef),
+    #[error("Secret {} key {} is not UTF-8", .0.name, .0.key)]
+    NotUtf8(SecretKeyRef),
+    #[error("Secret {} key {} is empty", .0.name, .0.key)]
+    Empty(SecretKeyRef),
+    /// A generated Secret gone once members run with its password: a new one would lock
+    /// them out.
+    #[error(
+        "Secret {} does not exist but the members already run (it was deleted, or they \
+         predate generated passwords); a new password would lock them out, so restore it (a \
+         member container's REDISCLI_AUTH holds the default user's, its \
+         VALKEY_OPERATOR_PASSWORD the operator's)",
+        .0.name
+    )]
+    GeneratedGone(SecretKeyRef),
+    #[error(transparent)]
+    Unusable(#[from] UnusableSecret),
+}
+
 /// The password under `key` in `secret` (`None`: the Secret does not exist), or why there
 /// is none, for status.
-pub fn password_in(secret: Option<&Secret>, reference: &SecretKeyRef) -> Result<String, String> {
+pub fn password_in(
+    secret: Option<&Secret>,
+    reference: &SecretKeyRef,
+) -> Result<String, PasswordError> {
     let Some(secret) = secret else {
-        return Err(format!("Secret {} does not exist", reference.name));
+        return Err(PasswordError::SecretMissing(reference.clone()));
     };
     let value = secret
         .data
@@ -216,18 +266,11 @@ pub fn password_in(secret: Option<&Secret>, reference: &SecretKeyRef) -> Result<
             let s = secret.string_data.as_ref()?.get(&reference.key)?;
             Some(s.as_bytes().to_vec())
         })
-        .ok_or_else(|| format!("Secret {} has no key {}", reference.name, reference.key))?;
-    let password = String::from_utf8(value).map_err(|_| {
-        format!(
-            "Secret {} key {} is not UTF-8",
-            reference.name, reference.key
-        )
-    })?;
+        .ok_or_else(|| PasswordError::NoKey(reference.clone()))?;
+    let password =
+        String::from_utf8(value).map_err(|_| PasswordError::NotUtf8(reference.clone()))?;
     if password.is_empty() {
-        return Err(format!(
-            "Secret {} key {} is empty",
-            reference.name, reference.key
-        ));
+        return Err(PasswordError::Empty(reference.clone()));
     }
     Ok(password)
 }
@@ -446,9 +489,13 @@ mod tests {
         let mut older = cluster(None);
         older.metadata.uid = Some("uid-old".into());
         let theirs = generated_secret(&older, labels::CLUSTER, "orders-auth", "p");
+        let why = not_this_topologys(&theirs, &c).unwrap();
         assert!(
-            not_this_topologys(&theirs, &c)
-                .unwrap()
+            matches!(&why, UnusableSecret::ControlledByAnother { owner_uid, .. } if owner_uid == "uid-old"),
+            "{why}"
+        );
+        assert!(
+            why.to_string()
                 .contains("belongs to ValkeyCluster orders (uid-old)")
         );
         // A Secret someone made by hand (no owner) is used as it is, never rewritten.
@@ -457,18 +504,23 @@ mod tests {
         assert_eq!(not_this_topologys(&hand_made, &c), None);
         assert_eq!(not_written_for(&mine, &c), None);
         let taken = not_written_for(&hand_made, &c).unwrap();
-        assert!(taken.contains("is not this ValkeyCluster's"), "{taken}");
-        assert!(not_written_for(&theirs, &c).unwrap().contains("uid-old"));
+        assert!(
+            matches!(&taken, UnusableSecret::NotControlled { .. }),
+            "{taken}"
+        );
+        assert!(
+            taken.to_string().contains("is not this ValkeyCluster's"),
+            "{taken}"
+        );
+        assert_eq!(not_written_for(&theirs, &c), Some(why));
         let mut dying = mine;
         dying.metadata.deletion_timestamp =
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                 k8s_openapi::jiff::Timestamp::from_second(1).unwrap(),
             ));
-        assert!(
-            not_this_topologys(&dying, &c)
-                .unwrap()
-                .contains("being deleted")
-        );
+        let why = not_this_topologys(&dying, &c).unwrap();
+        assert!(matches!(why, UnusableSecret::BeingDeleted { .. }), "{why}");
+        assert!(why.to_string().contains("being deleted"));
     }
 
     #[test]
@@ -499,20 +551,17 @@ mod tests {
     #[test]
     fn a_password_is_read_or_explained() {
         let r = secret_ref("app", "pw");
-        assert_eq!(
-            password_in(None, &r).unwrap_err(),
-            "Secret app does not exist"
-        );
+        let why = password_in(None, &r).unwrap_err();
+        assert_eq!(why, PasswordError::SecretMissing(r.clone()));
+        assert_eq!(why.to_string(), "Secret app does not exist");
         let mut s = Secret::default();
-        assert_eq!(
-            password_in(Some(&s), &r).unwrap_err(),
-            "Secret app has no key pw"
-        );
+        let why = password_in(Some(&s), &r).unwrap_err();
+        assert_eq!(why, PasswordError::NoKey(r.clone()));
+        assert_eq!(why.to_string(), "Secret app has no key pw");
         s.data = Some(BTreeMap::from([("pw".into(), ByteString(vec![]))]));
-        assert_eq!(
-            password_in(Some(&s), &r).unwrap_err(),
-            "Secret app key pw is empty"
-        );
+        let why = password_in(Some(&s), &r).unwrap_err();
+        assert_eq!(why, PasswordError::Empty(r.clone()));
+        assert_eq!(why.to_string(), "Secret app key pw is empty");
         s.data = Some(BTreeMap::from([("pw".into(), ByteString(b"x y".to_vec()))]));
         assert_eq!(password_in(Some(&s), &r).unwrap(), "x y");
     }

@@ -57,6 +57,42 @@ impl std::fmt::Debug for Leaf {
     }
 }
 
+/// A Service's ClusterIP that is not an IP address.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("ClusterIP {address:?}: {source}")]
+pub struct BadClusterIp {
+    pub address: String,
+    pub source: std::net::AddrParseError,
+}
+
+/// Why a CA or a certificate could not be made (rcgen's or the time crate's words).
+#[derive(Debug, thiserror::Error)]
+pub enum IssueError {
+    #[error(transparent)]
+    Rcgen(#[from] rcgen::Error),
+    /// A validity bound past what a certificate can say.
+    #[error(transparent)]
+    OutOfRange(#[from] time::error::ComponentRange),
+    #[error(transparent)]
+    TimeFormat(#[from] time::error::Format),
+}
+
+/// Why a CA a Secret holds cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum CaError {
+    #[error("ca.key: {0}")]
+    KeyUnreadable(#[source] rcgen::Error),
+    #[error("ca.crt holds no certificate")]
+    NoCertificate,
+    #[error("ca.crt: {0}")]
+    CertificateUnreadable(#[source] x509_parser::nom::Err<x509_parser::error::X509Error>),
+    #[error("ca.key is not the key of ca.crt")]
+    KeyNotTheCertificates,
+    /// rcgen cannot issue from the certificate.
+    #[error("ca.crt: {0}")]
+    NotAnIssuer(#[source] rcgen::Error),
+}
+
 /// The names a certificate is issued for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Request {
@@ -74,10 +110,11 @@ impl Request {
         namespace: &str,
         cluster_ip: &str,
         shared: &[String],
-    ) -> Result<Self, String> {
-        let ip = cluster_ip
-            .parse()
-            .map_err(|e| format!("ClusterIP {cluster_ip:?}: {e}"))?;
+    ) -> Result<Self, BadClusterIp> {
+        let ip = cluster_ip.parse().map_err(|source| BadClusterIp {
+            address: cluster_ip.to_string(),
+            source,
+        })?;
         let dns = std::iter::once(service)
             .chain(shared.iter().map(String::as_str))
             .flat_map(|s| {
@@ -111,21 +148,19 @@ impl Authority {
     /// A new CA for `topology` in `namespace`, valid from `now` for [`CA_LIFETIME`]. Its
     /// name carries `now`: while one CA replaces another, members trust both, and
     /// verifiers (OpenSSL's, webpki's) pick a leaf's CA by name.
-    pub fn generate(namespace: &str, topology: &str, now: SystemTime) -> Result<Self, String> {
-        let mut params = CertificateParams::new(Vec::<String>::new()).map_err(text)?;
+    pub fn generate(namespace: &str, topology: &str, now: SystemTime) -> Result<Self, IssueError> {
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
         params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
         params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let made = at(now)?
-            .format(&time::format_description::well_known::Rfc3339)
-            .map_err(text)?;
+        let made = at(now)?.format(&time::format_description::well_known::Rfc3339)?;
         params.distinguished_name.push(
             DnType::CommonName,
             format!("valkey-operator CA {namespace}/{topology} {made}"),
         );
         params.not_before = at(now.checked_sub(BACKDATE).unwrap_or(now))?;
         params.not_after = at(now + CA_LIFETIME)?;
-        let key = KeyPair::generate().map_err(text)?;
-        let cert = params.self_signed(&key).map_err(text)?;
+        let key = KeyPair::generate()?;
+        let cert = params.self_signed(&key)?;
         let key_pem = key.serialize_pem();
         Ok(Self {
             cert_pem: cert.pem(),
@@ -137,17 +172,17 @@ impl Authority {
     }
 
     /// The CA a Secret holds; refused when the key is not the certificate's.
-    pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<Self, String> {
-        let key = KeyPair::from_pem(key_pem).map_err(|e| format!("ca.key: {e}"))?;
-        let der = der(cert_pem).ok_or("ca.crt holds no certificate")?;
+    pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<Self, CaError> {
+        let key = KeyPair::from_pem(key_pem).map_err(CaError::KeyUnreadable)?;
+        let der = der(cert_pem).ok_or(CaError::NoCertificate)?;
         let (_, cert) =
-            x509_parser::parse_x509_certificate(&der).map_err(|e| format!("ca.crt: {e}"))?;
+            x509_parser::parse_x509_certificate(&der).map_err(CaError::CertificateUnreadable)?;
         if cert.public_key().subject_public_key.data.as_ref() != key.public_key_raw() {
-            return Err("ca.key is not the key of ca.crt".into());
+            return Err(CaError::KeyNotTheCertificates);
         }
         let not_before = cert.validity().not_before.timestamp();
         let not_after = cert.validity().not_after.timestamp();
-        let issuer = Issuer::from_ca_cert_pem(cert_pem, key).map_err(|e| format!("ca.crt: {e}"))?;
+        let issuer = Issuer::from_ca_cert_pem(cert_pem, key).map_err(CaError::NotAnIssuer)?;
         Ok(Self {
             cert_pem: cert_pem.to_string(),
             key_pem: key_pem.to_string(),
@@ -170,8 +205,8 @@ impl Authority {
     /// A certificate for `request`, with a new key, valid from `now` for
     /// [`LEAF_LIFETIME`] (or until the CA expires, if sooner), for server and client
     /// authentication.
-    pub fn issue(&self, request: &Request, now: SystemTime) -> Result<Leaf, String> {
-        let mut params = CertificateParams::new(request.dns.clone()).map_err(text)?;
+    pub fn issue(&self, request: &Request, now: SystemTime) -> Result<Leaf, IssueError> {
+        let mut params = CertificateParams::new(request.dns.clone())?;
         params
             .subject_alt_names
             .extend(request.ips.iter().copied().map(SanType::IpAddress));
@@ -190,8 +225,8 @@ impl Authority {
             .min(UNIX_EPOCH + Duration::from_secs(self.not_after.max(0) as u64));
         params.not_after = at(until)?;
         params.use_authority_key_identifier_extension = true;
-        let key = KeyPair::generate().map_err(text)?;
-        let cert = params.signed_by(&key, &self.issuer).map_err(text)?;
+        let key = KeyPair::generate()?;
+        let cert = params.signed_by(&key, &self.issuer)?;
         Ok(Leaf {
             cert_pem: cert.pem(),
             key_pem: key.serialize_pem(),
@@ -231,12 +266,7 @@ impl Authority {
             {
                 return Verdict::Issue(why.to_string());
             }
-            return Verdict::Refuse(
-                "its certificate is not from the topology's CA: the CA was replaced, which \
-                 running members cannot follow (they trust only the CA they started with); \
-                 put the previous CA back"
-                    .into(),
-            );
+            return Verdict::Refuse(ForeignCertificate);
         }
         let key_fits = held
             .key
@@ -285,8 +315,18 @@ pub struct Held<'a> {
 pub enum Verdict {
     Keep,
     Issue(String),
-    Refuse(String),
+    Refuse(ForeignCertificate),
 }
+
+/// Why [`Authority::judge`] refuses a certificate: another CA's, which means the CA was
+/// replaced under running members.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "its certificate is not from the topology's CA: the CA was replaced, which running \
+     members cannot follow (they trust only the CA they started with); put the previous CA \
+     back"
+)]
+pub struct ForeignCertificate;
 
 /// Whose a Secret of a member's certificate name is, by its owner references.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -349,8 +389,8 @@ fn der(pem: &str) -> Option<Vec<u8>> {
         .map(|c| c.to_vec())
 }
 
-fn at(t: SystemTime) -> Result<time::OffsetDateTime, String> {
-    time::OffsetDateTime::from_unix_timestamp(unix(t)).map_err(text)
+fn at(t: SystemTime) -> Result<time::OffsetDateTime, time::error::ComponentRange> {
+    time::OffsetDateTime::from_unix_timestamp(unix(t))
 }
 
 pub(crate) fn unix(t: SystemTime) -> i64 {
@@ -365,10 +405,6 @@ fn days(seconds: i64) -> String {
         s if s < 24 * 3600 => "less than a day".into(),
         s => format!("{} days", s / (24 * 3600)),
     }
-}
-
-fn text(e: impl std::fmt::Display) -> String {
-    e.to_string()
 }
 
 #[cfg(test)]

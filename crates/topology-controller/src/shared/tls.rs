@@ -36,17 +36,59 @@ impl std::fmt::Debug for TlsFiles {
     }
 }
 
+/// Why the Secret the user named cannot give members their TLS files.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SecretError {
+    #[error("TLS Secret {secret} does not exist")]
+    Missing { secret: String },
+    #[error("TLS Secret {secret} has no {key}")]
+    NoKey { secret: String, key: &'static str },
+}
+
+/// Why members could not use the TLS files (`file` names the Secret's key at fault).
+#[derive(Debug, thiserror::Error)]
+pub enum FilesError {
+    #[error("{file} is not PEM certificates: {source}")]
+    NotPem {
+        file: &'static str,
+        source: rustls::pki_types::pem::Error,
+    },
+    #[error("{file} holds no certificate")]
+    NoCertificate { file: &'static str },
+    #[error("{TLS_CA_KEY} is not a usable CA certificate: {0}")]
+    UnusableCa(#[source] rustls::Error),
+    #[error("{TLS_CA_KEY}: {0}")]
+    NoVerifier(#[source] rustls::client::VerifierBuilderError),
+    #[error("{TLS_CERT_KEY} cannot be served: {0}")]
+    CannotServe(Refusal),
+    #[error(
+        "{TLS_CERT_KEY} cannot be a client certificate, which members present to each other \
+         (the cluster bus requires one): {0}"
+    )]
+    NotForClients(Refusal),
+    #[error("{TLS_KEY_KEY} is not a PEM private key: {0}")]
+    KeyNotPem(#[source] rustls::pki_types::pem::Error),
+    /// The crypto provider offers no protocol version rustls accepts.
+    #[error("{0}")]
+    NoProtocolVersion(#[source] rustls::Error),
+    #[error("{TLS_CERT_KEY} and {TLS_KEY_KEY} do not go together: {0}")]
+    KeyMismatch(#[source] rustls::Error),
+}
+
 /// The files in the Secret named `name`, or why members cannot serve it.
-pub fn files_in(secret: Option<&Secret>, name: &str) -> Result<TlsFiles, String> {
+pub fn files_in(secret: Option<&Secret>, name: &str) -> Result<TlsFiles, SecretError> {
     let Some(secret) = secret else {
-        return Err(format!("TLS Secret {name} does not exist"));
+        return Err(SecretError::Missing {
+            secret: name.to_string(),
+        });
     };
     let data = secret.data.as_ref();
-    let key = |k: &str| -> Result<Vec<u8>, String> {
-        match data.and_then(|d| d.get(k)) {
-            Some(v) if !v.0.is_empty() => Ok(v.0.clone()),
-            _ => Err(format!("TLS Secret {name} has no {k}")),
-        }
+    let key = |k: &'static str| match data.and_then(|d| d.get(k)) {
+        Some(v) if !v.0.is_empty() => Ok(v.0.clone()),
+        _ => Err(SecretError::NoKey {
+            secret: name.to_string(),
+            key: k,
+        }),
     };
     Ok(TlsFiles {
         ca: key(TLS_CA_KEY)?,
@@ -56,19 +98,22 @@ pub fn files_in(secret: Option<&Secret>, name: &str) -> Result<TlsFiles, String>
 }
 
 /// The certificate a member serves when it has loaded `files` (the first of `tls.crt`).
-pub fn leaf(files: &TlsFiles) -> Result<CertificateDer<'static>, String> {
+pub fn leaf(files: &TlsFiles) -> Result<CertificateDer<'static>, FilesError> {
     certificates(&files.cert, TLS_CERT_KEY)?
         .into_iter()
         .next()
-        .ok_or_else(|| format!("{TLS_CERT_KEY} holds no certificate"))
+        .ok_or(FilesError::NoCertificate { file: TLS_CERT_KEY })
 }
 
-fn certificates(pem: &[u8], what: &str) -> Result<Vec<CertificateDer<'static>>, String> {
+fn certificates(
+    pem: &[u8],
+    file: &'static str,
+) -> Result<Vec<CertificateDer<'static>>, FilesError> {
     let certs = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("{what} is not PEM certificates: {e}"))?;
+        .map_err(|source| FilesError::NotPem { file, source })?;
     match certs.is_empty() {
-        true => Err(format!("{what} holds no certificate")),
+        true => Err(FilesError::NoCertificate { file }),
         false => Ok(certs),
     }
 }
@@ -76,7 +121,7 @@ fn certificates(pem: &[u8], what: &str) -> Result<Vec<CertificateDer<'static>>, 
 /// Who served which certificate, by address, as the handshakes of one [`Client`] saw it:
 /// the certificate, or why it was refused.
 #[derive(Debug, Default)]
-pub struct Served(Mutex<BTreeMap<String, Result<CertificateDer<'static>, String>>>);
+pub struct Served(Mutex<BTreeMap<String, Result<CertificateDer<'static>, Refusal>>>);
 
 impl Served {
     /// The certificate `address` (an IP, as dialled) served at its last handshake.
@@ -86,16 +131,16 @@ impl Served {
 
     /// Why the certificate `address` served at its last handshake was refused, if it was
     /// (one from another CA, say, after the Secret's CA changed).
-    pub fn refusal(&self, address: &str) -> Option<String> {
+    pub fn refusal(&self, address: &str) -> Option<Refusal> {
         self.last(address)?.err()
     }
 
-    fn last(&self, address: &str) -> Option<Result<CertificateDer<'static>, String>> {
+    fn last(&self, address: &str) -> Option<Result<CertificateDer<'static>, Refusal>> {
         let served = self.0.lock().unwrap_or_else(|e| e.into_inner());
         served.get(address).cloned()
     }
 
-    fn record(&self, server: &ServerName<'_>, seen: Result<CertificateDer<'static>, String>) {
+    fn record(&self, server: &ServerName<'_>, seen: Result<CertificateDer<'static>, Refusal>) {
         let address = match server {
             ServerName::IpAddress(ip) => std::net::IpAddr::from(*ip).to_string(),
             other => other.to_str().into_owned(),
@@ -134,21 +179,19 @@ impl std::fmt::Debug for Client {
 /// when members ask each other for client certificates (`client_auth`: the cluster bus
 /// always does, data nodes and sentinels unless `authClients` is `Never`), not allowed
 /// for client authentication.
-pub fn client(files: &TlsFiles, client_auth: bool) -> Result<Client, String> {
+pub fn client(files: &TlsFiles, client_auth: bool) -> Result<Client, FilesError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = RootCertStore::empty();
     for ca in certificates(&files.ca, TLS_CA_KEY)? {
-        roots
-            .add(ca)
-            .map_err(|e| format!("{TLS_CA_KEY} is not a usable CA certificate: {e}"))?;
+        roots.add(ca).map_err(FilesError::UnusableCa)?;
     }
     let roots = Arc::new(roots);
     let chain = WebPkiServerVerifier::builder_with_provider(roots.clone(), provider.clone())
         .build()
-        .map_err(|e| format!("{TLS_CA_KEY}: {e}"))?;
+        .map_err(FilesError::NoVerifier)?;
     let members = WebPkiClientVerifier::builder_with_provider(roots, provider.clone())
         .build()
-        .map_err(|e| format!("{TLS_CA_KEY}: {e}"))?;
+        .map_err(FilesError::NoVerifier)?;
     usable(
         &certificates(&files.cert, TLS_CERT_KEY)?,
         &chain,
@@ -159,15 +202,14 @@ pub fn client(files: &TlsFiles, client_auth: bool) -> Result<Client, String> {
         chain,
         served: served.clone(),
     });
-    let key = PrivateKeyDer::from_pem_slice(&files.key)
-        .map_err(|e| format!("{TLS_KEY_KEY} is not a PEM private key: {e}"))?;
+    let key = PrivateKeyDer::from_pem_slice(&files.key).map_err(FilesError::KeyNotPem)?;
     let config = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
+        .map_err(FilesError::NoProtocolVersion)?
         .dangerous()
         .with_custom_certificate_verifier(verifier.clone())
         .with_client_auth_cert(certificates(&files.cert, TLS_CERT_KEY)?, key)
-        .map_err(|e| format!("{TLS_CERT_KEY} and {TLS_KEY_KEY} do not go together: {e}"))?;
+        .map_err(FilesError::KeyMismatch)?;
     Ok(Client {
         config: Arc::new(config),
         served,
@@ -186,9 +228,9 @@ fn usable(
     certs: &[CertificateDer<'static>],
     servers: &WebPkiServerVerifier,
     clients: Option<&Arc<dyn ClientCertVerifier>>,
-) -> Result<(), String> {
+) -> Result<(), FilesError> {
     let Some((leaf, intermediates)) = certs.split_first() else {
-        return Err(format!("{TLS_CERT_KEY} holds no certificate"));
+        return Err(FilesError::NoCertificate { file: TLS_CERT_KEY });
     };
     let now = UnixTime::now();
     // Any name: names are not checked (see ChainOnly).
@@ -199,7 +241,7 @@ fn usable(
         | Err(rustls::Error::InvalidCertificate(CertificateError::NotValidForNameContext {
             ..
         })) => {}
-        Err(e) => return Err(format!("{TLS_CERT_KEY} cannot be served: {}", describe(&e))),
+        Err(e) => return Err(FilesError::CannotServe(Refusal::of(e))),
     }
     let Some(clients) = clients else {
         return Ok(());
@@ -207,38 +249,51 @@ fn usable(
     clients
         .verify_client_cert(leaf, intermediates, now)
         .map(drop)
-        .map_err(|e| {
-            format!(
-                "{TLS_CERT_KEY} cannot be a client certificate, which members present to each \
-                 other (the cluster bus requires one): {}",
-                describe(&e)
-            )
-        })
+        .map_err(|e| FilesError::NotForClients(Refusal::of(e)))
 }
 
 /// Why a certificate was refused, in words that stay the same from one look to the next
 /// (rustls' own text for an expired certificate carries the current time, and would make
 /// every Event and status message new).
-fn describe(e: &rustls::Error) -> String {
-    use CertificateError::*;
-    let rustls::Error::InvalidCertificate(e) = e else {
-        return e.to_string();
-    };
-    match e {
-        Expired | ExpiredContext { .. } => "it has expired".into(),
-        NotValidYet | NotValidYetContext { .. } => "it is not valid yet".into(),
-        UnknownIssuer => "it is not issued by a CA in ca.crt".into(),
-        InvalidPurpose | InvalidPurposeContext { .. } => {
-            "its extended key usage does not allow this use".into()
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum Refusal {
+    #[error("it has expired")]
+    Expired,
+    #[error("it is not valid yet")]
+    NotValidYet,
+    #[error("it is not issued by a CA in ca.crt")]
+    UnknownIssuer,
+    #[error("its extended key usage does not allow this use")]
+    WrongPurpose,
+    /// webpki picks the CA by name: a CA of the same name with another key (as when a CA
+    /// is renewed) is this, not an unknown issuer.
+    #[error(
+        "it is not signed by a CA in ca.crt (one of the same name has another key, as \
+         after a CA is renewed)"
+    )]
+    SignedByAnotherKey,
+    /// Another certificate problem, by rustls' name for it (its text may carry the time).
+    #[error("{0:?}")]
+    Certificate(CertificateError),
+    /// Not a problem of the certificate itself, in rustls' words.
+    #[error("{0}")]
+    Rustls(rustls::Error),
+}
+
+impl Refusal {
+    fn of(e: rustls::Error) -> Self {
+        use CertificateError::*;
+        let rustls::Error::InvalidCertificate(e) = e else {
+            return Self::Rustls(e);
+        };
+        match e {
+            Expired | ExpiredContext { .. } => Self::Expired,
+            NotValidYet | NotValidYetContext { .. } => Self::NotValidYet,
+            UnknownIssuer => Self::UnknownIssuer,
+            InvalidPurpose | InvalidPurposeContext { .. } => Self::WrongPurpose,
+            BadSignature => Self::SignedByAnotherKey,
+            other => Self::Certificate(other),
         }
-        // webpki picks the CA by name: a CA of the same name with another key (as when a
-        // CA is renewed) is this, not an unknown issuer.
-        BadSignature => {
-            "it is not signed by a CA in ca.crt (one of the same name has another key, as \
-             after a CA is renewed)"
-                .into()
-        }
-        other => format!("{other:?}"),
     }
 }
 
@@ -274,7 +329,7 @@ impl ServerCertVerifier for ChainOnly {
         };
         let seen = match &verified {
             Ok(_) => Ok(end_entity.clone().into_owned()),
-            Err(e) => Err(describe(e)),
+            Err(e) => Err(Refusal::of(e.clone())),
         };
         self.served.record(server_name, seen);
         verified

@@ -23,6 +23,7 @@ use std::time::Duration;
 use crd_types::users::User;
 use k8s_openapi::jiff::Timestamp;
 
+use crate::shared::auth::PasswordError;
 use crate::shared::commands::{ErrorKind, ValkeyError};
 
 /// The scratch user rules are checked with (`_` is not allowed in a spec user's name).
@@ -204,7 +205,7 @@ pub fn lines_by_user(lines: &[String]) -> BTreeMap<String, String> {
 /// One spec user and its current password's hash, or why it cannot be read.
 pub struct Wanted<'a> {
     pub user: &'a User,
-    pub password_hash: Result<String, String>,
+    pub password_hash: Result<String, PasswordError>,
 }
 
 /// One data node: its name, its build ([`build`]) and its connection, `None` when it does
@@ -236,7 +237,7 @@ impl<V> Member<'_, V> {
 pub enum Problem {
     PasswordMissing {
         user: String,
-        why: String,
+        why: PasswordError,
     },
     RulesRefused {
         user: String,
@@ -273,11 +274,19 @@ impl fmt::Display for Problem {
     }
 }
 
-/// Rule checks already made: `(version, scratch arguments)` to the `ACL LIST` line's tail
-/// after `user <name> off`, or the server's refusal. A pure function of its key, so it is
-/// only a memo: losing it (a restart) costs a few checks.
+/// Rule checks already made: `(version, scratch arguments)` to what the server answered. A
+/// pure function of its key, so it is only a memo: losing it (a restart) costs a few checks.
 #[derive(Default)]
-pub struct Checks(Mutex<HashMap<CheckKey, Result<String, String>>>);
+pub struct Checks(Mutex<HashMap<CheckKey, Answer>>);
+
+/// What a server answered a check with.
+#[derive(Clone)]
+enum Answer {
+    /// Accepted: the scratch user's `ACL LIST` line's tail after `user <name> off`.
+    Tail(String),
+    /// Refused: the server's words.
+    Refused(String),
+}
 
 /// A Valkey version and the scratch user's arguments.
 type CheckKey = (String, Vec<String>);
@@ -287,11 +296,11 @@ type CheckKey = (String, Vec<String>);
 const CHECKS_KEPT: usize = 512;
 
 impl Checks {
-    fn get(&self, key: &CheckKey) -> Option<Result<String, String>> {
+    fn get(&self, key: &CheckKey) -> Option<Answer> {
         self.0.lock().ok()?.get(key).cloned()
     }
 
-    fn put(&self, key: CheckKey, value: Result<String, String>) {
+    fn put(&self, key: CheckKey, value: Answer) {
         if let Ok(mut memo) = self.0.lock() {
             if memo.len() >= CHECKS_KEPT {
                 memo.clear();
@@ -317,15 +326,15 @@ async fn check<V: AclMember>(checks: &Checks, member: &Member<'_, V>, entry: &En
     let key = (member.version_key(), args.clone());
     let line = |tail: String| Checked::Line(format!("user {} on{tail}", entry.name));
     match checks.get(&key) {
-        Some(Ok(tail)) => return line(tail),
-        Some(Err(answer)) => return Checked::Refused(answer),
+        Some(Answer::Tail(tail)) => return line(tail),
+        Some(Answer::Refused(answer)) => return Checked::Refused(answer),
         None => {}
     }
     let Some(conn) = member.conn else {
         return Checked::Unknown;
     };
     let asked = match conn.acl_set(CHECK_USER, &args).await {
-        Err(e) if is_rule_refusal(&e) => Err(e.message),
+        Err(e) if is_rule_refusal(&e) => Answer::Refused(e.message),
         Err(_) => return Checked::Unknown,
         Ok(()) => {
             let prefix = format!("user {CHECK_USER} off");
@@ -334,7 +343,7 @@ async fn check<V: AclMember>(checks: &Checks, member: &Member<'_, V>, entry: &En
             let _ = conn.acl_del(&[CHECK_USER.to_string()]).await;
             match listed {
                 Ok(lines) => match lines.iter().find_map(|l| l.strip_prefix(&prefix)) {
-                    Some(tail) => Ok(tail.to_string()),
+                    Some(tail) => Answer::Tail(tail.to_string()),
                     None => return Checked::Unknown,
                 },
                 Err(_) => return Checked::Unknown,
@@ -343,8 +352,8 @@ async fn check<V: AclMember>(checks: &Checks, member: &Member<'_, V>, entry: &En
     };
     checks.put(key, asked.clone());
     match asked {
-        Ok(tail) => line(tail),
-        Err(answer) => Checked::Refused(answer),
+        Answer::Tail(tail) => line(tail),
+        Answer::Refused(answer) => Checked::Refused(answer),
     }
 }
 
@@ -590,7 +599,7 @@ fn everywhere<V>(
 ) -> bool {
     let key = |m: &Member<'_, V>| (m.version_key(), entry.setuser_args(false));
     members.iter().all(|m| {
-        let Some(Ok(tail)) = checks.get(&key(m)) else {
+        let Some(Answer::Tail(tail)) = checks.get(&key(m)) else {
             return false;
         };
         let want = format!("user {} on{tail}", entry.name);

@@ -116,7 +116,8 @@ impl Pass<'_> {
         {
             // Never taken over: applying would make the topology its owner, and its deletion
             // would delete someone else's Secret.
-            let condition = ConditionSpec::new(UsersReady::UsersSecretTaken, false, why);
+            let condition =
+                ConditionSpec::new(UsersReady::UsersSecretTaken, false, why.to_string());
             let refused = is_news(self.current, &condition).then(|| condition.message().into());
             return Ok(Outcome {
                 condition,

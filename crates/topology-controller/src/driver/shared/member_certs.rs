@@ -34,15 +34,18 @@ use topology_controller::shared::ca_replacement::{
     self, Cas, NEXT_CA_CERT_KEY, NEXT_CA_KEY_KEY, Next, PHASE_ANNOTATION, Phase,
 };
 use topology_controller::shared::issuer::{
-    Authority, Held, Leaf, Request, SecretOwner, Verdict, member_secret_owner,
+    Authority, Held, IssueError, Leaf, Request, SecretOwner, Verdict, member_secret_owner,
 };
 use topology_controller::shared::tls::{self, Client, TlsFiles, Wanted};
 
 use crate::driver::shared::error::Error;
 use crate::driver::shared::secret_store::SecretStore;
 
+mod errors;
 #[cfg(test)]
 mod tests;
+
+pub use errors::{CaSecretProblem, CaUnusable, NotOwned, SecretNotWritten};
 
 /// The CA's key in `<topology>-ca-key` (its certificate is `ca.crt`).
 const CA_KEY_KEY: &str = "ca.key";
@@ -50,7 +53,7 @@ const CA_KEY_KEY: &str = "ca.key";
 /// What [`prepare`] did and found.
 pub struct Prepared {
     /// The client side of the operator's connections, or why there is none.
-    pub client: Result<Client, String>,
+    pub client: Result<Client, CaUnusable>,
     /// Certificates issued at this reconcile: `<member>: <why>`.
     pub issued: Vec<String>,
     /// Members (or the public CA Secret) the operator could not write, and why: a member
@@ -101,7 +104,7 @@ where
         }
     };
     let public = publish_ca(secrets, topology, label_key, &cas, field_manager);
-    refused.extend(public.await.err());
+    refused.extend(public.await.err().map(|why| why.to_string()));
     let mut wanted = BTreeMap::new();
     for node in members {
         let name = node.name_any();
@@ -125,7 +128,7 @@ where
             replacement: cas.replacement(overlap),
             ..client
         })
-        .map_err(|e| format!("the operator's certificate in Secret {secret}: {e}"));
+        .map_err(|source| CaUnusable::OperatorCertificateUnusable { secret, source });
     Ok(Prepared {
         client,
         issued,
@@ -145,7 +148,7 @@ async fn authority<S, K>(
     members_exist: bool,
     field_manager: &str,
     now: SystemTime,
-) -> Result<Result<Ca, String>, Error>
+) -> Result<Result<Ca, CaUnusable>, Error>
 where
     S: SecretStore,
     K: Resource<DynamicType = ()> + Debug,
@@ -157,7 +160,12 @@ where
     };
     let current = match current_ca(&secret) {
         Ok(current) => current,
-        Err(why) => return Ok(Err(format!("CA Secret {name}: {why}"))),
+        Err(problem) => {
+            return Ok(Err(CaUnusable::Content {
+                secret: name,
+                problem,
+            }));
+        }
     };
     let mut done = Vec::new();
     let replacing = next_authority(secrets, topology, secret, &current, field_manager, now);
@@ -189,7 +197,7 @@ async fn ca_secret<S, K>(
     label_key: &str,
     members_exist: bool,
     now: SystemTime,
-) -> Result<Result<Secret, String>, Error>
+) -> Result<Result<Secret, CaUnusable>, Error>
 where
     S: SecretStore,
     K: Resource<DynamicType = ()> + Debug,
@@ -200,14 +208,11 @@ where
     let mut secret = secrets.get_opt(&name).await.on(Op::Read, object())?;
     if secret.is_none() {
         if members_exist {
-            return Ok(Err(format!(
-                "CA Secret {name} does not exist but the members already run; a new CA \
-                 would not be trusted by them, so restore it"
-            )));
+            return Ok(Err(CaUnusable::GoneWhileMembersRun { secret: name }));
         }
         let made = match new_ca_secret(topology, label_key, &name, now) {
             Ok(made) => made,
-            Err(why) => return Ok(Err(why)),
+            Err(why) => return Ok(Err(CaUnusable::NotGenerated(why))),
         };
         // Another writer (a previous leader) created it first: theirs is the CA.
         secret = match secrets.create(&made).await {
@@ -222,19 +227,21 @@ where
         };
     }
     let Some(secret) = secret else {
-        return Ok(Err(format!("CA Secret {name} does not exist")));
+        return Ok(Err(CaUnusable::Missing { secret: name }));
     };
     if let Some(why) = not_owned_by(&secret, topology) {
-        return Ok(Err(why));
+        return Ok(Err(why.into()));
     }
     Ok(Ok(secret))
 }
 
 /// The CA `<topology>-ca-key` holds, or why it cannot be used.
-fn current_ca(secret: &Secret) -> Result<Authority, String> {
+fn current_ca(secret: &Secret) -> Result<Authority, CaSecretProblem> {
     match (value(secret, TLS_CA_KEY), value(secret, CA_KEY_KEY)) {
-        (Some(cert), Some(key)) => Authority::from_pem(&cert, &key),
-        _ => Err(format!("it needs {TLS_CA_KEY} and {CA_KEY_KEY}")),
+        (Some(cert), Some(key)) => {
+            Authority::from_pem(&cert, &key).map_err(CaSecretProblem::Current)
+        }
+        _ => Err(CaSecretProblem::Incomplete),
     }
 }
 
@@ -252,7 +259,7 @@ async fn next_authority<S, K>(
     current: &Authority,
     field_manager: &str,
     now: SystemTime,
-) -> Result<Result<Replacing, String>, Error>
+) -> Result<Result<Replacing, CaUnusable>, Error>
 where
     S: SecretStore,
     K: Resource<DynamicType = ()> + Debug,
@@ -261,7 +268,12 @@ where
     let name = names::topology_ca_key_secret_name(&topology.name_any());
     match next_ca(&secret) {
         Some(Ok(next)) => return Ok(Ok((Some(next), secret, None))),
-        Some(Err(why)) => return Ok(Err(format!("CA Secret {name}: {why}"))),
+        Some(Err(problem)) => {
+            return Ok(Err(CaUnusable::Content {
+                secret: name,
+                problem,
+            }));
+        }
         None => {}
     }
     let requested = topology.annotations().get(annotations::REPLACE_CA);
@@ -277,7 +289,7 @@ where
     };
     let made = match Authority::generate(&namespace, &topology.name_any(), now) {
         Ok(made) => made,
-        Err(e) => return Ok(Err(format!("a next CA: {e}"))),
+        Err(e) => return Ok(Err(CaUnusable::NextNotGenerated(e))),
     };
     let (next, written) = start_replacement(secrets, made, &secret, requested, field_manager)
         .await
@@ -299,7 +311,7 @@ async fn operator_certificate<S, K>(
     secret: &Secret,
     field_manager: &str,
     now: SystemTime,
-) -> Result<Result<(Leaf, Option<String>), String>, Error>
+) -> Result<Result<(Leaf, Option<String>), CaUnusable>, Error>
 where
     S: SecretStore,
     K: Resource<DynamicType = ()> + Debug,
@@ -316,6 +328,10 @@ where
         key: key.as_deref(),
         ca: Some(&trusted),
     };
+    let unusable = |problem| CaUnusable::Content {
+        secret: name.clone(),
+        problem,
+    };
     let why = match cas.judge(&held, &request, now) {
         Verdict::Keep => {
             let leaf = Leaf {
@@ -324,12 +340,20 @@ where
             };
             return Ok(Ok((leaf, None)));
         }
-        Verdict::Refuse(why) => return Ok(Err(format!("CA Secret {name}: {why}"))),
+        Verdict::Refuse(why) => {
+            return Ok(Err(unusable(CaSecretProblem::OperatorCertificateForeign(
+                why,
+            ))));
+        }
         Verdict::Issue(why) => why,
     };
     let leaf = match cas.issuing().issue(&request, now) {
         Ok(leaf) => leaf,
-        Err(e) => return Ok(Err(format!("CA Secret {name}: {e}"))),
+        Err(e) => {
+            return Ok(Err(unusable(
+                CaSecretProblem::OperatorCertificateNotIssued(e),
+            )));
+        }
     };
     let data = [(TLS_CERT_KEY, &leaf.cert_pem), (TLS_KEY_KEY, &leaf.key_pem)];
     patch_data(secrets, secret, &data, &[], field_manager)
@@ -343,16 +367,14 @@ where
 
 /// The next CA `<topology>-ca-key` holds during a replacement, if any, or why it cannot be
 /// used.
-fn next_ca(secret: &Secret) -> Option<Result<Next, String>> {
+fn next_ca(secret: &Secret) -> Option<Result<Next, CaSecretProblem>> {
     let cert = value(secret, NEXT_CA_CERT_KEY);
     let key = value(secret, NEXT_CA_KEY_KEY);
     if cert.is_none() && key.is_none() {
         return None;
     }
     let (Some(cert), Some(key)) = (cert, key) else {
-        return Some(Err(format!(
-            "it needs both {NEXT_CA_CERT_KEY} and {NEXT_CA_KEY_KEY}, or neither"
-        )));
+        return Some(Err(CaSecretProblem::NextIncomplete));
     };
     let phase = ca_replacement::phase_from_annotation(
         secret
@@ -363,7 +385,7 @@ fn next_ca(secret: &Secret) -> Option<Result<Next, String>> {
     Some(
         Authority::from_pem(&cert, &key)
             .map(|authority| Next { authority, phase })
-            .map_err(|e| format!("{NEXT_CA_CERT_KEY}/{NEXT_CA_KEY_KEY}: {e}")),
+            .map_err(CaSecretProblem::Next),
     )
 }
 
@@ -503,21 +525,17 @@ where
 }
 
 /// Why `secret`, of a name the operator gives a topology's CA, is not `topology`'s to use.
-fn not_owned_by<K: Resource<DynamicType = ()>>(secret: &Secret, topology: &K) -> Option<String> {
+fn not_owned_by<K: Resource<DynamicType = ()>>(secret: &Secret, topology: &K) -> Option<NotOwned> {
     if let Some(why) = auth::not_this_topologys(secret, topology) {
-        return Some(why);
+        return Some(why.into());
     }
     let uid = topology.meta().uid.as_ref();
     let owned = secret
         .owner_references()
         .iter()
         .any(|o| Some(&o.uid) == uid);
-    (!owned).then(|| {
-        format!(
-            "Secret {} exists and is not this topology's (the operator keeps its CA there \
-             when spec.tls names no Secret); rename or delete it",
-            secret.name_any()
-        )
+    (!owned).then(|| NotOwned::NotOwnedByTopology {
+        secret: secret.name_any(),
     })
 }
 
@@ -527,7 +545,7 @@ fn new_ca_secret<K: Resource<DynamicType = ()>>(
     label_key: &str,
     name: &str,
     now: SystemTime,
-) -> Result<Secret, String> {
+) -> Result<Secret, IssueError> {
     let namespace = topology.meta().namespace.clone().unwrap_or_default();
     let topology_name = topology.meta().name.clone().unwrap_or_default();
     let authority = Authority::generate(&namespace, &topology_name, now)?;
@@ -561,14 +579,17 @@ async fn publish_ca<S, K>(
     label_key: &str,
     cas: &Cas,
     field_manager: &str,
-) -> Result<(), String>
+) -> Result<(), SecretNotWritten>
 where
     S: SecretStore,
     K: Resource<DynamicType = ()> + Debug,
 {
     let trusted = cas.trusted();
     let name = names::topology_ca_secret_name(&topology.name_any());
-    let failed = |e: kube::Error| format!("Secret {name}: {e}");
+    let failed = |source| SecretNotWritten::Api {
+        secret: name.clone(),
+        source,
+    };
     let Some(secret) = secrets.get_opt(&name).await.map_err(failed)? else {
         let made = auth::owned_secret(topology, label_key, &name, TLS_CA_KEY, &trusted);
         return match secrets.create(&made).await {
@@ -578,7 +599,7 @@ where
         };
     };
     if let Some(why) = not_owned_by(&secret, topology) {
-        return Err(why);
+        return Err(why.into());
     }
     let only_the_ca = secret.data.as_ref().is_some_and(|d| d.len() == 1)
         && value(&secret, TLS_CA_KEY).as_deref() == Some(trusted.as_str());
@@ -633,7 +654,7 @@ async fn member<S: SecretStore>(
     node: &ValkeyNode,
     field_manager: &str,
     now: SystemTime,
-) -> Result<Issued, String> {
+) -> Result<Issued, SecretNotWritten> {
     let Some(tls) = node.spec.tls.as_ref() else {
         return Ok((None, None));
     };
@@ -646,7 +667,10 @@ async fn member<S: SecretStore>(
         return Ok((None, None));
     };
     let request = Request::member(service, &namespace, cluster_ip, &shared_services(node))?;
-    let failed = |e: kube::Error| format!("Secret {name}: {e}");
+    let failed = |source| SecretNotWritten::Api {
+        secret: name.clone(),
+        source,
+    };
     let secret = secrets.get_opt(name).await.map_err(failed)?;
     let uid = node.meta().uid.clone().unwrap_or_default();
     let owner = secret
@@ -655,16 +679,14 @@ async fn member<S: SecretStore>(
     match owner {
         None | Some(SecretOwner::Member) => {}
         Some(SecretOwner::EarlierMember) => {
-            return Err(format!(
-                "Secret {name} belongs to an earlier member of the same name; it is issued \
-                 once the garbage collector has deleted it"
-            ));
+            return Err(SecretNotWritten::EarlierMembers {
+                secret: name.clone(),
+            });
         }
         Some(SecretOwner::Other) => {
-            return Err(format!(
-                "Secret {name} exists and is not this member's certificate (the operator \
-                 issues one there when spec.tls names no Secret); rename or delete it"
-            ));
+            return Err(SecretNotWritten::NotTheMembers {
+                secret: name.clone(),
+            });
         }
     }
     let (cert, key, ca) = match &secret {
@@ -682,7 +704,7 @@ async fn member<S: SecretStore>(
     };
     let (cert_pem, why) = match cas.judge(&held, &request, now) {
         Verdict::Keep => (cert.unwrap_or_default(), None),
-        Verdict::Refuse(why) => return Err(why),
+        Verdict::Refuse(why) => return Err(why.into()),
         Verdict::Issue(why) => {
             let leaf = cas.issuing().issue(&request, now)?;
             let trusted = cas.trusted();

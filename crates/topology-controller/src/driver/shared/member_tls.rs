@@ -18,10 +18,10 @@ use topology_controller::shared::auth::AppliedOperator;
 use topology_controller::shared::ca_replacement;
 use topology_controller::shared::commands::Server;
 use topology_controller::shared::connections::Connections;
-use topology_controller::shared::tls::{self, Client};
+use topology_controller::shared::tls::{self, Client, FilesError, SecretError};
 
 use crate::driver::shared::error::Error;
-use crate::driver::shared::member_certs;
+use crate::driver::shared::member_certs::{self, CaUnusable};
 use crate::driver::shared::valkey::{Conn, Login};
 
 /// The topology whose `spec.tls` [`read`] reads.
@@ -37,6 +37,19 @@ pub struct Reading<'a, K> {
     pub bus: bool,
 }
 
+/// Why the operator has no client for a topology's TLS members.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsUnusable {
+    /// The CA the operator keeps (`spec.tls` names no Secret).
+    #[error(transparent)]
+    Issued(#[from] CaUnusable),
+    /// The Secret `spec.tls` names.
+    #[error(transparent)]
+    Secret(#[from] SecretError),
+    #[error("TLS Secret {secret}: {source}")]
+    Files { secret: String, source: FilesError },
+}
+
 /// The client side of the topology's TLS: `None` without `spec.tls`, else the client or
 /// why it cannot be had. With a Secret the user names, from that Secret; without, from the
 /// CA the operator keeps, issuing members' certificates first ([`crate::driver::shared::member_certs`]).
@@ -48,7 +61,7 @@ pub async fn read<K, R>(
     field_manager: &str,
     of: Reading<'_, K>,
     reasons: (R, R),
-) -> Result<Option<Result<Client, String>>, Error>
+) -> Result<Option<Result<Client, TlsUnusable>>, Error>
 where
     K: Resource<DynamicType = ()> + Debug,
     R: EventReason + Copy,
@@ -85,7 +98,7 @@ where
                 tracing::warn!(topology = %of.topology.name_any(), %note);
                 ctx.events.publish(of.topology, refused, note, None).await;
             }
-            prepared.client
+            prepared.client.map_err(TlsUnusable::from)
         }
         Some(name) => {
             let namespace = of.topology.namespace().unwrap_or_default();
@@ -93,9 +106,14 @@ where
                 .get_opt(name)
                 .await
                 .on(Op::Read, ObjectName::new::<Secret>(&namespace, name))?;
-            tls::files_in(secret.as_ref(), name).and_then(|files| {
-                tls::client(&files, client_auth).map_err(|e| format!("TLS Secret {name}: {e}"))
-            })
+            tls::files_in(secret.as_ref(), name)
+                .map_err(TlsUnusable::from)
+                .and_then(|files| {
+                    tls::client(&files, client_auth).map_err(|source| TlsUnusable::Files {
+                        secret: name.clone(),
+                        source,
+                    })
+                })
         }
     };
     // The status says it too (`TlsSecretUnusable`), but a Secret is input CEL cannot

@@ -9,7 +9,7 @@ use crd_types::names::{self, labels};
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Resource, ResourceExt};
 use operator_runtime::{ApiResultExt, ObjectName, Op};
-use topology_controller::shared::auth::{self, AppliedOperator, TopologySecret};
+use topology_controller::shared::auth::{self, AppliedOperator, PasswordError, TopologySecret};
 
 use crate::driver::shared::error::Error;
 use crate::driver::shared::secret_store::SecretStore;
@@ -17,7 +17,8 @@ use crate::driver::shared::secret_store::SecretStore;
 #[cfg(test)]
 mod tests;
 
-/// What the controller knows about a topology's passwords.
+/// What the controller knows about a topology's passwords. Reasons are kept in words: the
+/// drivers hand them to the guard and status as text.
 pub struct Passwords {
     /// The `operator` user's password, or why it cannot be read, and its Secret's
     /// `<name>/<resourceVersion>`.
@@ -67,18 +68,18 @@ pub async fn read<S, K>(
     label_key: &str,
     wanted: &TopologySecret,
     members_exist: bool,
-) -> Result<Result<String, String>, Error>
+) -> Result<Result<String, PasswordError>, Error>
 where
     S: SecretStore,
     K: Resource<DynamicType = ()> + Debug,
 {
     let (password, _) =
-        read_with_version(secrets, topology, label_key, wanted, members_exist).await?;
+        password_and_version(secrets, topology, label_key, wanted, members_exist).await?;
     Ok(password)
 }
 
 /// [`read`], with the Secret's `<name>/<resourceVersion>` when there is one (a rotation
-/// records which version it goes to).
+/// records which version it goes to), and the reason in words (see [`Passwords`]).
 pub async fn read_with_version<S, K>(
     secrets: &S,
     topology: &K,
@@ -86,6 +87,23 @@ pub async fn read_with_version<S, K>(
     wanted: &TopologySecret,
     members_exist: bool,
 ) -> Result<(Result<String, String>, Option<String>), Error>
+where
+    S: SecretStore,
+    K: Resource<DynamicType = ()> + Debug,
+{
+    let (password, version) =
+        password_and_version(secrets, topology, label_key, wanted, members_exist).await?;
+    Ok((password.map_err(|why| why.to_string()), version))
+}
+
+/// [`read_with_version`], with the reason as it is.
+async fn password_and_version<S, K>(
+    secrets: &S,
+    topology: &K,
+    label_key: &str,
+    wanted: &TopologySecret,
+    members_exist: bool,
+) -> Result<(Result<String, PasswordError>, Option<String>), Error>
 where
     S: SecretStore,
     K: Resource<DynamicType = ()> + Debug,
@@ -100,14 +118,10 @@ where
         secret = Some(create(secrets, topology, label_key, &reference.name).await?);
     }
     let problem = match &secret {
-        None if wanted.generated && members_exist => Some(format!(
-            "Secret {} does not exist but the members already run (it was deleted, or \
-             they predate generated passwords); a new password would lock them out, so \
-             restore it (a member container's REDISCLI_AUTH holds the default user's, \
-             its VALKEY_OPERATOR_PASSWORD the operator's)",
-            reference.name
-        )),
-        Some(s) if wanted.generated => auth::not_this_topologys(s, topology),
+        None if wanted.generated && members_exist => {
+            Some(PasswordError::GeneratedGone(reference.clone()))
+        }
+        Some(s) if wanted.generated => auth::not_this_topologys(s, topology).map(Into::into),
         _ => None,
     };
     let version = secret.as_ref().map(|s| {

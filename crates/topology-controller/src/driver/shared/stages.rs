@@ -148,7 +148,8 @@ pub async fn fetch<T: Topology>(apis: &Apis<T>, name: &str) -> Result<Option<Liv
 }
 
 /// The client side of the topology's TLS (see [`member_tls::read`]): `None` without
-/// `spec.tls`, else the client or why it cannot be had.
+/// `spec.tls`, else the client or why it cannot be had, in words (the drivers keep it as
+/// [`Passwords::tls_problem`] for the guard).
 pub async fn read_tls<T: Topology>(
     ctx: &Context,
     apis: &Apis<T>,
@@ -165,7 +166,8 @@ pub async fn read_tls<T: Topology>(
         TopologyEvent::CertificateIssued,
         TopologyEvent::CertificateRefused,
     );
-    member_tls::read(ctx, &apis.secrets, apis.field_manager, reading, reasons).await
+    let tls = member_tls::read(ctx, &apis.secrets, apis.field_manager, reading, reasons).await?;
+    Ok(tls.map(|client| client.map_err(|why| why.to_string())))
 }
 
 /// Creates the members `wanted` names at their places (built by `build` from the place and

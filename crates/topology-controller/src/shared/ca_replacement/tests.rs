@@ -28,7 +28,7 @@ fn request(i: usize) -> Request {
 
 /// Whether a peer trusting `trusted` (PEM, one CA or more) accepts `cert`, as Valkey checks
 /// peers: the chain to a CA, not the names.
-fn accepts(trusted: &str, cert: &str) -> Result<(), String> {
+fn accepts(trusted: &str, cert: &str) -> Result<(), rustls::Error> {
     let mut roots = RootCertStore::empty();
     for ca in CertificateDer::pem_slice_iter(trusted.as_bytes()) {
         roots.add(ca.unwrap()).unwrap();
@@ -46,7 +46,7 @@ fn accepts(trusted: &str, cert: &str) -> Result<(), String> {
         | Err(rustls::Error::InvalidCertificate(CertificateError::NotValidForNameContext {
             ..
         })) => Ok(()),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(e),
     }
 }
 

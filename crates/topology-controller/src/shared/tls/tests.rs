@@ -58,7 +58,7 @@ fn secret(files: &TlsFiles, drop: Option<&str>) -> Secret {
 }
 
 /// The client of a cluster's members, which present certificates on the bus.
-fn client_of(files: &TlsFiles) -> Result<Client, String> {
+fn client_of(files: &TlsFiles) -> Result<Client, FilesError> {
     client(files, true)
 }
 
@@ -82,14 +82,20 @@ fn the_secret_must_hold_all_three_keys() {
         files_in(Some(&secret(&files, None)), "c-tls"),
         Ok(files.clone())
     );
-    assert_eq!(
-        files_in(None, "c-tls"),
-        Err("TLS Secret c-tls does not exist".to_string())
-    );
+    let missing = files_in(None, "c-tls").unwrap_err();
+    assert_eq!(missing.to_string(), "TLS Secret c-tls does not exist");
     for key in ["ca.crt", "tls.crt", "tls.key"] {
+        let incomplete = files_in(Some(&secret(&files, Some(key))), "c-tls").unwrap_err();
         assert_eq!(
-            files_in(Some(&secret(&files, Some(key))), "c-tls"),
-            Err(format!("TLS Secret c-tls has no {key}"))
+            incomplete,
+            SecretError::NoKey {
+                secret: "c-tls".into(),
+                key
+            }
+        );
+        assert_eq!(
+            incomplete.to_string(),
+            format!("TLS Secret c-tls has no {key}")
         );
     }
 }
@@ -114,7 +120,8 @@ fn a_member_is_trusted_by_its_chain_whatever_address_it_is_dialled_at() {
     assert!(refused.is_err());
     assert_eq!(client.served.at("10.96.0.13"), None);
     let why = client.served.refusal("10.96.0.13").unwrap();
-    assert_eq!(why, "it is not issued by a CA in ca.crt");
+    assert_eq!(why, Refusal::UnknownIssuer);
+    assert_eq!(why.to_string(), "it is not issued by a CA in ca.crt");
     assert_eq!(client.served.refusal("10.96.0.12"), None);
 
     // A CA of the same name with another key: what a renewed CA looks like.
@@ -122,8 +129,9 @@ fn a_member_is_trusted_by_its_chain_whatever_address_it_is_dialled_at() {
     let refused = verifier.verify_server_cert(&renewed, &[], &ip("10.96.0.14"), &[], now);
     assert!(refused.is_err());
     let why = client.served.refusal("10.96.0.14").unwrap();
+    assert_eq!(why, Refusal::SignedByAnotherKey);
     assert_eq!(
-        why,
+        why.to_string(),
         "it is not signed by a CA in ca.crt (one of the same name has another key, as after \
          a CA is renewed)"
     );
@@ -138,17 +146,32 @@ fn unusable_files_say_which_key_is_wrong() {
         ..files.clone()
     };
     let problem = |f: &TlsFiles| client_of(f).err().unwrap();
-    assert!(problem(&mismatched).contains("tls.crt and tls.key do not go together"));
+    let why = problem(&mismatched);
+    assert!(matches!(why, FilesError::KeyMismatch(_)), "{why}");
+    assert!(
+        why.to_string()
+            .starts_with("tls.crt and tls.key do not go together: ")
+    );
     let garbled = TlsFiles {
         ca: b"not a certificate".to_vec(),
         ..files.clone()
     };
-    assert!(problem(&garbled).contains("ca.crt holds no certificate"));
+    let why = problem(&garbled);
+    assert!(
+        matches!(why, FilesError::NoCertificate { file: "ca.crt" }),
+        "{why}"
+    );
+    assert_eq!(why.to_string(), "ca.crt holds no certificate");
     let no_key = TlsFiles {
         key: b"-----BEGIN NOTHING-----".to_vec(),
         ..files
     };
-    assert!(problem(&no_key).contains("tls.key is not a PEM private key"));
+    let why = problem(&no_key);
+    assert!(matches!(why, FilesError::KeyNotPem(_)), "{why}");
+    assert!(
+        why.to_string()
+            .starts_with("tls.key is not a PEM private key: ")
+    );
 }
 
 #[test]
@@ -160,26 +183,38 @@ fn a_certificate_members_could_not_use_is_refused_up_front() {
     });
     let why = problem(server_only);
     assert!(
-        why.starts_with("tls.crt cannot be a client certificate"),
+        matches!(why, FilesError::NotForClients(Refusal::WrongPurpose)),
+        "{why}"
+    );
+    assert!(
+        why.to_string()
+            .starts_with("tls.crt cannot be a client certificate"),
         "{why}"
     );
     let client_only = issued(&ca, |p| {
         p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth]
     });
     let why = problem(client_only);
-    assert!(why.starts_with("tls.crt cannot be served"), "{why}");
+    assert!(
+        matches!(why, FilesError::CannotServe(Refusal::WrongPurpose)),
+        "{why}"
+    );
     let expired = issued(&ca, |p| {
         p.not_before = rcgen::date_time_ymd(2020, 1, 1);
         p.not_after = rcgen::date_time_ymd(2021, 1, 1);
     });
     let why = problem(expired);
-    assert_eq!(why, "tls.crt cannot be served: it has expired");
+    assert!(
+        matches!(why, FilesError::CannotServe(Refusal::Expired)),
+        "{why}"
+    );
+    assert_eq!(why.to_string(), "tls.crt cannot be served: it has expired");
     let stranger = TlsFiles {
         ca: ca.pem().into_bytes(),
         ..member(&self::ca("other CA"))
     };
     let why = problem(stranger);
-    assert!(why.starts_with("tls.crt cannot be served"), "{why}");
+    assert!(matches!(why, FilesError::CannotServe(_)), "{why}");
     // No extended key usage at all allows both.
     assert!(client_of(&issued(&ca, |p| p.extended_key_usages.clear())).is_ok());
 }

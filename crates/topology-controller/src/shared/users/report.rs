@@ -96,6 +96,7 @@ pub fn applied_note(applied: &Applied) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shared::auth::PasswordError;
     use crate::shared::users::{Entry, UsersFile};
     use k8s_openapi::jiff::Timestamp;
 
@@ -139,7 +140,10 @@ mod tests {
     fn problems_come_first_then_what_is_under_way() {
         let missing = Problem::PasswordMissing {
             user: "app".into(),
-            why: "Secret app-pw does not exist".into(),
+            why: PasswordError::SecretMissing(crd_types::template::SecretKeyRef {
+                name: "app-pw".into(),
+                key: "password".into(),
+            }),
         };
         let refused = Problem::RulesRefused {
             user: "ro".into(),

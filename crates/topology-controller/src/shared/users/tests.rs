@@ -113,7 +113,7 @@ fn members<'a>(nodes: &'a [(&'a str, &'a str, Option<&'a FakeNode>)]) -> Vec<Mem
 /// next pass's previous ones (the Secret).
 async fn pass(
     checks: &Checks,
-    users: &[(&User, Result<String, String>)],
+    users: &[(&User, Result<String, PasswordError>)],
     previous: &UsersFile,
     nodes: &[Member<'_, FakeNode>],
     now: Timestamp,
@@ -372,7 +372,12 @@ async fn a_missing_password_keeps_the_previous_one_and_a_silent_member_is_pendin
     .await;
     assert_eq!(applied.pending, [("g-1".into(), "does not answer".into())]);
 
-    let gone = || Err("Secret app-pw has no key password".to_string());
+    let gone = || {
+        Err(PasswordError::NoKey(crd_types::template::SecretKeyRef {
+            name: "app-pw".into(),
+            key: "password".into(),
+        }))
+    };
     let (prepared, _) = pass(&checks, &[(&app, gone())], &first.file, &nodes, at(1)).await;
     assert_eq!(prepared.file, first.file);
     assert_eq!(

@@ -162,7 +162,12 @@ async fn a_missing_ca_is_reported_never_made_once_members_exist() {
     let prepared = prepare_with(&fake, &[node(Some("10.0.0.1"))]).await;
     let why = prepared.client.expect_err("no CA");
     assert!(
-        why.contains("does not exist but the members already run"),
+        matches!(&why, CaUnusable::GoneWhileMembersRun { secret } if secret == CA_KEY),
+        "{why}"
+    );
+    assert!(
+        why.to_string()
+            .contains("does not exist but the members already run"),
         "{why}"
     );
     assert_eq!(fake.writes(), []);
@@ -204,7 +209,8 @@ async fn a_ca_secret_not_the_topologys_is_refused_and_left_alone() {
     for (secret, expected) in cases {
         let fake = FakeSecrets::with([secret.clone()]);
         let why = prepare_with(&fake, &[]).await.client.expect_err("refused");
-        assert!(why.contains(expected), "{why}");
+        assert!(matches!(why, CaUnusable::NotOwned(_)), "{why}");
+        assert!(why.to_string().contains(expected), "{why}");
         assert_eq!(fake.writes(), []);
         assert_eq!(fake.secret(CA_KEY).map(|s| s.data), Some(secret.data));
     }
@@ -216,7 +222,20 @@ async fn a_ca_secret_without_its_key_is_reported() {
     secret.data.as_mut().unwrap().remove(CA_KEY_KEY);
     let fake = FakeSecrets::with([secret]);
     let why = prepare_with(&fake, &[]).await.client.expect_err("refused");
-    assert_eq!(why, "CA Secret cache-ca-key: it needs ca.crt and ca.key");
+    assert!(
+        matches!(
+            why,
+            CaUnusable::Content {
+                problem: CaSecretProblem::Incomplete,
+                ..
+            }
+        ),
+        "{why}"
+    );
+    assert_eq!(
+        why.to_string(),
+        "CA Secret cache-ca-key: it needs ca.crt and ca.key"
+    );
     assert_eq!(fake.writes(), []);
 }
 
@@ -344,7 +363,7 @@ async fn member_at(
     fake: &FakeSecrets,
     node: &ValkeyNode,
     now: SystemTime,
-) -> Result<Issued, String> {
+) -> Result<Issued, SecretNotWritten> {
     member(fake, &cas_of(fake), node, FIELD_MANAGER, now).await
 }
 
@@ -361,7 +380,7 @@ async fn with_member_issued(now: SystemTime) -> FakeSecrets {
 async fn a_member_without_its_clusterip_waits_without_a_certificate() {
     let fake = FakeSecrets::with([ca_secret_made(SystemTime::now())]);
     let issued = member_at(&fake, &node(None), SystemTime::now()).await;
-    assert_eq!(issued, Ok((None, None)));
+    assert!(matches!(issued, Ok((None, None))), "{issued:?}");
     assert_eq!(fake.calls(), []);
 }
 
@@ -457,7 +476,14 @@ async fn a_member_certificate_of_another_ca_is_refused_not_replaced() {
     let why = member_at(&fake, &node(Some("10.0.0.1")), now)
         .await
         .expect_err("refused");
-    assert!(why.contains("not from the topology's CA"), "{why}");
+    assert!(
+        matches!(why, SecretNotWritten::ForeignCertificate(_)),
+        "{why}"
+    );
+    assert!(
+        why.to_string().contains("not from the topology's CA"),
+        "{why}"
+    );
     assert_eq!(writes_since(&fake, before), []);
 }
 
@@ -469,21 +495,33 @@ async fn a_member_secret_not_the_members_is_refused_and_left_alone() {
         (
             Some(earlier),
             "belongs to an earlier member of the same name",
+            true,
         ),
         (
             Some(foreign_owner("Certificate", "x", "x")),
             "exists and is not this member's certificate",
+            false,
         ),
-        (None, "exists and is not this member's certificate"),
+        (None, "exists and is not this member's certificate", false),
     ];
-    for (owner, expected) in cases {
+    for (owner, expected, earlier) in cases {
         let mut theirs = member_secret(&node(None), MEMBER_TLS, &[]);
         theirs.metadata.owner_references = owner.map(|o| vec![o]);
         let fake = FakeSecrets::with([ca_secret_made(now), theirs.clone()]);
         let why = member_at(&fake, &node(Some("10.0.0.1")), now)
             .await
             .expect_err("refused");
-        assert!(why.contains(expected), "{why}");
+        match earlier {
+            true => assert!(
+                matches!(why, SecretNotWritten::EarlierMembers { .. }),
+                "{why}"
+            ),
+            false => assert!(
+                matches!(why, SecretNotWritten::NotTheMembers { .. }),
+                "{why}"
+            ),
+        }
+        assert!(why.to_string().contains(expected), "{why}");
         assert_eq!(fake.writes(), []);
         assert_eq!(fake.secret(MEMBER_TLS).map(|s| s.data), Some(theirs.data));
     }
@@ -497,20 +535,18 @@ async fn a_member_secret_written_meanwhile_is_not_written_over() {
     let theirs = member_secret(&node(None), MEMBER_TLS, &[]);
     fake.rival_writes_first(theirs.clone());
     let why = member_at(&fake, &node(Some("10.0.0.1")), now).await;
-    assert!(
-        why.expect_err("refused")
-            .starts_with("Secret cache-0-0-tls: ")
-    );
+    let why = why.expect_err("refused");
+    assert!(matches!(why, SecretNotWritten::Api { .. }), "{why}");
+    assert!(why.to_string().starts_with("Secret cache-0-0-tls: "));
     assert_eq!(fake.secret(MEMBER_TLS).map(|s| s.data), Some(theirs.data));
     // Changed by another writer between the read and the patch.
     let fake = with_member_issued(now).await;
     let changed = fake.secret(MEMBER_TLS).expect("issued");
     fake.rival_writes_first(changed.clone());
     let why = member_at(&fake, &node(Some("10.0.0.2")), now).await;
-    assert!(
-        why.expect_err("refused")
-            .starts_with("Secret cache-0-0-tls: ")
-    );
+    let why = why.expect_err("refused");
+    assert!(matches!(why, SecretNotWritten::Api { .. }), "{why}");
+    assert!(why.to_string().starts_with("Secret cache-0-0-tls: "));
     assert_eq!(fake.secret(MEMBER_TLS).map(|s| s.data), Some(changed.data));
 }
 

@@ -8,6 +8,8 @@ use k8s_openapi::ByteString;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use operator_runtime::Op;
 
+use topology_controller::shared::auth::UnusableSecret;
+
 use super::*;
 use crate::driver::shared::secret_store::fake::{FakeSecrets, Verb};
 
@@ -66,8 +68,8 @@ async fn read(
     fake: &FakeSecrets,
     wanted: &TopologySecret,
     members_exist: bool,
-) -> (Result<String, String>, Option<String>) {
-    read_with_version(fake, &cluster(), labels::CLUSTER, wanted, members_exist)
+) -> (Result<String, PasswordError>, Option<String>) {
+    password_and_version(fake, &cluster(), labels::CLUSTER, wanted, members_exist)
         .await
         .expect("no API error")
 }
@@ -96,6 +98,8 @@ async fn a_missing_generated_secret_is_reported_never_regenerated_once_members_e
     let wanted = generated();
     let (password, version) = read(&fake, &wanted, true).await;
     let why = password.expect_err("nothing to read");
+    assert_eq!(why, PasswordError::GeneratedGone(wanted.reference.clone()));
+    let why = why.to_string();
     assert!(
         why.contains("does not exist but the members already run"),
         "{why}"
@@ -108,8 +112,11 @@ async fn a_missing_generated_secret_is_reported_never_regenerated_once_members_e
 #[tokio::test]
 async fn a_secret_the_spec_names_is_never_created() {
     let fake = FakeSecrets::default();
-    let (password, version) = read(&fake, &named("mine", "pw"), false).await;
-    assert_eq!(password, Err("Secret mine does not exist".into()));
+    let wanted = named("mine", "pw");
+    let (password, version) = read(&fake, &wanted, false).await;
+    let why = password.expect_err("no Secret");
+    assert_eq!(why, PasswordError::SecretMissing(wanted.reference));
+    assert_eq!(why.to_string(), "Secret mine does not exist");
     assert_eq!(version, None);
     assert_eq!(fake.writes(), []);
 }
@@ -189,7 +196,15 @@ async fn a_generated_name_another_object_controls_is_refused_with_the_reason() {
     let (password, version) = read(&fake, &wanted, false).await;
     let why = password.expect_err("not this cluster's");
     assert!(
-        why.contains("belongs to ValkeyCluster other (other-uid), not this ValkeyCluster"),
+        matches!(
+            why,
+            PasswordError::Unusable(UnusableSecret::ControlledByAnother { .. })
+        ),
+        "{why}"
+    );
+    assert!(
+        why.to_string()
+            .contains("belongs to ValkeyCluster other (other-uid), not this ValkeyCluster"),
         "{why}"
     );
     // Reported, not taken over; the version is still told.
@@ -220,7 +235,14 @@ async fn a_generated_secret_being_deleted_is_refused() {
     going.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
     let fake = FakeSecrets::with([going]);
     let (password, _) = read(&fake, &wanted, false).await;
-    assert_eq!(password, Err(format!("Secret {name} is being deleted")));
+    let why = password.expect_err("going");
+    assert_eq!(
+        why,
+        PasswordError::Unusable(UnusableSecret::BeingDeleted {
+            secret: name.clone()
+        })
+    );
+    assert_eq!(why.to_string(), format!("Secret {name} is being deleted"));
     assert_eq!(fake.writes(), []);
 }
 
