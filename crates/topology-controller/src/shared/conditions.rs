@@ -75,6 +75,7 @@ pub fn not_ready<S: PlannedStep>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shared::guard::StepStates;
 
     /// A planner's step reduced to what the reports read.
     #[derive(Debug)]
@@ -90,7 +91,7 @@ mod tests {
         }
     }
 
-    impl PlannedStep for Fake {
+    impl StepStates for Fake {
         fn waiting(reason: Waiting, _: String) -> Self {
             Fake::Wait(reason)
         }
@@ -102,16 +103,23 @@ mod tests {
                 Fake::Run(_) => StepState::Running,
             }
         }
+    }
 
-        fn needs_default_password(&self) -> bool {
+    impl PlannedStep for Fake {
+        fn is_scaling(&self) -> bool {
+            matches!(self, Fake::Run(Some(Phase::Scaling)))
+        }
+
+        fn is_update(&self) -> bool {
+            matches!(self, Fake::Run(Some(Phase::Updating)))
+        }
+
+        fn lets_member_restart(&self) -> bool {
             false
         }
 
-        fn serves(&self) -> Option<Phase> {
-            match self {
-                Fake::Run(phase) => *phase,
-                _ => None,
-            }
+        fn needs_default_password(&self) -> bool {
+            false
         }
     }
 
