@@ -34,9 +34,7 @@ use topology_controller::shared::acl::ReplicationPassword;
 use topology_controller::shared::auth;
 use topology_controller::shared::disruption;
 use topology_controller::shared::guard::Holds;
-use topology_controller::shared::member_status::versions_in_play;
 use topology_controller::shared::network;
-use topology_controller::shared::storage::headroom;
 
 use crate::driver::cluster::connect::{self, Observed};
 use crate::driver::shared::credentials::{self, DataNode, Members, Reached};
@@ -397,22 +395,19 @@ fn report(
     let (live, observed) = (&seen.prepared.live, &seen.observed);
     let cluster = &live.topology;
     let now = Timestamp::now();
-    let mut status = ValkeyClusterStatus {
-        storage: headroom(&live.owned),
-        versions: versions_in_play(observed.versions.iter().map(Option::as_deref)),
-        ..status::cluster_status(Inputs {
-            shape,
-            members: &observed.members,
-            survey,
-            step,
-            step_error,
-            switchover: switchover_outcome(shape, &observed.members),
-            current: cluster.status.as_ref(),
-            generation: cluster.metadata.generation,
-            now,
-        })
-    };
-    stages::finish_status(&mut status, cluster, credentials, now);
+    let mut status = status::cluster_status(Inputs {
+        shape,
+        members: &observed.members,
+        survey,
+        step,
+        step_error,
+        switchover: switchover_outcome(shape, &observed.members),
+        current: cluster.status.as_ref(),
+        generation: cluster.metadata.generation,
+        now,
+    });
+    let versions = observed.versions.iter().map(Option::as_deref);
+    stages::finish_status(&mut status, live, versions, credentials, now);
     status
 }
 

@@ -38,9 +38,7 @@ use topology_controller::shared::auth;
 use topology_controller::shared::default_password::{self, Sentinel};
 use topology_controller::shared::disruption;
 use topology_controller::shared::guard::Holds;
-use topology_controller::shared::member_status::versions_in_play;
 use topology_controller::shared::network;
-use topology_controller::shared::storage::headroom;
 use topology_controller::shared::tls;
 
 use crate::driver::shared::credentials::{self, DataNode, Members, Reached};
@@ -510,21 +508,18 @@ fn report(
         .sentinels
         .iter()
         .filter_map(|s| s.answer.as_ref().map(|a| a.version.as_deref()));
-    let mut status = ValkeyReplicationStatus {
-        storage: headroom(&live.owned),
-        versions: versions_in_play(data_versions.chain(sentinel_versions)),
-        ..status::replication_status(Inputs {
-            group,
-            members,
-            health,
-            step,
-            step_error,
-            current: vkr.status.as_ref(),
-            generation: vkr.metadata.generation,
-            now,
-        })
-    };
-    stages::finish_status(&mut status, vkr, credentials, now);
+    let mut status = status::replication_status(Inputs {
+        group,
+        members,
+        health,
+        step,
+        step_error,
+        current: vkr.status.as_ref(),
+        generation: vkr.metadata.generation,
+        now,
+    });
+    let versions = data_versions.chain(sentinel_versions);
+    stages::finish_status(&mut status, live, versions, credentials, now);
     status
 }
 

@@ -6,6 +6,7 @@ use std::fmt::Debug;
 
 use crd_types::cluster::Phase;
 use crd_types::names::{annotations, labels};
+use crd_types::node::StorageHeadroom;
 use crd_types::rotation::{CaReplacement, PasswordRotation};
 use crd_types::template::{Auth, TopologyTls};
 use crd_types::users::User;
@@ -82,6 +83,8 @@ pub trait TopologyStatus {
     fn conditions_mut(&mut self) -> &mut Vec<Condition>;
     /// The rotations under way and the CA replacement's state.
     fn set_credentials(&mut self, rotations: Vec<PasswordRotation>, ca: Option<CaReplacement>);
+    /// The member with the least free space, and the Valkey versions members run.
+    fn set_members(&mut self, storage: Option<StorageHeadroom>, versions: Vec<String>);
 }
 
 macro_rules! topology_status {
@@ -113,6 +116,11 @@ macro_rules! topology_status {
             ) {
                 self.password_rotations = rotations;
                 self.ca_replacement = ca;
+            }
+
+            fn set_members(&mut self, storage: Option<StorageHeadroom>, versions: Vec<String>) {
+                self.storage = storage;
+                self.versions = versions;
             }
         }
     };
