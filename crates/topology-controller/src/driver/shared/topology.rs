@@ -4,7 +4,7 @@
 
 use std::fmt::Debug;
 
-use crd_types::cluster::Phase;
+use crd_types::cluster::{Phase, SwitchoverStatus};
 use crd_types::names::{annotations, labels};
 use crd_types::node::StorageHeadroom;
 use crd_types::rotation::{CaReplacement, PasswordRotation};
@@ -48,6 +48,13 @@ pub trait Topology:
             .unwrap_or_default()
     }
 
+    /// The id of the switchover its status says is finished.
+    fn recorded_switchover(&self) -> Option<&str> {
+        let recorded = self.status().and_then(|s| s.common().switchover);
+        let finished = recorded.filter(|s| s.outcome.is_finished());
+        finished.map(|s| s.id.as_str())
+    }
+
     /// Its conditions as written.
     fn conditions(&self) -> &[Condition] {
         self.status()
@@ -72,6 +79,7 @@ pub trait Topology:
 /// The fields every topology status has.
 pub struct Common<'a> {
     pub password_rotations: &'a [PasswordRotation],
+    pub switchover: Option<&'a SwitchoverStatus>,
     pub conditions: &'a [Condition],
 }
 
@@ -93,6 +101,7 @@ macro_rules! topology_status {
             fn common(&self) -> Common<'_> {
                 Common {
                     password_rotations: &self.password_rotations,
+                    switchover: self.switchover.as_ref(),
                     conditions: &self.conditions,
                 }
             }
