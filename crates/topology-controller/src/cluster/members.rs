@@ -13,8 +13,7 @@ use kube::ResourceExt;
 
 use crate::cluster::model::{Member, Position, member_config};
 
-use crate::shared::member_facts::Revisions;
-use crate::shared::members::{MemberOf, announced_address, member_node, spread_softly};
+use crate::shared::members::{MemberOf, announced_address, member_node, revisions, spread_softly};
 
 /// The member's position, read from its labels (`None` for a node that is not a member).
 pub fn position_of(node: &ValkeyNode) -> Option<Position> {
@@ -35,12 +34,7 @@ pub fn observed(node: &ValkeyNode) -> Option<Member> {
         at: position_of(node)?,
         address: announced_address(node),
         ready: workload.is_some_and(|w| w.ready),
-        revisions: Revisions {
-            desired: workload.and_then(|w| w.desired_revision.clone()),
-            running: workload.and_then(|w| w.revision.clone()),
-            allowed: node.spec.allowed_revision.clone(),
-            observed: workload.and_then(|w| w.observed_generation) == node.metadata.generation,
-        },
+        revisions: revisions(node),
         reply: None,
         gone: None,
     })
@@ -129,7 +123,7 @@ fn spread_shard(constraints: &mut Vec<TopologySpreadConstraint>, cluster: &str, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shared::members::{SPREAD_KEYS, needs_apply};
+    use crate::shared::members::{SPREAD_KEYS, needs_apply, spread_of};
     use crd_types::ValkeyClusterSpec;
     use crd_types::ValkeyNodeSpec;
     use crd_types::node::RolloutPolicy;
@@ -229,12 +223,7 @@ mod tests {
             },
             None,
         );
-        let spread = &n
-            .spec
-            .template
-            .scheduling
-            .unwrap()
-            .topology_spread_constraints;
+        let spread = spread_of(&n);
         let keys: Vec<&str> = spread.iter().map(|c| c.topology_key.as_str()).collect();
         assert_eq!(keys, SPREAD_KEYS);
         for c in spread {
@@ -271,12 +260,7 @@ mod tests {
             },
             None,
         );
-        let spread = n
-            .spec
-            .template
-            .scheduling
-            .unwrap()
-            .topology_spread_constraints;
+        let spread = spread_of(&n);
         assert_eq!(spread.len(), 2);
         assert_eq!(spread[0].max_skew, 2);
         assert_eq!(spread[1].topology_key, "topology.kubernetes.io/zone");

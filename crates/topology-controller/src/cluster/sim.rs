@@ -9,6 +9,7 @@ use crate::cluster::cluster_nodes::ClusterView;
 use crate::cluster::model::{Member, Position, Reply, Shape};
 use crate::cluster::plan::{Step, next_step};
 use crate::cluster::slots::{self, SlotRange, even_split};
+use crate::shared::fake::settled_revisions;
 use crate::shared::info::ReplicationInfo;
 use crate::shared::member_facts::{Address, Revisions};
 
@@ -52,12 +53,7 @@ pub fn sim(shard: u32, member: u32) -> Sim {
         follows: None,
         slots: vec![],
         ready: true,
-        revisions: Revisions {
-            desired: Some("r1".into()),
-            running: Some("r1".into()),
-            allowed: None,
-            observed: true,
-        },
+        revisions: settled_revisions(),
         flags: "",
         synced: true,
         offset: 100,

@@ -6,8 +6,8 @@ use crd_types::cluster::{
     ConfigPaths, MemberStatus, Phase, ShardStatus, SwitchoverOutcome, SwitchoverStatus,
     ValkeyClusterStatus,
 };
+use crd_types::conditions::ConditionSpec;
 use crd_types::conditions::reasons::{Degraded, SlotsAssigned, TopologyReady};
-use crd_types::conditions::{self, ConditionSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
@@ -15,7 +15,7 @@ use crate::cluster::model::{Member, Shape};
 use crate::cluster::plan::Step;
 use crate::cluster::slots::{self, SLOTS};
 use crate::cluster::survey::{ShardSurvey, Survey};
-use crate::shared::conditions::{PhaseFacts, not_ready, progressing, topology_phase};
+use crate::shared::conditions::{PhaseFacts, not_ready, progressing, topology_phase, transitioned};
 use crate::shared::roll::FailoverReason;
 
 /// Everything the cluster status is computed from.
@@ -44,10 +44,7 @@ pub fn cluster_status(i: Inputs) -> ValkeyClusterStatus {
         progressing(i.step, i.step_error, phase),
         degraded(&i, &health),
         slots_assigned(i.survey, &health),
-    ]
-    .into_iter()
-    .map(|c| conditions::transition(current, c, i.generation, i.now))
-    .collect();
+    ];
     ValkeyClusterStatus {
         phase: Some(phase),
         ready_shards: health.ready_shards as i32,
@@ -55,15 +52,11 @@ pub fn cluster_status(i: Inputs) -> ValkeyClusterStatus {
         shards: i.survey.shards.iter().map(shard_status).collect(),
         switchover: switchover_status(&i),
         config: ConfigPaths::of(&i.shape.config),
-        // Added by the caller: the members' storage headroom (`crate::shared::storage`) and the
-        // versions they run (`crate::shared::member_status::versions_in_play`).
-        storage: None,
-        // Filled in by the caller, from its pass over the default password.
-        password_rotations: Vec::new(),
-        ca_replacement: None,
-        versions: Vec::new(),
         observed_generation: i.generation,
-        conditions,
+        conditions: transitioned(current, conditions, i.generation, i.now),
+        // The members' storage and versions, the rotations and the CA replacement: the
+        // caller's, from what it read and its passes over the credentials.
+        ..Default::default()
     }
 }
 
@@ -282,6 +275,7 @@ mod tests {
     use crate::cluster::sim::{self, Sim, formed, members};
     use crate::cluster::survey::survey;
     use crate::shared::member_facts::SwitchoverRequest;
+    use crd_types::conditions;
     use crd_types::conditions::reasons::Waiting;
     use crd_types::conditions::types;
 

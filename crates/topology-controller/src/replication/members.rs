@@ -13,8 +13,7 @@ use kube::ResourceExt;
 
 use crate::replication::model::{At, Facts, Group, data_config};
 use crate::shared::auth;
-use crate::shared::member_facts::Revisions;
-use crate::shared::members::{MemberOf, announced_address, member_node, spread_softly};
+use crate::shared::members::{MemberOf, announced_address, member_node, revisions, spread_softly};
 
 /// The member's position, from its labels and mode (`None`: not a member).
 pub fn position_of(node: &ValkeyNode) -> Option<At> {
@@ -35,12 +34,7 @@ pub fn observed(node: &ValkeyNode) -> Option<Facts> {
         at: position_of(node)?,
         address: announced_address(node).map(|a| a.ip),
         ready: workload.is_some_and(|w| w.ready),
-        revisions: Revisions {
-            desired: workload.and_then(|w| w.desired_revision.clone()),
-            running: workload.and_then(|w| w.revision.clone()),
-            allowed: node.spec.allowed_revision.clone(),
-            observed: workload.and_then(|w| w.observed_generation) == node.metadata.generation,
-        },
+        revisions: revisions(node),
         pod: workload.and_then(|w| w.pod_name.clone()),
     })
 }
@@ -193,6 +187,7 @@ fn spread(template: &mut ValkeyNodeTemplate, replication: &ValkeyReplication, co
 mod tests {
     use super::*;
     use crate::replication::model::{MIN_REPLICAS_MAX_LAG, MIN_REPLICAS_TO_WRITE};
+    use crate::shared::members::spread_of;
     use crd_types::ValkeyReplicationSpec;
     use crd_types::node::RolloutPolicy;
     use crd_types::template::SecretKeyRef;
@@ -307,12 +302,7 @@ mod tests {
         let r = replication(3);
         for (at, component) in [(At::Data(0), "server"), (At::Sentinel(0), "sentinel")] {
             let n = member(&r, at, None, &Default::default());
-            let spread = n
-                .spec
-                .template
-                .scheduling
-                .unwrap()
-                .topology_spread_constraints;
+            let spread = spread_of(&n);
             assert_eq!(spread.len(), 2);
             let selector = spread[0]
                 .label_selector

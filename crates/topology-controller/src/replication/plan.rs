@@ -20,13 +20,12 @@ mod sentinels;
 
 use std::fmt;
 
-use crd_types::cluster::Phase;
 use crd_types::conditions::reasons::Waiting;
 
 use crate::replication::model::{Group, Members};
 use crate::replication::survey::{forming, primary};
 use crate::shared::acl::ReplicationPassword;
-use crate::shared::guard::{self, Holds, PlannedStep, StepState};
+use crate::shared::guard::{self, Holds, PlannedStep, step_states};
 use crate::shared::live;
 use crate::shared::roll::FailoverReason;
 use data_nodes::{attach, refused_target, replication_user, set_live_config};
@@ -101,14 +100,7 @@ pub enum Step {
     Idle,
 }
 
-impl Step {
-    pub fn wait(reason: Waiting, message: impl Into<String>) -> Step {
-        Step::Wait {
-            reason,
-            message: message.into(),
-        }
-    }
-}
+step_states!(Step);
 
 impl fmt::Display for Step {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -181,61 +173,44 @@ impl fmt::Display for Step {
 }
 
 impl PlannedStep for Step {
-    fn waiting(reason: Waiting, message: String) -> Self {
-        Step::Wait { reason, message }
+    /// Who replicates whom or who watches changes.
+    fn is_scaling(&self) -> bool {
+        matches!(
+            self,
+            Step::ReplicaOf { .. }
+                | Step::Monitor { .. }
+                | Step::Remonitor { .. }
+                | Step::Configure { .. }
+                | Step::Remove(_)
+                | Step::Reset { .. }
+                | Step::HandOver {
+                    reason: FailoverReason::Removal,
+                    ..
+                }
+        )
     }
 
-    fn serves(&self) -> Option<Phase> {
-        if is_scaling(self) {
-            return Some(Phase::Scaling);
-        }
-        let updates = matches!(
+    fn is_update(&self) -> bool {
+        matches!(
             self,
             Step::HandOver { .. }
                 | Step::AllowRoll { .. }
                 | Step::SetPriority { .. }
                 | Step::SetConfig(_)
                 | Step::CreateReplicationUser { .. }
-        );
-        updates.then_some(Phase::Updating)
+        )
     }
 
-    fn state(&self) -> StepState<'_> {
-        match self {
-            Step::Idle => StepState::Idle,
-            Step::Wait { reason, message } => StepState::Waiting(*reason, message),
-            _ => StepState::Running,
-        }
-    }
-
-    fn needs_default_password(&self) -> bool {
+    fn lets_member_restart(&self) -> bool {
         matches!(
             self,
-            Step::Idle
-                | Step::AllowRoll { .. }
+            Step::AllowRoll { .. }
                 | Step::HandOver {
                     reason: FailoverReason::Roll,
                     ..
                 }
         )
     }
-}
-
-/// Steps that change who replicates whom or who watches (the Scaling phase).
-fn is_scaling(step: &Step) -> bool {
-    matches!(
-        step,
-        Step::ReplicaOf { .. }
-            | Step::Monitor { .. }
-            | Step::Remonitor { .. }
-            | Step::Configure { .. }
-            | Step::Remove(_)
-            | Step::Reset { .. }
-            | Step::HandOver {
-                reason: FailoverReason::Removal,
-                ..
-            }
-    )
 }
 
 /// What the next step depends on besides the members' answers.

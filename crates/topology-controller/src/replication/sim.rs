@@ -8,8 +8,8 @@ use crd_types::node::Role;
 use crate::replication::PORT;
 use crate::replication::model::*;
 use crate::replication::plan::Step;
+use crate::shared::fake::settled_revisions;
 use crate::shared::info::{ConnectedReplica, PrimaryLink, ReplicationInfo};
-use crate::shared::member_facts::Revisions;
 
 pub fn ip(i: u32) -> String {
     format!("10.96.0.{i}")
@@ -65,12 +65,7 @@ fn facts(at: At) -> Facts {
         at,
         address: Some(address),
         ready: true,
-        revisions: Revisions {
-            desired: Some("r1".into()),
-            running: Some("r1".into()),
-            allowed: None,
-            observed: true,
-        },
+        revisions: settled_revisions(),
     }
 }
 

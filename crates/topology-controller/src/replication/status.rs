@@ -4,8 +4,8 @@
 
 use crd_types::ValkeyReplicationStatus;
 use crd_types::cluster::{ConfigPaths, Phase, SwitchoverOutcome, SwitchoverStatus};
+use crd_types::conditions::ConditionSpec;
 use crd_types::conditions::reasons::{Degraded, TopologyReady};
-use crd_types::conditions::{self, ConditionSpec};
 use crd_types::node::{Role, ValkeyStatus};
 use crd_types::replication::ReplicationMemberStatus;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -14,7 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 use crate::replication::model::{DataNode, Group, Members, Sentinel};
 use crate::replication::plan::Step;
 use crate::replication::survey::Health;
-use crate::shared::conditions::{PhaseFacts, not_ready, progressing, topology_phase};
+use crate::shared::conditions::{PhaseFacts, not_ready, progressing, topology_phase, transitioned};
 use crate::shared::roll::FailoverReason;
 
 /// Everything the status is computed from.
@@ -39,10 +39,7 @@ pub fn replication_status(i: Inputs) -> ValkeyReplicationStatus {
         ready_condition(&i, ready, phase),
         progressing(i.step, i.step_error, phase),
         degraded(&i, ready),
-    ]
-    .into_iter()
-    .map(|c| conditions::transition(current, c, i.generation, i.now))
-    .collect();
+    ];
     ValkeyReplicationStatus {
         phase: Some(phase),
         // While nobody can be named, the last known primary stays.
@@ -57,15 +54,11 @@ pub fn replication_status(i: Inputs) -> ValkeyReplicationStatus {
         switchover: switchover_status(&i),
         members: member_statuses(i.members, i.health),
         config: ConfigPaths::of(&i.group.config),
-        // Added by the caller: the members' storage headroom (`crate::shared::storage`) and the
-        // versions they run (`crate::shared::member_status::versions_in_play`).
-        storage: None,
-        // Filled in by the caller, from its pass over the default password.
-        password_rotations: Vec::new(),
-        ca_replacement: None,
-        versions: Vec::new(),
         observed_generation: i.generation,
-        conditions,
+        conditions: transitioned(current, conditions, i.generation, i.now),
+        // The members' storage and versions, the rotations and the CA replacement: the
+        // caller's, from what it read and its passes over the credentials.
+        ..Default::default()
     }
 }
 
@@ -296,6 +289,7 @@ mod tests {
     use super::*;
     use crate::replication::plan::next_step;
     use crate::replication::sim::*;
+    use crd_types::conditions;
     use crd_types::conditions::types;
 
     fn status_of(

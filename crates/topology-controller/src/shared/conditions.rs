@@ -2,8 +2,10 @@
 //! the phase, `Progressing`, and `Ready` while not ready.
 
 use crd_types::cluster::Phase;
-use crd_types::conditions::ConditionSpec;
 use crd_types::conditions::reasons::{Progressing, TopologyReady, Waiting};
+use crd_types::conditions::{self, ConditionSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::jiff::Timestamp;
 
 use crate::shared::guard::{PlannedStep, StepState};
 
@@ -16,6 +18,20 @@ pub struct PhaseFacts {
     pub reshaping: bool,
     /// Its members are rolling to a new template.
     pub rolling: bool,
+}
+
+/// A status's conditions, from `specs`: each keeps its last transition time from `current`
+/// while its status holds.
+pub fn transitioned(
+    current: &[Condition],
+    specs: impl IntoIterator<Item = ConditionSpec>,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Vec<Condition> {
+    specs
+        .into_iter()
+        .map(|c| conditions::transition(current, c, generation, now))
+        .collect()
 }
 
 /// Creating until the first Ready; then Scaling while the shape changes, Updating while
@@ -75,6 +91,7 @@ pub fn not_ready<S: PlannedStep>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shared::guard::StepStates;
 
     /// A planner's step reduced to what the reports read.
     #[derive(Debug)]
@@ -90,7 +107,7 @@ mod tests {
         }
     }
 
-    impl PlannedStep for Fake {
+    impl StepStates for Fake {
         fn waiting(reason: Waiting, _: String) -> Self {
             Fake::Wait(reason)
         }
@@ -102,16 +119,23 @@ mod tests {
                 Fake::Run(_) => StepState::Running,
             }
         }
+    }
 
-        fn needs_default_password(&self) -> bool {
+    impl PlannedStep for Fake {
+        fn is_scaling(&self) -> bool {
+            matches!(self, Fake::Run(Some(Phase::Scaling)))
+        }
+
+        fn is_update(&self) -> bool {
+            matches!(self, Fake::Run(Some(Phase::Updating)))
+        }
+
+        fn lets_member_restart(&self) -> bool {
             false
         }
 
-        fn serves(&self) -> Option<Phase> {
-            match self {
-                Fake::Run(phase) => *phase,
-                _ => None,
-            }
+        fn needs_default_password(&self) -> bool {
+            false
         }
     }
 

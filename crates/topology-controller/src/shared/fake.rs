@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use crd_types::live_config::{Version, live_on};
 
+use crate::shared::member_facts::Revisions;
+
 /// What a server of `version` reports for its live directives when the spec names none:
 /// each one's default (node-controller's where it renders one), and `maxclients` at
 /// Valkey's 10000. Shared by the fakes and tests.
@@ -27,3 +29,14 @@ pub fn config_reply(config: &BTreeMap<String, String>, names: &[String]) -> Vec<
 
 /// The version every fake node reports.
 pub const FAKE_VERSION: Version = Version::new(8, 0);
+
+/// A member at rest on revision `r1`: it runs what its spec renders to, and no roll is
+/// allowed.
+pub fn settled_revisions() -> Revisions {
+    Revisions {
+        desired: Some("r1".into()),
+        running: Some("r1".into()),
+        allowed: None,
+        observed: true,
+    }
+}

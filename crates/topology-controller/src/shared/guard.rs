@@ -1,6 +1,7 @@
 //! Planner (layer 4): the planner's step held back by what is known of the passwords (read
 //! by the binary from the Secrets [`crate::shared::auth`] names).
 
+use crd_types::cluster::Phase;
 use crd_types::conditions::reasons::Waiting;
 
 /// What a planner's step is doing.
@@ -14,17 +15,71 @@ pub enum StepState<'a> {
     Running,
 }
 
-/// A planner's step as the shared rules and reports see it: a cluster's, a replication's.
-pub trait PlannedStep: Sized + std::fmt::Display {
+/// A step enum's `Wait { reason, message }` and `Idle` variants, as the shared rules make and
+/// read them; [`step_states!`] implements it for a kind's `Step`.
+pub trait StepStates {
     /// A wait with `reason` and `message`.
     fn waiting(reason: Waiting, message: String) -> Self;
     fn state(&self) -> StepState<'_>;
+}
+
+/// Implements [`StepStates`] for `$step`, and `$step::wait` for the planner's own waits:
+/// every kind's step enum has the same `Wait` and `Idle` variants, and only its type differs.
+macro_rules! step_states {
+    ($step:ty) => {
+        impl $step {
+            pub fn wait(
+                reason: ::crd_types::conditions::reasons::Waiting,
+                message: impl Into<String>,
+            ) -> Self {
+                Self::Wait {
+                    reason,
+                    message: message.into(),
+                }
+            }
+        }
+
+        impl $crate::shared::guard::StepStates for $step {
+            fn waiting(reason: ::crd_types::conditions::reasons::Waiting, message: String) -> Self {
+                Self::Wait { reason, message }
+            }
+
+            fn state(&self) -> $crate::shared::guard::StepState<'_> {
+                use $crate::shared::guard::StepState;
+                match self {
+                    Self::Idle => StepState::Idle,
+                    Self::Wait { reason, message } => StepState::Waiting(*reason, message),
+                    _ => StepState::Running,
+                }
+            }
+        }
+    };
+}
+pub(crate) use step_states;
+
+/// A planner's step as the shared rules and reports see it: a cluster's, a replication's.
+pub trait PlannedStep: StepStates + Sized + std::fmt::Display {
+    /// Changes the topology's shape: who replicates whom, membership, slots.
+    fn is_scaling(&self) -> bool;
+    /// Changes its members' template or config.
+    fn is_update(&self) -> bool;
+    /// Lets a member restart: a roll, or the hand-over before one.
+    fn lets_member_restart(&self) -> bool;
+
     /// Idle, or a step that lets a member restart: held while the default user's password
     /// cannot be read (a member that restarts would not start again, and nothing is Ready).
-    fn needs_default_password(&self) -> bool;
+    fn needs_default_password(&self) -> bool {
+        self.state() == StepState::Idle || self.lets_member_restart()
+    }
+
     /// The phase a running step serves: `Scaling` (the topology's shape changes) or
     /// `Updating` (its members' template or config); `None` for the others.
-    fn serves(&self) -> Option<crd_types::cluster::Phase>;
+    fn serves(&self) -> Option<Phase> {
+        if self.is_scaling() {
+            return Some(Phase::Scaling);
+        }
+        self.is_update().then_some(Phase::Updating)
+    }
 
     /// The message of a wait; `None` for any other step.
     fn wait_message(&self) -> Option<&str> {

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::TopologySpreadConstraint;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::{Resource, ResourceExt};
 
-use crate::shared::member_facts::Address;
+use crate::shared::member_facts::{Address, Revisions};
 
 /// Spread over Kubernetes nodes, and over zones when the nodes carry one.
 pub const SPREAD_KEYS: [&str; 2] = ["kubernetes.io/hostname", "topology.kubernetes.io/zone"];
@@ -34,6 +34,17 @@ pub fn announced_address(node: &ValkeyNode) -> Option<Address> {
         port: ports::VALKEY as u16,
         bus_port: ports::CLUSTER_BUS as u16,
     })
+}
+
+/// The member's template revisions, from its ValkeyNode's spec and workload status.
+pub fn revisions(node: &ValkeyNode) -> Revisions {
+    let workload = node.status.as_ref().and_then(|s| s.workload.as_ref());
+    Revisions {
+        desired: workload.and_then(|w| w.desired_revision.clone()),
+        running: workload.and_then(|w| w.revision.clone()),
+        allowed: node.spec.allowed_revision.clone(),
+        observed: workload.and_then(|w| w.observed_generation) == node.metadata.generation,
+    }
 }
 
 /// Whether the live member differs from `built`: spec, our labels, owner. The spec is
@@ -83,6 +94,15 @@ pub fn spread_softly(
             ..Default::default()
         });
     }
+}
+
+/// A built member's spread constraints (tests of each kind's builder read them).
+#[cfg(test)]
+pub fn spread_of(node: &ValkeyNode) -> &[TopologySpreadConstraint] {
+    let scheduling = node.spec.template.scheduling.as_ref();
+    &scheduling
+        .expect("members are spread")
+        .topology_spread_constraints
 }
 
 /// One member's own part of its ValkeyNode; [`member_node`] adds what every member of a

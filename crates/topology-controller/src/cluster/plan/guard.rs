@@ -1,46 +1,43 @@
 //! Planner (layer 4): the planner's step held back by what is known of the passwords (read
 //! by the binary from the Secrets [`crate::shared::auth`] names).
 
-use crd_types::cluster::Phase;
-use crd_types::conditions::reasons::Waiting;
-
 use super::{FailoverReason, Step};
+use crate::shared::guard::PlannedStep;
 #[cfg(test)]
 use crate::shared::guard::guard_step;
-use crate::shared::guard::{PlannedStep, StepState};
 
 impl PlannedStep for Step {
-    fn waiting(reason: Waiting, message: String) -> Self {
-        Step::wait(reason, message)
+    /// Membership or slot ownership changes.
+    fn is_scaling(&self) -> bool {
+        matches!(
+            self,
+            Step::Meet(_)
+                | Step::Forget { .. }
+                | Step::AddSlots(_)
+                | Step::FixOpenSlot { .. }
+                | Step::Stabilize { .. }
+                | Step::ClearStaleMarker { .. }
+                | Step::Replicate(_)
+                | Step::Migrate(_)
+                | Step::MigrateAtomically(_)
+                | Step::Remove(_)
+        )
     }
 
-    fn serves(&self) -> Option<Phase> {
-        if self.is_scaling() {
-            return Some(Phase::Scaling);
-        }
-        let updates = matches!(
+    fn is_update(&self) -> bool {
+        matches!(
             self,
             Step::AllowRoll { .. }
                 | Step::Failover { .. }
                 | Step::SetConfig(_)
                 | Step::CreateReplicationUser { .. }
-        );
-        updates.then_some(Phase::Updating)
+        )
     }
 
-    fn state(&self) -> StepState<'_> {
-        match self {
-            Step::Idle => StepState::Idle,
-            Step::Wait { reason, message } => StepState::Waiting(*reason, message),
-            _ => StepState::Running,
-        }
-    }
-
-    fn needs_default_password(&self) -> bool {
+    fn lets_member_restart(&self) -> bool {
         matches!(
             self,
-            Step::Idle
-                | Step::AllowRoll { .. }
+            Step::AllowRoll { .. }
                 | Step::Failover {
                     reason: FailoverReason::Roll,
                     ..
@@ -52,6 +49,7 @@ impl PlannedStep for Step {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crd_types::conditions::reasons::Waiting;
 
     #[test]
     fn password_problems_hold_back_restarts_and_explain_waits() {

@@ -39,7 +39,7 @@ use crate::cluster::model::{Member, Shape};
 use crate::cluster::slot_jobs;
 use crate::cluster::slots::{Move, SlotRange, format_ranges, slot_count};
 use crate::shared::acl::{self, ReplicationPassword};
-use crate::shared::guard::Holds;
+use crate::shared::guard::{Holds, step_states};
 use crate::shared::member_facts::Address;
 use crate::shared::roll::{FailoverReason, RollStep};
 use progress::{Attempts, Seen};
@@ -141,31 +141,7 @@ pub enum Step {
     Idle,
 }
 
-impl Step {
-    pub fn wait(reason: Waiting, message: impl Into<String>) -> Step {
-        Step::Wait {
-            reason,
-            message: message.into(),
-        }
-    }
-
-    /// Steps that change membership or slot ownership (the Scaling phase).
-    pub fn is_scaling(&self) -> bool {
-        matches!(
-            self,
-            Step::Meet(_)
-                | Step::Forget { .. }
-                | Step::AddSlots(_)
-                | Step::FixOpenSlot { .. }
-                | Step::Stabilize { .. }
-                | Step::ClearStaleMarker { .. }
-                | Step::Replicate(_)
-                | Step::Migrate(_)
-                | Step::MigrateAtomically(_)
-                | Step::Remove(_)
-        )
-    }
-}
+step_states!(Step);
 
 /// "a meets 10.0.0.1:6379, 10.0.0.2:6379; b meets ..." with `suffix` after each.
 fn describe_meets(meets: &[(String, Vec<Address>)], suffix: &str) -> String {

@@ -19,6 +19,7 @@ use crd_types::conditions::reasons::Waiting;
 
 use super::Step;
 use crate::cluster::model::Member;
+use crate::shared::guard::PlannedStep;
 
 /// How often one method of a heal is taken on an unchanged cluster before the next one.
 pub const TRIES_PER_METHOD: u32 = 3;

@@ -1,7 +1,7 @@
 //! A ValkeyCluster's own stages of the reconcile every kind runs
-//! ([`crate::driver::shared::pipeline`]): `prepare` (its Secrets, TLS, members, one
-//! disruption budget per shard, its NetworkPolicy), `observe` (every member asked, the
-//! pods of silent ones read), `credentials` (all members are data nodes), `decide` (the
+//! ([`crate::driver::shared::pipeline`]): its Secrets, members, one disruption budget per
+//! shard and its NetworkPolicy (`read_passwords`, `apply_members`, `apply_owned`, called by
+//! the shared `prepare`), `observe` (every member asked, the pods of silent ones read), `credentials` (all members are data nodes), `decide` (the
 //! slot-aware planner, pure) and `carry_out`.
 //!
 //! The next reconcile starts from what Valkey and the API server say; the one thing kept in
@@ -17,6 +17,7 @@ use crd_types::cluster::{Phase, ValkeyClusterStatus};
 use crd_types::conditions::reasons::Waiting;
 use crd_types::conditions::{self};
 use crd_types::names;
+use crd_types::template::SecretKeyRef;
 use crd_types::{ValkeyCluster, ValkeyNode};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -30,22 +31,19 @@ use topology_controller::cluster::plan::progress::{Attempts, Seen as Unchanged};
 use topology_controller::cluster::plan::{self, Circumstances, Step};
 use topology_controller::cluster::status::{self, Inputs};
 use topology_controller::cluster::survey::{self, switchover_outcome};
-use topology_controller::shared::acl::ReplicationPassword;
-use topology_controller::shared::auth;
+use topology_controller::shared::connections::Connections;
 use topology_controller::shared::disruption;
-use topology_controller::shared::guard::Holds;
-use topology_controller::shared::member_status::versions_in_play;
 use topology_controller::shared::network;
-use topology_controller::shared::storage::headroom;
+use topology_controller::shared::tls::Client;
 
 use crate::driver::cluster::connect::{self, Observed};
 use crate::driver::shared::credentials::{self, DataNode, Members, Reached};
 use crate::driver::shared::error::Error;
 use crate::driver::shared::member_nodes::MemberNodes;
-use crate::driver::shared::member_tls;
-use crate::driver::shared::pipeline::{self, Kind};
+use crate::driver::shared::pipeline::{self, Grounds, Kind, Prepared};
 use crate::driver::shared::secrets::{self, Passwords};
 use crate::driver::shared::stages::{self, Apis, Common, Credentials, Live};
+use crate::driver::shared::valkey::Conn;
 
 /// How soon to look again after a step was carried out, and while waiting (2 s: formation
 /// waits on replication and gossip, and each wait shows in time to Ready).
@@ -73,8 +71,7 @@ type Ctx = pipeline::Ctx<ValkeyCluster>;
 /// Where a member's clients connect.
 const CLIENT_PORT: u16 = names::ports::VALKEY as u16;
 
-type Prepared = stages::Prepared<ValkeyCluster, Passwords>;
-type Seen = stages::Seen<ValkeyCluster, Passwords, Observed>;
+type Seen = pipeline::Seen<ValkeyCluster>;
 
 /// Stage 5's output: the step, and the status that says it.
 pub struct Decided {
@@ -83,8 +80,6 @@ pub struct Decided {
     planned: ValkeyClusterStatus,
     /// Members' views or shard ids differ: only gossip is awaited.
     gossip: bool,
-    /// When to look again while idle and Ready.
-    idle: Duration,
 }
 
 impl Kind for ValkeyCluster {
@@ -102,77 +97,73 @@ impl Kind for ValkeyCluster {
         shared.attempts.lock().unwrap().remove(&key);
     }
 
-    /// Passwords before members, so a member's pod finds its Secrets when it starts; members
-    /// only once their certificates can be issued; then the budgets and the policy.
-    async fn prepare(ctx: &Ctx, apis: &Apis<Self>, live: Live<Self>) -> Result<Prepared, Error> {
+    async fn read_passwords(apis: &Apis<Self>, live: &Live<Self>) -> Result<Passwords, Error> {
+        let members_exist = !live.owned.is_empty();
+        let (secrets, cluster) = (&apis.secrets, &live.topology);
+        secrets::prepare(secrets, cluster, members_exist, apis.field_manager).await
+    }
+
+    fn own_secrets<'a>(_: &Self, _: &'a Passwords) -> Vec<(SecretKeyRef, Option<&'a str>)> {
+        Vec::new()
+    }
+
+    async fn apply_members(
+        apis: &Apis<Self>,
+        live: &Live<Self>,
+        tls: Option<&Result<Client, String>>,
+    ) -> Result<Vec<ValkeyNode>, Error> {
         let cluster = &live.topology;
         let name = cluster.name_any();
-        let members_exist = !live.owned.is_empty();
-        let mut passwords =
-            secrets::prepare(&apis.secrets, cluster, members_exist, apis.field_manager).await?;
-        let (default_secret, operator_secret) = auth::cluster_secrets(cluster);
-        let followed = vec![
-            (default_secret.reference, passwords.default.as_deref().ok()),
-            (
-                operator_secret.reference,
-                passwords.operator.as_deref().ok(),
-            ),
-        ];
-        ctx.data
-            .common
-            .password_look
-            .follow(&apis.secrets, &apis.namespace, &name, followed);
-        let tls = stages::read_tls(&ctx.runtime, apis, &live).await?;
-        passwords.tls_problem = tls.as_ref().and_then(|t| t.as_ref().err().cloned());
-        let shape = Shape::of(cluster);
-        let wanted = shape
+        let wanted = Shape::of(cluster)
             .positions()
             .into_iter()
             .map(|at| (names::cluster_member_name(&name, at.shard, at.member), at));
         let build = |at, allowed| members::member(cluster, at, allowed);
-        let nodes = stages::apply_members(apis, &live, tls.as_ref(), wanted, build).await?;
-        let budgets = disruption::cluster_budgets(cluster, &budget_shards(&shape, &nodes));
-        stages::apply_budgets(apis, cluster, &budgets).await?;
-        let policy = network::cluster_policy(cluster, &ctx.data.common.operator_namespace);
-        let policy_refused = stages::apply_policy(&ctx.runtime, apis, cluster, policy).await;
-        let login = member_tls::login(
-            &passwords.operator,
-            passwords.operator_applied.as_ref(),
-            tls,
-        );
-        Ok(Prepared {
-            live,
-            passwords,
-            login,
-            nodes,
-            policy_refused,
-        })
+        stages::apply_members(apis, live, tls, wanted, build).await
     }
 
-    /// Asks every member, has the pulse follow them, and reads the pods of silent members.
-    async fn observe(ctx: &Ctx, apis: &Apis<Self>, prepared: Prepared) -> Seen {
-        let name = prepared.live.topology.name_any();
+    /// One disruption budget per shard, and the policy.
+    async fn apply_owned(
+        ctx: &Ctx,
+        apis: &Apis<Self>,
+        cluster: &Self,
+        nodes: &[ValkeyNode],
+    ) -> Result<bool, Error> {
+        let shards = budget_shards(&Shape::of(cluster), nodes);
+        stages::apply_budgets(
+            apis,
+            cluster,
+            &disruption::cluster_budgets(cluster, &shards),
+        )
+        .await?;
+        let policy = network::cluster_policy(cluster, &ctx.data.common.operator_namespace);
+        Ok(stages::apply_policy(&ctx.runtime, apis, cluster, policy).await)
+    }
+
+    /// Asks every member, and reads the pods of silent members.
+    async fn observe(
+        ctx: &Ctx,
+        apis: &Apis<Self>,
+        prepared: &Prepared<Self>,
+    ) -> (Observed, Connections<Conn>) {
         let nodes = prepared.nodes.clone();
         let (mut observed, connections) = connect::observe(nodes, prepared.login.as_ref()).await;
-        if let Some(login) = &prepared.login {
-            let addresses = observed
-                .members
-                .iter()
-                .filter_map(|m| m.address.as_ref().map(|a| (a.ip.clone(), a.port)))
-                .collect();
-            ctx.data
-                .common
-                .pulse
-                .follow(&apis.namespace, &name, addresses, login);
-        }
         if ctx.data.forced_failover {
             mark_gone_servers(apis, &mut observed).await;
         }
-        Seen {
-            prepared,
-            observed,
-            connections,
-        }
+        (observed, connections)
+    }
+
+    fn data_addresses(observed: &Observed) -> Vec<(String, u16)> {
+        observed
+            .members
+            .iter()
+            .filter_map(|m| m.address.as_ref().map(|a| (a.ip.clone(), a.port)))
+            .collect()
+    }
+
+    fn login_refused(observed: &Observed) -> &[String] {
+        &observed.login_refused
     }
 
     /// The passes over `spec.users`, the passwords and, with TLS, the certificates (a
@@ -206,61 +197,36 @@ impl Kind for ValkeyCluster {
     }
 
     /// The planner's step on what was seen, and the status that says so (pure).
-    fn decide(ctx: &Ctx, apis: &Apis<Self>, seen: &Seen, credentials: &Credentials) -> Decided {
-        let shared = &ctx.data;
-        let Prepared {
-            live, passwords, ..
-        } = &seen.prepared;
-        let (cluster, observed) = (&live.topology, &seen.observed);
+    fn decide(
+        ctx: &Ctx,
+        apis: &Apis<Self>,
+        seen: &Seen,
+        credentials: &Credentials,
+        grounds: Grounds<'_>,
+    ) -> Decided {
+        let (cluster, observed) = (&seen.prepared.live.topology, &seen.observed);
         let shape = Shape {
-            replication_password: passwords.operator.as_deref().ok().map(|p| {
-                let previous = passwords.operator_applied.as_ref().map(|a| a.fallbacks(p));
-                ReplicationPassword::rotating_from(p, &previous.unwrap_or_default())
-            }),
+            replication_password: grounds.replication_password,
             ..Shape::of(cluster)
         };
-        let refused: Vec<&str> = observed.login_refused.iter().map(String::as_str).collect();
-        let foreign = live.foreign_member();
         let key = (apis.namespace.clone(), cluster.name_any());
-        let tried = shared.attempts.lock().unwrap().get(&key).cloned();
+        let tried = ctx.data.attempts.lock().unwrap().get(&key).cloned();
         let step = plan::decide(
             &shape,
             &observed.members,
             &Circumstances {
-                recorded_switchover: cluster
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.switchover.as_ref())
-                    .filter(|s| s.outcome.is_finished())
-                    .map(|s| s.id.as_str()),
-                holds: Holds {
-                    foreign_member: foreign.as_deref(),
-                    operator_password_problem: passwords
-                        .operator
-                        .as_ref()
-                        .err()
-                        .map(String::as_str),
-                    tls_problem: passwords.tls_problem.as_deref(),
-                    default_password_problem: passwords.default.as_ref().err().map(String::as_str),
-                    login_refused: &refused,
-                },
+                recorded_switchover: grounds.recorded_switchover,
+                holds: grounds.holds,
                 attempts: tried.as_ref(),
             },
         );
         let survey = survey::survey(&shape, &observed.members);
         let planned = report(seen, credentials, &shape, &survey, &step, None);
-        let idle = stages::idle_look(
-            shared.common.idle_look,
-            cluster,
-            seen.prepared.policy_refused,
-            &credentials.rotations,
-        );
         Decided {
             gossip: survey.disagreement.is_some() || survey.unsettled_shard_ids.is_some(),
             step,
             shape,
             planned,
-            idle,
         }
     }
 
@@ -272,6 +238,7 @@ impl Kind for ValkeyCluster {
         seen: &Seen,
         credentials: &Credentials,
         decided: Decided,
+        idle: Duration,
     ) -> Result<Action, Error> {
         let cluster = &seen.prepared.live.topology;
         let observed = &seen.observed;
@@ -280,7 +247,6 @@ impl Kind for ValkeyCluster {
             shape,
             planned,
             gossip,
-            idle,
         } = decided;
         match &step {
             Step::Idle => {}
@@ -397,22 +363,19 @@ fn report(
     let (live, observed) = (&seen.prepared.live, &seen.observed);
     let cluster = &live.topology;
     let now = Timestamp::now();
-    let mut status = ValkeyClusterStatus {
-        storage: headroom(&live.owned),
-        versions: versions_in_play(observed.versions.iter().map(Option::as_deref)),
-        ..status::cluster_status(Inputs {
-            shape,
-            members: &observed.members,
-            survey,
-            step,
-            step_error,
-            switchover: switchover_outcome(shape, &observed.members),
-            current: cluster.status.as_ref(),
-            generation: cluster.metadata.generation,
-            now,
-        })
-    };
-    stages::finish_status(&mut status, cluster, credentials, now);
+    let mut status = status::cluster_status(Inputs {
+        shape,
+        members: &observed.members,
+        survey,
+        step,
+        step_error,
+        switchover: switchover_outcome(shape, &observed.members),
+        current: cluster.status.as_ref(),
+        generation: cluster.metadata.generation,
+        now,
+    });
+    let versions = observed.versions.iter().map(Option::as_deref);
+    stages::finish_status(&mut status, live, versions, credentials, now);
     status
 }
 

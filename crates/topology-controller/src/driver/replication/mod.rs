@@ -1,6 +1,7 @@
 //! A ValkeyReplication's own stages of the reconcile every kind runs
-//! ([`crate::driver::shared::pipeline`]): `prepare` (its Secrets, the sentinels' too, TLS,
-//! members, client Services, budgets, NetworkPolicy), `observe` (every data node and
+//! ([`crate::driver::shared::pipeline`]): its Secrets (the sentinels' too), members, client
+//! Services, budgets and NetworkPolicy (`read_passwords`, `own_secrets`, `apply_members`,
+//! `apply_owned`, called by the shared `prepare`), `observe` (every data node and
 //! sentinel asked; the sentinels' announcements followed), `credentials` (the sentinels'
 //! own password besides), `decide` (pure) and `carry_out` (the role labels follow the
 //! primary first; an Event when the primary moved).
@@ -15,11 +16,13 @@ pub use watch::SwitchWatch;
 
 use std::time::Duration;
 
+use crd_types::ValkeyNode;
 use crd_types::ValkeyReplication;
 use crd_types::ValkeyReplicationStatus;
 use crd_types::cluster::Phase;
 use crd_types::names::{annotations, labels};
 use crd_types::rotation::PasswordRotation;
+use crd_types::template::SecretKeyRef;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
@@ -33,20 +36,17 @@ use topology_controller::replication::status::{
 };
 use topology_controller::replication::survey::{self, Health};
 use topology_controller::replication::{PORT, SENTINEL_PORT, members};
-use topology_controller::shared::acl::ReplicationPassword;
 use topology_controller::shared::auth;
+use topology_controller::shared::connections::Connections;
 use topology_controller::shared::default_password::{self, Sentinel};
 use topology_controller::shared::disruption;
-use topology_controller::shared::guard::Holds;
-use topology_controller::shared::member_status::versions_in_play;
 use topology_controller::shared::network;
-use topology_controller::shared::storage::headroom;
-use topology_controller::shared::tls;
+use topology_controller::shared::tls::{self, Client};
 
 use crate::driver::shared::credentials::{self, DataNode, Members, Reached};
 use crate::driver::shared::error::Error;
 use crate::driver::shared::member_nodes::MemberNodes;
-use crate::driver::shared::pipeline::{self, Kind};
+use crate::driver::shared::pipeline::{self, Grounds, Kind, KindPasswords, Prepared};
 use crate::driver::shared::secrets;
 use crate::driver::shared::stages::{self, Apis, Common, Credentials, Live};
 use crate::driver::shared::valkey::{Conn, Login};
@@ -85,8 +85,19 @@ impl AsRef<secrets::Passwords> for Passwords {
     }
 }
 
-type Prepared = stages::Prepared<ValkeyReplication, Passwords>;
-type Seen = stages::Seen<ValkeyReplication, Passwords, Observed>;
+impl AsMut<secrets::Passwords> for Passwords {
+    fn as_mut(&mut self) -> &mut secrets::Passwords {
+        &mut self.data
+    }
+}
+
+impl KindPasswords for Passwords {
+    fn start_problem(&self) -> Option<&str> {
+        self.start_problem.as_deref()
+    }
+}
+
+type Seen = pipeline::Seen<ValkeyReplication>;
 
 /// Stage 5's output: the step, the group as the planner read it, and the status that says it.
 pub struct Decided {
@@ -94,8 +105,6 @@ pub struct Decided {
     group: Group,
     health: Health,
     planned: ValkeyReplicationStatus,
-    /// When to look again while idle and Ready.
-    idle: Duration,
 }
 
 impl Kind for ValkeyReplication {
@@ -112,34 +121,25 @@ impl Kind for ValkeyReplication {
         shared.switches.forget(namespace, name);
     }
 
-    /// Passwords before members, so a member's pod finds its Secrets when it starts; members
-    /// only once their certificates can be issued; then the Services, budgets and policy.
-    async fn prepare(ctx: &Ctx, apis: &Apis<Self>, live: Live<Self>) -> Result<Prepared, Error> {
+    async fn read_passwords(apis: &Apis<Self>, live: &Live<Self>) -> Result<Passwords, Error> {
+        passwords(apis, live).await
+    }
+
+    /// The sentinels' own password.
+    fn own_secrets<'a>(
+        vkr: &Self,
+        passwords: &'a Passwords,
+    ) -> Vec<(SecretKeyRef, Option<&'a str>)> {
+        let sentinel = auth::sentinel_secret(vkr).reference;
+        vec![(sentinel, passwords.sentinel.as_deref().ok())]
+    }
+
+    async fn apply_members(
+        apis: &Apis<Self>,
+        live: &Live<Self>,
+        tls: Option<&Result<Client, String>>,
+    ) -> Result<Vec<ValkeyNode>, Error> {
         let vkr = &live.topology;
-        let name = vkr.name_any();
-        let mut passwords = passwords(apis, &live).await?;
-        let (default_secret, operator_secret) =
-            auth::topology_secrets(&name, vkr.spec.common.auth.as_ref());
-        let followed = vec![
-            (
-                default_secret.reference,
-                passwords.data.default.as_deref().ok(),
-            ),
-            (
-                operator_secret.reference,
-                passwords.data.operator.as_deref().ok(),
-            ),
-            (
-                auth::sentinel_secret(vkr).reference,
-                passwords.sentinel.as_deref().ok(),
-            ),
-        ];
-        ctx.data
-            .common
-            .password_look
-            .follow(&apis.secrets, &apis.namespace, &name, followed);
-        let tls = stages::read_tls(&ctx.runtime, apis, &live).await?;
-        passwords.data.tls_problem = tls.as_ref().and_then(|t| t.as_ref().err().cloned());
         let group = Group::of(vkr);
         let context = members::context(vkr, &live.owned);
         let wanted = group
@@ -147,27 +147,28 @@ impl Kind for ValkeyReplication {
             .into_iter()
             .map(|at| (group.member_name(at), at));
         let build = |at, allowed| members::member(vkr, at, allowed, &context);
-        let nodes = stages::apply_members(apis, &live, tls.as_ref(), wanted, build).await?;
+        stages::apply_members(apis, live, tls, wanted, build).await
+    }
+
+    /// The client Services, the budgets and the policy.
+    async fn apply_owned(
+        ctx: &Ctx,
+        apis: &Apis<Self>,
+        vkr: &Self,
+        _: &[ValkeyNode],
+    ) -> Result<bool, Error> {
         objects::apply_services(&apis.services, vkr, &apis.namespace, apis.field_manager).await?;
         stages::apply_budgets(apis, vkr, &disruption::replication_budgets(vkr)).await?;
         let policy = network::replication_policy(vkr, &ctx.data.common.operator_namespace);
-        let policy_refused = stages::apply_policy(&ctx.runtime, apis, vkr, policy).await;
-        let login = member_tls::login(
-            &passwords.data.operator,
-            passwords.data.operator_applied.as_ref(),
-            tls,
-        );
-        Ok(Prepared {
-            live,
-            passwords,
-            login,
-            nodes,
-            policy_refused,
-        })
+        Ok(stages::apply_policy(&ctx.runtime, apis, vkr, policy).await)
     }
 
-    /// Asks every data node and sentinel; the sentinels' announcements and the pulse follow them.
-    async fn observe(ctx: &Ctx, apis: &Apis<Self>, prepared: Prepared) -> Seen {
+    /// Asks every data node and sentinel; the sentinels' announcements follow them.
+    async fn observe(
+        ctx: &Ctx,
+        apis: &Apis<Self>,
+        prepared: &Prepared<Self>,
+    ) -> (Observed, Connections<Conn>) {
         let name = prepared.live.topology.name_any();
         let nodes = prepared.nodes.clone();
         let (observed, connections) = connect::observe(&name, nodes, prepared.login.as_ref()).await;
@@ -181,22 +182,18 @@ impl Kind for ValkeyReplication {
             ctx.data
                 .switches
                 .follow(&apis.namespace, &name, sentinels, login);
-            let data = observed
-                .members
-                .data
-                .iter()
-                .filter_map(|d| d.facts.address.clone().map(|ip| (ip, PORT)))
-                .collect();
-            ctx.data
-                .common
-                .pulse
-                .follow(&apis.namespace, &name, data, login);
         }
-        Seen {
-            prepared,
-            observed,
-            connections,
-        }
+        (observed, connections)
+    }
+
+    fn data_addresses(observed: &Observed) -> Vec<(String, u16)> {
+        let data = observed.members.data.iter();
+        data.filter_map(|d| d.facts.address.clone().map(|ip| (ip, PORT)))
+            .collect()
+    }
+
+    fn login_refused(observed: &Observed) -> &[String] {
+        &observed.login_refused
     }
 
     /// The passes over `spec.users` (data nodes only: sentinels have none of them), the
@@ -249,72 +246,36 @@ impl Kind for ValkeyReplication {
     }
 
     /// The planner's step on what was seen, and the status that says so (pure).
-    fn decide(ctx: &Ctx, _: &Apis<Self>, seen: &Seen, credentials: &Credentials) -> Decided {
-        let shared = &ctx.data;
-        let Prepared {
-            live, passwords, ..
-        } = &seen.prepared;
-        let vkr = &live.topology;
+    fn decide(
+        _: &Ctx,
+        _: &Apis<Self>,
+        seen: &Seen,
+        credentials: &Credentials,
+        grounds: Grounds<'_>,
+    ) -> Decided {
+        let vkr = &seen.prepared.live.topology;
         let group = Group {
-            replication_password: passwords.data.operator.as_deref().ok().map(|p| {
-                let previous = passwords
-                    .data
-                    .operator_applied
-                    .as_ref()
-                    .map(|a| a.fallbacks(p));
-                ReplicationPassword::rotating_from(p, &previous.unwrap_or_default())
-            }),
+            replication_password: grounds.replication_password,
             ..Group::of(vkr)
         };
         let members = &seen.observed.members;
         let recorded = recorded_primary(vkr);
-        let recorded_switchover = vkr
-            .status
-            .as_ref()
-            .and_then(|s| s.switchover.as_ref())
-            .filter(|s| s.outcome.is_finished())
-            .map(|s| s.id.as_str());
-        let refused: Vec<&str> = seen
-            .observed
-            .login_refused
-            .iter()
-            .map(String::as_str)
-            .collect();
-        let foreign = live.foreign_member();
         let step = plan::decide(
             &group,
             members,
             &Circumstances {
                 recorded_primary: recorded,
-                recorded_switchover,
-                holds: Holds {
-                    foreign_member: foreign.as_deref(),
-                    operator_password_problem: passwords
-                        .data
-                        .operator
-                        .as_ref()
-                        .err()
-                        .map(String::as_str),
-                    tls_problem: passwords.data.tls_problem.as_deref(),
-                    default_password_problem: passwords.start_problem.as_deref(),
-                    login_refused: &refused,
-                },
+                recorded_switchover: grounds.recorded_switchover,
+                holds: grounds.holds,
             },
         );
         let health = Health::of(&group, members, recorded);
         let planned = report(seen, credentials, &group, &health, &step, None);
-        let idle = stages::idle_look(
-            shared.common.idle_look,
-            vkr,
-            seen.prepared.policy_refused,
-            &credentials.rotations,
-        );
         Decided {
             step,
             group,
             health,
             planned,
-            idle,
         }
     }
 
@@ -327,6 +288,7 @@ impl Kind for ValkeyReplication {
         seen: &Seen,
         credentials: &Credentials,
         decided: Decided,
+        idle: Duration,
     ) -> Result<Action, Error> {
         let (vkr, observed) = (&seen.prepared.live.topology, &seen.observed);
         let login = seen.prepared.login.as_ref();
@@ -336,7 +298,6 @@ impl Kind for ValkeyReplication {
             group,
             health,
             planned,
-            idle,
         } = decided;
         let recorded = recorded_primary(vkr);
         label_roles(apis, seen, &group, &health).await?;
@@ -510,21 +471,18 @@ fn report(
         .sentinels
         .iter()
         .filter_map(|s| s.answer.as_ref().map(|a| a.version.as_deref()));
-    let mut status = ValkeyReplicationStatus {
-        storage: headroom(&live.owned),
-        versions: versions_in_play(data_versions.chain(sentinel_versions)),
-        ..status::replication_status(Inputs {
-            group,
-            members,
-            health,
-            step,
-            step_error,
-            current: vkr.status.as_ref(),
-            generation: vkr.metadata.generation,
-            now,
-        })
-    };
-    stages::finish_status(&mut status, vkr, credentials, now);
+    let mut status = status::replication_status(Inputs {
+        group,
+        members,
+        health,
+        step,
+        step_error,
+        current: vkr.status.as_ref(),
+        generation: vkr.metadata.generation,
+        now,
+    });
+    let versions = data_versions.chain(sentinel_versions);
+    stages::finish_status(&mut status, live, versions, credentials, now);
     status
 }
 

@@ -2,13 +2,15 @@
 //!
 //! 1. [`stages::fetch`]: the topology and the ValkeyNodes labelled as its members; a paused
 //!    topology stops here ([`stages::report_paused`]);
-//! 2. [`Kind::prepare`]: its Secrets read, its TLS, members and owned objects applied
+//! 2. [`prepare`]: its Secrets read ([`Kind::read_passwords`]) and followed, its TLS, members
+//!    ([`Kind::apply_members`]) and owned objects ([`Kind::apply_owned`]) applied, the login
 //!    ([`Prepared`]);
-//! 3. [`Kind::observe`]: every member asked what it sees ([`Seen`], with the connections,
-//!    closed here in one place whatever happens after);
+//! 3. [`Kind::observe`]: every member asked what it sees, the pulse following the data nodes
+//!    ([`Seen`], with the connections, closed here in one place whatever happens after);
 //! 4. [`Kind::credentials`]: the passes over users, passwords and certificates
 //!    ([`Credentials`]);
-//! 5. [`Kind::decide`] (pure): the planner's one next step and the status that says so;
+//! 5. [`Kind::decide`] (pure): the planner's one next step and the status that says so, on
+//!    the [`Grounds`] every kind reads the same way;
 //! 6. [`Kind::carry_out`]: status written first, the step run, its Events published; when to
 //!    look again.
 //!
@@ -17,24 +19,69 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
+use crd_types::ValkeyNode;
+use crd_types::template::SecretKeyRef;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use operator_runtime::controller::ReconcileContext;
+use topology_controller::shared::acl::ReplicationPassword;
+use topology_controller::shared::auth;
+use topology_controller::shared::connections::Connections;
+use topology_controller::shared::guard::Holds;
+use topology_controller::shared::tls::Client;
 
 use crate::driver::shared::error::Error;
-use crate::driver::shared::stages::{self, Apis, Common, Credentials, Live, Prepared, Seen};
+use crate::driver::shared::member_tls;
+use crate::driver::shared::secrets;
+use crate::driver::shared::stages::{self, Apis, Common, Credentials, Live};
 use crate::driver::shared::topology::Topology;
+use crate::driver::shared::valkey::Conn;
 
 /// A reconcile's context for kind `K`.
 pub type Ctx<K> = ReconcileContext<<K as Kind>::Shared>;
+/// Stage 2's output for kind `K`.
+pub type Prepared<K> = stages::Prepared<K, <K as Kind>::Passwords>;
+/// Stage 3's output for kind `K`.
+pub type Seen<K> = stages::Seen<K, <K as Kind>::Passwords, <K as Kind>::Observed>;
+
+/// A kind's passwords as the shared stages read them: the data nodes' and the operator's,
+/// and any of its own.
+pub trait KindPasswords:
+    AsRef<secrets::Passwords> + AsMut<secrets::Passwords> + Send + Sync
+{
+    /// Why a password the members need to start cannot be read, if one cannot.
+    fn start_problem(&self) -> Option<&str>;
+}
+
+impl AsMut<secrets::Passwords> for secrets::Passwords {
+    fn as_mut(&mut self) -> &mut secrets::Passwords {
+        self
+    }
+}
+
+/// A kind with no password of its own: its members need the default user's to start.
+impl KindPasswords for secrets::Passwords {
+    fn start_problem(&self) -> Option<&str> {
+        self.default.as_ref().err().map(String::as_str)
+    }
+}
+
+/// What every kind's planner reads the same way besides its members' answers.
+pub struct Grounds<'a> {
+    pub holds: Holds<'a>,
+    /// The `replication` user's password, with the previous one while a rotation lasts.
+    pub replication_password: Option<ReplicationPassword>,
+    /// The id of the switchover status says is finished.
+    pub recorded_switchover: Option<&'a str>,
+}
 
 /// A topology kind's own stages.
 pub trait Kind: Topology {
     /// What all its reconciles share: [`Common`], and the kind's own.
     type Shared: Send + Sync + 'static;
-    /// Its passwords as read: the data nodes' and the operator's, and any of its own.
-    type Passwords: Send + Sync;
+    type Passwords: KindPasswords;
     /// What its members answered.
     type Observed: Send + Sync;
     /// Its planner's step and the status that says so.
@@ -45,37 +92,69 @@ pub trait Kind: Topology {
     /// Forgets what the kind's own context keeps of a topology that is gone.
     fn forget(shared: &Self::Shared, namespace: &str, name: &str);
 
-    fn prepare(
+    /// Creates the missing generated Secrets and reads the passwords.
+    fn read_passwords(
+        apis: &Apis<Self>,
+        live: &Live<Self>,
+    ) -> impl Future<Output = Result<Self::Passwords, Error>> + Send;
+
+    /// Its own password Secrets to follow, besides the default user's and the operator's.
+    fn own_secrets<'a>(
+        topology: &Self,
+        passwords: &'a Self::Passwords,
+    ) -> Vec<(SecretKeyRef, Option<&'a str>)>;
+
+    /// Applies the members it wants ([`stages::apply_members`]); the members afterwards.
+    fn apply_members(
+        apis: &Apis<Self>,
+        live: &Live<Self>,
+        tls: Option<&Result<Client, String>>,
+    ) -> impl Future<Output = Result<Vec<ValkeyNode>, Error>> + Send;
+
+    /// Applies what it owns besides members (budgets, Services, NetworkPolicy); whether the
+    /// policy was refused.
+    fn apply_owned(
         ctx: &Ctx<Self>,
         apis: &Apis<Self>,
-        live: Live<Self>,
-    ) -> impl Future<Output = Result<Prepared<Self, Self::Passwords>, Error>> + Send;
+        topology: &Self,
+        nodes: &[ValkeyNode],
+    ) -> impl Future<Output = Result<bool, Error>> + Send;
 
+    /// Asks every member; what they answered and the connections to them.
     fn observe(
         ctx: &Ctx<Self>,
         apis: &Apis<Self>,
-        prepared: Prepared<Self, Self::Passwords>,
-    ) -> impl Future<Output = Seen<Self, Self::Passwords, Self::Observed>> + Send;
+        prepared: &Prepared<Self>,
+    ) -> impl Future<Output = (Self::Observed, Connections<Conn>)> + Send;
+
+    /// Where its data nodes are reached, for the pulse.
+    fn data_addresses(observed: &Self::Observed) -> Vec<(String, u16)>;
+
+    /// Members that answered but refused the operator's login.
+    fn login_refused(observed: &Self::Observed) -> &[String];
 
     fn credentials(
         ctx: &Ctx<Self>,
         apis: &Apis<Self>,
-        seen: &Seen<Self, Self::Passwords, Self::Observed>,
+        seen: &Seen<Self>,
     ) -> impl Future<Output = Credentials> + Send;
 
     fn decide(
         ctx: &Ctx<Self>,
         apis: &Apis<Self>,
-        seen: &Seen<Self, Self::Passwords, Self::Observed>,
+        seen: &Seen<Self>,
         credentials: &Credentials,
+        grounds: Grounds<'_>,
     ) -> Self::Decided;
 
+    /// Carries out the decision; when to look again (`idle`: while idle and Ready).
     fn carry_out(
         ctx: &Ctx<Self>,
         apis: &Apis<Self>,
-        seen: &Seen<Self, Self::Passwords, Self::Observed>,
+        seen: &Seen<Self>,
         credentials: &Credentials,
         decided: Self::Decided,
+        idle: Duration,
     ) -> impl Future<Output = Result<Action, Error>> + Send;
 }
 
@@ -92,11 +171,104 @@ pub async fn reconcile<K: Kind>(cached: Arc<K>, ctx: Arc<Ctx<K>>) -> Result<Acti
         stages::report_paused(&apis, &live.topology).await?;
         return Ok(Action::await_change());
     }
-    let prepared = K::prepare(&ctx, &apis, live).await?;
-    let seen = K::observe(&ctx, &apis, prepared).await;
+    let prepared = prepare(&ctx, &apis, live).await?;
+    let seen = observe(&ctx, &apis, prepared).await;
     let credentials = K::credentials(&ctx, &apis, &seen).await;
-    let decided = K::decide(&ctx, &apis, &seen, &credentials);
-    let outcome = K::carry_out(&ctx, &apis, &seen, &credentials, decided).await;
+    let outcome = decide_and_carry_out(&ctx, &apis, &seen, &credentials).await;
     seen.connections.close().await;
     outcome
+}
+
+/// Passwords before members, so a member's pod finds its Secrets when it starts; members
+/// only once their certificates can be issued; then what the kind owns besides.
+pub async fn prepare<K: Kind>(
+    ctx: &Ctx<K>,
+    apis: &Apis<K>,
+    live: Live<K>,
+) -> Result<Prepared<K>, Error> {
+    let topology = &live.topology;
+    let name = topology.name_any();
+    let mut passwords = K::read_passwords(apis, &live).await?;
+    let (default_secret, operator_secret) = auth::topology_secrets(&name, topology.auth());
+    let data = passwords.as_ref();
+    let mut followed = vec![
+        (default_secret.reference, data.default.as_deref().ok()),
+        (operator_secret.reference, data.operator.as_deref().ok()),
+    ];
+    followed.extend(K::own_secrets(topology, &passwords));
+    let look = &K::common(&ctx.data).password_look;
+    look.follow(&apis.secrets, &apis.namespace, &name, followed);
+    let tls = stages::read_tls(&ctx.runtime, apis, &live).await?;
+    passwords.as_mut().tls_problem = tls.as_ref().and_then(|t| t.as_ref().err().cloned());
+    let nodes = K::apply_members(apis, &live, tls.as_ref()).await?;
+    let policy_refused = K::apply_owned(ctx, apis, &live.topology, &nodes).await?;
+    let data = passwords.as_ref();
+    let login = member_tls::login(&data.operator, data.operator_applied.as_ref(), tls);
+    Ok(Prepared {
+        live,
+        passwords,
+        login,
+        nodes,
+        policy_refused,
+    })
+}
+
+/// Asks every member ([`Kind::observe`]); the pulse follows the data nodes.
+async fn observe<K: Kind>(ctx: &Ctx<K>, apis: &Apis<K>, prepared: Prepared<K>) -> Seen<K> {
+    let (observed, connections) = K::observe(ctx, apis, &prepared).await;
+    if let Some(login) = &prepared.login {
+        let name = prepared.live.topology.name_any();
+        let addresses = K::data_addresses(&observed);
+        let pulse = &K::common(&ctx.data).pulse;
+        pulse.follow(&apis.namespace, &name, addresses, login);
+    }
+    stages::Seen {
+        prepared,
+        observed,
+        connections,
+    }
+}
+
+/// The kind's decision on the [`Grounds`] every kind shares, then carried out.
+async fn decide_and_carry_out<K: Kind>(
+    ctx: &Ctx<K>,
+    apis: &Apis<K>,
+    seen: &Seen<K>,
+    credentials: &Credentials,
+) -> Result<Action, Error> {
+    let prepared = &seen.prepared;
+    let (topology, passwords) = (&prepared.live.topology, prepared.passwords.as_ref());
+    let refused: Vec<&str> = K::login_refused(&seen.observed)
+        .iter()
+        .map(String::as_str)
+        .collect();
+    let foreign = prepared.live.foreign_member();
+    let grounds = Grounds {
+        holds: Holds {
+            foreign_member: foreign.as_deref(),
+            operator_password_problem: passwords.operator.as_ref().err().map(String::as_str),
+            tls_problem: passwords.tls_problem.as_deref(),
+            default_password_problem: prepared.passwords.start_problem(),
+            login_refused: &refused,
+        },
+        replication_password: replication_password(passwords),
+        recorded_switchover: topology.recorded_switchover(),
+    };
+    let decided = K::decide(ctx, apis, seen, credentials, grounds);
+    let idle = stages::idle_look(
+        K::common(&ctx.data).idle_look,
+        topology,
+        prepared.policy_refused,
+        &credentials.rotations,
+    );
+    K::carry_out(ctx, apis, seen, credentials, decided, idle).await
+}
+
+/// The `replication` user's password: the operator's, and while a rotation lasts the one
+/// members were last brought to.
+fn replication_password(passwords: &secrets::Passwords) -> Option<ReplicationPassword> {
+    let password = passwords.operator.as_deref().ok()?;
+    let applied = passwords.operator_applied.as_ref();
+    let previous = applied.map(|a| a.fallbacks(password)).unwrap_or_default();
+    Some(ReplicationPassword::rotating_from(password, &previous))
 }

@@ -21,8 +21,9 @@ use operator_runtime::{ApiResultExt, Context, ObjectName, Op, apply};
 use topology_controller::shared::auth;
 use topology_controller::shared::connections::Connections;
 use topology_controller::shared::events::TopologyEvent;
-use topology_controller::shared::member_status::member_status_changed;
+use topology_controller::shared::member_status::{member_status_changed, versions_in_play};
 use topology_controller::shared::members::needs_apply;
+use topology_controller::shared::storage::headroom;
 use topology_controller::shared::tls::Client;
 use topology_controller::shared::users::{self, Checks};
 use topology_controller::shared::{default_password, operator_password};
@@ -366,18 +367,22 @@ pub fn idle_look<T: Topology>(
 }
 
 /// Sets, on a status a kind's report built, what every kind reports the same way: the
-/// `UsersReady` condition, the rotations under way and the CA replacement.
-pub fn finish_status<T: Topology>(
+/// member with the least free space, the `versions` its members run, the `UsersReady`
+/// condition, the rotations under way and the CA replacement.
+pub fn finish_status<'a, T: Topology>(
     status: &mut T::Status,
-    topology: &T,
+    live: &Live<T>,
+    versions: impl IntoIterator<Item = Option<&'a str>>,
     credentials: &Credentials,
     now: Timestamp,
 ) {
+    let topology = &live.topology;
     let generation = topology.meta().generation;
     let current = topology.status().map(|s| s.common().conditions);
     let users = credentials.users.as_ref();
     acl_users::report(status.conditions_mut(), current, users, generation, now);
     status.set_credentials(credentials.rotations.clone(), credentials.ca.clone());
+    status.set_members(headroom(&live.owned), versions_in_play(versions));
 }
 
 /// What the passes over the credentials found, for status: `spec.users`' condition, the

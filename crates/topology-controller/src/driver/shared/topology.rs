@@ -4,8 +4,9 @@
 
 use std::fmt::Debug;
 
-use crd_types::cluster::Phase;
+use crd_types::cluster::{Phase, SwitchoverStatus};
 use crd_types::names::{annotations, labels};
+use crd_types::node::StorageHeadroom;
 use crd_types::rotation::{CaReplacement, PasswordRotation};
 use crd_types::template::{Auth, TopologyTls};
 use crd_types::users::User;
@@ -47,6 +48,13 @@ pub trait Topology:
             .unwrap_or_default()
     }
 
+    /// The id of the switchover its status says is finished.
+    fn recorded_switchover(&self) -> Option<&str> {
+        let recorded = self.status().and_then(|s| s.common().switchover);
+        let finished = recorded.filter(|s| s.outcome.is_finished());
+        finished.map(|s| s.id.as_str())
+    }
+
     /// Its conditions as written.
     fn conditions(&self) -> &[Condition] {
         self.status()
@@ -71,6 +79,7 @@ pub trait Topology:
 /// The fields every topology status has.
 pub struct Common<'a> {
     pub password_rotations: &'a [PasswordRotation],
+    pub switchover: Option<&'a SwitchoverStatus>,
     pub conditions: &'a [Condition],
 }
 
@@ -82,6 +91,8 @@ pub trait TopologyStatus {
     fn conditions_mut(&mut self) -> &mut Vec<Condition>;
     /// The rotations under way and the CA replacement's state.
     fn set_credentials(&mut self, rotations: Vec<PasswordRotation>, ca: Option<CaReplacement>);
+    /// The member with the least free space, and the Valkey versions members run.
+    fn set_members(&mut self, storage: Option<StorageHeadroom>, versions: Vec<String>);
 }
 
 macro_rules! topology_status {
@@ -90,6 +101,7 @@ macro_rules! topology_status {
             fn common(&self) -> Common<'_> {
                 Common {
                     password_rotations: &self.password_rotations,
+                    switchover: self.switchover.as_ref(),
                     conditions: &self.conditions,
                 }
             }
@@ -113,6 +125,11 @@ macro_rules! topology_status {
             ) {
                 self.password_rotations = rotations;
                 self.ca_replacement = ca;
+            }
+
+            fn set_members(&mut self, storage: Option<StorageHeadroom>, versions: Vec<String>) {
+                self.storage = storage;
+                self.versions = versions;
             }
         }
     };
