@@ -9,7 +9,11 @@
 //! are reached (shards and slots, or data nodes and sentinels), its writers and key sets.
 
 pub mod ca_replacement;
+pub mod freeze;
+pub mod issued;
+pub mod logins;
 pub mod paused;
+pub mod upgrades;
 
 mod apis;
 mod connection;

@@ -1,7 +1,7 @@
 //! What every topology's status says alike, read the same way for both kinds.
 
 use crd_types::cluster::Phase;
-use crd_types::rotation::CaReplacement;
+use crd_types::rotation::{CaReplacement, PasswordRotation};
 use crd_types::{ValkeyClusterStatus, ValkeyReplicationStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
@@ -11,6 +11,9 @@ pub trait TopologyStatus: Default {
     fn observed_generation(&self) -> Option<i64>;
     fn conditions(&self) -> &[Condition];
     fn ca_replacement(&self) -> Option<&CaReplacement>;
+    /// The Valkey versions its members run.
+    fn versions(&self) -> &[String];
+    fn password_rotations(&self) -> &[PasswordRotation];
 }
 
 macro_rules! topology_status {
@@ -30,6 +33,14 @@ macro_rules! topology_status {
 
             fn ca_replacement(&self) -> Option<&CaReplacement> {
                 self.ca_replacement.as_ref()
+            }
+
+            fn versions(&self) -> &[String] {
+                &self.versions
+            }
+
+            fn password_rotations(&self) -> &[PasswordRotation] {
+                &self.password_rotations
             }
         }
     };

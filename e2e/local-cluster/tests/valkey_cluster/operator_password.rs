@@ -13,7 +13,8 @@ use std::time::Instant;
 use crd_types::names::{self, statefulset_pod_name};
 use crd_types::template::{Auth, REPLICATION_PASSWORD_PREFIX, SecretKeyRef, derived_password};
 use e2e_kit::cluster_testing::{Access, AckedWriter, valkey_cluster};
-use e2e_kit::testing::{events_about, ready_node, valkey_cli_as};
+use e2e_kit::testing::{events_about, ready_node};
+use e2e_kit::topology::logins;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -26,18 +27,7 @@ use crate::planned_departure::manual_failovers_started;
 
 /// What `operator` with `password` gets for `args` on the member at `ip`.
 fn as_operator(ip: &str, password: &str, args: &[&str]) -> String {
-    valkey_cli_as(ip, Some((Some("operator"), password)), args)
-}
-
-fn refused(answer: &str) -> bool {
-    answer.starts_with("NOAUTH") || answer.contains("WRONGPASS")
-}
-
-/// The value of `field` in an INFO answer.
-fn info_field(info: &str, field: &str) -> Option<String> {
-    info.lines()
-        .find_map(|l| l.trim().strip_prefix(&format!("{field}:")))
-        .map(str::to_string)
+    logins::answer(ip, 6379, (Some("operator"), password), args)
 }
 
 /// Waits until `check` holds on every member of `access`.
@@ -48,11 +38,12 @@ async fn on_every(
     timeout: std::time::Duration,
     check: impl Fn(&str) -> Result<(), String>,
 ) {
+    let members = access
+        .members
+        .iter()
+        .map(|m| (m.name.as_str(), m.ip.as_str()));
     env.wait(what, timeout, || async {
-        Ok(access
-            .members
-            .iter()
-            .try_for_each(|m| check(&m.ip).map_err(|e| format!("{}: {e}", m.name))))
+        Ok(logins::on_each(members.clone(), &check))
     })
     .await
 }
@@ -87,10 +78,7 @@ async fn the_operator_password_rotates_on_every_member() {
     writer.progressed(100, SETTLE).await.unwrap();
 
     let changed = Instant::now();
-    let patch = json!({"stringData": {"password": new}});
-    env.apis
-        .secrets
-        .patch(&secret, &PatchParams::default(), &Patch::Merge(&patch))
+    logins::set_password(&env.apis.secrets, &secret, new)
         .await
         .unwrap();
     on_every(
@@ -100,7 +88,7 @@ async fn the_operator_password_rotates_on_every_member() {
         SETTLE,
         |ip| {
             let got = as_operator(ip, new, &["PING"]);
-            (got == "PONG").then_some(()).ok_or(got)
+            logins::answers(got, "PONG")
         },
     )
     .await;
@@ -124,11 +112,11 @@ async fn the_operator_password_rotates_on_every_member() {
     })
     .await;
     env.wait("status to show the rotation", SETTLE, || async {
-        let now = env.status(name).await?.password_rotations;
+        let now = logins::rotations(&env.apis, name).await?;
         let operator: Vec<_> = now
             .iter()
-            .filter(|r| r.user.as_str() == "operator")
-            .map(|r| (r.members_with_new, r.members))
+            .filter(|(user, ..)| user == "operator")
+            .map(|&(_, with_new, members)| (with_new, members))
             .collect();
         Ok((operator == [(2, 2)])
             .then_some(())
@@ -143,7 +131,7 @@ async fn the_operator_password_rotates_on_every_member() {
         FORM,
         |ip| {
             let got = as_operator(ip, &old, &["PING"]);
-            refused(&got).then_some(()).ok_or(got)
+            logins::refused(&got).then_some(()).ok_or(got)
         },
     )
     .await;
@@ -152,7 +140,7 @@ async fn the_operator_password_rotates_on_every_member() {
         changed.elapsed()
     );
     env.wait("status to show no rotation", SETTLE, || async {
-        let now = env.status(name).await?.password_rotations;
+        let now = logins::rotations(&env.apis, name).await?;
         Ok(now.is_empty().then_some(()).ok_or(format!("{now:?}")))
     })
     .await;
@@ -177,7 +165,7 @@ async fn the_operator_password_rotates_on_every_member() {
     let (primary, successor) = env.primary_and_successor(name, &access, 0).await;
     let stats = |what: &str| {
         let info = as_operator(&primary.ip, new, &["INFO", "stats"]);
-        info_field(&info, what).unwrap_or_else(|| panic!("{what} in {info}"))
+        logins::info_field(&info, what).unwrap_or_else(|| panic!("{what} in {info}"))
     };
     let full_before = stats("sync_full");
     let partial_before: u64 = stats("sync_partial_ok").parse().unwrap();
@@ -185,7 +173,7 @@ async fn the_operator_password_rotates_on_every_member() {
     assert_eq!(killed, "1", "the replica's link was cut");
     env.wait("the replica to link again", SETTLE, || async {
         let info = as_operator(&successor.ip, new, &["INFO", "replication"]);
-        let up = info_field(&info, "master_link_status").as_deref() == Some("up");
+        let up = logins::info_field(&info, "master_link_status").as_deref() == Some("up");
         let partial: u64 = stats("sync_partial_ok").parse().unwrap();
         Ok((up && partial > partial_before).then_some(()).ok_or(info))
     })
@@ -321,7 +309,7 @@ async fn another_operator_secret_rolls_the_members_and_rotates_the_password() {
         FORM,
         |ip| {
             let got = as_operator(ip, old, &["PING"]);
-            refused(&got).then_some(()).ok_or(got)
+            logins::refused(&got).then_some(()).ok_or(got)
         },
     )
     .await;
@@ -333,7 +321,7 @@ async fn another_operator_secret_rolls_the_members_and_rotates_the_password() {
         assert_eq!(as_operator(&m.ip, new, &["PING"]), "PONG", "{}", m.name);
     }
     env.wait("status to show no rotation", SETTLE, || async {
-        let now = env.status(name).await?.password_rotations;
+        let now = logins::rotations(&env.apis, name).await?;
         Ok(now.is_empty().then_some(()).ok_or(format!("{now:?}")))
     })
     .await;

@@ -10,9 +10,8 @@ use crd_types::names::{self, statefulset_pod_name};
 use crd_types::template::Auth;
 use e2e_kit::cluster_testing::{Access, AckedWriter, valkey_cluster};
 use e2e_kit::testing::{events_about, valkey_cli_as};
+use e2e_kit::topology::logins;
 use kube::ResourceExt;
-use kube::api::{Patch, PatchParams};
-use serde_json::json;
 
 use crate::env::{Env, SETTLE};
 
@@ -74,11 +73,8 @@ async fn the_default_password_rotates_on_every_member() {
     writer.progressed(100, SETTLE).await.unwrap();
 
     let changed = Instant::now();
-    let patch = json!({"stringData": {"password": new}});
     let secret = names::generated_auth_secret_name(name);
-    env.apis
-        .secrets
-        .patch(&secret, &PatchParams::default(), &Patch::Merge(&patch))
+    logins::set_password(&env.apis.secrets, &secret, new)
         .await
         .unwrap();
     wait_pings(&env, &access, "the new password to work", new, |a| {
@@ -117,7 +113,7 @@ async fn the_default_password_rotates_on_every_member() {
         !dropped.await.unwrap().is_empty(),
         "a PreviousPasswordDropped Event"
     );
-    let rotations = env.status(name).await.unwrap().password_rotations;
+    let rotations = logins::rotations(&env.apis, name).await.unwrap();
     assert!(rotations.is_empty(), "{rotations:?}");
     // The writer's connections, logged in before, keep writing.
     writer.progressed(100, SETTLE).await.unwrap();

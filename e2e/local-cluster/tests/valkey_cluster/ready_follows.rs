@@ -4,10 +4,10 @@
 use std::time::Instant;
 
 use agent_services::ControlClient;
-use crd_types::conditions::reasons::Degraded;
-use crd_types::conditions::types;
 use crd_types::names::statefulset_pod_name;
-use e2e_kit::cluster_testing::{AckedWriter, describe_status, valkey_cluster};
+use e2e_kit::cluster_testing::{AckedWriter, valkey_cluster};
+
+use e2e_kit::topology::freeze;
 
 use crate::env::{Env, FAILOVER, FORM, NS, SETTLE};
 
@@ -39,23 +39,7 @@ async fn ready_goes_false_while_a_primary_is_frozen_and_true_after() {
         .wait(
             "Ready to go False, Degraded naming the frozen primary",
             FAILOVER,
-            || async {
-                let status = env.status(name).await?;
-                let condition = |t: &str| status.conditions.iter().find(|c| c.type_ == t).cloned();
-                let ready = condition(types::READY);
-                let degraded = condition(types::DEGRADED);
-                Ok(match (ready, degraded) {
-                    (Some(r), Some(d))
-                        if r.status == "False"
-                            && d.status == "True"
-                            && d.reason == Degraded::MembersNotReady.as_str()
-                            && d.message.contains(&primary) =>
-                    {
-                        Ok(d)
-                    }
-                    _ => Err(describe_status(&status)),
-                })
-            },
+            || freeze::degraded_naming(&env.apis, name, &primary),
         )
         .await;
     for viewer in access.members.iter().filter(|m| m.ip != ip) {
@@ -88,14 +72,7 @@ async fn ready_goes_false_while_a_primary_is_frozen_and_true_after() {
         SETTLE,
         || async {
             let clients = access.cli(&ip, &["CLIENT", "LIST"]);
-            let operators: Vec<&str> = clients
-                .lines()
-                .filter(|l| l.contains(" user=operator ") && l.contains(" flags=N "))
-                .collect();
-            Ok(match operators.len() {
-                1 => Ok(()),
-                _ => Err(format!("{operators:#?}")),
-            })
+            Ok(freeze::one_operator_connection(&clients))
         },
     )
     .await;

@@ -7,14 +7,14 @@ use std::time::Instant;
 use crd_types::template::{Exporter, TlsAuthClients, TopologyTls};
 use e2e_kit::cluster_testing::{Access, MemberAddr, valkey_cluster};
 use e2e_kit::testing::{connection_refused, plain_text_cli, valkey_cli_as};
+use e2e_kit::topology::issued;
 use e2e_kit::valkey_tls::{
     ClientTls, ExtendedKeyUsagePurpose, Issued, Kept, TestCa, client_of_secret, create_secret,
-    renew_secret, replace_secret, secret_certificate, secret_text,
+    renew_secret, replace_secret, secret_text,
 };
 use local_cluster::images::exporter_image;
 
 use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject;
 
 use crate::env::{Env, FORM, NS, ROLL, SETTLE};
 
@@ -251,12 +251,7 @@ async fn a_cluster_serves_certificates_the_operator_issues_per_member() {
     let name = "issued";
     let secrets = &env.apis.secrets;
     let mut cluster = valkey_cluster(name, 3, 1, false);
-    cluster.spec.common.tls = Some(TopologyTls {
-        secret_name: None,
-        auth_clients: TlsAuthClients::Required,
-        plain_text_clients: false,
-        ca_overlap_seconds: None,
-    });
+    cluster.spec.common.tls = Some(issued::operator_issued(TlsAuthClients::Required));
     let created = Instant::now();
     env.apis.create(&cluster).await.unwrap();
     env.ready(name, FORM).await;
@@ -265,21 +260,9 @@ async fn a_cluster_serves_certificates_the_operator_issues_per_member() {
     env.healthy(name, &access, 3, 1).await;
     let tls = access.tls.clone().expect("the cluster has tls");
     // Clients trust the CA of `<name>-ca`: every member's Secret carries the same one.
-    let text = |secret: String, key: &'static str| async move {
-        secret_text(secrets, &secret, key).await.unwrap()
-    };
-    let ca = text(format!("{name}-ca"), "ca.crt").await;
-    // `<name>-ca` holds the CA's certificate alone; its key is in `<name>-ca-key`.
-    let public = secrets.get(&format!("{name}-ca")).await.unwrap();
-    let keys: Vec<String> = public.data.unwrap_or_default().into_keys().collect();
-    assert_eq!(keys, ["ca.crt"]);
-    assert_eq!(text(format!("{name}-ca-key"), "ca.crt").await, ca);
-    assert!(!text(format!("{name}-ca-key"), "ca.key").await.is_empty());
+    let ca = issued::assert_ca_published(secrets, name).await;
     let mut seen = Vec::new();
     for m in &access.members {
-        let secret = format!("{}-tls", m.name);
-        assert_eq!(text(secret.clone(), "ca.crt").await, ca, "{secret}");
-        let own = secret_certificate(secrets, &secret).await.unwrap();
         let node = env.apis.nodes.get(&m.name).await.unwrap();
         let endpoint = node.status.and_then(|s| s.endpoint).expect("an endpoint");
         let service = endpoint.service_name.expect("a Service");
@@ -290,19 +273,13 @@ async fn a_cluster_serves_certificates_the_operator_issues_per_member() {
             format!("{service}.{NS}.svc"),
             format!("{service}.{NS}.svc.cluster.local"),
         ];
-        for port in [CLIENT_PORT, BUS_PORT] {
-            for checked in &names {
-                let served = tls.served_as(&m.ip, port, checked).await;
-                let served =
-                    served.unwrap_or_else(|e| panic!("{}:{port} as {checked}: {e:#}", m.name));
-                assert_eq!(served, own, "{}:{port} serves its Secret's", m.name);
-            }
-        }
+        let at = (m.name.as_str(), m.ip.as_str());
+        let own = issued::assert_serves_own(secrets, &tls, at, &ca, CLIENT_PORT, &names).await;
+        let on_bus = issued::assert_serves_own(secrets, &tls, at, &ca, BUS_PORT, &names).await;
+        assert_eq!(on_bus, own, "{}: one certificate on both ports", m.name);
         // Another member's name is not in it.
         let other = access.members.iter().find(|o| o.name != m.name).unwrap();
-        let refused = tls.served_as(&m.ip, CLIENT_PORT, &other.ip).await;
-        let refused = format!("{:#}", refused.unwrap_err());
-        assert!(refused.contains("not valid for name"), "{refused}");
+        issued::assert_not_named(&tls, &m.ip, CLIENT_PORT, &other.ip).await;
         // authClients Required: a client that checks this member's name and shows a
         // certificate is kept, one without a certificate is refused after the handshake.
         let named = tls.clone().with_server_name(&m.ip);
@@ -336,24 +313,14 @@ async fn a_cluster_serves_certificates_the_operator_issues_per_member() {
     let starts = env.pod_starts(&members).await;
     let m = &access.members[0];
     let secret = format!("{}-tls", m.name);
-    let before = text(secret.clone(), "tls.crt").await;
+    let before = secret_text(secrets, &secret, "tls.crt").await.unwrap();
     secrets.delete(&secret, &Default::default()).await.unwrap();
     let deleted = Instant::now();
-    let renewed = env
-        .wait("a new certificate for the member", SETTLE, || async {
-            let now = secrets.get_opt(&secret).await?;
-            let cert = now
-                .and_then(|s| s.data)
-                .and_then(|d| d.get("tls.crt").cloned())
-                .map(|v| String::from_utf8(v.0).unwrap());
-            Ok(cert
-                .filter(|c| *c != before)
-                .ok_or_else(|| "not issued again yet".to_string()))
+    let wanted = env
+        .wait("a new certificate for the member", SETTLE, || {
+            issued::reissued(secrets, &secret, &before)
         })
         .await;
-    let wanted = CertificateDer::from_pem_slice(renewed.as_bytes())
-        .unwrap()
-        .into_owned();
     let what = "the member to serve its new certificate on both ports";
     let only = std::slice::from_ref(m);
     wait_served(&env, &tls, only, &wanted, Checked::Address, what).await;

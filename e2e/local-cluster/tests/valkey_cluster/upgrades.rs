@@ -7,17 +7,10 @@ use std::time::Instant;
 use crd_types::conditions::{self, types};
 use crd_types::node::Role;
 use e2e_kit::cluster_testing::{AckedWriter, DataSet, RollWatch, ready_status, valkey_cluster};
-use e2e_kit::testing::{events_about, running_version};
+use e2e_kit::topology::upgrades;
 use serde_json::json;
 
 use crate::env::{Env, ROLL, SETTLE};
-
-/// The running version `INFO server` reports.
-fn version_of(info: &str) -> String {
-    running_version(info)
-        .unwrap_or_else(|| panic!("no valkey_version in {info}"))
-        .to_string()
-}
 
 /// The reason of a cluster's Progressing condition.
 async fn progressing_reason(env: &Env, name: &str) -> anyhow::Result<Option<String>> {
@@ -51,10 +44,7 @@ async fn upgrades_roll_member_by_member_and_refusals_restart_nothing() {
         let watch = RefCell::new(RollWatch::new(&members));
         let started = Instant::now();
         env.apis
-            .patch(
-                name,
-                json!({"spec": {"template": {"image": format!("valkey/valkey:{version}")}}}),
-            )
+            .patch(name, upgrades::image(version))
             .await
             .unwrap();
         env.wait(
@@ -65,17 +55,9 @@ async fn upgrades_roll_member_by_member_and_refusals_restart_nothing() {
                 if let Err(why) = watch.borrow_mut().sample_until_rolled(&members) {
                     return Ok(Err(why));
                 }
-                let status = match ready_status(&env.apis, name).await? {
-                    Ok(status) => status,
-                    Err(why) => return Ok(Err(why)),
-                };
-                Ok(
-                    if status.versions.len() == 1 && status.versions[0].starts_with(version) {
-                        Ok(())
-                    } else {
-                        Err(format!("status.versions {:?}", status.versions))
-                    },
-                )
+                Ok(upgrades::ready_on(&env.apis, name, version)
+                    .await?
+                    .map(drop))
             },
         )
         .await;
@@ -107,7 +89,7 @@ async fn upgrades_roll_member_by_member_and_refusals_restart_nothing() {
             );
         }
         for member in &access.members {
-            let running = version_of(&access.cli(&member.ip, &["INFO", "server"]));
+            let running = upgrades::version_of(&access.cli(&member.ip, &["INFO", "server"]));
             assert!(
                 running.starts_with(&format!("{version}.")),
                 "{}: {running}",
@@ -121,38 +103,17 @@ async fn upgrades_roll_member_by_member_and_refusals_restart_nothing() {
     let members = env.apis.members(name).await.unwrap();
     let starts = env.pod_starts(&members).await;
     let watch = RefCell::new(RollWatch::new(&members));
-    env.apis
-        .patch(
-            name,
-            json!({"spec": {"template": {"image": "valkey/valkey:8.0"}}}),
-        )
-        .await
-        .unwrap();
-    env.wait("the downgrade to be refused", SETTLE, || async {
-        let members = env.apis.members(name).await?;
-        watch.borrow_mut().sample(&members);
-        let reason = progressing_reason(&env, name).await?;
-        let events = events_about(&env.apis.events, "ValkeyCluster", name, "UpdateRefused").await?;
-        Ok(match (reason.as_deref(), events.first()) {
-            (Some("VersionRefused"), Some(event)) => Ok(event.note.clone().unwrap_or_default()),
-            other => Err(format!("Progressing and Event: {other:?}")),
+    env.apis.patch(name, upgrades::image("8.0")).await.unwrap();
+    let progressing = env
+        .wait("the downgrade to be refused", SETTLE, || async {
+            let members = env.apis.members(name).await?;
+            watch.borrow_mut().sample(&members);
+            upgrades::version_refused(&env.apis, name).await
         })
-    })
-    .await;
-    let status = env.apis.clusters.get(name).await.unwrap().status.unwrap();
-    let progressing = conditions::find(&status.conditions, types::PROGRESSING).unwrap();
+        .await;
     eprintln!("{name}: downgrade refused: {}", progressing.message);
-    assert!(
-        progressing
-            .message
-            .contains("Valkey 8.0 cannot read the data files of Valkey 9.1")
-            && progressing
-                .message
-                .contains("set the image back to Valkey 9.1 or newer"),
-        "{}",
-        progressing.message
-    );
-    assert!(!conditions::is_true(&status.conditions, types::READY));
+    let status = env.apis.status(name).await.unwrap();
+    upgrades::assert_downgrade_to_8_0_refused(&progressing, &status);
     let members = env.apis.members(name).await.unwrap();
     watch.borrow_mut().sample(&members);
     assert!(
@@ -162,16 +123,10 @@ async fn upgrades_roll_member_by_member_and_refusals_restart_nothing() {
     );
     assert_eq!(env.pod_starts(&members).await, starts, "a pod restarted");
     for member in &access.members {
-        let running = version_of(&access.cli(&member.ip, &["INFO", "server"]));
+        let running = upgrades::version_of(&access.cli(&member.ip, &["INFO", "server"]));
         assert!(running.starts_with("9.1."), "{}: {running}", member.name);
     }
-    env.apis
-        .patch(
-            name,
-            json!({"spec": {"template": {"image": "valkey/valkey:9.1"}}}),
-        )
-        .await
-        .unwrap();
+    env.apis.patch(name, upgrades::image("9.1")).await.unwrap();
     env.wait("Ready again on 9.1", SETTLE, || async {
         Ok(ready_status(&env.apis, name).await?.map(drop))
     })

@@ -131,12 +131,12 @@ impl Env {
     }
 
     /// Waits until status says Ready, names `primary` (when given), Valkey and Sentinel agree
-    /// with it and the read-write Service leads to it. Agreement alone does not tell a status
-    /// written before a change from one after it when the change leaves Valkey as it was:
-    /// after every pod is deleted at once the members come back in their old roles, and a
-    /// status written before the deletes still reads Ready while the new primary pod has no
-    /// role label yet (CI of feaf402; forced by stopping topology-controller across the
-    /// deletes). The label is applied before the status that follows the new pods.
+    /// with it and the read-write Service leads to it. Ready follows the role label at once,
+    /// and the Service's proxy follows it on its own watch: in CI of feaf402 a read right after
+    /// a full restart's Ready was reset, the new primary pod not yet routed. Nor does agreement
+    /// alone tell a status written before a change from one after it when the change leaves
+    /// Valkey's roles as they were (forced: topology-controller stopped across a full restart
+    /// leaves status Ready and the new primary pod unlabelled).
     pub(crate) async fn ready_agreeing(
         &self,
         name: &str,

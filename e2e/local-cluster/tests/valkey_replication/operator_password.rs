@@ -11,46 +11,30 @@ use std::time::Instant;
 use crd_types::names::{self, statefulset_pod_name};
 use crd_types::template::{Auth, REPLICATION_PASSWORD_PREFIX, derived_password};
 use e2e_kit::replication_testing::{self, GroupAccess, GroupWriter, Route, valkey_replication};
-use e2e_kit::testing::valkey_cli_as;
-use kube::api::{Patch, PatchParams};
-use serde_json::json;
+use e2e_kit::topology::logins;
 
 use crate::env::{Env, FAILOVER, FORM, SETTLE, nothing_lost};
 use crate::failover::{said_at_start, successor};
 use crate::restarts::pod_uids;
-use crate::users::{on_every, on_every_data_node, refused_login};
+use crate::users::{on_every, on_every_data_node};
 
 /// What `operator` with `password` gets for `args` on the data node at `ip`.
 fn as_operator(ip: &str, password: &str, args: &[&str]) -> String {
-    valkey_cli_as(ip, Some((Some("operator"), password)), args)
+    logins::answer(ip, 6379, (Some("operator"), password), args)
 }
 
 /// What `operator` with `password` gets for `args` on the sentinel at `ip`.
 fn as_operator_on_sentinel(ip: &str, password: &str, args: &[&str]) -> String {
-    let args: Vec<&str> = ["-p", "26379"]
-        .into_iter()
-        .chain(args.iter().copied())
-        .collect();
-    valkey_cli_as(ip, Some((Some("operator"), password)), &args)
-}
-
-/// The value of `field` in an INFO answer.
-fn info_field(info: &str, field: &str) -> Option<String> {
-    info.lines()
-        .find_map(|l| l.trim().strip_prefix(&format!("{field}:")))
-        .map(str::to_string)
+    logins::answer(ip, 26379, (Some("operator"), password), args)
 }
 
 /// The group's `status.passwordRotations` of the operator user as (membersWithNew, members).
 async fn operator_rotation(env: &Env, name: &str) -> Option<(i32, i32)> {
-    let group = env.apis.groups.get_status(name).await.unwrap();
-    group
-        .status
-        .map(|s| s.password_rotations)
-        .unwrap_or_default()
+    let rotations = logins::rotations(&env.apis, name).await.unwrap();
+    rotations
         .into_iter()
-        .find(|r| r.user.as_str() == "operator")
-        .map(|r| (r.members_with_new, r.members))
+        .find(|(user, ..)| user == "operator")
+        .map(|(_, with_new, members)| (with_new, members))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -88,14 +72,8 @@ async fn the_operator_password_rotates_live_and_hooks_follow_it() {
         .clone();
 
     let changed = Instant::now();
-    let patch = json!({"stringData": {"password": new}});
-    env.apis
-        .secrets
-        .patch(
-            &names::generated_operator_secret_name(name),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
+    let secret = names::generated_operator_secret_name(name);
+    logins::set_password(&env.apis.secrets, &secret, new)
         .await
         .unwrap();
 
@@ -107,14 +85,14 @@ async fn the_operator_password_rotates_live_and_hooks_follow_it() {
         SETTLE,
         |ip| {
             let got = as_operator(ip, new, &["PING"]);
-            (got == "PONG").then_some(()).ok_or(got)
+            logins::answers(got, "PONG")
         },
     )
     .await;
     let what = "the new operator password to work on the sentinel";
     on_every(&env, &access.sentinels, what, SETTLE, |ip| {
         let got = as_operator_on_sentinel(ip, new, &["PING"]);
-        (got == "PONG").then_some(()).ok_or(got)
+        logins::answers(got, "PONG")
     })
     .await;
     eprintln!(
@@ -170,7 +148,7 @@ async fn the_operator_password_rotates_live_and_hooks_follow_it() {
             true => as_operator(ip, &old, &["PING"]),
             false => as_operator_on_sentinel(ip, &old, &["PING"]),
         };
-        refused_login(&got).then_some(()).ok_or(got)
+        logins::refused(&got).then_some(()).ok_or(got)
     })
     .await;
     eprintln!(
@@ -187,7 +165,7 @@ async fn the_operator_password_rotates_live_and_hooks_follow_it() {
     // Replicas log in again with the new replication password: a partial resync.
     let stats = |what: &str| {
         let info = as_operator(&primary_ip, new, &["INFO", "stats"]);
-        info_field(&info, what).unwrap_or_else(|| panic!("{what} in {info}"))
+        logins::info_field(&info, what).unwrap_or_else(|| panic!("{what} in {info}"))
     };
     let full_before = stats("sync_full");
     let partial_before: u64 = stats("sync_partial_ok").parse().unwrap();
@@ -201,7 +179,7 @@ async fn the_operator_password_rotates_live_and_hooks_follow_it() {
         .collect();
     on_every(&env, &replicas, "the replica to link again", SETTLE, |ip| {
         let info = as_operator(ip, new, &["INFO", "replication"]);
-        let status = info_field(&info, "master_link_status");
+        let status = logins::info_field(&info, "master_link_status");
         (status.as_deref() == Some("up")).then_some(()).ok_or(info)
     })
     .await;

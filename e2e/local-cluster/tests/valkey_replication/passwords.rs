@@ -10,13 +10,12 @@ use crd_types::names::{self, statefulset_pod_name};
 use crd_types::template::Auth;
 use e2e_kit::replication_testing::{GroupAccess, GroupWriter, Route, valkey_replication};
 use e2e_kit::testing::valkey_cli_as;
+use e2e_kit::topology::logins;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Patch, PatchParams};
-use serde_json::json;
 
 use crate::env::{Env, FORM, SETTLE, nothing_lost};
 use crate::restarts::pod_uids;
-use crate::users::{on_every, on_every_data_node, refused_login};
+use crate::users::{on_every, on_every_data_node};
 
 /// Long enough that the previous password surely still works when the test looks, after a
 /// data node restarted during the overlap and got it back.
@@ -131,26 +130,16 @@ async fn the_default_password_rotates_live_with_an_overlap() {
     writer.progressed(100, SETTLE).await.unwrap();
     let secret = names::generated_auth_secret_name(name);
     let changed = Instant::now();
-    let patch = json!({"stringData": {"password": new}});
-    env.apis
-        .secrets
-        .patch(&secret, &PatchParams::default(), &Patch::Merge(&patch))
+    logins::set_password(&env.apis.secrets, &secret, new)
         .await
         .unwrap();
     let sentinel_secret = names::generated_sentinel_secret_name(name);
-    let patch = json!({"stringData": {"password": new_sentinel}});
-    env.apis
-        .secrets
-        .patch(
-            &sentinel_secret,
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
+    logins::set_password(&env.apis.secrets, &sentinel_secret, new_sentinel)
         .await
         .unwrap();
     on_every_data_node(&env, &access, "the new password to work", SETTLE, |ip| {
         let got = as_default(ip, new, &["PING"]);
-        (got == "PONG").then_some(()).ok_or(got)
+        logins::answers(got, "PONG")
     })
     .await;
     eprintln!(
@@ -168,7 +157,7 @@ async fn the_default_password_rotates_live_with_an_overlap() {
     let what = "the new sentinels' password to work";
     on_every(&env, &access.sentinels, what, SETTLE, |ip| {
         let got = as_sentinel_default(ip, new_sentinel, &["PING"]);
-        (got == "PONG").then_some(()).ok_or(got)
+        logins::answers(got, "PONG")
     })
     .await;
     for s in &access.sentinels {
@@ -212,7 +201,7 @@ async fn the_default_password_rotates_live_with_an_overlap() {
         FORM,
         || async {
             let got = as_default(&replica.ip, &old, &["PING"]);
-            Ok((got == "PONG").then_some(()).ok_or(got))
+            Ok(logins::answers(got, "PONG"))
         },
     )
     .await;
@@ -237,7 +226,7 @@ async fn the_default_password_rotates_live_with_an_overlap() {
         FORM,
         |ip| {
             let got = as_default(ip, &old, &["PING"]);
-            refused_login(&got).then_some(()).ok_or(got)
+            logins::refused(&got).then_some(()).ok_or(got)
         },
     )
     .await;
@@ -254,7 +243,7 @@ async fn the_default_password_rotates_live_with_an_overlap() {
     let what = "the previous sentinels' password to stop working";
     on_every(&env, &access.sentinels, what, SETTLE, |ip| {
         let got = as_sentinel_default(ip, &old_sentinel, &["PING"]);
-        refused_login(&got).then_some(()).ok_or(got)
+        logins::refused(&got).then_some(()).ok_or(got)
     })
     .await;
     for s in &access.sentinels {

@@ -7,11 +7,9 @@ use crd_types::names::statefulset_pod_name;
 use crd_types::template::{Exporter, TlsAuthClients, TopologyTls};
 use e2e_kit::replication_testing::{GroupWriter, Route, valkey_replication};
 use e2e_kit::testing::{connection_refused, plain_text_cli, valkey_cli_as};
-use e2e_kit::valkey_tls::{create_secret, renew_secret, secret_certificate, secret_text};
+use e2e_kit::topology::issued;
+use e2e_kit::valkey_tls::{create_secret, renew_secret, secret_text};
 use local_cluster::images::exporter_image;
-
-use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject;
 
 use crate::env::{Env, FORM, NS, SETTLE, nothing_lost};
 use crate::restarts::pod_uids;
@@ -242,57 +240,30 @@ async fn a_group_serves_certificates_the_operator_issues_per_member() {
     let name = "issued";
     let secrets = &env.apis.secrets;
     let mut group = valkey_replication(name, 2, 3, false);
-    group.spec.common.tls = Some(TopologyTls {
-        secret_name: None,
-        auth_clients: TlsAuthClients::Optional,
-        plain_text_clients: false,
-        ca_overlap_seconds: None,
-    });
+    group.spec.common.tls = Some(issued::operator_issued(TlsAuthClients::Optional));
     let created = Instant::now();
     let access = env.create_ready(group).await;
     eprintln!("issued: Ready {:?} after creation", created.elapsed());
     let tls = access.tls.clone().expect("the group has tls");
     // Clients trust the CA of `<name>-ca`: every member's Secret carries the same one.
-    let ca = secret_text(secrets, &format!("{name}-ca"), "ca.crt")
-        .await
-        .unwrap();
-    let public = secrets.get(&format!("{name}-ca")).await.unwrap();
-    let keys: Vec<String> = public.data.unwrap_or_default().into_keys().collect();
-    assert_eq!(keys, ["ca.crt"], "{name}-ca holds the certificate alone");
-    let ca = ca.as_str();
-    let own = |member: String| async move {
-        let secret = format!("{member}-tls");
-        let member_ca = secret_text(secrets, &secret, "ca.crt").await.unwrap();
-        assert_eq!(member_ca, ca, "{secret}");
-        secret_certificate(secrets, &secret).await.unwrap()
-    };
+    let ca = issued::assert_ca_published(secrets, name).await;
     let shared = [
         format!("{name}.{NS}.svc"),
         format!("{name}-replicas.{NS}.svc"),
     ];
     for m in &access.data {
-        let cert = own(m.name.clone()).await;
-        for checked in [m.ip.clone(), format!("{}.{NS}.svc", m.name)]
-            .iter()
-            .chain(&shared)
-        {
-            let served = tls.served_as(&m.ip, 6379, checked).await;
-            let served = served.unwrap_or_else(|e| panic!("{} as {checked}: {e:#}", m.name));
-            assert_eq!(served, cert, "{} serves its own", m.name);
-        }
+        let names = [m.ip.clone(), format!("{}.{NS}.svc", m.name)];
+        let names: Vec<String> = names.into_iter().chain(shared.clone()).collect();
+        let at = (m.name.as_str(), m.ip.as_str());
+        issued::assert_serves_own(secrets, &tls, at, &ca, 6379, &names).await;
     }
     let sentinel_service = format!("{name}-sentinel.{NS}.svc");
     for s in &access.sentinels {
-        let cert = own(s.name.clone()).await;
-        for checked in [s.ip.clone(), sentinel_service.clone()] {
-            let served = tls.served_as(&s.ip, 26379, &checked).await;
-            let served = served.unwrap_or_else(|e| panic!("{} as {checked}: {e:#}", s.name));
-            assert_eq!(served, cert, "{} serves its own", s.name);
-        }
+        let names = [s.ip.clone(), sentinel_service.clone()];
+        let at = (s.name.as_str(), s.ip.as_str());
+        issued::assert_serves_own(secrets, &tls, at, &ca, 26379, &names).await;
         // A sentinel's certificate does not name the data Services.
-        let refused = tls.served_as(&s.ip, 26379, &shared[0]).await;
-        let refused = format!("{:#}", refused.unwrap_err());
-        assert!(refused.contains("not valid for name"), "{refused}");
+        issued::assert_not_named(&tls, &s.ip, 26379, &shared[0]).await;
     }
 
     // The writer checks the read-write Service's name on whichever node is primary.
@@ -320,17 +291,13 @@ async fn a_group_serves_certificates_the_operator_issues_per_member() {
             let mut stale = Vec::new();
             for ((m, port), old) in renewed.iter().zip(&before) {
                 let secret = format!("{}-tls", m.name);
-                let Some(now) = secrets.get_opt(&secret).await? else {
-                    stale.push(format!("{secret} not issued again yet"));
-                    continue;
+                let wanted = match issued::reissued(secrets, &secret, old).await? {
+                    Ok(wanted) => wanted,
+                    Err(why) => {
+                        stale.push(why);
+                        continue;
+                    }
                 };
-                let pem = now.data.unwrap_or_default();
-                let pem = String::from_utf8(pem["tls.crt"].0.clone()).unwrap();
-                if pem == *old {
-                    stale.push(format!("{secret} still holds the old certificate"));
-                    continue;
-                }
-                let wanted = CertificateDer::from_pem_slice(pem.as_bytes()).unwrap();
                 match tls.served_as(&m.ip, *port, &m.ip).await {
                     Ok(served) if served == wanted => {}
                     Ok(_) => stale.push(format!("{} serves the old one", m.name)),

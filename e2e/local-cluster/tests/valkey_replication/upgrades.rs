@@ -4,19 +4,11 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use crd_types::conditions::{self, types};
 use e2e_kit::replication_testing::{self, GroupWriter, Route, ready_status, valkey_replication};
-use e2e_kit::testing::{pod_starts, running_version};
-use serde_json::json;
+use e2e_kit::testing::pod_starts;
+use e2e_kit::topology::upgrades;
 
 use crate::env::{Env, FORM, SETTLE, agrees};
-
-/// The running version `INFO server` reports.
-fn version_of(info: &str) -> String {
-    running_version(info)
-        .unwrap_or_else(|| panic!("no valkey_version in {info}"))
-        .to_string()
-}
 
 /// Every member's pod uid and restart count.
 async fn starts(env: &Env, name: &str) -> BTreeMap<String, (String, i32)> {
@@ -56,10 +48,7 @@ async fn upgrades_hand_over_before_the_primary_restarts_and_downgrades_are_refus
             .sum::<i32>();
         let started = Instant::now();
         env.apis
-            .patch(
-                name,
-                json!({"spec": {"template": {"image": format!("valkey/valkey:{version}")}}}),
-            )
+            .patch(name, upgrades::image(version))
             .await
             .unwrap();
         let status = env
@@ -67,13 +56,10 @@ async fn upgrades_hand_over_before_the_primary_restarts_and_downgrades_are_refus
                 &format!("every member on {version}, Ready and agreeing"),
                 FORM,
                 || async {
-                    let status = match ready_status(&env.apis, name).await? {
+                    let status = match upgrades::ready_on(&env.apis, name, version).await? {
                         Ok(status) => status,
                         Err(why) => return Ok(Err(why)),
                     };
-                    if status.versions.len() != 1 || !status.versions[0].starts_with(version) {
-                        return Ok(Err(format!("status.versions {:?}", status.versions)));
-                    }
                     let access = replication_testing::access(&env.apis, name).await?;
                     let primary = status.current_primary.clone().unwrap_or_default();
                     Ok(agrees(&access, &primary).map(|()| status))
@@ -95,7 +81,7 @@ async fn upgrades_hand_over_before_the_primary_restarts_and_downgrades_are_refus
             .iter()
             .map(|m| (m, access.sentinel_cli(&m.ip, &["INFO", "server"])));
         for (m, info) in data.chain(sentinels) {
-            let running = version_of(&info);
+            let running = upgrades::version_of(&info);
             assert!(
                 running.starts_with(&format!("{version}.")),
                 "{}: {running}",
@@ -124,45 +110,22 @@ async fn upgrades_hand_over_before_the_primary_restarts_and_downgrades_are_refus
 
     // A downgrade past the data format: refused before any member restarts.
     let before = starts(&env, name).await;
-    env.apis
-        .patch(
-            name,
-            json!({"spec": {"template": {"image": "valkey/valkey:8.0"}}}),
-        )
-        .await
-        .unwrap();
-    let message = env
-        .wait("the downgrade to be refused", SETTLE, || async {
-            let status = env.apis.groups.get(name).await?.status.unwrap_or_default();
-            let progressing = conditions::find(&status.conditions, types::PROGRESSING).cloned();
-            let events = env.apis.group_events(name, Some("UpdateRefused")).await?;
-            Ok(match progressing {
-                Some(c) if c.reason == "VersionRefused" && !events.is_empty() => Ok(c.message),
-                other => Err(format!(
-                    "Progressing {other:?}, {} UpdateRefused Events",
-                    events.len()
-                )),
-            })
+    env.apis.patch(name, upgrades::image("8.0")).await.unwrap();
+    let progressing = env
+        .wait("the downgrade to be refused", SETTLE, || {
+            upgrades::version_refused(&env.apis, name)
         })
         .await;
-    eprintln!("{name}: downgrade refused: {message}");
-    assert!(
-        message.contains("Valkey 8.0 cannot read the data files of Valkey 9.1"),
-        "{message}"
-    );
+    eprintln!("{name}: downgrade refused: {}", progressing.message);
+    let status = env.apis.status(name).await.unwrap();
+    upgrades::assert_downgrade_to_8_0_refused(&progressing, &status);
     assert_eq!(starts(&env, name).await, before, "a pod restarted");
     let access = replication_testing::access(&env.apis, name).await.unwrap();
     for m in &access.data {
-        let running = version_of(&access.cli(&m.ip, &["INFO", "server"]));
+        let running = upgrades::version_of(&access.cli(&m.ip, &["INFO", "server"]));
         assert!(running.starts_with("9.1."), "{}: {running}", m.name);
     }
-    env.apis
-        .patch(
-            name,
-            json!({"spec": {"template": {"image": "valkey/valkey:9.1"}}}),
-        )
-        .await
-        .unwrap();
+    env.apis.patch(name, upgrades::image("9.1")).await.unwrap();
     env.wait("Ready again on 9.1", SETTLE, || async {
         Ok(ready_status(&env.apis, name).await?.map(drop))
     })

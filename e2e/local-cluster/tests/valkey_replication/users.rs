@@ -8,6 +8,7 @@ use crd_types::template::SecretKeyRef;
 use crd_types::users::{USERS_KEY, User};
 use e2e_kit::replication_testing::{GroupAccess, MemberAddr, valkey_replication};
 use e2e_kit::testing::valkey_cli_as;
+use e2e_kit::topology::logins;
 use futures::future::try_join_all;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -53,12 +54,6 @@ fn as_user(ip: &str, user: &str, password: &str, args: &[&str]) -> String {
     valkey_cli_as(ip, Some((Some(user), password)), args)
 }
 
-/// Whether valkey-cli's answer shows its login refused: its AUTH failed (on stderr), so the
-/// command ran unauthenticated.
-pub(crate) fn refused_login(answer: &str) -> bool {
-    answer.starts_with("NOAUTH") || answer.contains("WRONGPASS")
-}
-
 /// The group's `UsersReady` condition as `(status, reason, message)`.
 async fn users_ready(env: &Env, name: &str) -> Option<(String, String, String)> {
     let group = env.apis.groups.get_status(name).await.ok()?;
@@ -98,10 +93,9 @@ pub(crate) async fn on_every(
     timeout: Duration,
     check: impl Fn(&str) -> Result<(), String>,
 ) {
+    let members = members.iter().map(|m| (m.name.as_str(), m.ip.as_str()));
     env.wait(what, timeout, || async {
-        Ok(members
-            .iter()
-            .try_for_each(|m| check(&m.ip).map_err(|e| format!("{}: {e}", m.name))))
+        Ok(logins::on_each(members.clone(), &check))
     })
     .await
 }
@@ -258,7 +252,7 @@ async fn users_follow_the_spec_on_every_data_node() {
         FORM,
         |ip| {
             let got = as_user(ip, "reader", "reader-one", &["GET", "app:1"]);
-            refused_login(&got).then_some(()).ok_or(got)
+            logins::refused(&got).then_some(()).ok_or(got)
         },
     )
     .await;
@@ -290,7 +284,7 @@ async fn users_follow_the_spec_on_every_data_node() {
     patch(json!([reader_spec])).await;
     on_every_data_node(&env, &access, "app to be deleted", SETTLE, |ip| {
         let got = as_user(ip, "app", &app_password, &["PING"]);
-        refused_login(&got).then_some(()).ok_or(got)
+        logins::refused(&got).then_some(()).ok_or(got)
     })
     .await;
     users_reason(&env, name, "UsersApplied", "reader on all 2 data nodes").await;
@@ -315,9 +309,9 @@ async fn users_follow_the_spec_on_every_data_node() {
     })
     .await;
     let old = as_user(&replica.ip, "reader", "reader-one", &["PING"]);
-    assert!(refused_login(&old), "{old}");
+    assert!(logins::refused(&old), "{old}");
     let app = as_user(&replica.ip, "app", &app_password, &["PING"]);
-    assert!(refused_login(&app), "{app}");
+    assert!(logins::refused(&app), "{app}");
     try_join_all([topology.start(&env.cluster)]).await.unwrap();
     users_reason(&env, name, "UsersApplied", "reader on all 2 data nodes").await;
     env.finish().await;
