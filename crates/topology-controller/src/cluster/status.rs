@@ -14,7 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 use crate::cluster::model::{Member, Shape};
 use crate::cluster::plan::Step;
 use crate::cluster::slots::{self, SLOTS};
-use crate::cluster::survey::{ShardSurvey, Survey};
+use crate::cluster::survey::{NotAMember, ShardSurvey, Survey, TargetServes};
 use crate::shared::conditions::{PhaseFacts, not_ready, progressing, topology_phase, transitioned};
 use crate::shared::roll::FailoverReason;
 
@@ -27,7 +27,7 @@ pub struct Inputs<'a> {
     /// What went wrong executing the step, if anything.
     pub step_error: Option<&'a str>,
     /// Switchover outcome from [`crate::cluster::survey::switchover_outcome`].
-    pub switchover: Option<Result<String, String>>,
+    pub switchover: Option<Result<TargetServes, NotAMember>>,
     pub current: Option<&'a ValkeyClusterStatus>,
     pub generation: Option<i64>,
     pub now: Timestamp,
@@ -251,8 +251,8 @@ fn switchover_status(i: &Inputs) -> Option<SwitchoverStatus> {
         finished_at: Some(Time(i.now)),
     };
     Some(match &i.switchover {
-        Some(Ok(message)) => finished(SwitchoverOutcome::Succeeded, message.clone()),
-        Some(Err(message)) => finished(SwitchoverOutcome::Failed, message.clone()),
+        Some(Ok(done)) => finished(SwitchoverOutcome::Succeeded, done.to_string()),
+        Some(Err(why)) => finished(SwitchoverOutcome::Failed, why.to_string()),
         None => SwitchoverStatus {
             id: id.clone(),
             outcome: SwitchoverOutcome::Pending,
@@ -428,7 +428,9 @@ mod tests {
         };
         let survey = Survey::default();
         let mut i = inputs(&d, &survey, &Step::Idle, Some(&done));
-        i.switchover = Some(Err("later trouble".into()));
+        i.switchover = Some(Err(NotAMember {
+            target: "c-0-7".into(),
+        }));
         assert_eq!(cluster_status(i).switchover, done.switchover);
     }
 

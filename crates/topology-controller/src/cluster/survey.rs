@@ -136,19 +136,44 @@ fn unsettled_shard_ids(member: &Member) -> Option<String> {
 }
 
 /// What status should say about a switchover request: `None` while it is still to be done.
-pub fn switchover_outcome(shape: &Shape, members: &[Member]) -> Option<Result<String, String>> {
+pub fn switchover_outcome(
+    shape: &Shape,
+    members: &[Member],
+) -> Option<Result<TargetServes, NotAMember>> {
     let target = &shape.switchover.as_ref()?.target;
     let Some(member) = members.iter().find(|m| &m.name == target) else {
-        return Some(Err(format!("{target} is not a member of the cluster")));
+        return Some(Err(NotAMember {
+            target: target.clone(),
+        }));
     };
     let reply = member.reply.as_ref()?;
     let me = reply.view.myself();
     (me.flags.primary && !me.slots.is_empty()).then(|| {
-        Ok(format!(
-            "{target} is the primary of shard {}",
-            member.at.shard
-        ))
+        Ok(TargetServes {
+            target: target.clone(),
+            shard: member.at.shard,
+        })
     })
+}
+
+/// A switchover done: its target holds its shard's slots.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TargetServes {
+    pub target: String,
+    pub shard: u32,
+}
+
+impl std::fmt::Display for TargetServes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} is the primary of shard {}", self.target, self.shard)
+    }
+}
+
+/// A switchover that cannot be done: its target is no member.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{target} is not a member of the cluster")]
+pub struct NotAMember {
+    pub target: String,
 }
 
 #[cfg(test)]
@@ -235,17 +260,15 @@ mod tests {
         sims[2].follows = None;
         sims[0].follows = Some(id(0, 2));
         sims[1].follows = Some(id(0, 2));
-        assert!(matches!(
-            switchover_outcome(&d, &members(&sims)),
-            Some(Ok(_))
-        ));
+        let done = switchover_outcome(&d, &members(&sims)).unwrap().unwrap();
+        assert_eq!(done.to_string(), "c-0-2 is the primary of shard 0");
         d.switchover = Some(SwitchoverRequest {
             id: "s2".into(),
             target: "c-0-7".into(),
         });
-        assert!(matches!(
-            switchover_outcome(&d, &members(&sims)),
-            Some(Err(_))
-        ));
+        let failed = switchover_outcome(&d, &members(&sims))
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(failed.to_string(), "c-0-7 is not a member of the cluster");
     }
 }

@@ -273,7 +273,7 @@ pub fn next_step(
     }
     let p = match primary(group, members, recorded_primary) {
         Ok(p) => p,
-        Err(why) => return Step::wait(Waiting::NoPrimary, why),
+        Err(why) => return Step::wait(Waiting::NoPrimary, why.to_string()),
     };
     let Some(ip) = p.address().filter(|_| p.is_primary()) else {
         return Step::wait(

@@ -15,7 +15,7 @@ pub fn primary<'a>(
     group: &Group,
     members: &'a Members,
     recorded: Option<&str>,
-) -> Result<&'a DataNode, String> {
+) -> Result<&'a DataNode, NoPrimary> {
     let mut votes: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for s in &members.sentinels {
         if let Some(m) = s.monitored() {
@@ -32,17 +32,15 @@ pub fn primary<'a>(
             .max_by_key(|(_, by)| by.len())
             .expect("some sentinel voted");
         if by.len() * 2 <= voters {
-            let said: Vec<String> = votes
+            let votes = votes
                 .iter()
-                .map(|(ip, by)| format!("{} name {ip}", by.join(", ")))
+                .map(|(ip, by)| (ip.to_string(), by.iter().map(|s| s.to_string()).collect()))
                 .collect();
-            return Err(format!("the sentinels disagree: {}", said.join("; ")));
+            return Err(NoPrimary::SentinelsDisagree { votes });
         }
-        return members.data_at(ip).ok_or_else(|| {
-            format!(
-                "the sentinels name {ip}, which is no data node of {}",
-                group.name
-            )
+        return members.data_at(ip).ok_or_else(|| NoPrimary::NotADataNode {
+            ip: ip.to_string(),
+            group: group.name.clone(),
         });
     }
     let serving: Vec<&DataNode> = members
@@ -62,13 +60,39 @@ pub fn primary<'a>(
             .or_else(|| {
                 members.data_node(&group.member_name(crate::replication::model::At::Data(0)))
             })
-            .ok_or_else(|| "data node 0 does not exist yet".to_string()),
-        many => Err(format!(
-            "no sentinel monitors {} and {} all serve as primary with replicas; resolve by hand",
-            group.name,
-            many.iter().map(|d| d.name()).collect::<Vec<_>>().join(", ")
-        )),
+            .ok_or(NoPrimary::NoDataNodeYet),
+        many => Err(NoPrimary::ManyServing {
+            group: group.name.clone(),
+            serving: many.iter().map(|d| d.name().to_string()).collect(),
+        }),
     }
+}
+
+/// Why no data node can be named the group's primary.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NoPrimary {
+    /// No data node has a majority of the monitoring sentinels: each IP they name, with
+    /// the sentinels naming it.
+    #[error("the sentinels disagree: {}", said(votes))]
+    SentinelsDisagree { votes: Vec<(String, Vec<String>)> },
+    #[error("the sentinels name {ip}, which is no data node of {group}")]
+    NotADataNode { ip: String, group: String },
+    #[error("data node 0 does not exist yet")]
+    NoDataNodeYet,
+    #[error(
+        "no sentinel monitors {group} and {} all serve as primary with replicas; resolve by hand",
+        serving.join(", ")
+    )]
+    ManyServing { group: String, serving: Vec<String> },
+}
+
+/// The sentinels' votes in words: who names which IP.
+fn said(votes: &[(String, Vec<String>)]) -> String {
+    let said: Vec<String> = votes
+        .iter()
+        .map(|(ip, by)| format!("{} name {ip}", by.join(", ")))
+        .collect();
+    said.join("; ")
 }
 
 /// Whether the group is new: no sentinel monitors it and no data node has replicas.
@@ -85,7 +109,7 @@ pub fn forming(members: &Members) -> bool {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Health {
     /// The primary's member name, or why there is none.
-    pub primary: Result<String, String>,
+    pub primary: Result<String, NoPrimary>,
     /// Wanted data nodes ready and playing their part: the primary serving, a replica in
     /// sync with it.
     pub ready_data: usize,
@@ -225,4 +249,29 @@ pub fn view_problem(
     }
     (have_sentinels != want_sentinels)
         .then(|| format!("{name} knows the sentinels {have_sentinels:?}, not {want_sentinels:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn why_no_primary_is_told_in_the_same_words() {
+        let votes = vec![
+            ("10.96.0.1".into(), vec!["g-s-0".into()]),
+            ("10.96.0.2".into(), vec!["g-s-1".into(), "g-s-2".into()]),
+        ];
+        assert_eq!(
+            NoPrimary::SentinelsDisagree { votes }.to_string(),
+            "the sentinels disagree: g-s-0 name 10.96.0.1; g-s-1, g-s-2 name 10.96.0.2"
+        );
+        let many = NoPrimary::ManyServing {
+            group: "g".into(),
+            serving: vec!["g-0".into(), "g-1".into()],
+        };
+        assert_eq!(
+            many.to_string(),
+            "no sentinel monitors g and g-0, g-1 all serve as primary with replicas; resolve by hand"
+        );
+    }
 }

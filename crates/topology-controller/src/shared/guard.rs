@@ -1,8 +1,12 @@
 //! Planner (layer 4): the planner's step held back by what is known of the passwords (read
 //! by the binary from the Secrets [`crate::shared::auth`] names).
 
+use std::error::Error;
+
 use crd_types::cluster::Phase;
 use crd_types::conditions::reasons::Waiting;
+
+use crate::shared::auth::PasswordError;
 
 /// What a planner's step is doing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,11 +101,12 @@ pub struct Holds<'a> {
     /// A ValkeyNode with a member's name that the topology does not own.
     pub foreign_member: Option<&'a str>,
     /// Why the operator user's password cannot be read, if it cannot.
-    pub operator_password_problem: Option<&'a str>,
-    /// Why the TLS Secret cannot be used, if it cannot.
-    pub tls_problem: Option<&'a str>,
-    /// Why a password members need to start cannot be read, if one cannot.
-    pub default_password_problem: Option<&'a str>,
+    pub operator_password_problem: Option<&'a PasswordError>,
+    /// Why the TLS Secret cannot be used, if it cannot (the binary says why: its Secret, or
+    /// the CA the operator keeps).
+    pub tls_problem: Option<&'a dyn Error>,
+    /// Why the passwords members need to start cannot be read, if any cannot.
+    pub default_password_problems: &'a [&'a PasswordError],
     /// Members that refuse the operator user's login.
     pub login_refused: &'a [&'a str],
 }
@@ -120,7 +125,7 @@ pub fn decide<S: PlannedStep>(holds: &Holds, owner: &str, plan: impl FnOnce() ->
         step,
         holds.operator_password_problem,
         holds.tls_problem,
-        holds.default_password_problem,
+        holds.default_password_problems,
         holds.login_refused,
     )
 }
@@ -137,9 +142,9 @@ pub fn decide<S: PlannedStep>(holds: &Holds, owner: &str, plan: impl FnOnce() ->
 /// wait then carries the first problem's reason, the cause to act on.
 pub fn guard_step<S: PlannedStep>(
     step: S,
-    operator_problem: Option<&str>,
-    tls_problem: Option<&str>,
-    default_problem: Option<&str>,
+    operator_problem: Option<&PasswordError>,
+    tls_problem: Option<&dyn Error>,
+    default_problems: &[&PasswordError],
     refused_by: &[&str],
 ) -> S {
     if let Some(why) = operator_problem {
@@ -155,7 +160,12 @@ pub fn guard_step<S: PlannedStep>(
         );
     }
     let mut problems = Vec::new();
-    if let Some(why) = default_problem {
+    if !default_problems.is_empty() {
+        let why = default_problems
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
         problems.push((
             Waiting::DefaultPasswordUnreadable,
             format!("{why} (spec.auth.passwordSecretRef), so no member may restart"),
@@ -182,7 +192,7 @@ pub fn guard_step<S: PlannedStep>(
     if let Some(message) = step.wait_message() {
         return S::waiting(reason, format!("{problems}; {message}"));
     }
-    if default_problem.is_some() && step.needs_default_password() {
+    if !default_problems.is_empty() && step.needs_default_password() {
         return S::waiting(reason, problems);
     }
     step

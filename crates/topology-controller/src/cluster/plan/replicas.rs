@@ -21,7 +21,7 @@ pub(super) fn attach_replicas(s: &Snapshot) -> Option<Step> {
         let primary = match s.shard_primary(shard) {
             Ok(Some(p)) => p,
             Ok(None) => continue,
-            Err(why) => return Some(Step::wait(Waiting::TwoPrimariesInShard, why)),
+            Err(why) => return Some(Step::wait(Waiting::TwoPrimariesInShard, why.to_string())),
         };
         let Some(primary_node) = s.node_of(primary) else {
             continue;

@@ -242,7 +242,7 @@ pub(super) fn rebalance(s: &Snapshot) -> Option<Step> {
                     format!("shard {shard} has no primary yet"),
                 ));
             }
-            Err(why) => return Some(Step::wait(Waiting::TwoPrimariesInShard, why)),
+            Err(why) => return Some(Step::wait(Waiting::TwoPrimariesInShard, why.to_string())),
         }
     }
     // Ownership by member name; a slot owner that is no member (a failed identity) blocks.

@@ -60,7 +60,7 @@ impl<'a> Snapshot<'a> {
     /// The member serving `shard`'s slots: the one primary of the shard holding slots (even
     /// a failing one: Valkey promotes its replica by itself), else member 0 while it is an
     /// empty primary (a shard being formed or added). `Err` when two members hold slots.
-    pub fn shard_primary(&self, shard: u32) -> Result<Option<&'a Member>, String> {
+    pub fn shard_primary(&self, shard: u32) -> Result<Option<&'a Member>, SlotsHeldTwice> {
         let holding: Vec<&Member> = self
             .shard_members(shard)
             .filter(|m| {
@@ -73,16 +73,24 @@ impl<'a> Snapshot<'a> {
             [] => Ok(self.shard_members(shard).find(|m| {
                 m.at.member == 0 && self.node_of(m).is_some_and(ClusterNode::is_empty_primary)
             })),
-            many => Err(format!(
-                "shard {shard} has {} members holding slots ({}); resolve by hand",
-                many.len(),
-                many.iter()
-                    .map(|m| m.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )),
+            many => Err(SlotsHeldTwice {
+                shard,
+                members: many.iter().map(|m| m.name.clone()).collect(),
+            }),
         }
     }
+}
+
+/// Two or more members of one shard hold slots: the operator cannot tell which serves it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "shard {shard} has {} members holding slots ({}); resolve by hand",
+    members.len(),
+    members.join(", ")
+)]
+pub(crate) struct SlotsHeldTwice {
+    pub shard: u32,
+    pub members: Vec<String>,
 }
 
 /// The member whose view to trust: one that answers, holding the most assigned slots, then

@@ -1,6 +1,8 @@
 use super::*;
 use crate::cluster::sim::*;
+use crate::shared::auth::PasswordError;
 use crate::shared::guard::Holds;
+use crd_types::template::SecretKeyRef;
 
 #[test]
 fn slots_never_move_to_a_member_on_an_older_data_format() {
@@ -254,9 +256,13 @@ fn a_foreign_member_holds_everything_and_passwords_come_first() {
     let (reason, why) = wait_of(decide(&d, &members(&sims), &foreign));
     assert_eq!(reason, Waiting::ForeignMember);
     assert!(why.contains("ValkeyNode c-0-0 exists"), "{why}");
+    let missing = PasswordError::SecretMissing(SecretKeyRef {
+        name: "c-operator".into(),
+        key: "password".into(),
+    });
     let no_password = Circumstances {
         holds: Holds {
-            operator_password_problem: Some("Secret c-operator does not exist"),
+            operator_password_problem: Some(&missing),
             ..foreign.holds
         },
         ..Default::default()

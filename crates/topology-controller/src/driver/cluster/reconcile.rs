@@ -40,6 +40,7 @@ use crate::driver::cluster::connect::{self, Observed};
 use crate::driver::shared::credentials::{self, DataNode, Members, Reached};
 use crate::driver::shared::error::Error;
 use crate::driver::shared::member_nodes::MemberNodes;
+use crate::driver::shared::member_tls::TlsUnusable;
 use crate::driver::shared::pipeline::{self, Grounds, Kind, Prepared};
 use crate::driver::shared::secrets::{self, Passwords};
 use crate::driver::shared::stages::{self, Apis, Common, Credentials, Live};
@@ -110,7 +111,7 @@ impl Kind for ValkeyCluster {
     async fn apply_members(
         apis: &Apis<Self>,
         live: &Live<Self>,
-        tls: Option<&Result<Client, String>>,
+        tls: Option<&Result<Client, TlsUnusable>>,
     ) -> Result<Vec<ValkeyNode>, Error> {
         let cluster = &live.topology;
         let name = cluster.name_any();

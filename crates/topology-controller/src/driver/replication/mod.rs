@@ -36,7 +36,7 @@ use topology_controller::replication::status::{
 };
 use topology_controller::replication::survey::{self, Health};
 use topology_controller::replication::{PORT, SENTINEL_PORT, members};
-use topology_controller::shared::auth;
+use topology_controller::shared::auth::{self, PasswordError};
 use topology_controller::shared::connections::Connections;
 use topology_controller::shared::default_password::{self, Sentinel};
 use topology_controller::shared::disruption;
@@ -46,6 +46,7 @@ use topology_controller::shared::tls::{self, Client};
 use crate::driver::shared::credentials::{self, DataNode, Members, Reached};
 use crate::driver::shared::error::Error;
 use crate::driver::shared::member_nodes::MemberNodes;
+use crate::driver::shared::member_tls::TlsUnusable;
 use crate::driver::shared::pipeline::{self, Grounds, Kind, KindPasswords, Prepared};
 use crate::driver::shared::secrets;
 use crate::driver::shared::stages::{self, Apis, Common, Credentials, Live};
@@ -72,11 +73,8 @@ type Ctx = pipeline::Ctx<ValkeyReplication>;
 pub struct Passwords {
     data: secrets::Passwords,
     /// The sentinels' default user's password, or why it cannot be read, and its Secret's.
-    sentinel: Result<String, String>,
+    sentinel: Result<String, PasswordError>,
     sentinel_version: Option<String>,
-    /// Why a password the members need to start cannot be read (the data nodes' default
-    /// user's, or the sentinels'), if one cannot.
-    start_problem: Option<String>,
 }
 
 impl AsRef<secrets::Passwords> for Passwords {
@@ -91,9 +89,12 @@ impl AsMut<secrets::Passwords> for Passwords {
     }
 }
 
+/// The data nodes need the default user's password to start, the sentinels their own.
 impl KindPasswords for Passwords {
-    fn start_problem(&self) -> Option<&str> {
-        self.start_problem.as_deref()
+    fn start_problems(&self) -> Vec<&PasswordError> {
+        let default = self.data.default.as_ref().err();
+        let sentinel = self.sentinel.as_ref().err();
+        [default, sentinel].into_iter().flatten().collect()
     }
 }
 
@@ -137,7 +138,7 @@ impl Kind for ValkeyReplication {
     async fn apply_members(
         apis: &Apis<Self>,
         live: &Live<Self>,
-        tls: Option<&Result<Client, String>>,
+        tls: Option<&Result<Client, TlsUnusable>>,
     ) -> Result<Vec<ValkeyNode>, Error> {
         let vkr = &live.topology;
         let group = Group::of(vkr);
@@ -398,10 +399,6 @@ async fn passwords(
     .await?;
     let (default, default_version) = read(&default).await?;
     let (sentinel, sentinel_version) = read(&sentinel).await?;
-    let problems: Vec<String> = [default.clone().err(), sentinel.clone().err()]
-        .into_iter()
-        .flatten()
-        .collect();
     Ok(Passwords {
         data: secrets::Passwords {
             operator,
@@ -413,7 +410,6 @@ async fn passwords(
         },
         sentinel,
         sentinel_version,
-        start_problem: (!problems.is_empty()).then(|| problems.join("; ")),
     })
 }
 

@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{ObjectReference, Pod, Secret};
 use kube::api::EvictParams;
 use kube::{Api, Resource, ResourceExt};
 use operator_runtime::{ApiResultExt, Context, EventReason, ObjectName, Op};
-use topology_controller::shared::auth::AppliedOperator;
+use topology_controller::shared::auth::{AppliedOperator, PasswordError};
 use topology_controller::shared::ca_replacement;
 use topology_controller::shared::commands::Server;
 use topology_controller::shared::connections::Connections;
@@ -130,27 +130,22 @@ where
 /// later (it is made only while the topology has no member).
 pub fn holds_new_members(
     spec: Option<&TopologyTls>,
-    tls: Option<&Result<Client, String>>,
+    tls: Option<&Result<Client, TlsUnusable>>,
     owned: &[ValkeyNode],
 ) -> bool {
     let issued = spec.is_some_and(|s| s.secret_name.is_none());
     issued && matches!(tls, Some(Err(_))) && owned.is_empty()
 }
 
-/// How the operator logs in to the members: `None` while the operator password or the TLS
-/// Secret cannot be used (the guard then says why and nothing is asked). During a rotation
-/// of the operator password, a member that refuses the Secret's is asked with those it may
-/// hold instead (`applied`).
+/// How the operator logs in to the members (with `tls`, the client of a topology with
+/// `spec.tls`): `None` while the operator password cannot be used (the guard then says why
+/// and nothing is asked). During a rotation of the operator password, a member that
+/// refuses the Secret's is asked with those it may hold instead (`applied`).
 pub fn login(
-    operator_password: &Result<String, String>,
+    operator_password: &Result<String, PasswordError>,
     applied: Option<&AppliedOperator>,
-    tls: Option<Result<Client, String>>,
+    tls: Option<Client>,
 ) -> Option<Login> {
-    let tls = match tls {
-        None => None,
-        Some(Ok(client)) => Some(client),
-        Some(Err(_)) => return None,
-    };
     operator_password.as_ref().ok().map(|password| Login {
         user: OPERATOR_USER.to_string(),
         password: password.clone(),

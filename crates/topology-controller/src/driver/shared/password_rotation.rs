@@ -11,6 +11,7 @@ use crd_types::template::SecretKeyRef;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use operator_runtime::{Context, EventReason};
+use topology_controller::shared::auth::PasswordError;
 use topology_controller::shared::default_password::{self, Facts, Member, Outcome, RequirePass};
 use topology_controller::shared::events::TopologyEvent;
 use topology_controller::shared::users::AclMember;
@@ -47,7 +48,7 @@ pub struct Password<'a> {
     pub version: Option<&'a str>,
     pub reference: &'a SecretKeyRef,
     /// The password, or why it cannot be read.
-    pub value: &'a Result<String, String>,
+    pub value: &'a Result<String, PasswordError>,
 }
 
 /// Brings `whose` `password` to `members` of `topology` (its data nodes, or its

@@ -17,6 +17,7 @@
 //! A kind says only what is its own; what every kind does is in [`stages`] and
 //! [`crate::driver::shared::credentials`].
 
+use std::error::Error as StdError;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,13 +28,13 @@ use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use operator_runtime::controller::ReconcileContext;
 use topology_controller::shared::acl::ReplicationPassword;
-use topology_controller::shared::auth;
+use topology_controller::shared::auth::{self, PasswordError};
 use topology_controller::shared::connections::Connections;
 use topology_controller::shared::guard::Holds;
 use topology_controller::shared::tls::Client;
 
 use crate::driver::shared::error::Error;
-use crate::driver::shared::member_tls;
+use crate::driver::shared::member_tls::{self, TlsUnusable};
 use crate::driver::shared::secrets;
 use crate::driver::shared::stages::{self, Apis, Common, Credentials, Live};
 use crate::driver::shared::topology::Topology;
@@ -51,8 +52,8 @@ pub type Seen<K> = stages::Seen<K, <K as Kind>::Passwords, <K as Kind>::Observed
 pub trait KindPasswords:
     AsRef<secrets::Passwords> + AsMut<secrets::Passwords> + Send + Sync
 {
-    /// Why a password the members need to start cannot be read, if one cannot.
-    fn start_problem(&self) -> Option<&str>;
+    /// Why the passwords the members need to start cannot be read, if any cannot.
+    fn start_problems(&self) -> Vec<&PasswordError>;
 }
 
 impl AsMut<secrets::Passwords> for secrets::Passwords {
@@ -63,8 +64,8 @@ impl AsMut<secrets::Passwords> for secrets::Passwords {
 
 /// A kind with no password of its own: its members need the default user's to start.
 impl KindPasswords for secrets::Passwords {
-    fn start_problem(&self) -> Option<&str> {
-        self.default.as_ref().err().map(String::as_str)
+    fn start_problems(&self) -> Vec<&PasswordError> {
+        self.default.as_ref().err().into_iter().collect()
     }
 }
 
@@ -108,7 +109,7 @@ pub trait Kind: Topology {
     fn apply_members(
         apis: &Apis<Self>,
         live: &Live<Self>,
-        tls: Option<&Result<Client, String>>,
+        tls: Option<&Result<Client, TlsUnusable>>,
     ) -> impl Future<Output = Result<Vec<ValkeyNode>, Error>> + Send;
 
     /// Applies what it owns besides members (budgets, Services, NetworkPolicy); whether the
@@ -199,11 +200,20 @@ pub async fn prepare<K: Kind>(
     let look = &K::common(&ctx.data).password_look;
     look.follow(&apis.secrets, &apis.namespace, &name, followed);
     let tls = stages::read_tls(&ctx.runtime, apis, &live).await?;
-    passwords.as_mut().tls_problem = tls.as_ref().and_then(|t| t.as_ref().err().cloned());
     let nodes = K::apply_members(apis, &live, tls.as_ref()).await?;
     let policy_refused = K::apply_owned(ctx, apis, &live.topology, &nodes).await?;
-    let data = passwords.as_ref();
-    let login = member_tls::login(&data.operator, data.operator_applied.as_ref(), tls);
+    let data = passwords.as_mut();
+    let login = match tls {
+        // Nothing is asked of the members: the guard says why.
+        Some(Err(why)) => {
+            data.tls_problem = Some(why);
+            None
+        }
+        tls => {
+            let client = tls.and_then(Result::ok);
+            member_tls::login(&data.operator, data.operator_applied.as_ref(), client)
+        }
+    };
     Ok(Prepared {
         live,
         passwords,
@@ -243,12 +253,14 @@ async fn decide_and_carry_out<K: Kind>(
         .map(String::as_str)
         .collect();
     let foreign = prepared.live.foreign_member();
+    let start_problems = prepared.passwords.start_problems();
+    let tls_problem = passwords.tls_problem.as_ref();
     let grounds = Grounds {
         holds: Holds {
             foreign_member: foreign.as_deref(),
-            operator_password_problem: passwords.operator.as_ref().err().map(String::as_str),
-            tls_problem: passwords.tls_problem.as_deref(),
-            default_password_problem: prepared.passwords.start_problem(),
+            operator_password_problem: passwords.operator.as_ref().err(),
+            tls_problem: tls_problem.map(|why| why as &dyn StdError),
+            default_password_problems: &start_problems,
             login_refused: &refused,
         },
         replication_password: replication_password(passwords),

@@ -12,26 +12,27 @@ use operator_runtime::{ApiResultExt, ObjectName, Op};
 use topology_controller::shared::auth::{self, AppliedOperator, PasswordError, TopologySecret};
 
 use crate::driver::shared::error::Error;
+use crate::driver::shared::member_tls::TlsUnusable;
 use crate::driver::shared::secret_store::SecretStore;
 
 #[cfg(test)]
 mod tests;
 
-/// What the controller knows about a topology's passwords. Reasons are kept in words: the
-/// drivers hand them to the guard and status as text.
+/// What the controller knows about a topology's passwords, and why one cannot be used;
+/// the guard puts the reasons in words.
 pub struct Passwords {
     /// The `operator` user's password, or why it cannot be read, and its Secret's
     /// `<name>/<resourceVersion>`.
-    pub operator: Result<String, String>,
+    pub operator: Result<String, PasswordError>,
     pub operator_version: Option<String>,
     /// The operator passwords members hold (see [`applied_operator`]).
     pub operator_applied: Option<AppliedOperator>,
     /// The default user's password, or why it cannot be read (members would not start).
-    pub default: Result<String, String>,
+    pub default: Result<String, PasswordError>,
     /// The default password Secret's `<name>/<resourceVersion>`, when it was read.
     pub default_version: Option<String>,
     /// Why the TLS Secret cannot be used, if it cannot (see [`crate::driver::shared::member_tls::read`]).
-    pub tls_problem: Option<String>,
+    pub tls_problem: Option<TlsUnusable>,
 }
 
 /// A cluster's passwords; see [`read`].
@@ -74,30 +75,13 @@ where
     K: Resource<DynamicType = ()> + Debug,
 {
     let (password, _) =
-        password_and_version(secrets, topology, label_key, wanted, members_exist).await?;
+        read_with_version(secrets, topology, label_key, wanted, members_exist).await?;
     Ok(password)
 }
 
 /// [`read`], with the Secret's `<name>/<resourceVersion>` when there is one (a rotation
-/// records which version it goes to), and the reason in words (see [`Passwords`]).
+/// records which version it goes to).
 pub async fn read_with_version<S, K>(
-    secrets: &S,
-    topology: &K,
-    label_key: &str,
-    wanted: &TopologySecret,
-    members_exist: bool,
-) -> Result<(Result<String, String>, Option<String>), Error>
-where
-    S: SecretStore,
-    K: Resource<DynamicType = ()> + Debug,
-{
-    let (password, version) =
-        password_and_version(secrets, topology, label_key, wanted, members_exist).await?;
-    Ok((password.map_err(|why| why.to_string()), version))
-}
-
-/// [`read_with_version`], with the reason as it is.
-async fn password_and_version<S, K>(
     secrets: &S,
     topology: &K,
     label_key: &str,
@@ -146,7 +130,7 @@ pub async fn applied_operator<S, K>(
     secrets: &S,
     topology: &K,
     label_key: &str,
-    operator: &Result<String, String>,
+    operator: &Result<String, PasswordError>,
     field_manager: &str,
 ) -> Result<Option<AppliedOperator>, Error>
 where

@@ -30,6 +30,7 @@ use topology_controller::shared::{default_password, operator_password};
 use topology_controller::shared::{disruption, network};
 
 use crate::driver::shared::error::Error;
+use crate::driver::shared::member_tls::TlsUnusable;
 use crate::driver::shared::objects::{apply_owned, fetch_with_members};
 use crate::driver::shared::password_look::PasswordLook;
 use crate::driver::shared::pulse::Pulse;
@@ -149,13 +150,13 @@ pub async fn fetch<T: Topology>(apis: &Apis<T>, name: &str) -> Result<Option<Liv
 }
 
 /// The client side of the topology's TLS (see [`member_tls::read`]): `None` without
-/// `spec.tls`, else the client or why it cannot be had, in words (the drivers keep it as
+/// `spec.tls`, else the client or why it cannot be had (kept as
 /// [`Passwords::tls_problem`] for the guard).
 pub async fn read_tls<T: Topology>(
     ctx: &Context,
     apis: &Apis<T>,
     live: &Live<T>,
-) -> Result<Option<Result<Client, String>>, Error> {
+) -> Result<Option<Result<Client, TlsUnusable>>, Error> {
     let reading = member_tls::Reading {
         topology: &live.topology,
         spec: live.topology.tls(),
@@ -167,8 +168,7 @@ pub async fn read_tls<T: Topology>(
         TopologyEvent::CertificateIssued,
         TopologyEvent::CertificateRefused,
     );
-    let tls = member_tls::read(ctx, &apis.secrets, apis.field_manager, reading, reasons).await?;
-    Ok(tls.map(|client| client.map_err(|why| why.to_string())))
+    member_tls::read(ctx, &apis.secrets, apis.field_manager, reading, reasons).await
 }
 
 /// Creates the members `wanted` names at their places (built by `build` from the place and
@@ -179,7 +179,7 @@ pub async fn read_tls<T: Topology>(
 pub async fn apply_members<T: Topology, At>(
     apis: &Apis<T>,
     live: &Live<T>,
-    tls: Option<&Result<Client, String>>,
+    tls: Option<&Result<Client, TlsUnusable>>,
     wanted: impl IntoIterator<Item = (String, At)>,
     build: impl Fn(At, Option<String>) -> ValkeyNode,
 ) -> Result<Vec<ValkeyNode>, Error> {

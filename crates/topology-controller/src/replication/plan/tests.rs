@@ -1,7 +1,9 @@
 use super::*;
 use crate::replication::PORT;
 use crate::replication::sim::*;
+use crate::shared::auth::PasswordError;
 use crate::shared::guard::Holds;
+use crd_types::template::SecretKeyRef;
 
 #[test]
 fn a_new_group_waits_for_every_member_then_attaches_then_monitors() {
@@ -108,9 +110,13 @@ fn a_foreign_member_and_password_problems_come_first() {
         ..Default::default()
     };
     assert_eq!(wait_of(decide(&g, &m, &c)).0, Waiting::ForeignMember);
+    let missing = PasswordError::SecretMissing(SecretKeyRef {
+        name: "g-auth".into(),
+        key: "password".into(),
+    });
     let c = Circumstances {
         holds: Holds {
-            default_password_problem: Some("Secret g-auth does not exist"),
+            default_password_problems: &[&missing],
             ..Default::default()
         },
         ..Default::default()

@@ -13,6 +13,7 @@ use crd_types::{ValkeyCluster, ValkeyClusterSpec};
 use k8s_openapi::api::core::v1::{PodSpec, SecretVolumeSource, Volume};
 use k8s_openapi::jiff::Timestamp;
 use operator_runtime::event_reasons;
+use topology_controller::shared::auth::PasswordError;
 use topology_controller::shared::commands::{ErrorKind, ValkeyError};
 use topology_controller::shared::operator_password::Kind;
 
@@ -161,7 +162,7 @@ fn silent<'a>(name: &'a str, conn: Option<&'a Silent<'a>>) -> Member<'a, Silent<
 
 /// What a pass is given, beside the fakes.
 struct Given<'a> {
-    value: Result<String, String>,
+    value: Result<String, PasswordError>,
     version: Option<&'a str>,
     applied: Option<AppliedOperator>,
     recorded: Vec<PasswordRotation>,
@@ -225,7 +226,10 @@ async fn without_the_password_its_version_or_the_applied_ones_what_was_recorded_
     let default = recorded(RotatedPassword::DataNodesDefault, 60);
     let cases = [
         Given {
-            value: Err("Secret cache-operator does not exist".into()),
+            value: Err(PasswordError::SecretMissing(SecretKeyRef {
+                name: "cache-operator".into(),
+                key: "password".into(),
+            })),
             ..Default::default()
         },
         Given {

@@ -69,7 +69,7 @@ async fn read(
     wanted: &TopologySecret,
     members_exist: bool,
 ) -> (Result<String, PasswordError>, Option<String>) {
-    password_and_version(fake, &cluster(), labels::CLUSTER, wanted, members_exist)
+    read_with_version(fake, &cluster(), labels::CLUSTER, wanted, members_exist)
         .await
         .expect("no API error")
 }
@@ -285,7 +285,10 @@ async fn kept_applied_operator_passwords_are_read_not_rewritten() {
 #[tokio::test]
 async fn without_either_the_applied_operator_passwords_are_unknown() {
     let fake = FakeSecrets::default();
-    let operator = Err("Secret cache-operator does not exist".to_string());
+    let operator = Err(PasswordError::SecretMissing(SecretKeyRef {
+        name: "cache-operator".into(),
+        key: "password".into(),
+    }));
     let applied = applied_operator(&fake, &cluster(), labels::CLUSTER, &operator, FIELD_MANAGER)
         .await
         .expect("no API error");
@@ -368,7 +371,15 @@ async fn a_cluster_naming_its_own_secrets_has_none_created() {
     let passwords = prepare(&fake, &cluster, false, FIELD_MANAGER)
         .await
         .expect("no API error");
-    assert_eq!(passwords.default, Err("Secret mine does not exist".into()));
+    let why = passwords.default.expect_err("no Secret");
+    assert_eq!(
+        why,
+        PasswordError::SecretMissing(SecretKeyRef {
+            name: "mine".into(),
+            key: "pw".into(),
+        })
+    );
+    assert_eq!(why.to_string(), "Secret mine does not exist");
     // The operator's is still generated: the spec names none.
     assert!(passwords.operator.is_ok());
     assert!(!fake.writes().iter().any(|(_, n)| n == "mine"));
