@@ -21,6 +21,9 @@ use kube::{Api, Client};
 use local_cluster::{kube_client, operator};
 use serde_json::{Value, json};
 
+#[path = "operator_on_api_server/admission.rs"]
+mod admission;
+
 /// Creates `object` untyped, so values our Rust types would refuse still reach the API server.
 async fn create<K>(client: &Client, object: Value) -> Result<DynamicObject, String>
 where
@@ -307,6 +310,12 @@ async fn operator_installs_and_the_api_judges_input_as_documented() {
     );
     assert!(allowed(&service_controller, "create", "", "services", "default").await);
     assert!(!allowed(&node_controller, "delete", "", "secrets", "default").await);
+
+    // --- Admission: where RBAC is coarse, the API server holds each controller to its own
+    // objects (deploy/components/*/admission.yaml).
+    let topology_controller = token_client("topology-controller").await;
+    admission::holds_topology_controller(&cluster, &client, &topology_controller).await;
+    admission::holds_node_controller(&client, &node_controller).await;
 
     // --- People: valkey-view and valkey-edit, bound directly or through the built-in
     // view, edit and admin roles they aggregate into (the controller-manager fills those).
