@@ -12,8 +12,13 @@ build:
     cargo build --workspace --bins
 
 # Build release binaries.
-release:
+build-release:
     cargo build --workspace --bins --release
+
+# Everything a release publishes, into dist/: the image (OCI layout) with its digest, install
+# manifests pinned by tag and digest, the Helm chart, the image's SBOM and checksums.
+release VERSION *ARGS:
+    bash hack/release.sh {{VERSION}} {{ARGS}}
 
 # Format all Rust code.
 fmt:
@@ -44,8 +49,13 @@ image:
 
 # End-to-end tests on the local cluster: real API server, real Valkey images, our RBAC.
 # Two lanes of test binaries at once, each on its own local cluster (hack/e2e-lanes.sh).
-e2e: e2e-deps build image
+e2e: e2e-deps build image previous-image
     bash hack/e2e-lanes.sh
+
+# The operator image of the release named in release/previous, for the upgrade e2e (built once
+# per release, in its own target directory under the cache).
+previous-image:
+    bash hack/previous-image.sh >/dev/null
 
 # Start the local cluster with the operator and a sample (stays up; `just down` stops it).
 up: e2e-deps build image
@@ -94,14 +104,20 @@ down:
 # Regenerate deploy/crds from crates/crd-types.
 crds:
     cargo run --quiet -p crd-types --bin crdgen -- deploy/crds
+    cp deploy/crds/valkey*.yaml charts/valkey-operator/files/crds/
 
 # Fail when deploy/crds differs from a fresh generation.
 crds-check:
     cargo run --quiet -p crd-types --bin crdgen -- --check deploy/crds
 
-# Build every kustomize overlay; check RBAC has no wildcard and pods are restricted.
+# Build every kustomize overlay; check RBAC has no wildcard and pods are restricted; the Helm
+# chart renders the same objects as each overlay; every manifest passes kubeconform's strict
+# schemas; the forge's release workflow passes actionlint.
 deploy-check:
     deploy/verify.sh
+    hack/chart-check.sh
+    hack/kubeconform-check.sh
+    actionlint -shellcheck= -pyflakes= .github/workflows/*.yaml
 
 # Each controller, started with no reachable cluster, must exit non-zero with one clear line:
 # once with no kubeconfig at all, once with one pointing at a closed loopback port.
@@ -129,8 +145,13 @@ smoke: build
       done
     done
 
+# The dependency graph against deny.toml: licences, bans, duplicate versions, sources, and
+# advisories where RustSec's database can be fetched.
+deny:
+    hack/deny.sh
+
 # Everything CI runs: the README's test command.
-test: fmt-check lint unit crds-check deploy-check smoke e2e
+test: fmt-check lint deny unit crds-check deploy-check smoke e2e
 
 # Alias kept for muscle memory.
 ci: test

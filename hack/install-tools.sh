@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the tools `just test` needs, into a cache outside the clone so a warm run installs
-# nothing: rustfmt and clippy (rustup), just (crates.io), kustomize (Go module proxy), and
-# kubectl (built from the pinned Kubernetes sources) when the machine has none within one
-# minor version of the local cluster's API server.
+# nothing: rustfmt and clippy (rustup), just and cargo-deny (crates.io), kustomize, helm and
+# actionlint (Go module proxy), and kubectl (built from the pinned Kubernetes sources) when the
+# machine has none within one minor version of the local cluster's API server. With
+# --release, also what `just release` needs: cargo-cyclonedx (crates.io).
 # Prints the directory to put on PATH. Idempotent.
 set -euo pipefail
 
@@ -10,6 +11,10 @@ cache="${VALKEY_OPERATOR_CACHE:-$HOME/.cache/valkey-operator}"
 bin="$cache/bin"
 just_version="1.43.1"
 kustomize_version="v5.7.1"
+helm_version="v4.3.2"
+actionlint_version="v1.7.12"
+cyclonedx_version="0.5.9"
+deny_version="0.20.2"
 mkdir -p "$bin"
 
 say() { printf 'install-tools: %s\n' "$*" >&2; }
@@ -32,6 +37,27 @@ fi
 if ! PATH="$bin:$PATH" command -v kustomize >/dev/null 2>&1; then
   say "building kustomize $kustomize_version (about a minute, once)"
   GOBIN="$bin" GOFLAGS=-mod=mod go install "sigs.k8s.io/kustomize/kustomize/v5@$kustomize_version" >&2
+fi
+
+# A helm built by `go install` reports only its minor version; its module says which.
+if ! go version -m "$bin/helm" 2>/dev/null | grep -q "mod[[:space:]]*helm.sh/helm/v4[[:space:]]*$helm_version"; then
+  say "building helm $helm_version (a few minutes, once)"
+  GOBIN="$bin" GOFLAGS=-mod=mod go install "helm.sh/helm/v4/cmd/helm@$helm_version" >&2
+fi
+
+if ! go version -m "$bin/actionlint" 2>/dev/null | grep -q "mod[[:space:]]*github.com/rhysd/actionlint[[:space:]]*$actionlint_version"; then
+  say "building actionlint $actionlint_version (about a minute, once)"
+  GOBIN="$bin" GOFLAGS=-mod=mod go install "github.com/rhysd/actionlint/cmd/actionlint@$actionlint_version" >&2
+fi
+
+if ! PATH="$bin:$PATH" cargo deny --version 2>/dev/null | grep -qx "cargo-deny $deny_version"; then
+  say "building cargo-deny $deny_version (several minutes, once)"
+  cargo install --locked --quiet --root "$cache" cargo-deny --version "$deny_version" >&2
+fi
+
+if [[ "${1:-}" == --release ]] && ! PATH="$bin:$PATH" command -v cargo-cyclonedx >/dev/null 2>&1; then
+  say "building cargo-cyclonedx $cyclonedx_version (a few minutes, once)"
+  cargo install --locked --quiet --root "$cache" cargo-cyclonedx --version "$cyclonedx_version" >&2
 fi
 
 # kubectl for people poking at `just up`: one within a minor version of the local cluster's

@@ -5,13 +5,14 @@
 # LABEL), so the two cannot drift apart. Then runs every binary from the image's root and
 # checks its version output.
 #
-# Usage: hack/operator-image.sh [--no-build] [--push REGISTRY_URL]
+# Usage: hack/operator-image.sh [--no-build] [--push REGISTRY_URL] [--tag TAG]
 #   Prints one line: <image name>:<tag>@<manifest digest> <layout dir>
 #   --no-build takes the binaries a previous run built (the local cluster passes it: `just
 #   up` and `just e2e` build first, and a cargo started from a test would see the test's
 #   environment and could rebuild everything).
 #   With --push, the image is pushed to REGISTRY_URL (e.g. http://127.0.0.1:5000) under the
 #   same repository path, as a registry mirror would serve it.
+#   --tag names the image (a release's version); default <version>-<commit>[-dirty].
 # Environment: OCI_IMAGE (the oci-image binary; default: built with cargo), CARGO_TARGET_DIR.
 set -euo pipefail
 
@@ -23,11 +24,13 @@ say() { printf 'operator-image: %s\n' "$*" >&2; }
 
 push=""
 build=1
+tag=""
 while (($#)); do
   case "$1" in
     --push) push="${2:?--push needs a registry URL}"; shift 2 ;;
     --no-build) build=0; shift ;;
-    *) echo "usage: $0 [--no-build] [--push REGISTRY_URL]" >&2; exit 2 ;;
+    --tag) tag="${2:?--tag needs a tag}"; shift 2 ;;
+    *) echo "usage: $0 [--no-build] [--push REGISTRY_URL] [--tag TAG]" >&2; exit 2 ;;
   esac
 done
 
@@ -45,8 +48,10 @@ mapfile -t exposed < <(sed -n 's/^EXPOSE \([0-9]*\)$/\1/p' "$dockerfile")
 version="$(sed -n 's/^version = "\(.*\)"$/\1/p' "$root/Cargo.toml" | head -n1)"
 revision="$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)"
 [[ -z "$(git -C "$root" status --porcelain 2>/dev/null)" ]] || revision="$revision-dirty"
-tag="$version-${revision:0:12}"
-[[ "$revision" == *-dirty ]] && tag="$tag-dirty"
+if [[ -z "$tag" ]]; then
+  tag="$version-${revision:0:12}"
+  [[ "$revision" == *-dirty ]] && tag="$tag-dirty"
+fi
 
 # LABEL lines of the final stage, with VERSION and REVISION filled in.
 mapfile -t labels < <(
