@@ -72,6 +72,12 @@ pub async fn push_image(cluster: &LocalCluster) -> Result<OperatorImage> {
         }
         assembled.clone().unwrap()
     };
+    push(cluster, &image).await?;
+    Ok(image)
+}
+
+/// Pushes `image` (its layout, under its tag) to `cluster`'s registry and checks the digest.
+pub async fn push(cluster: &LocalCluster, image: &OperatorImage) -> Result<()> {
     let registry = cluster
         .registry_url
         .as_deref()
@@ -87,7 +93,7 @@ pub async fn push_image(cluster: &LocalCluster) -> Result<OperatorImage> {
             image.reference
         );
     }
-    Ok(image)
+    Ok(())
 }
 
 /// Installs `overlay` with its controllers as pods of the operator image (pushed to the

@@ -1,8 +1,10 @@
-//! The operator as users run it: installed from deploy/ with kustomize, every controller a
-//! pod of its Deployment (two replicas, leader election), running the image that
-//! `hack/operator-image.sh` built and the node agent pulled from the local registry.
+//! The operator as users run it: installed from deploy/ with kustomize or from
+//! charts/valkey-operator with helm, every controller a pod of its Deployment (two replicas,
+//! leader election), running the image that `hack/operator-image.sh` built and the node agent
+//! pulled from the local registry.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Command;
 use std::time::Duration;
 
 use e2e_kit::cluster_testing::{
@@ -16,10 +18,13 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client, ResourceExt};
 use local_cluster::controller_pods::container_pid;
-use local_cluster::operator::{apply_all, documents};
+use local_cluster::operator::{apply_all, documents, kustomize_build};
 use local_cluster::operator_pods::{self, OperatorImage};
 use local_cluster::{LocalCluster, Options, repo_root};
 use serde_json::json;
+
+#[path = "operator_as_pods/upgrade.rs"]
+mod upgrade;
 
 const OPERATOR_NS: &str = "valkey-operator-system";
 const NS: &str = "default";
@@ -310,6 +315,244 @@ async fn standby_takes_over_mid_scale_out() {
         },
     )
     .await;
+    let mut env = env;
+    env.cluster.stop().unwrap();
+}
+
+/// `helm` against the local cluster with its admin kubeconfig, Helm's own files in the run
+/// directory; panics with helm's output when it fails.
+fn helm(env: &Installed, args: &[&str]) -> String {
+    let home = env._run.path().join("helm");
+    let output = Command::new("helm")
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(&env.cluster.admin_kubeconfig)
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .output()
+        .expect("helm on PATH (hack/install-tools.sh builds it)");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "helm {args:?} failed:\n{text}");
+    text
+}
+
+/// Starts a local cluster and installs charts/valkey-operator with `helm install` into the
+/// operator namespace, made first with deploy/base's labels (restricted pods), as the README
+/// says.
+async fn install_chart() -> Installed {
+    let run = tempfile::tempdir().unwrap();
+    let cluster = LocalCluster::start(Options::new(run.path())).await.unwrap();
+    let client = cluster.client().await.unwrap();
+    let image = operator_pods::push_image(&cluster).await.unwrap();
+    let base = documents(&kustomize_build(&repo_root().join("deploy/base")).unwrap()).unwrap();
+    let namespace: Vec<_> = base
+        .into_iter()
+        .filter(|o| o.types.as_ref().is_some_and(|t| t.kind == "Namespace"))
+        .collect();
+    apply_all(&client, &namespace).await.unwrap();
+    let mut env = Installed {
+        cluster,
+        client,
+        image,
+        deployments: Vec::new(),
+        _run: run,
+    };
+    let (_, digest) = env.image.reference.split_once('@').unwrap();
+    let chart = repo_root().join("charts/valkey-operator");
+    let out = helm(
+        &env,
+        &[
+            "install",
+            "valkey-operator",
+            chart.to_str().unwrap(),
+            "--namespace",
+            OPERATOR_NS,
+            "--set",
+            &format!("image.tag={}", env.image.tag().unwrap()),
+            "--set",
+            &format!("image.digest={digest}"),
+        ],
+    );
+    eprintln!("helm install:\n{out}");
+    env.deployments = chart_deployments(&env).await;
+    assert_eq!(env.deployments.len(), 4, "{:?}", env.deployments);
+    for name in &env.deployments {
+        operator_pods::wait_rolled_out(&env.cluster, OPERATOR_NS, name)
+            .await
+            .unwrap();
+    }
+    env.cluster
+        .fail_on_restarts(OPERATOR_NS, "app.kubernetes.io/name=valkey-operator");
+    env
+}
+
+/// The Deployments in the operator namespace.
+async fn chart_deployments(env: &Installed) -> Vec<String> {
+    let api: Api<Deployment> = Api::namespaced(env.client.clone(), OPERATOR_NS);
+    let mut names: Vec<String> = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|d| d.name_any())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Each data pod by name: its uid and each container's id and restart count. Equal before
+/// and after means no data pod was replaced or restarted.
+async fn data_pods(env: &Installed) -> BTreeMap<String, String> {
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), NS);
+    pods.list(&ListParams::default().labels("valkey.rs/node"))
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|p| {
+            let containers: Vec<String> = p
+                .status
+                .as_ref()
+                .and_then(|s| s.container_statuses.clone())
+                .unwrap_or_default()
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{}={}/{}",
+                        c.name,
+                        c.container_id.clone().unwrap_or_default(),
+                        c.restart_count
+                    )
+                })
+                .collect();
+            (p.name_any(), format!("{} {containers:?}", p.uid().unwrap()))
+        })
+        .collect()
+}
+
+/// The chart on a fresh cluster: `helm install` runs all four controllers as the `all`
+/// overlay does and they form the sample; `helm upgrade` with other values rolls every
+/// controller and no data pod; `helm uninstall` removes the controllers and keeps the CRDs,
+/// so the ValkeyCluster and its pods stay, serving every key, with no operator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_chart_installs_upgrades_and_uninstalls_without_touching_valkey() {
+    let _serial = SERIAL.lock().await;
+    let env = install_chart().await;
+    env.controllers_run_as_deployed().await;
+    let name = env.apply_sample().await;
+    let apis = ClusterApis::new(&env.client, NS);
+    env.wait("the sample to be Ready", FORM, || {
+        e2e_kit::cluster_testing::ready_status(&apis, &name)
+    })
+    .await;
+    let access = access(&apis, &name).await.unwrap();
+    env.wait("the sample's 3x1 shape", FORM, || async {
+        shape(&access, 3, 1)
+    })
+    .await;
+    let data = DataSet::new("chart", 5_000);
+    data.load(&access).await.unwrap();
+    let before = data_pods(&env).await;
+    assert_eq!(before.len(), 6, "{before:?}");
+
+    // An upgrade that changes every controller's pod template.
+    let templates = |env: &Installed| {
+        let api: Api<Deployment> = Api::namespaced(env.client.clone(), OPERATOR_NS);
+        async move {
+            let mut out = BTreeMap::new();
+            for d in api.list(&ListParams::default()).await.unwrap().items {
+                let template = serde_json::to_string(&d.spec.unwrap().template).unwrap();
+                out.insert(d.metadata.name.unwrap(), template);
+            }
+            out
+        }
+    };
+    let old = templates(&env).await;
+    let chart = repo_root().join("charts/valkey-operator");
+    let mut args = vec![
+        "upgrade".to_string(),
+        "valkey-operator".into(),
+        chart.to_str().unwrap().into(),
+        "--namespace".into(),
+        OPERATOR_NS.into(),
+        "--reuse-values".into(),
+    ];
+    for controller in [
+        "nodeController",
+        "serviceController",
+        "topologyController",
+        "pvcResizer",
+    ] {
+        args.push("--set".into());
+        args.push(format!("{controller}.logLevel=debug"));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    eprintln!("helm upgrade:\n{}", helm(&env, &args));
+    let new = templates(&env).await;
+    for (deployment, template) in &old {
+        assert_ne!(
+            Some(template),
+            new.get(deployment),
+            "{deployment} not changed"
+        );
+        operator_pods::wait_rolled_out(&env.cluster, OPERATOR_NS, deployment)
+            .await
+            .unwrap();
+    }
+    env.controllers_run_as_deployed().await;
+    let status = env
+        .wait("the sample to be Ready after the upgrade", FORM, || {
+            e2e_kit::cluster_testing::ready_status(&apis, &name)
+        })
+        .await;
+    eprintln!("after the upgrade: phase {:?}", status.phase);
+    assert_eq!(
+        data_pods(&env).await,
+        before,
+        "a data pod changed in the upgrade"
+    );
+    data.verify(&access).await.unwrap();
+
+    // Uninstall: the controllers go, the CRDs and everything under them stay.
+    eprintln!(
+        "helm uninstall:\n{}",
+        helm(
+            &env,
+            &["uninstall", "valkey-operator", "--namespace", OPERATOR_NS]
+        )
+    );
+    env.wait("the controllers to be gone", FORM, || async {
+        let left = chart_deployments(&env).await;
+        let pods = env.controller_pods("topology-controller").await;
+        Ok(if left.is_empty() && pods.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("Deployments {left:?}, {} pods", pods.len()))
+        })
+    })
+    .await;
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(env.client.clone());
+    for crd in [
+        "valkeynodes.valkey.rs",
+        "valkeyclusters.valkey.rs",
+        "valkeyreplications.valkey.rs",
+    ] {
+        assert!(crds.get_opt(crd).await.unwrap().is_some(), "{crd} deleted");
+    }
+    assert!(apis.clusters.get_opt(&name).await.unwrap().is_some());
+    assert_eq!(
+        data_pods(&env).await,
+        before,
+        "a data pod changed in the uninstall"
+    );
+    data.verify(&access).await.unwrap();
     let mut env = env;
     env.cluster.stop().unwrap();
 }

@@ -1,0 +1,341 @@
+//! An operator upgrade from the release `release/previous` names (its image built by
+//! `hack/previous-image.sh` from its own commit, installed from its own deploy/) to this
+//! build, applied server-side as `kubectl apply --server-side -f install.yaml` does, while a
+//! ValkeyCluster and a ValkeyReplication take writes. The promise of docs/upgrades.md: no
+//! data pod restarts, no acknowledged write is lost, Ready never goes False, and the new
+//! controllers go on writing status.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use e2e_kit::cluster_testing::{AckedWriter, ClusterApis, access, valkey_cluster};
+use e2e_kit::replication_testing::{
+    GroupWriter, ReplicationApis, Route, access as group_access, valkey_replication,
+};
+use e2e_kit::topology::TopologyStatus;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::ListParams;
+use kube::{Api, ResourceExt};
+use local_cluster::operator_pods::{self, OperatorImage};
+use local_cluster::{LocalCluster, Options, repo_root, run_script};
+use serde_json::json;
+
+use super::{FORM, Installed, NS, OPERATOR_NS, SERIAL, data_pods};
+
+/// The release the upgrade starts from.
+struct Previous {
+    version: String,
+    image: OperatorImage,
+    /// Its checkout, for its own deploy/.
+    source: std::path::PathBuf,
+}
+
+/// What `just previous-image` built (`hack/previous-image.sh --no-build` says where).
+fn previous() -> Previous {
+    let out = run_script("hack/previous-image.sh", &["--no-build"], &[])
+        .expect("the previous release's image: run `just previous-image` first");
+    let fields: Vec<&str> = out.split_whitespace().collect();
+    let [version, reference, layout, source] = fields[..] else {
+        panic!("unexpected output of hack/previous-image.sh: {out:?}");
+    };
+    Previous {
+        version: version.into(),
+        image: OperatorImage {
+            reference: reference.into(),
+            layout: layout.into(),
+        },
+        source: source.into(),
+    }
+}
+
+/// Reads both topologies' Ready condition every 250 ms until stopped; keeps every reading
+/// that was not True (a missing condition included).
+struct ReadyWatch {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<(usize, Vec<String>)>,
+}
+
+impl ReadyWatch {
+    fn start(clusters: ClusterApis, groups: ReplicationApis, cluster: &str, group: &str) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let (cluster, group) = (cluster.to_string(), group.to_string());
+        let started = Instant::now();
+        let task = tokio::spawn(async move {
+            let (mut taken, mut not_ready) = (0, Vec::new());
+            while !stopped.load(Ordering::Relaxed) {
+                let readings = [
+                    ("ValkeyCluster", ready_of(clusters.status(&cluster).await)),
+                    ("ValkeyReplication", ready_of(groups.status(&group).await)),
+                ];
+                for (kind, reading) in readings {
+                    if reading != "True" {
+                        not_ready.push(format!("{:?}: {kind} Ready {reading}", started.elapsed()));
+                    }
+                }
+                taken += 1;
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            (taken, not_ready)
+        });
+        Self { stop, task }
+    }
+
+    async fn stop(self) -> (usize, Vec<String>) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.unwrap()
+    }
+}
+
+/// The Ready condition's status and reason, or why it could not be read.
+fn ready_of<S: TopologyStatus>(status: anyhow::Result<S>) -> String {
+    match status {
+        Ok(status) => match status.conditions().iter().find(|c| c.type_ == "Ready") {
+            Some(c) if c.status == "True" => "True".into(),
+            Some(c) => format!("{} ({}: {})", c.status, c.reason, c.message),
+            None => "missing".into(),
+        },
+        Err(e) => format!("unreadable: {e:#}"),
+    }
+}
+
+/// Every controller pod runs `image`, is Ready, and each Lease is held by one of them.
+async fn controllers_run(env: &Installed, image: &str) -> anyhow::Result<Result<(), String>> {
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), OPERATOR_NS);
+    let list = pods
+        .list(&ListParams::default().labels("app.kubernetes.io/name=valkey-operator"))
+        .await?;
+    let live: Vec<&Pod> = list
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect();
+    let old: Vec<String> = live
+        .iter()
+        .filter(|p| {
+            let spec = p.spec.as_ref().unwrap();
+            spec.containers[0].image.as_deref() != Some(image) || !e2e_kit::testing::pod_ready(p)
+        })
+        .map(|p| p.name_any())
+        .collect();
+    if live.len() != 8 || !old.is_empty() {
+        return Ok(Err(format!(
+            "{} controller pods, not yet on the new image and Ready: {old:?}",
+            live.len()
+        )));
+    }
+    for component in [
+        "node-controller",
+        "service-controller",
+        "topology-controller",
+        "pvc-resizer",
+    ] {
+        let holder = env.leader(component).await;
+        if !holder
+            .as_ref()
+            .is_some_and(|h| live.iter().any(|p| &p.name_any() == h))
+        {
+            return Ok(Err(format!("{component}'s Lease held by {holder:?}")));
+        }
+    }
+    Ok(Ok(()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_operator_upgrade_restarts_no_data_pod_and_loses_no_write() {
+    let _serial = SERIAL.lock().await;
+    let previous = previous();
+    let run = tempfile::tempdir().unwrap();
+    let mut cluster = LocalCluster::start(Options::new(run.path())).await.unwrap();
+    let client = cluster.client().await.unwrap();
+    operator_pods::push(&cluster, &previous.image)
+        .await
+        .unwrap();
+    let image = operator_pods::push_image(&cluster).await.unwrap();
+    assert_ne!(previous.image.reference, image.reference);
+    let deployments = operator_pods::install(
+        &cluster,
+        &previous.source.join("deploy/overlays/all"),
+        &previous.image.reference,
+    )
+    .await
+    .unwrap();
+    eprintln!(
+        "installed {} ({}): {deployments:?}",
+        previous.version, previous.image.reference
+    );
+    cluster.fail_on_restarts(OPERATOR_NS, "app.kubernetes.io/name=valkey-operator");
+    let env = Installed {
+        cluster,
+        client: client.clone(),
+        image,
+        deployments: deployments.into_iter().map(|(_, name)| name).collect(),
+        _run: run,
+    };
+
+    // A cluster and a group, formed by the previous release, under writers.
+    let clusters = ClusterApis::new(&client, NS);
+    let groups = ReplicationApis::new(&client, NS);
+    let (cluster_name, group_name) = ("upgraded", "upgraded-group");
+    clusters
+        .create(&valkey_cluster(cluster_name, 3, 1, false))
+        .await
+        .unwrap();
+    groups
+        .create(&valkey_replication(group_name, 2, 3, false))
+        .await
+        .unwrap();
+    env.wait("the cluster to be Ready", FORM, || {
+        e2e_kit::cluster_testing::ready_status(&clusters, cluster_name)
+    })
+    .await;
+    env.wait("the group to be Ready", FORM, || {
+        e2e_kit::replication_testing::ready_status(&groups, group_name)
+    })
+    .await;
+    let cluster_access = access(&clusters, cluster_name).await.unwrap();
+    let group = group_access(&groups, group_name).await.unwrap();
+    let cluster_writer = AckedWriter::start(&cluster_access).await.unwrap();
+    let service = group.service_ip.clone().expect("the read-write Service");
+    let group_writer = GroupWriter::start(&group, Route::Service(service), "upg");
+    cluster_writer
+        .progressed(100, Duration::from_secs(60))
+        .await
+        .unwrap();
+    group_writer
+        .progressed(100, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let before = data_pods(&env).await;
+    assert_eq!(before.len(), 6 + 5, "{before:?}");
+    let watch = ReadyWatch::start(clusters.clone(), groups.clone(), cluster_name, group_name);
+
+    // The upgrade: this build's deploy/overlays/all, applied server-side, CRDs first.
+    let upgraded = operator_pods::install(
+        &env.cluster,
+        &repo_root().join("deploy/overlays/all"),
+        &env.image.reference,
+    )
+    .await
+    .unwrap();
+    assert_eq!(upgraded.len(), 4, "{upgraded:?}");
+    env.wait("every controller to run this build and lead", FORM, || {
+        controllers_run(&env, &env.image.reference)
+    })
+    .await;
+    eprintln!("upgraded to {}", env.image.reference);
+    // Writes go on while the new leaders take their first looks.
+    cluster_writer
+        .progressed(100, Duration::from_secs(60))
+        .await
+        .unwrap();
+    group_writer
+        .progressed(100, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let (taken, not_ready) = watch.stop().await;
+    eprintln!("Ready read {taken} times per topology during the upgrade");
+    assert!(taken > 10, "the Ready watch ran {taken} times");
+    assert!(not_ready.is_empty(), "Ready was not True: {not_ready:#?}");
+
+    // The new controllers write status: a live change to both specs is observed and served
+    // (a ValkeyCluster reads Ready False, Updating, while it sets the directive).
+    for (generation, what) in [
+        (
+            clusters
+                .patch(
+                    cluster_name,
+                    json!({"spec": {"template": {"config": {"maxmemory": "120mb"}}}}),
+                )
+                .await
+                .unwrap()
+                .metadata
+                .generation,
+            "cluster",
+        ),
+        (
+            groups
+                .patch(
+                    group_name,
+                    json!({"spec": {"template": {"config": {"maxmemory": "120mb"}}}}),
+                )
+                .await
+                .unwrap()
+                .metadata
+                .generation,
+            "group",
+        ),
+    ] {
+        env.wait(
+            &format!("the {what}'s status to observe generation {generation:?}"),
+            FORM,
+            || async {
+                let observed = if what == "cluster" {
+                    clusters.status(cluster_name).await?.observed_generation()
+                } else {
+                    groups.status(group_name).await?.observed_generation()
+                };
+                Ok(if observed == generation {
+                    Ok(())
+                } else {
+                    Err(format!("observed {observed:?}"))
+                })
+            },
+        )
+        .await;
+    }
+    for ip in group.data.iter().map(|m| m.ip.clone()) {
+        env.wait("maxmemory 120mb on every data node", FORM, || async {
+            let got = group.operator_cli(&ip, &["CONFIG", "GET", "maxmemory"]);
+            Ok(if got.contains("125829120") {
+                Ok(())
+            } else {
+                Err(got)
+            })
+        })
+        .await;
+    }
+    env.wait("the cluster to be Ready again", FORM, || {
+        e2e_kit::cluster_testing::ready_status(&clusters, cluster_name)
+    })
+    .await;
+    env.wait("the group to be Ready again", FORM, || {
+        e2e_kit::replication_testing::ready_status(&groups, group_name)
+    })
+    .await;
+    cluster_writer
+        .progressed(100, Duration::from_secs(60))
+        .await
+        .unwrap();
+    group_writer
+        .progressed(100, Duration::from_secs(60))
+        .await
+        .unwrap();
+
+    let cluster_report = cluster_writer.stop().await.unwrap();
+    let group_report = group_writer.stop().await.unwrap();
+    eprintln!(
+        "cluster writer:\n{}\ngroup writer: {}",
+        cluster_report.summary(),
+        group_report.summary()
+    );
+    assert!(cluster_report.acked() > 0 && !group_report.acked.is_empty());
+    let lost = cluster_report.lost(&cluster_access).await.unwrap();
+    assert!(
+        lost.is_empty(),
+        "the cluster lost acknowledged writes: {lost:?}"
+    );
+    let lost = group_report.lost(&group).await.unwrap();
+    assert!(
+        lost.is_empty(),
+        "the group lost acknowledged writes: {lost:?}"
+    );
+    assert_eq!(
+        data_pods(&env).await,
+        before,
+        "a data pod changed in the upgrade"
+    );
+    let mut env = env;
+    env.cluster.stop().unwrap();
+}
