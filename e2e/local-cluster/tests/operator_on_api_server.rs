@@ -316,6 +316,9 @@ async fn operator_installs_and_the_api_judges_input_as_documented() {
     let topology_controller = token_client("topology-controller").await;
     admission::holds_topology_controller(&cluster, &client, &topology_controller).await;
     admission::holds_node_controller(&client, &node_controller).await;
+    admission::holds_service_controller(&client, &service_controller).await;
+    let pvc_resizer = token_client("pvc-resizer").await;
+    admission::holds_pvc_resizer(&client, &pvc_resizer).await;
 
     // --- People: valkey-view and valkey-edit, bound directly or through the built-in
     // view, edit and admin roles they aggregate into (the controller-manager fills those).

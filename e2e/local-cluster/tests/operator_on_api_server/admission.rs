@@ -2,7 +2,7 @@
 //! own ServiceAccount tokens: what RBAC allows but the operator never needs is refused.
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use local_cluster::LocalCluster;
@@ -180,5 +180,113 @@ pub async fn holds_node_controller(admin: &Client, controller: &Client) {
     assert_refused(
         created,
         "only with a controller reference to the ValkeyNode",
+    );
+}
+
+fn service(name: &str, labels: Value, selector: Value, extra: Value) -> Service {
+    let mut spec = json!({"selector": selector, "ports": [{"port": 6379}]});
+    spec.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}, "spec": spec}))
+        .unwrap()
+}
+
+/// service-controller writes only Services labelled as its own, never takes one over, and
+/// each selects exactly its ValkeyNode's pod, has no externalIPs and is owned by that node.
+pub async fn holds_service_controller(admin: &Client, controller: &Client) {
+    let ours = json!({"app.kubernetes.io/managed-by": "valkey-operator", "valkey.rs/node": "n"});
+    Api::<Service>::namespaced(admin.clone(), NS)
+        .create(
+            &PostParams::default(),
+            &service(
+                "web",
+                json!({"app": "web"}),
+                json!({"app": "web"}),
+                json!({}),
+            ),
+        )
+        .await
+        .unwrap();
+    let services: Api<Service> = Api::namespaced(controller.clone(), NS);
+    let redirect = json!({"spec": {"selector": {"app": "attacker"}}});
+    let patched = services
+        .patch("web", &PatchParams::default(), &Patch::Merge(&redirect))
+        .await;
+    assert_refused(patched, "may write only Services labelled");
+    let taken = json!({"metadata": {"labels": ours}});
+    let patched = services
+        .patch("web", &PatchParams::default(), &Patch::Merge(&taken))
+        .await;
+    assert_refused(patched, "may not take over a Service it did not write");
+
+    let create = |s: Service| {
+        let services = services.clone();
+        async move { services.create(&PostParams::default(), &s).await }
+    };
+    let elsewhere = service("n", ours.clone(), json!({"app": "web"}), json!({}));
+    assert_refused(create(elsewhere).await, "must select exactly the pod");
+    let external = service(
+        "n",
+        ours.clone(),
+        json!({"valkey.rs/node": "n"}),
+        json!({"externalIPs": ["10.0.0.1"]}),
+    );
+    assert_refused(create(external).await, "may not set externalIPs");
+    let orphan = service("n", ours, json!({"valkey.rs/node": "n"}), json!({}));
+    assert_refused(
+        create(orphan).await,
+        "only with a controller reference to the ValkeyNode",
+    );
+}
+
+/// pvc-resizer changes only claims node-controller made, and in them only the storage
+/// request and its own resize annotations.
+pub async fn holds_pvc_resizer(admin: &Client, controller: &Client) {
+    let claim = |name: &str, labels: Value| -> PersistentVolumeClaim {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+        }))
+        .unwrap()
+    };
+    let created: Api<PersistentVolumeClaim> = Api::namespaced(admin.clone(), NS);
+    let ours = json!({"app.kubernetes.io/managed-by": "valkey-operator", "valkey.rs/node": "n"});
+    for c in [
+        claim("foreign-claim", json!({"app": "db"})),
+        claim("n-data", ours),
+    ] {
+        created.create(&PostParams::default(), &c).await.unwrap();
+    }
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(controller.clone(), NS);
+    let patch = |name: &'static str, body: Value| {
+        let claims = claims.clone();
+        async move {
+            claims
+                .patch(name, &PatchParams::default(), &Patch::Merge(&body))
+                .await
+        }
+    };
+    let record = json!({"metadata": {"annotations": {"valkey.rs/last-resize-time": "2026-12-06T00:00:00Z"}}});
+    assert_refused(
+        patch("foreign-claim", record.clone()).await,
+        "may only change claims node-controller made",
+    );
+    patch("n-data", record).await.unwrap();
+    assert_refused(
+        patch(
+            "n-data",
+            json!({"metadata": {"labels": {"valkey.rs/node": "other"}}}),
+        )
+        .await,
+        "may not change a claim's labels",
+    );
+    assert_refused(
+        patch(
+            "n-data",
+            json!({"metadata": {"annotations": {"backup": "skip"}}}),
+        )
+        .await,
+        "may change no claim annotation but its own",
     );
 }
