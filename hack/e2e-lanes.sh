@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-replication_lane=(valkey_replication operator_as_pods)
+replication_lane=(valkey_replication operator_as_pods node_controller)
 
 cluster_lane=()
 for path in e2e/local-cluster/tests/*.rs e2e/local-cluster/tests/*/main.rs; do
