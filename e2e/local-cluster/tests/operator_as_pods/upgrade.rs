@@ -142,6 +142,18 @@ async fn controllers_run(env: &Installed, image: &str) -> anyhow::Result<Result<
     Ok(Ok(()))
 }
 
+/// Each writer gets 100 more writes acknowledged.
+async fn both_write(cluster: &AckedWriter, group: &GroupWriter) {
+    let within = Duration::from_secs(60);
+    cluster.progressed(100, within).await.unwrap();
+    group.progressed(100, within).await.unwrap();
+}
+
+/// A directive both kinds set live (CONFIG SET), so nothing rolls.
+fn live_change() -> serde_json::Value {
+    json!({"spec": {"template": {"config": {"maxmemory": "120mb"}}}})
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_operator_upgrade_restarts_no_data_pod_and_loses_no_write() {
     let _serial = SERIAL.lock().await;
@@ -199,14 +211,7 @@ async fn an_operator_upgrade_restarts_no_data_pod_and_loses_no_write() {
     let cluster_writer = AckedWriter::start(&cluster_access).await.unwrap();
     let service = group.service_ip.clone().expect("the read-write Service");
     let group_writer = GroupWriter::start(&group, Route::Service(service), "upg");
-    cluster_writer
-        .progressed(100, Duration::from_secs(60))
-        .await
-        .unwrap();
-    group_writer
-        .progressed(100, Duration::from_secs(60))
-        .await
-        .unwrap();
+    both_write(&cluster_writer, &group_writer).await;
     let before = data_pods(&env).await;
     assert_eq!(before.len(), 6 + 5, "{before:?}");
     let watch = ReadyWatch::start(clusters.clone(), groups.clone(), cluster_name, group_name);
@@ -226,14 +231,7 @@ async fn an_operator_upgrade_restarts_no_data_pod_and_loses_no_write() {
     .await;
     eprintln!("upgraded to {}", env.image.reference);
     // Writes go on while the new leaders take their first looks.
-    cluster_writer
-        .progressed(100, Duration::from_secs(60))
-        .await
-        .unwrap();
-    group_writer
-        .progressed(100, Duration::from_secs(60))
-        .await
-        .unwrap();
+    both_write(&cluster_writer, &group_writer).await;
     let (taken, not_ready) = watch.stop().await;
     eprintln!("Ready read {taken} times per topology during the upgrade");
     assert!(taken > 10, "the Ready watch ran {taken} times");
@@ -244,10 +242,7 @@ async fn an_operator_upgrade_restarts_no_data_pod_and_loses_no_write() {
     for (generation, what) in [
         (
             clusters
-                .patch(
-                    cluster_name,
-                    json!({"spec": {"template": {"config": {"maxmemory": "120mb"}}}}),
-                )
+                .patch(cluster_name, live_change())
                 .await
                 .unwrap()
                 .metadata
@@ -256,10 +251,7 @@ async fn an_operator_upgrade_restarts_no_data_pod_and_loses_no_write() {
         ),
         (
             groups
-                .patch(
-                    group_name,
-                    json!({"spec": {"template": {"config": {"maxmemory": "120mb"}}}}),
-                )
+                .patch(group_name, live_change())
                 .await
                 .unwrap()
                 .metadata
@@ -304,14 +296,7 @@ async fn an_operator_upgrade_restarts_no_data_pod_and_loses_no_write() {
         e2e_kit::replication_testing::ready_status(&groups, group_name)
     })
     .await;
-    cluster_writer
-        .progressed(100, Duration::from_secs(60))
-        .await
-        .unwrap();
-    group_writer
-        .progressed(100, Duration::from_secs(60))
-        .await
-        .unwrap();
+    both_write(&cluster_writer, &group_writer).await;
 
     let cluster_report = cluster_writer.stop().await.unwrap();
     let group_report = group_writer.stop().await.unwrap();
