@@ -47,13 +47,7 @@ for values in "$chart"/ci/*-values.yaml; do
 done
 
 # Every switch on: it must render, and the pods stay restricted.
-helm template valkey-operator "$chart" --namespace "$namespace" \
-  --set image.digest=sha256:0000000000000000000000000000000000000000000000000000000000000000 \
-  --set image.pullPolicy=Always --set 'imagePullSecrets[0].name=registry' \
-  --set metrics.serviceMonitor.enabled=true --set pvcResizer.kubelet.caConfigMap.name=kubelet-ca \
-  --set topologyController.priorityClassName=system-cluster-critical \
-  --set 'nodeController.tolerations[0].operator=Exists' \
-  --set 'serviceController.extraEnv[0].name=EXTRA' --set 'serviceController.extraEnv[0].value=x' \
+helm template valkey-operator "$chart" --namespace "$namespace" -f "$chart/ci/every-switch.yaml" \
   >"$tmp/everything.yaml"
 python3 "$root/hack/chart-compare.py" --check-everything "$tmp/everything.yaml" || failures=$((failures + 1))
 

@@ -43,10 +43,7 @@ for values in "$chart"/ci/*-values.yaml; do
   helm template valkey-operator "$chart" --namespace valkey-operator-system -f "$values" \
     >"$tmp/in/chart-$(basename "$values" .yaml).yaml"
 done
-helm template valkey-operator "$chart" --namespace valkey-operator-system \
-  --set image.digest=sha256:0000000000000000000000000000000000000000000000000000000000000000 \
-  --set metrics.serviceMonitor.enabled=true --set pvcResizer.kubelet.caConfigMap.name=kubelet-ca \
-  --set 'nodeController.tolerations[0].operator=Exists' --set 'imagePullSecrets[0].name=registry' \
+helm template valkey-operator "$chart" --namespace valkey-operator-system -f "$chart/ci/every-switch.yaml" \
   >"$tmp/in/chart-everything.yaml"
 
 for version in "${kube_versions[@]}"; do

@@ -5,18 +5,14 @@
 //! data pod restarts, no acknowledged write is lost, Ready never goes False, and the new
 //! controllers go on writing status.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use e2e_kit::cluster_testing::{AckedWriter, ClusterApis, access, valkey_cluster};
 use e2e_kit::replication_testing::{
     GroupWriter, ReplicationApis, Route, access as group_access, valkey_replication,
 };
+use e2e_kit::sampler::{Sampler, Samples};
 use e2e_kit::topology::TopologyStatus;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::ListParams;
-use kube::{Api, ResourceExt};
 use local_cluster::operator_pods::{self, OperatorImage};
 use local_cluster::{LocalCluster, Options, repo_root, run_script};
 use serde_json::json;
@@ -49,42 +45,28 @@ fn previous() -> Previous {
     }
 }
 
-/// Reads both topologies' Ready condition every 250 ms until stopped; keeps every reading
-/// that was not True (a missing condition included).
-struct ReadyWatch {
-    stop: Arc<AtomicBool>,
-    task: tokio::task::JoinHandle<(usize, Vec<String>)>,
-}
-
-impl ReadyWatch {
-    fn start(clusters: ClusterApis, groups: ReplicationApis, cluster: &str, group: &str) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let stopped = stop.clone();
-        let (cluster, group) = (cluster.to_string(), group.to_string());
-        let started = Instant::now();
-        let task = tokio::spawn(async move {
-            let (mut taken, mut not_ready) = (0, Vec::new());
-            while !stopped.load(Ordering::Relaxed) {
-                let readings = [
-                    ("ValkeyCluster", ready_of(clusters.status(&cluster).await)),
-                    ("ValkeyReplication", ready_of(groups.status(&group).await)),
-                ];
-                for (kind, reading) in readings {
-                    if reading != "True" {
-                        not_ready.push(format!("{:?}: {kind} Ready {reading}", started.elapsed()));
-                    }
-                }
-                taken += 1;
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-            (taken, not_ready)
-        });
-        Self { stop, task }
-    }
-
-    async fn stop(self) -> (usize, Vec<String>) {
-        self.stop.store(true, Ordering::Relaxed);
-        self.task.await.unwrap()
+/// Reads both topologies' Ready condition on each of the sampler's turns; what it returns
+/// is every reading that was not True (a missing condition included).
+fn not_ready(
+    clusters: ClusterApis,
+    groups: ReplicationApis,
+    names: (&'static str, &'static str),
+) -> impl FnMut() -> Vec<String> + Send + 'static {
+    // The sampler runs on a thread of its own; the API calls go through the test's runtime.
+    let runtime = tokio::runtime::Handle::current();
+    let started = Instant::now();
+    move || {
+        runtime.block_on(async {
+            let readings = [
+                ("ValkeyCluster", ready_of(clusters.status(names.0).await)),
+                ("ValkeyReplication", ready_of(groups.status(names.1).await)),
+            ];
+            readings
+                .into_iter()
+                .filter(|(_, reading)| reading != "True")
+                .map(|(kind, reading)| format!("{:?}: {kind} Ready {reading}", started.elapsed()))
+                .collect()
+        })
     }
 }
 
@@ -98,48 +80,6 @@ fn ready_of<S: TopologyStatus>(status: anyhow::Result<S>) -> String {
         },
         Err(e) => format!("unreadable: {e:#}"),
     }
-}
-
-/// Every controller pod runs `image`, is Ready, and each Lease is held by one of them.
-async fn controllers_run(env: &Installed, image: &str) -> anyhow::Result<Result<(), String>> {
-    let pods: Api<Pod> = Api::namespaced(env.client.clone(), OPERATOR_NS);
-    let list = pods
-        .list(&ListParams::default().labels("app.kubernetes.io/name=valkey-operator"))
-        .await?;
-    let live: Vec<&Pod> = list
-        .items
-        .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .collect();
-    let old: Vec<String> = live
-        .iter()
-        .filter(|p| {
-            let spec = p.spec.as_ref().unwrap();
-            spec.containers[0].image.as_deref() != Some(image) || !e2e_kit::testing::pod_ready(p)
-        })
-        .map(|p| p.name_any())
-        .collect();
-    if live.len() != 8 || !old.is_empty() {
-        return Ok(Err(format!(
-            "{} controller pods, not yet on the new image and Ready: {old:?}",
-            live.len()
-        )));
-    }
-    for component in [
-        "node-controller",
-        "service-controller",
-        "topology-controller",
-        "pvc-resizer",
-    ] {
-        let holder = env.leader(component).await;
-        if !holder
-            .as_ref()
-            .is_some_and(|h| live.iter().any(|p| &p.name_any() == h))
-        {
-            return Ok(Err(format!("{component}'s Lease held by {holder:?}")));
-        }
-    }
-    Ok(Ok(()))
 }
 
 /// Each writer gets 100 more writes acknowledged.
@@ -214,7 +154,11 @@ async fn an_operator_upgrade_restarts_no_data_pod_and_loses_no_write() {
     both_write(&cluster_writer, &group_writer).await;
     let before = data_pods(&env).await;
     assert_eq!(before.len(), 6 + 5, "{before:?}");
-    let watch = ReadyWatch::start(clusters.clone(), groups.clone(), cluster_name, group_name);
+    let watch = Sampler::start(not_ready(
+        clusters.clone(),
+        groups.clone(),
+        (cluster_name, group_name),
+    ));
 
     // The upgrade: this build's deploy/overlays/all, applied server-side, CRDs first.
     let upgraded = operator_pods::install(
@@ -225,17 +169,14 @@ async fn an_operator_upgrade_restarts_no_data_pod_and_loses_no_write() {
     .await
     .unwrap();
     assert_eq!(upgraded.len(), 4, "{upgraded:?}");
-    env.wait("every controller to run this build and lead", FORM, || {
-        controllers_run(&env, &env.image.reference)
-    })
-    .await;
+    env.controllers_run_as_deployed().await;
     eprintln!("upgraded to {}", env.image.reference);
     // Writes go on while the new leaders take their first looks.
     both_write(&cluster_writer, &group_writer).await;
-    let (taken, not_ready) = watch.stop().await;
+    let Samples { taken, failed } = watch.stop();
     eprintln!("Ready read {taken} times per topology during the upgrade");
     assert!(taken > 10, "the Ready watch ran {taken} times");
-    assert!(not_ready.is_empty(), "Ready was not True: {not_ready:#?}");
+    assert!(failed.is_empty(), "Ready was not True: {failed:#?}");
 
     // The new controllers write status: a live change to both specs is observed and served
     // (a ValkeyCluster reads Ready False, Updating, while it sets the directive).
