@@ -67,31 +67,46 @@ pub(crate) fn kind(object: &DynamicObject) -> &str {
 /// Server-side applies `objects` (discovering each kind), in order.
 pub async fn apply_all(client: &kube::Client, objects: &[DynamicObject]) -> Result<()> {
     for object in objects {
-        let types = object
-            .types
-            .as_ref()
-            .context("object without apiVersion/kind")?;
-        let gvk = kube::api::GroupVersionKind::try_from(types)?;
-        let (resource, capabilities) = kube::discovery::pinned_kind(client, &gvk)
+        dynamic_api(client, object)
+            .await?
+            .patch(
+                &object.name_any(),
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(object),
+            )
             .await
-            .with_context(|| format!("discovering {}", types.kind))?;
-        let api: Api<DynamicObject> = match capabilities.scope {
-            Scope::Namespaced => Api::namespaced_with(
-                client.clone(),
-                object.namespace().as_deref().unwrap_or("default"),
-                &resource,
-            ),
-            Scope::Cluster => Api::all_with(client.clone(), &resource),
-        };
-        api.patch(
-            &object.name_any(),
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(object),
-        )
-        .await
-        .with_context(|| format!("applying {} {}", types.kind, object.name_any()))?;
+            .with_context(|| format!("applying {} {}", kind(object), object.name_any()))?;
     }
     Ok(())
+}
+
+/// The live object that `object` names (discovering its kind).
+pub async fn get_live(client: &kube::Client, object: &DynamicObject) -> Result<DynamicObject> {
+    dynamic_api(client, object)
+        .await?
+        .get(&object.name_any())
+        .await
+        .with_context(|| format!("reading {} {}", kind(object), object.name_any()))
+}
+
+/// The API of `object`'s kind, in its namespace (`default` when it names none).
+async fn dynamic_api(client: &kube::Client, object: &DynamicObject) -> Result<Api<DynamicObject>> {
+    let types = object
+        .types
+        .as_ref()
+        .context("object without apiVersion/kind")?;
+    let gvk = kube::api::GroupVersionKind::try_from(types)?;
+    let (resource, capabilities) = kube::discovery::pinned_kind(client, &gvk)
+        .await
+        .with_context(|| format!("discovering {}", types.kind))?;
+    Ok(match capabilities.scope {
+        Scope::Namespaced => Api::namespaced_with(
+            client.clone(),
+            object.namespace().as_deref().unwrap_or("default"),
+            &resource,
+        ),
+        Scope::Cluster => Api::all_with(client.clone(), &resource),
+    })
 }
 
 /// The binaries deploy/overlays/all runs, sorted.

@@ -1,9 +1,11 @@
 //! An operator upgrade from the release `release/previous` names (its image built by
 //! `hack/previous-image.sh` from its own commit, installed from its own deploy/) to this
-//! build, applied server-side as `kubectl apply --server-side -f install.yaml` does, while a
-//! ValkeyCluster and a ValkeyReplication take writes. The promise of docs/upgrades.md: no
-//! data pod restarts, no acknowledged write is lost, Ready never goes False, and the new
-//! controllers go on writing status.
+//! build while a ValkeyCluster and a ValkeyReplication take writes, two ways: this build's
+//! manifest applied server-side, as `kubectl apply --server-side -f install.yaml` does, and
+//! this build's chart taking the manifest install over with `helm install --take-ownership`
+//! (the previous release has no chart). The promise of docs/upgrades.md: no data pod
+//! restarts, no acknowledged write is lost, Ready never goes False, and the new controllers
+//! go on writing status.
 
 use std::time::{Duration, Instant};
 
@@ -17,7 +19,113 @@ use local_cluster::operator_pods::{self, OperatorImage};
 use local_cluster::{LocalCluster, Options, repo_root, run_script};
 use serde_json::json;
 
-use super::{FORM, Installed, NS, OPERATOR_NS, SERIAL, data_pods};
+use super::{FORM, Installed, NS, OPERATOR_NS, SERIAL, chart_deployments, data_pods, helm};
+
+/// How the new build replaces the previous release.
+#[derive(Debug, Clone, Copy)]
+enum Upgrade {
+    /// This build's deploy/overlays/all, applied server-side, CRDs first.
+    Manifest,
+    /// This build's chart, installed over the manifest install, taking its objects over.
+    HelmTakingOver,
+}
+
+impl Upgrade {
+    /// Runs the upgrade; returns the operator's Deployments after it.
+    async fn run(self, env: &Installed) -> Vec<String> {
+        match self {
+            Upgrade::Manifest => operator_pods::install(
+                &env.cluster,
+                &repo_root().join("deploy/overlays/all"),
+                &env.image.reference,
+            )
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|(_, name)| name)
+            .collect(),
+            Upgrade::HelmTakingOver => {
+                let (_, digest) = env.image.reference.split_once('@').unwrap();
+                let chart = repo_root().join("charts/valkey-operator");
+                let out = helm(
+                    env,
+                    &[
+                        "install",
+                        "valkey-operator",
+                        chart.to_str().unwrap(),
+                        "--namespace",
+                        OPERATOR_NS,
+                        "--take-ownership",
+                        "--force-conflicts",
+                        "--set",
+                        &format!("image.tag={}", env.image.tag().unwrap()),
+                        "--set",
+                        &format!("image.digest={digest}"),
+                    ],
+                );
+                eprintln!("helm install --take-ownership:\n{out}");
+                let deployments = chart_deployments(env).await;
+                for name in &deployments {
+                    operator_pods::wait_rolled_out(&env.cluster, OPERATOR_NS, name)
+                        .await
+                        .unwrap();
+                }
+                helm_owns_every_object(env).await;
+                deployments
+            }
+        }
+    }
+}
+
+/// Every object of the release carries Helm's ownership marks, so a later `helm upgrade`
+/// or `helm uninstall` acts on it.
+async fn helm_owns_every_object(env: &Installed) {
+    let manifest = helm(
+        env,
+        &[
+            "get",
+            "manifest",
+            "valkey-operator",
+            "--namespace",
+            OPERATOR_NS,
+        ],
+    );
+    let objects = local_cluster::operator::documents(&manifest).unwrap();
+    assert!(
+        objects.len() > 30,
+        "{} objects in the release",
+        objects.len()
+    );
+    let client = &env.client;
+    for object in objects {
+        let live = local_cluster::operator::get_live(client, &object)
+            .await
+            .unwrap();
+        let what = format!(
+            "{} {}",
+            object.types.as_ref().unwrap().kind,
+            object.metadata.name.as_deref().unwrap_or_default()
+        );
+        assert_eq!(
+            live.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("meta.helm.sh/release-name"))
+                .map(String::as_str),
+            Some("valkey-operator"),
+            "{what}: not the release's"
+        );
+        assert_eq!(
+            live.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("app.kubernetes.io/managed-by"))
+                .map(String::as_str),
+            Some("Helm"),
+            "{what}: not managed by Helm"
+        );
+    }
+}
 
 /// The release the upgrade starts from.
 struct Previous {
@@ -96,6 +204,15 @@ fn live_change() -> serde_json::Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_operator_upgrade_restarts_no_data_pod_and_loses_no_write() {
+    upgrade_under_writers(Upgrade::Manifest).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn helm_taking_over_a_manifest_install_restarts_no_data_pod_and_loses_no_write() {
+    upgrade_under_writers(Upgrade::HelmTakingOver).await;
+}
+
+async fn upgrade_under_writers(how: Upgrade) {
     let _serial = SERIAL.lock().await;
     let previous = previous();
     let run = tempfile::tempdir().unwrap();
@@ -160,17 +277,15 @@ async fn an_operator_upgrade_restarts_no_data_pod_and_loses_no_write() {
         (cluster_name, group_name),
     ));
 
-    // The upgrade: this build's deploy/overlays/all, applied server-side, CRDs first.
-    let upgraded = operator_pods::install(
-        &env.cluster,
-        &repo_root().join("deploy/overlays/all"),
-        &env.image.reference,
-    )
-    .await
-    .unwrap();
+    let upgraded = how.run(&env).await;
     assert_eq!(upgraded.len(), 4, "{upgraded:?}");
+    assert_eq!(
+        upgraded.iter().collect::<std::collections::BTreeSet<_>>(),
+        env.deployments.iter().collect(),
+        "the upgrade renamed a controller"
+    );
     env.controllers_run_as_deployed().await;
-    eprintln!("upgraded to {}", env.image.reference);
+    eprintln!("upgraded ({how:?}) to {}", env.image.reference);
     // Writes go on while the new leaders take their first looks.
     both_write(&cluster_writer, &group_writer).await;
     let Samples { taken, failed } = watch.stop();
