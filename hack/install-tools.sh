@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the tools `just test` needs, into a cache outside the clone so a warm run installs
 # nothing: rustfmt and clippy (rustup), just and cargo-deny (crates.io), kustomize, helm and
-# actionlint (Go module proxy), and kubectl (built from the pinned Kubernetes sources) when the
-# machine has none within one minor version of the local cluster's API server. With
+# actionlint (Go module proxy), promtool and prometheus (Debian forky's packages, through
+# e2e/images/prometheus.sh; needs root), and kubectl (built from the pinned Kubernetes sources)
+# when the machine has none within one minor version of the local cluster's API server. With
 # --release, also what `just release` needs: cargo-cyclonedx (crates.io).
 # Prints the directory to put on PATH. Idempotent.
 set -euo pipefail
@@ -49,6 +50,12 @@ if ! go version -m "$bin/actionlint" 2>/dev/null | grep -q "mod[[:space:]]*githu
   say "building actionlint $actionlint_version (about a minute, once)"
   GOBIN="$bin" GOFLAGS=-mod=mod go install "github.com/rhysd/actionlint/cmd/actionlint@$actionlint_version" >&2
 fi
+
+# promtool for hack/alerts-check.sh, prometheus for the e2e: the script caches them by its
+# packages' names (a warm run resolves from the cached index and unpacks nothing).
+prometheus_dir="$(bash "$(dirname "$0")/../e2e/images/prometheus.sh")"
+ln -sfn "$prometheus_dir/promtool" "$bin/promtool"
+ln -sfn "$prometheus_dir/prometheus" "$bin/prometheus"
 
 if ! PATH="$bin:$PATH" cargo deny --version 2>/dev/null | grep -qx "cargo-deny $deny_version"; then
   say "building cargo-deny $deny_version (several minutes, once)"
