@@ -16,6 +16,16 @@ use crate::config::ValkeyConfig;
 /// The default Valkey image for new nodes.
 pub const DEFAULT_IMAGE: &str = "valkey/valkey:8.1";
 
+/// The default exporter image: redis_exporter, pinned by tag. The e2e's local image is
+/// Debian's build under this name, so a Debian update that moves the tag shows up there.
+pub const DEFAULT_EXPORTER_IMAGE: &str = "oliver006/redis_exporter:v1.86.0";
+
+/// An exporter image whose tag names redis_exporter older than v1.83.0, the first that can
+/// turn its `/scrape` endpoint off (`REDIS_EXPORTER_DISABLE_SCRAPE_ENDPOINT`): without it,
+/// anyone who reaches the port can make the exporter connect anywhere. Judged only for an
+/// image named like an exporter with a version tag; a digest alone or `latest` is not.
+const OLD_EXPORTER: &str = r"^([^@]*/)?[^/:@]*exporter[^/:@]*:v?(0\\.[0-9]+|1\\.([0-9]|[1-7][0-9]|8[0-2]))\\.[0-9]+([-+][^/@]*)?(@.*)?$";
+
 /// What runs the node's single pod.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum WorkloadType {
@@ -260,12 +270,16 @@ pub struct Scheduling {
 }
 
 /// A Prometheus exporter sidecar next to Valkey.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Exporter {
-    /// Exporter image: redis_exporter v1.83.0 or later (for example
-    /// oliver006/redis_exporter:v1.86.0), which can turn off its /scrape endpoint.
-    #[x_kube(validation = Rule::new("self.size() > 0").message("exporter.image must name an exporter image"))]
+    /// Exporter image: redis_exporter v1.83.0 or later, which can turn off its /scrape
+    /// endpoint. Default: oliver006/redis_exporter:v1.86.0.
+    #[serde(default = "default_exporter_image")]
+    #[x_kube(
+        validation = Rule::new("self.size() > 0").message("exporter.image must name an exporter image"),
+        validation = Rule::new(format!("!self.matches('{OLD_EXPORTER}')")).message("exporter.image: redis_exporter before v1.83.0 cannot turn off its /scrape endpoint, which lets anyone reaching the port make it connect anywhere; use v1.83.0 or later (the default is oliver006/redis_exporter:v1.86.0)")
+    )]
     pub image: String,
     /// Port the exporter serves /metrics on.
     #[serde(default = "default_exporter_port")]
@@ -274,6 +288,20 @@ pub struct Exporter {
     /// CPU and memory for the exporter container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+}
+
+impl Default for Exporter {
+    fn default() -> Self {
+        Self {
+            image: default_exporter_image(),
+            port: default_exporter_port(),
+            resources: None,
+        }
+    }
+}
+
+fn default_exporter_image() -> String {
+    DEFAULT_EXPORTER_IMAGE.to_string()
 }
 
 fn default_exporter_port() -> i32 {

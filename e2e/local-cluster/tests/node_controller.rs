@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use crd_types::template::{
-    Auth, Exporter, MONITORING_PASSWORD_PREFIX, SecretKeyRef, derived_password,
+    Auth, DEFAULT_EXPORTER_IMAGE, MONITORING_PASSWORD_PREFIX, SecretKeyRef, derived_password,
 };
 use e2e_kit::testing::{
     cluster_with_operator, controller, events_about, ready_node, valkey_cli, valkey_cli_as,
@@ -26,7 +26,7 @@ use e2e_kit::testing::{
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use local_cluster::controller_pods::PodController;
 use local_cluster::{LocalCluster, operator};
@@ -849,13 +849,22 @@ async fn start_with_exporter(
     mut node: ValkeyNode,
 ) -> (String, String) {
     let name = node.name_any();
-    node.spec.template.exporter = Some(Exporter {
-        image: local_cluster::images::exporter_image().unwrap(),
-        port: 9121,
-        resources: None,
-    });
+    let local = local_cluster::images::exporter_image().unwrap();
+    assert_eq!(
+        local, DEFAULT_EXPORTER_IMAGE,
+        "the local exporter image (Debian's redis_exporter) moved: check that version and pin it \
+         as DEFAULT_EXPORTER_IMAGE (crates/crd-types/src/template.rs)"
+    );
+    // `exporter: {}`: the CRD's default names the image.
+    node.spec.template.exporter = None;
+    let mut object = serde_json::to_value(&node).unwrap();
+    object["spec"]["exporter"] = serde_json::json!({});
     apis.nodes
-        .create(&PostParams::default(), &node)
+        .patch(
+            &name,
+            &PatchParams::apply("e2e").force(),
+            &Patch::Apply(&object),
+        )
         .await
         .unwrap();
     let ready = cluster
@@ -874,10 +883,20 @@ async fn start_with_exporter(
             Ok(body.filter(|b| b.lines().any(|l| l == "redis_up 1")))
         })
         .await;
-    match scraped {
-        Ok(metrics) => (ip, metrics),
+    let metrics = match scraped {
+        Ok(metrics) => metrics,
         Err(error) => explain(cluster, apis, &name, error).await,
-    }
+    };
+    let pod = apis.pods.get(&format!("{name}-0")).await.unwrap();
+    let exporter = pod
+        .spec
+        .unwrap()
+        .containers
+        .into_iter()
+        .find(|c| c.name == "exporter")
+        .expect("an exporter container");
+    assert_eq!(exporter.image.as_deref(), Some(DEFAULT_EXPORTER_IMAGE));
+    (ip, metrics)
 }
 
 /// Panics with `error`, the node's and its pod's status, each container's log (the last

@@ -22,7 +22,7 @@ fn a_full_valid_node_is_accepted_on_create_and_on_a_no_op_update() {
             "reclaimPolicy": "Delete",
             "autoResize": {"usedPercentThreshold": 85, "increase": "5Gi", "limit": "100Gi"}
         },
-        "exporter": {"image": "oliver006/redis_exporter:v1.74.0", "port": 9121},
+        "exporter": {"image": "oliver006/redis_exporter:v1.86.0", "port": 9121},
         "rolloutPolicy": "Gated",
         "allowedRevision": "abc"
     }));
@@ -282,4 +282,33 @@ fn exporter_is_checked() {
         None,
         "exporter.port must be between 1 and 65535",
     );
+}
+
+#[test]
+fn an_exporter_that_cannot_turn_off_scrape_is_refused_by_its_tag() {
+    let exporter = |image: &str| node(json!({"exporter": {"image": image}}));
+    for old in [
+        "oliver006/redis_exporter:v1.74.0",
+        "oliver006/redis_exporter:v1.82.9",
+        "oliver006/redis_exporter:v1.8.0",
+        "oliver006/redis_exporter:v0.34.1",
+        "oliver006/redis_exporter:v1.50.0-alpine",
+        "mirror.local:5000/monitoring/redis-exporter:1.62.0",
+        "mirror.local:5000/oliver006/redis_exporter:v1.80.0@sha256:0123abcd",
+    ] {
+        rejected::<ValkeyNode>(&exporter(old), None, "before v1.83.0");
+    }
+    for fine in [
+        "oliver006/redis_exporter:v1.83.0",
+        "oliver006/redis_exporter:v1.86.0-alpine",
+        "oliver006/redis_exporter:v1.100.0",
+        "oliver006/redis_exporter:v2.0.0",
+        "oliver006/redis_exporter:latest",
+        "oliver006/redis_exporter@sha256:0123abcd",
+        "mirror.local:5000/oliver006/redis_exporter:v1.86.0",
+        // Not named like an exporter: its tags are its own.
+        "example.com/metrics/sidecar:1.2.3",
+    ] {
+        accepted::<ValkeyNode>(&exporter(fine), None);
+    }
 }
