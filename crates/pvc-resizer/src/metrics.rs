@@ -7,10 +7,20 @@ use prometheus::{IntCounterVec, IntGaugeVec, Opts};
 /// Label values of a growth's result.
 pub const RESULTS: [&str; 3] = ["requested", "quota_exceeded", "refused"];
 
+/// A claim's sizes in bytes, each absent when unknown (or without autoResize, `used` and
+/// `limit`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ClaimNumbers {
+    pub capacity: Option<u128>,
+    pub used: Option<u64>,
+    pub limit: Option<u128>,
+}
+
 #[derive(Clone)]
 pub struct ResizerMetrics {
     capacity: IntGaugeVec,
     used: IntGaugeVec,
+    limit: IntGaugeVec,
     resizes: IntCounterVec,
     last_result: IntGaugeVec,
     pub stats_calls: prometheus::IntCounter,
@@ -31,6 +41,13 @@ impl ResizerMetrics {
             Opts::new(
                 "valkey_operator_pvc_used_bytes",
                 "Bytes used on a ValkeyNode's volume, from the kubelet's stats (autoResize only).",
+            ),
+            &claim,
+        )?;
+        let limit = IntGaugeVec::new(
+            Opts::new(
+                "valkey_operator_pvc_limit_bytes",
+                "autoResize.limit of a ValkeyNode's claim: the size it never grows past.",
             ),
             &claim,
         )?;
@@ -58,6 +75,7 @@ impl ResizerMetrics {
         )?;
         metrics.register(Box::new(capacity.clone()))?;
         metrics.register(Box::new(used.clone()))?;
+        metrics.register(Box::new(limit.clone()))?;
         metrics.register(Box::new(resizes.clone()))?;
         metrics.register(Box::new(last_result.clone()))?;
         metrics.register(Box::new(stats_calls.clone()))?;
@@ -65,6 +83,7 @@ impl ResizerMetrics {
         Ok(Self {
             capacity,
             used,
+            limit,
             resizes,
             last_result,
             stats_calls,
@@ -72,19 +91,19 @@ impl ResizerMetrics {
         })
     }
 
-    /// The claim's numbers as the report has them.
-    pub fn claim(&self, namespace: &str, claim: &str, capacity: Option<u128>, used: Option<u64>) {
+    /// The claim's numbers as the report has them; `limit` is autoResize's.
+    pub fn claim(&self, namespace: &str, claim: &str, numbers: ClaimNumbers) {
         let labels = [namespace, claim];
-        match capacity.and_then(|c| i64::try_from(c).ok()) {
-            Some(c) => self.capacity.with_label_values(&labels).set(c),
-            None => {
-                let _ = self.capacity.remove_label_values(&labels);
-            }
-        }
-        match used.and_then(|u| i64::try_from(u).ok()) {
-            Some(u) => self.used.with_label_values(&labels).set(u),
-            None => {
-                let _ = self.used.remove_label_values(&labels);
+        for (gauge, value) in [
+            (&self.capacity, numbers.capacity),
+            (&self.used, numbers.used.map(u128::from)),
+            (&self.limit, numbers.limit),
+        ] {
+            match value.and_then(|v| i64::try_from(v).ok()) {
+                Some(v) => gauge.with_label_values(&labels).set(v),
+                None => {
+                    let _ = gauge.remove_label_values(&labels);
+                }
             }
         }
     }
@@ -105,9 +124,45 @@ impl ResizerMetrics {
     pub fn forget(&self, namespace: &str, claim: &str) {
         let _ = self.capacity.remove_label_values(&[namespace, claim]);
         let _ = self.used.remove_label_values(&[namespace, claim]);
+        let _ = self.limit.remove_label_values(&[namespace, claim]);
         for r in RESULTS {
             let _ = self.resizes.remove_label_values(&[namespace, claim, r]);
             let _ = self.last_result.remove_label_values(&[namespace, claim, r]);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn numbers(limit: Option<u128>) -> ClaimNumbers {
+        ClaimNumbers {
+            capacity: Some(1 << 30),
+            used: Some(1 << 29),
+            limit,
+        }
+    }
+
+    #[test]
+    fn a_claims_limit_is_a_series_only_while_it_has_one() {
+        let runtime = operator_runtime::Metrics::new().unwrap();
+        let metrics = ResizerMetrics::register(&runtime).unwrap();
+        metrics.claim("apps", "data-cache", numbers(Some(4 << 30)));
+        let text = runtime.encode().unwrap();
+        for line in [
+            r#"valkey_operator_pvc_capacity_bytes{claim="data-cache",namespace="apps"} 1073741824"#,
+            r#"valkey_operator_pvc_used_bytes{claim="data-cache",namespace="apps"} 536870912"#,
+            r#"valkey_operator_pvc_limit_bytes{claim="data-cache",namespace="apps"} 4294967296"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
+        }
+        // autoResize removed: no limit any more, the claim's other numbers stay.
+        metrics.claim("apps", "data-cache", numbers(None));
+        let text = runtime.encode().unwrap();
+        assert!(!text.contains("valkey_operator_pvc_limit_bytes{"), "{text}");
+        assert!(text.contains("valkey_operator_pvc_capacity_bytes{"), "{text}");
+        metrics.forget("apps", "data-cache");
+        assert!(!runtime.encode().unwrap().contains("data-cache"));
     }
 }

@@ -19,10 +19,11 @@ use kube::runtime::controller::Action;
 use kube::{Api, Client, ResourceExt};
 use operator_runtime::controller::{self, ReconcileContext};
 use pvc_resizer::decide::{Decision, Usage, decide};
+use pvc_resizer::policy::Policy;
 use pvc_resizer::report::{Report, report};
 
 use crate::error::Error;
-use crate::metrics::ResizerMetrics;
+use crate::metrics::{ClaimNumbers, ResizerMetrics};
 use crate::usage::Book;
 use apply::apply;
 use fetch::fetch;
@@ -51,6 +52,10 @@ pub async fn reconcile(
         return Ok(Action::await_change());
     };
     let decision = decide(&inputs);
+    let limit = inputs
+        .auto_resize
+        .and_then(|auto| Policy::parse(auto).ok())
+        .map(|policy| policy.limit);
     let applied = apply(
         &apis,
         &claim_name,
@@ -66,12 +71,15 @@ pub async fn reconcile(
     if let Some(result) = apply::metric_result(&applied) {
         metrics.resized(&apis.namespace, &claim_name, result);
     }
-    let capacity = live.claim.as_ref().and_then(|c| c.capacity);
-    let used = match &live.usage {
-        Usage::Known(u) => Some(u.used_bytes),
-        _ => None,
+    let numbers = ClaimNumbers {
+        capacity: live.claim.as_ref().and_then(|c| c.capacity),
+        used: match &live.usage {
+            Usage::Known(u) => Some(u.used_bytes),
+            _ => None,
+        },
+        limit,
     };
-    metrics.claim(&apis.namespace, &claim_name, capacity, used);
+    metrics.claim(&apis.namespace, &claim_name, numbers);
     Ok(next(&decision, now))
 }
 
