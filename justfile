@@ -112,12 +112,14 @@ crds-check:
 
 # Build every kustomize overlay; check RBAC has no wildcard and pods are restricted; the Helm
 # chart renders the same objects as each overlay; every manifest passes kubeconform's strict
-# schemas; the forge's release workflow passes actionlint.
+# schemas; the forge's release workflow passes actionlint; the alert rules pass promtool's
+# checks and their unit tests, and the monitoring component holds the same rules.
 deploy-check:
     deploy/verify.sh
     hack/chart-check.sh
     hack/kubeconform-check.sh
     actionlint -shellcheck= -pyflakes= .github/workflows/*.yaml
+    hack/alerts-check.sh
 
 # Each controller, started with no reachable cluster, must exit non-zero with one clear line:
 # once with no kubeconfig at all, once with one pointing at a closed loopback port.
