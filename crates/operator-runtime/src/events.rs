@@ -18,6 +18,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
 
 use crate::error::{ApiError, ApiResultExt, ObjectName, Op};
+use crate::metrics::EventObject;
 
 /// The events.k8s.io limit on a note.
 const NOTE_LIMIT: usize = 1024;
@@ -112,6 +113,8 @@ impl EventReason for RuntimeEvent {
 pub struct Publisher {
     client: Client,
     reporter: Reporter,
+    /// Where each published Event is counted, when set ([`Publisher::counted_in`]).
+    metrics: Option<Arc<crate::Metrics>>,
     /// The open series: per (object, reason, action), its note and the Recorder that folds
     /// repeats of it.
     series: Arc<Mutex<HashMap<SeriesKey, Series>>>,
@@ -135,7 +138,27 @@ impl Publisher {
         Self {
             client,
             reporter,
+            metrics: None,
             series: Arc::default(),
+        }
+    }
+
+    /// Counts every Event it publishes in `metrics` (`valkey_operator_events_total`).
+    pub fn counted_in(mut self, metrics: Arc<crate::Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Drops the Event counts of an object that is gone.
+    pub fn forget<K: Resource<DynamicType = ()>>(&self, namespace: &str, name: &str) {
+        if let Some(metrics) = &self.metrics {
+            let kind = K::kind(&());
+            let object = EventObject {
+                namespace,
+                kind: &kind,
+                name,
+            };
+            metrics.forget_events_of(&self.reporter.controller, &object);
         }
     }
 
@@ -220,6 +243,15 @@ impl Publisher {
                 object.meta().name.as_deref().unwrap_or_default()
             )
         });
+        if let Some(metrics) = &self.metrics {
+            let kind = K::kind(&());
+            let object = EventObject {
+                namespace: reference.namespace.as_deref().unwrap_or_default(),
+                kind: &kind,
+                name: object.meta().name.as_deref().unwrap_or_default(),
+            };
+            metrics.event_published(&self.reporter.controller, &object, reason.as_str());
+        }
         let note = event.note.as_deref().unwrap_or_default();
         let (recorder, _) = self.recorder_for((about, reason.as_str(), action.to_string()), note);
         recorder

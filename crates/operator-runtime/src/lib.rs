@@ -303,6 +303,7 @@ where
     let metrics = Arc::new(
         Metrics::new().map_err(|e| Failure::runtime(format!("cannot create metrics: {e}")))?,
     );
+    metrics.set_leader(name, false);
     let readiness = Readiness::new();
     let listener = TcpListener::bind(args.http_addr).await.map_err(|e| {
         Failure::config(format!(
@@ -320,7 +321,7 @@ where
     let context = Context {
         name,
         field_manager,
-        events: Publisher::new(client.clone(), name),
+        events: Publisher::new(client.clone(), name).counted_in(metrics.clone()),
         client,
         metrics,
         readiness,
@@ -394,7 +395,10 @@ where
     };
 
     let name = context.name;
+    let metrics = context.metrics.clone();
+    metrics.set_leader(name, true);
     let ended = supervise(controller(context), election.as_ref(), &shutdown).await;
+    metrics.set_leader(name, false);
     tracing::debug!(controller = name, "controller finished");
     match ended {
         Ended::Controller(result) => {

@@ -1,9 +1,12 @@
 //! Reconcile metrics in a private Prometheus registry, exposed on /metrics.
 
 use std::borrow::Cow;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 
 use prometheus::{
-    HistogramOpts, HistogramTimer, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
+    HistogramOpts, HistogramTimer, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
+    TextEncoder,
 };
 
 /// A short, fixed label for an error, used as the `error` label of
@@ -32,6 +35,21 @@ pub struct Metrics {
     runs: IntCounterVec,
     failures: IntCounterVec,
     duration: HistogramVec,
+    leader: IntGaugeVec,
+    events: IntCounterVec,
+    /// The reasons counted per (controller, namespace, kind, name), to drop their series.
+    event_reasons: Arc<Mutex<HashMap<EventKey, BTreeSet<String>>>>,
+}
+
+type EventKey = (String, String, String, String);
+
+fn event_key(controller: &str, object: &EventObject<'_>) -> EventKey {
+    (
+        controller.into(),
+        object.namespace.into(),
+        object.kind.into(),
+        object.name.into(),
+    )
 }
 
 /// Reconciles range from a few API calls to a Valkey failover, hence buckets up to a minute.
@@ -67,14 +85,36 @@ impl Metrics {
             .buckets(DURATION_BUCKETS.to_vec()),
             &["controller"],
         )?;
+        let leader = IntGaugeVec::new(
+            Opts::new(
+                "valkey_operator_leader",
+                "1 while this process holds its controller's Lease (or runs without leader \
+                 election), 0 while it stands by.",
+            ),
+            &["controller"],
+        )?;
+        let events = IntCounterVec::new(
+            Opts::new(
+                "valkey_operator_events_total",
+                "Events published, per controller, object and reason: a topology's steps \
+                 (Failover, HandedOver, PrimaryChanged, SlotsMigrating, Rolling...) and \
+                 refusals. Reasons are a fixed set per controller.",
+            ),
+            &["controller", "namespace", "kind", "name", "reason"],
+        )?;
         registry.register(Box::new(runs.clone()))?;
         registry.register(Box::new(failures.clone()))?;
         registry.register(Box::new(duration.clone()))?;
+        registry.register(Box::new(leader.clone()))?;
+        registry.register(Box::new(events.clone()))?;
         Ok(Self {
             registry,
             runs,
             failures,
             duration,
+            leader,
+            events,
+            event_reasons: Arc::default(),
         })
     }
 
@@ -97,6 +137,53 @@ impl Metrics {
             .inc();
     }
 
+    /// Whether this process leads `controller` now.
+    pub fn set_leader(&self, controller: &str, leading: bool) {
+        self.leader
+            .with_label_values(&[controller])
+            .set(i64::from(leading));
+    }
+
+    /// Counts an Event published about an object.
+    pub fn event_published(&self, controller: &str, object: &EventObject<'_>, reason: &str) {
+        self.events
+            .with_label_values(&[
+                controller,
+                object.namespace,
+                object.kind,
+                object.name,
+                reason,
+            ])
+            .inc();
+        let key = event_key(controller, object);
+        self.event_reasons
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(key)
+            .or_default()
+            .insert(reason.to_string());
+    }
+
+    /// Drops the Event counts of an object that is gone, so deleted objects leave no series.
+    pub fn forget_events_of(&self, controller: &str, object: &EventObject<'_>) {
+        let key = event_key(controller, object);
+        let reasons = self
+            .event_reasons
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&key)
+            .unwrap_or_default();
+        for reason in reasons {
+            let _ = self.events.remove_label_values(&[
+                controller,
+                object.namespace,
+                object.kind,
+                object.name,
+                &reason,
+            ]);
+        }
+    }
+
     /// Adds a controller's own metrics to the registry served on /metrics.
     pub fn register(
         &self,
@@ -109,6 +196,14 @@ impl Metrics {
     pub fn encode(&self) -> Result<String, prometheus::Error> {
         TextEncoder::new().encode_to_string(&self.registry.gather())
     }
+}
+
+/// The object an Event is about, as its labels name it.
+#[derive(Debug, Clone, Copy)]
+pub struct EventObject<'a> {
+    pub namespace: &'a str,
+    pub kind: &'a str,
+    pub name: &'a str,
 }
 
 /// Content-Type of [`Metrics::encode`]'s output.
@@ -221,6 +316,45 @@ mod tests {
         };
         assert_eq!(failures("kube"), Some(2.0), "{text}");
         assert_eq!(failures("valkey"), Some(1.0), "{text}");
+    }
+
+    #[test]
+    fn leadership_and_events_are_series() {
+        let metrics = Metrics::new().unwrap();
+        metrics.set_leader("topology-controller", false);
+        let leading = |m: &Metrics| {
+            line_value(
+                &m.encode().unwrap(),
+                r#"valkey_operator_leader{controller="topology-controller"}"#,
+            )
+        };
+        assert_eq!(leading(&metrics), Some(0.0));
+        metrics.set_leader("topology-controller", true);
+        assert_eq!(leading(&metrics), Some(1.0));
+
+        let cache = EventObject {
+            namespace: "apps",
+            kind: "ValkeyCluster",
+            name: "cache",
+        };
+        metrics.event_published("topology-controller", &cache, "Failover");
+        metrics.event_published("topology-controller", &cache, "Failover");
+        let text = metrics.encode().unwrap();
+        assert_eq!(
+            line_value(
+                &text,
+                r#"valkey_operator_events_total{controller="topology-controller",kind="ValkeyCluster",name="cache",namespace="apps",reason="Failover"}"#
+            ),
+            Some(2.0),
+            "{text}"
+        );
+        metrics.forget_events_of("topology-controller", &cache);
+        assert!(
+            !metrics
+                .encode()
+                .unwrap()
+                .contains("valkey_operator_events_total{")
+        );
     }
 
     #[test]

@@ -25,6 +25,8 @@ pub async fn reconcile(
 ) -> Result<Action, Error> {
     let apis = Apis::for_node(&ctx.runtime.client, &cached)?;
     let Some(live) = fetch(&apis, &cached.name_any()).await? else {
+        let events = &ctx.runtime.events;
+        events.forget::<ValkeyNode>(&apis.namespace, &cached.name_any());
         return Ok(Action::await_change());
     };
     let build = build(&live)?;

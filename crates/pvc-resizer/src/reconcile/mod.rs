@@ -45,6 +45,9 @@ pub async fn reconcile(
     let now = Timestamp::now();
     let Some(live) = fetch(&apis, &ctx.data.book, &name, now).await? else {
         ctx.data.metrics.forget(&apis.namespace, &claim_name);
+        ctx.runtime
+            .events
+            .forget::<ValkeyNode>(&apis.namespace, &name);
         return Ok(Action::await_change());
     };
     let Some(inputs) = live.inputs(now) else {
