@@ -110,6 +110,14 @@ async fn run(ctx: Context, settings: Settings) -> Result<(), std::convert::Infal
         .owns(ctx.watch_api::<Guarded<ValkeyNode>>(), group_members)
         .reconcile_all_on(futures::stream::select(wakes, group_wakes));
     let (cluster_store, replication_store) = (clusters.store(), replications.store());
+    let figures = driver::figures::register(
+        &ctx.metrics,
+        cluster_store.clone(),
+        replication_store.clone(),
+    );
+    if let Err(error) = figures {
+        tracing::warn!(%error, "the topologies' figures are not on /metrics");
+    }
     controller::ready_when(&ctx, async move {
         cluster_store.wait_until_ready().await?;
         replication_store.wait_until_ready().await

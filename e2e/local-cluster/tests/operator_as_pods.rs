@@ -17,7 +17,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client, ResourceExt};
-use local_cluster::controller_pods::container_pid;
+use local_cluster::controller_pods::{PodController, container_pid};
 use local_cluster::operator::{apply_all, documents, kustomize_build};
 use local_cluster::operator_pods::{self, OperatorImage};
 use local_cluster::{LocalCluster, Options, repo_root};
@@ -391,6 +391,62 @@ async fn install_chart() -> Installed {
     env
 }
 
+/// topology-controller's leader's /metrics.
+async fn topology_metrics(env: &Installed) -> String {
+    let api: Api<Deployment> = Api::namespaced(env.client.clone(), OPERATOR_NS);
+    let deployment = api
+        .get("valkey-operator-topology-controller")
+        .await
+        .unwrap();
+    // Only the metrics are read: no credentials needed.
+    let controller =
+        PodController::from_deployment(&deployment, env._run.path().join("unused")).unwrap();
+    controller.metrics(&env.client).await.unwrap()
+}
+
+/// A series' value in a /metrics text.
+fn sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// The sample (3 shards of a primary and a replica, Ready) as topology-controller's figures
+/// and leader gauge tell it.
+fn says_the_sample_is_whole(metrics: &str, name: &str) {
+    let of = |metric: &str, extra: &str| {
+        format!(r#"{metric}{{kind="ValkeyCluster",name="{name}",namespace="{NS}"{extra}}}"#)
+    };
+    for (series, want) in [
+        (of("valkey_operator_topology_ready", ""), 1.0),
+        (of("valkey_operator_topology_spec_observed", ""), 1.0),
+        (of("valkey_operator_topology_shards", ""), 3.0),
+        (of("valkey_operator_topology_shards_ready", ""), 3.0),
+        (of("valkey_operator_topology_primaries", ""), 3.0),
+        (
+            of(
+                "valkey_operator_topology_members_desired",
+                r#",role="data""#,
+            ),
+            6.0,
+        ),
+        (
+            of("valkey_operator_topology_members_ready", r#",role="data""#),
+            6.0,
+        ),
+        (
+            of("valkey_operator_topology_phase", r#",phase="Ready""#),
+            1.0,
+        ),
+        (
+            r#"valkey_operator_leader{controller="topology-controller"}"#.to_string(),
+            1.0,
+        ),
+    ] {
+        assert_eq!(sample(metrics, &series), Some(want), "{series}:\n{metrics}");
+    }
+}
+
 /// The Deployments in the operator namespace.
 async fn chart_deployments(env: &Installed) -> Vec<String> {
     let api: Api<Deployment> = Api::namespaced(env.client.clone(), OPERATOR_NS);
@@ -460,6 +516,19 @@ async fn the_chart_installs_upgrades_and_uninstalls_without_touching_valkey() {
     data.load(&access).await.unwrap();
     let before = data_pods(&env).await;
     assert_eq!(before.len(), 6, "{before:?}");
+    let metrics = topology_metrics(&env).await;
+    says_the_sample_is_whole(&metrics, &name);
+    let formed = |reason: &str| {
+        format!(
+            r#"valkey_operator_events_total{{controller="topology-controller",kind="ValkeyCluster",name="{name}",namespace="{NS}",reason="{reason}"}}"#
+        )
+    };
+    for reason in ["MembersMet", "SlotsAssigned", "ReplicaAttached"] {
+        assert!(
+            sample(&metrics, &formed(reason)).is_some_and(|n| n >= 1.0),
+            "{reason} counted:\n{metrics}"
+        );
+    }
 
     // An upgrade that changes every controller's pod template.
     let templates = |env: &Installed| {
@@ -512,6 +581,8 @@ async fn the_chart_installs_upgrades_and_uninstalls_without_touching_valkey() {
         })
         .await;
     eprintln!("after the upgrade: phase {:?}", status.phase);
+    // The new leader reads the same from its cache, with no history of its own.
+    says_the_sample_is_whole(&topology_metrics(&env).await, &name);
     assert_eq!(
         data_pods(&env).await,
         before,

@@ -322,6 +322,19 @@ async fn a_filling_volume_grows_until_its_limit(
         ),
         64 << 20
     );
+    assert_eq!(
+        sample(
+            &m,
+            r#"valkey_operator_pvc_limit_bytes{claim="fill-data",namespace="default"}"#
+        ),
+        64 << 20,
+        "autoResize.limit: {m}"
+    );
+    assert_eq!(
+        sample(&m, r#"valkey_operator_leader{controller="pvc-resizer"}"#),
+        1,
+        "the leader says so: {m}"
+    );
     let warnings = events_about(&events, "ValkeyNode", "fill", "LimitReached")
         .await
         .unwrap();

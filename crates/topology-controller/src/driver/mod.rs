@@ -2,5 +2,6 @@
 //! folders as the library: [`shared`], [`cluster`], [`replication`].
 
 pub mod cluster;
+pub mod figures;
 pub mod replication;
 pub mod shared;

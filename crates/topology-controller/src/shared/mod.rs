@@ -13,6 +13,7 @@ pub mod events;
 pub mod execute;
 #[cfg(test)]
 pub mod fake;
+pub mod figures;
 pub mod guard;
 pub mod info;
 pub mod issuer;

@@ -166,6 +166,7 @@ pub async fn reconcile<K: Kind>(cached: Arc<K>, ctx: Arc<Ctx<K>>) -> Result<Acti
     let Some(live) = stages::fetch(&apis, &name).await? else {
         K::common(&ctx.data).forget(&apis.namespace, &name);
         K::forget(&ctx.data, &apis.namespace, &name);
+        ctx.runtime.events.forget::<K>(&apis.namespace, &name);
         return Ok(Action::await_change());
     };
     if live.topology.paused() {
