@@ -161,7 +161,10 @@ mod tests {
         metrics.claim("apps", "data-cache", numbers(None));
         let text = runtime.encode().unwrap();
         assert!(!text.contains("valkey_operator_pvc_limit_bytes{"), "{text}");
-        assert!(text.contains("valkey_operator_pvc_capacity_bytes{"), "{text}");
+        assert!(
+            text.contains("valkey_operator_pvc_capacity_bytes{"),
+            "{text}"
+        );
         metrics.forget("apps", "data-cache");
         assert!(!runtime.encode().unwrap().contains("data-cache"));
     }
