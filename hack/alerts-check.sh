@@ -6,10 +6,12 @@
 #   * every alert has a unit test case where it fires and one where it does not, and
 #     `promtool test rules` passes for every file in deploy/monitoring/tests;
 #   * the PrometheusRule of deploy/components/monitoring is what alerts.yaml generates, and
-#     kustomize renders it with the same groups.
+#     kustomize renders it with the same groups;
+#   * the chart's copy (charts/valkey-operator/files/alerts.yaml) is alerts.yaml, and the
+#     chart's PrometheusRule (metrics.prometheusRule.enabled) has the same groups.
 # Usage: hack/alerts-check.sh [--write]. --write regenerates the PrometheusRule from
-# alerts.yaml first. Needs promtool ($PROMTOOL, else on PATH, else e2e/images/prometheus.sh,
-# as root), kustomize and python3 with PyYAML.
+# alerts.yaml and copies it into the chart first. Needs promtool ($PROMTOOL, else on PATH,
+# else e2e/images/prometheus.sh, as root), kustomize, helm and python3 with PyYAML.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -17,6 +19,7 @@ rules="$root/deploy/monitoring/alerts.yaml"
 tests="$root/deploy/monitoring/tests"
 component="$root/deploy/components/monitoring"
 generated="$component/prometheusrule.yaml"
+chart="$root/charts/valkey-operator"
 runbook="$root/docs/monitoring.md"
 say() { printf 'alerts-check: %s\n' "$*"; }
 die() { say "error: $*"; exit 1; }
@@ -29,8 +32,8 @@ if [[ -z "$promtool" ]]; then
     promtool="$(bash "$root/e2e/images/prometheus.sh")/promtool"
   fi
 fi
-for tool in kustomize python3; do
-  command -v "$tool" >/dev/null 2>&1 || die "$tool not found (hack/install-tools.sh installs kustomize)"
+for tool in kustomize helm python3; do
+  command -v "$tool" >/dev/null 2>&1 || die "$tool not found (hack/install-tools.sh installs kustomize and helm)"
 done
 
 tmp="$(mktemp -d)"
@@ -57,8 +60,11 @@ EOF
 }
 if [[ "${1:-}" == --write ]]; then
   render >"$generated"
-  say "wrote ${generated#"$root"/}"
+  cp "$rules" "$chart/files/alerts.yaml"
+  say "wrote ${generated#"$root"/} and ${chart#"$root"/}/files/alerts.yaml"
 fi
+cmp -s "$rules" "$chart/files/alerts.yaml" ||
+  die "${chart#"$root"/}/files/alerts.yaml is not ${rules#"$root"/}: run 'hack/alerts-check.sh --write'"
 render >"$tmp/prometheusrule.yaml"
 cmp -s "$tmp/prometheusrule.yaml" "$generated" ||
   die "${generated#"$root"/} is not what ${rules#"$root"/} generates: run 'hack/alerts-check.sh --write'"
@@ -73,7 +79,10 @@ printf '%s\n' 'apiVersion: kustomize.config.k8s.io/v1beta1' 'kind: Kustomization
 kustomize build "$tmp/overlay" >"$tmp/rendered.yaml" 2>"$tmp/kustomize" ||
   { cat "$tmp/kustomize"; die "kustomize cannot build ${component#"$root"/}"; }
 
-python3 - "$rules" "$tmp/rendered.yaml" "$runbook" "$tests" <<'PY' || die "the rules or the component fail the checks above"
+helm template valkey-operator "$chart" --set metrics.prometheusRule.enabled=true \
+  --show-only templates/prometheusrule.yaml >"$tmp/chart.yaml"
+
+python3 - "$rules" "$tmp/rendered.yaml" "$runbook" "$tests" "$tmp/chart.yaml" <<'PY' || die "the rules, the component or the chart fail the checks above"
 import glob
 import os
 import re
@@ -81,17 +90,18 @@ import sys
 
 import yaml
 
-rules_path, rendered_path, runbook_path, tests_dir = sys.argv[1:]
+rules_path, rendered_path, runbook_path, tests_dir, chart_path = sys.argv[1:]
 problems = []
 with open(rules_path) as f:
     groups = yaml.safe_load(f)["groups"]
-with open(rendered_path) as f:
-    docs = [d for d in yaml.safe_load_all(f) if d]
-found = [d for d in docs if d.get("kind") == "PrometheusRule"]
-if len(found) != 1:
-    problems.append(f"the component renders {len(found)} PrometheusRules, want 1")
-elif found[0].get("spec", {}).get("groups") != groups:
-    problems.append("the rendered PrometheusRule's groups differ from alerts.yaml's")
+for what, path in (("the component", rendered_path), ("the chart", chart_path)):
+    with open(path) as f:
+        docs = [d for d in yaml.safe_load_all(f) if d]
+    found = [d for d in docs if d.get("kind") == "PrometheusRule"]
+    if len(found) != 1:
+        problems.append(f"{what} renders {len(found)} PrometheusRules, want 1")
+    elif found[0].get("spec", {}).get("groups") != groups:
+        problems.append(f"{what}'s PrometheusRule's groups differ from alerts.yaml's")
 
 
 # GitHub's anchor of a heading: lower case, punctuation but - and _ dropped, spaces to -.
@@ -153,7 +163,7 @@ for p in problems:
 if problems:
     sys.exit(1)
 print(f"{len(alerts)} alerts, each with for, severity, summary, description, a runbook section, "
-      f"a firing and a quiet test; the component renders the same groups")
+      f"a firing and a quiet test; the component and the chart render the same groups")
 PY
 say "ok   rules and component"
 

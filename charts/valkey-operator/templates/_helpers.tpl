@@ -141,6 +141,8 @@ spec:
     - port: http
       path: /metrics
       interval: {{ $root.Values.metrics.serviceMonitor.interval }}
+      # Per-object series carry the object's namespace: keep it (docs/monitoring.md).
+      honorLabels: true
 {{- end }}
 {{- end }}
 {{- end }}
