@@ -7,8 +7,9 @@
 #     `promtool test rules` passes for every file in deploy/monitoring/tests;
 #   * the PrometheusRule of deploy/components/monitoring is what alerts.yaml generates, and
 #     kustomize renders it with the same groups;
-#   * the chart's copy (charts/valkey-operator/files/alerts.yaml) is alerts.yaml, and the
-#     chart's PrometheusRule (metrics.prometheusRule.enabled) has the same groups.
+#   * the chart's copies (charts/valkey-operator/files/monitoring/) are alerts.yaml and the
+#     component's PodMonitor, and the chart's PrometheusRule (metrics.prometheusRule.enabled)
+#     has the same groups.
 # Usage: hack/alerts-check.sh [--write]. --write regenerates the PrometheusRule from
 # alerts.yaml and copies it into the chart first. Needs promtool ($PROMTOOL, else on PATH,
 # else e2e/images/prometheus.sh, as root), kustomize, helm and python3 with PyYAML.
@@ -60,11 +61,14 @@ EOF
 }
 if [[ "${1:-}" == --write ]]; then
   render >"$generated"
-  cp "$rules" "$chart/files/alerts.yaml"
-  say "wrote ${generated#"$root"/} and ${chart#"$root"/}/files/alerts.yaml"
+  cp "$rules" "$component/podmonitor.yaml" "$chart/files/monitoring/"
+  say "wrote ${generated#"$root"/}; copied alerts.yaml and podmonitor.yaml into the chart"
 fi
-cmp -s "$rules" "$chart/files/alerts.yaml" ||
-  die "${chart#"$root"/}/files/alerts.yaml is not ${rules#"$root"/}: run 'hack/alerts-check.sh --write'"
+for source in "$rules" "$component/podmonitor.yaml"; do
+  copy="$chart/files/monitoring/$(basename "$source")"
+  cmp -s "$source" "$copy" ||
+    die "${copy#"$root"/} is not ${source#"$root"/}: run 'hack/alerts-check.sh --write'"
+done
 render >"$tmp/prometheusrule.yaml"
 cmp -s "$tmp/prometheusrule.yaml" "$generated" ||
   die "${generated#"$root"/} is not what ${rules#"$root"/} generates: run 'hack/alerts-check.sh --write'"
