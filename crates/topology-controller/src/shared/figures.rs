@@ -2,6 +2,11 @@
 //! status at scrape time: a fixed set of series per topology (labels `namespace`, `kind`,
 //! `name`, and the few listed in [`SERIES`]), so the count grows with topologies only, and
 //! a deleted topology's series go with it.
+//!
+//! One series is not in the spec or status: when the certificates a TLS topology's members
+//! serve expire ([`certificate_figure`]), recorded by its reconciles as they read the TLS
+//! Secrets ([`crate::shared::cert_expiry`]); it goes once the topology is gone or its TLS
+//! cannot be used.
 
 use crd_types::cluster::Phase;
 use crd_types::names::annotations;
@@ -11,6 +16,8 @@ use crd_types::{ValkeyCluster, ValkeyReplication};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
+
+use crate::shared::cert_expiry::Expiry;
 
 /// One series of one topology: its metric, the values of that metric's own labels (in
 /// [`SERIES`]' order), and its value.
@@ -107,7 +114,27 @@ pub const SERIES: &[(&str, &str, &[&str])] = &[
         "Used share of the fullest member's volume, in percent.",
         &[],
     ),
+    (
+        CERTIFICATE_NOT_AFTER,
+        "When the first of the certificates the topology's members serve expires (Unix \
+         seconds), the operator's CA included when it keeps one, as its last reconcile read \
+         them. managed=\"true\": the operator issued them and renews each 30 days before \
+         it expires; \"false\": the Secret the user names, which the operator cannot renew.",
+        &["managed"],
+    ),
 ];
+
+/// The certificates' expiry, in [`SERIES`].
+pub const CERTIFICATE_NOT_AFTER: &str = "valkey_operator_certificate_not_after_timestamp_seconds";
+
+/// A TLS topology's certificate figure, from what its reconcile recorded.
+pub fn certificate_figure(expiry: &Expiry) -> Figure {
+    Figure {
+        metric: CERTIFICATE_NOT_AFTER,
+        labels: vec![expiry.managed.to_string()],
+        value: expiry.not_after as f64,
+    }
+}
 
 /// A ValkeyCluster's figures at `now`.
 pub fn cluster_figures(cluster: &ValkeyCluster, now: Timestamp) -> Vec<Figure> {

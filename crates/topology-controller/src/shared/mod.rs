@@ -4,6 +4,7 @@
 pub mod acl;
 pub mod auth;
 pub mod ca_replacement;
+pub mod cert_expiry;
 pub mod commands;
 pub mod conditions;
 pub mod connections;

@@ -227,7 +227,11 @@ fn every_figure_fits_its_series() {
                "caReplacement": {"phase": "Switching", "started": "2026-12-06T11:50:00Z"},
                "conditions": [ready("True", "2026-12-06T11:00:00Z")]}),
     );
-    let figures = cluster_figures(&c, now());
+    let mut figures = cluster_figures(&c, now());
+    figures.push(certificate_figure(&Expiry {
+        not_after: 0,
+        managed: true,
+    }));
     let mut metrics: Vec<&str> = figures.iter().map(|f| f.metric).collect();
     for figure in &figures {
         let (_, _, labels) = SERIES
@@ -240,4 +244,26 @@ fn every_figure_fits_its_series() {
     metrics.dedup();
     // All but the ValkeyReplication-only one.
     assert_eq!(metrics.len(), SERIES.len() - 1, "{metrics:?}");
+}
+
+#[test]
+fn a_certificate_figure_says_when_and_whether_the_operator_renews() {
+    let at = now().as_second();
+    for (managed, label) in [(true, "true"), (false, "false")] {
+        let figure = certificate_figure(&Expiry {
+            not_after: at,
+            managed,
+        });
+        assert_eq!(
+            figure,
+            Figure {
+                metric: "valkey_operator_certificate_not_after_timestamp_seconds",
+                labels: vec![label.to_string()],
+                value: at as f64,
+            }
+        );
+    }
+    // Its help says the operator renews 30 days before the end.
+    let thirty_days = std::time::Duration::from_secs(30 * 24 * 3600);
+    assert_eq!(crate::shared::issuer::RENEW_BEFORE, thirty_days);
 }
