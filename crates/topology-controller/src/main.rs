@@ -20,6 +20,7 @@ use crd_types::{FieldManager, ValkeyCluster, ValkeyNode, ValkeyReplication};
 use kube::runtime::watcher;
 use operator_runtime::controller::Guarded;
 use operator_runtime::{CommonArgs, Context, RequiredCrd, controller};
+use topology_controller::shared::cert_expiry::ExpiryBook;
 
 /// Builds ValkeyClusters and ValkeyReplications from ValkeyNodes and drives Valkey to match.
 #[derive(Parser)]
@@ -110,10 +111,13 @@ async fn run(ctx: Context, settings: Settings) -> Result<(), std::convert::Infal
         .owns(ctx.watch_api::<Guarded<ValkeyNode>>(), group_members)
         .reconcile_all_on(futures::stream::select(wakes, group_wakes));
     let (cluster_store, replication_store) = (clusters.store(), replications.store());
+    // Both kinds' reconciles record their certificates' expiry here; /metrics reads it.
+    let certificates = ExpiryBook::default();
     let figures = driver::figures::register(
         &ctx.metrics,
         cluster_store.clone(),
         replication_store.clone(),
+        certificates.clone(),
     );
     if let Err(error) = figures {
         tracing::warn!(%error, "the topologies' figures are not on /metrics");
@@ -133,6 +137,7 @@ async fn run(ctx: Context, settings: Settings) -> Result<(), std::convert::Infal
                     idle_look,
                     operator_namespace: operator_namespace.clone(),
                     user_checks: Default::default(),
+                    certificates: certificates.clone(),
                 },
                 forced_failover,
                 attempts: Default::default(),
@@ -149,6 +154,7 @@ async fn run(ctx: Context, settings: Settings) -> Result<(), std::convert::Infal
                     idle_look,
                     operator_namespace,
                     user_checks: Default::default(),
+                    certificates,
                 },
                 switches,
             }),

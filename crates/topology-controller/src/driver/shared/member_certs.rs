@@ -33,6 +33,7 @@ use topology_controller::shared::auth;
 use topology_controller::shared::ca_replacement::{
     self, Cas, NEXT_CA_CERT_KEY, NEXT_CA_KEY_KEY, Next, PHASE_ANNOTATION, Phase,
 };
+use topology_controller::shared::cert_expiry::{self, Expiry};
 use topology_controller::shared::issuer::{
     Authority, Held, IssueError, Leaf, Request, SecretOwner, Verdict, member_secret_owner,
 };
@@ -59,6 +60,9 @@ pub struct Prepared {
     /// Members (or the public CA Secret) the operator could not write, and why: a member
     /// waits (its pod cannot start without its Secret), the others go on.
     pub refused: Vec<String>,
+    /// When the first of the members' certificates (or the CA) expires; `None` without a
+    /// usable CA.
+    pub expiry: Option<Expiry>,
 }
 
 /// The topology's CA (created while it has no member), the members' certificates (issued
@@ -100,6 +104,7 @@ where
                 client: Err(why),
                 issued,
                 refused,
+                expiry: None,
             });
         }
     };
@@ -116,6 +121,12 @@ where
             Err(why) => refused.push(format!("{name}: {why}")),
         }
     }
+    // As written at this reconcile: a member that has not loaded a renewed one yet serves
+    // an older certificate until its reload.
+    let served = wanted
+        .values()
+        .filter_map(|cert| cert_expiry::der_not_after(cert));
+    let expiry = cert_expiry::earliest(served, Some(cas.current.not_after()), true);
     let files = TlsFiles {
         ca: cas.trusted().into_bytes(),
         cert: operator.cert_pem.into_bytes(),
@@ -133,6 +144,7 @@ where
         client,
         issued,
         refused,
+        expiry,
     })
 }
 

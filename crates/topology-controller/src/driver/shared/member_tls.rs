@@ -16,6 +16,7 @@ use kube::{Api, Resource, ResourceExt};
 use operator_runtime::{ApiResultExt, Context, EventReason, ObjectName, Op};
 use topology_controller::shared::auth::{AppliedOperator, PasswordError};
 use topology_controller::shared::ca_replacement;
+use topology_controller::shared::cert_expiry::{self, Expiry};
 use topology_controller::shared::commands::Server;
 use topology_controller::shared::connections::Connections;
 use topology_controller::shared::tls::{self, Client, FilesError, SecretError};
@@ -50,8 +51,16 @@ pub enum TlsUnusable {
     Files { secret: String, source: FilesError },
 }
 
-/// The client side of the topology's TLS: `None` without `spec.tls`, else the client or
-/// why it cannot be had. With a Secret the user names, from that Secret; without, from the
+/// What [`read`] found of a topology with `spec.tls`.
+pub struct Read {
+    /// The client, or why it cannot be had.
+    pub client: Result<Client, TlsUnusable>,
+    /// When the certificates members serve expire; `None` while the TLS cannot be used.
+    pub expiry: Option<Expiry>,
+}
+
+/// The client side of the topology's TLS and when its certificates expire: `None` without
+/// `spec.tls`. With a Secret the user names, from that Secret; without, from the
 /// CA the operator keeps, issuing members' certificates first ([`crate::driver::shared::member_certs`]).
 /// Told with `reasons` (issued, refused): certificates issued, members refused, and why
 /// the TLS cannot be used, when it cannot.
@@ -61,7 +70,7 @@ pub async fn read<K, R>(
     field_manager: &str,
     of: Reading<'_, K>,
     reasons: (R, R),
-) -> Result<Option<Result<Client, TlsUnusable>>, Error>
+) -> Result<Option<Read>, Error>
 where
     K: Resource<DynamicType = ()> + Debug,
     R: EventReason + Copy,
@@ -71,7 +80,7 @@ where
     };
     let (issued, refused) = reasons;
     let client_auth = of.bus || spec.auth_clients != TlsAuthClients::Never;
-    let client = match &spec.secret_name {
+    let (client, expiry) = match &spec.secret_name {
         None => {
             let prepared = member_certs::prepare(
                 secrets,
@@ -98,7 +107,7 @@ where
                 tracing::warn!(topology = %of.topology.name_any(), %note);
                 ctx.events.publish(of.topology, refused, note, None).await;
             }
-            prepared.client.map_err(TlsUnusable::from)
+            (prepared.client.map_err(TlsUnusable::from), prepared.expiry)
         }
         Some(name) => {
             let namespace = of.topology.namespace().unwrap_or_default();
@@ -106,14 +115,18 @@ where
                 .get_opt(name)
                 .await
                 .on(Op::Read, ObjectName::new::<Secret>(&namespace, name))?;
-            tls::files_in(secret.as_ref(), name)
-                .map_err(TlsUnusable::from)
-                .and_then(|files| {
-                    tls::client(&files, client_auth).map_err(|source| TlsUnusable::Files {
-                        secret: name.clone(),
-                        source,
-                    })
-                })
+            match tls::files_in(secret.as_ref(), name) {
+                Ok(files) => {
+                    let client =
+                        tls::client(&files, client_auth).map_err(|source| TlsUnusable::Files {
+                            secret: name.clone(),
+                            source,
+                        });
+                    let served = cert_expiry::not_after(&files.cert);
+                    (client, cert_expiry::earliest(served, None, false))
+                }
+                Err(why) => (Err(why.into()), None),
+            }
         }
     };
     // The status says it too (`TlsSecretUnusable`), but a Secret is input CEL cannot
@@ -122,7 +135,9 @@ where
         let note = format!("{why}; nothing is asked of the members until it is fixed");
         ctx.events.publish(of.topology, refused, note, None).await;
     }
-    Ok(Some(client))
+    // Unusable, its files are not what members serve: no expiry (the Event says why).
+    let expiry = expiry.filter(|_| client.is_ok());
+    Ok(Some(Read { client, expiry }))
 }
 
 /// Whether no member may be created yet: the operator issues the certificates and has no

@@ -164,7 +164,7 @@ pub async fn reconcile<K: Kind>(cached: Arc<K>, ctx: Arc<Ctx<K>>) -> Result<Acti
     let apis = Apis::of(&ctx.runtime, cached.as_ref())?;
     let name = cached.name_any();
     let Some(live) = stages::fetch(&apis, &name).await? else {
-        K::common(&ctx.data).forget(&apis.namespace, &name);
+        K::common(&ctx.data).forget(K::KIND, &apis.namespace, &name);
         K::forget(&ctx.data, &apis.namespace, &name);
         ctx.runtime.events.forget::<K>(&apis.namespace, &name);
         return Ok(Action::await_change());
@@ -200,7 +200,8 @@ pub async fn prepare<K: Kind>(
     followed.extend(K::own_secrets(topology, &passwords));
     let look = &K::common(&ctx.data).password_look;
     look.follow(&apis.secrets, &apis.namespace, &name, followed);
-    let tls = stages::read_tls(&ctx.runtime, apis, &live).await?;
+    let certificates = &K::common(&ctx.data).certificates;
+    let tls = stages::read_tls(&ctx.runtime, apis, &live, certificates).await?;
     let nodes = K::apply_members(apis, &live, tls.as_ref()).await?;
     let policy_refused = K::apply_owned(ctx, apis, &live.topology, &nodes).await?;
     let data = passwords.as_mut();

@@ -19,6 +19,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::{Api, ResourceExt};
 use operator_runtime::{ApiResultExt, Context, ObjectName, Op, apply};
 use topology_controller::shared::auth;
+use topology_controller::shared::cert_expiry::ExpiryBook;
 use topology_controller::shared::connections::Connections;
 use topology_controller::shared::events::TopologyEvent;
 use topology_controller::shared::member_status::{member_status_changed, versions_in_play};
@@ -121,13 +122,16 @@ pub struct Common {
     pub operator_namespace: String,
     /// `spec.users` rule checks made so far (see [`topology_controller::shared::users::Checks`]).
     pub user_checks: Checks,
+    /// When each TLS topology's certificates expire, for /metrics; one book for both kinds.
+    pub certificates: ExpiryBook,
 }
 
 impl Common {
-    /// A topology that is gone: nothing follows it any more.
-    pub fn forget(&self, namespace: &str, name: &str) {
+    /// A topology of `kind` that is gone: nothing follows it any more.
+    pub fn forget(&self, kind: &'static str, namespace: &str, name: &str) {
         self.pulse.forget(namespace, name);
         self.password_look.forget(namespace, name);
+        self.certificates.forget(namespace, kind, name);
     }
 }
 
@@ -151,11 +155,13 @@ pub async fn fetch<T: Topology>(apis: &Apis<T>, name: &str) -> Result<Option<Liv
 
 /// The client side of the topology's TLS (see [`member_tls::read`]): `None` without
 /// `spec.tls`, else the client or why it cannot be had (kept as
-/// [`Passwords::tls_problem`] for the guard).
+/// [`Passwords::tls_problem`] for the guard). When its certificates expire goes to
+/// `certificates` (dropped without TLS, or while it cannot be used).
 pub async fn read_tls<T: Topology>(
     ctx: &Context,
     apis: &Apis<T>,
     live: &Live<T>,
+    certificates: &ExpiryBook,
 ) -> Result<Option<Result<Client, TlsUnusable>>, Error> {
     let reading = member_tls::Reading {
         topology: &live.topology,
@@ -168,7 +174,11 @@ pub async fn read_tls<T: Topology>(
         TopologyEvent::CertificateIssued,
         TopologyEvent::CertificateRefused,
     );
-    member_tls::read(ctx, &apis.secrets, apis.field_manager, reading, reasons).await
+    let read = member_tls::read(ctx, &apis.secrets, apis.field_manager, reading, reasons).await?;
+    let expiry = read.as_ref().and_then(|r| r.expiry);
+    let name = live.topology.name_any();
+    certificates.record(&apis.namespace, T::KIND, &name, expiry);
+    Ok(read.map(|r| r.client))
 }
 
 /// Creates the members `wanted` names at their places (built by `build` from the place and

@@ -403,6 +403,28 @@ async fn a_new_member_is_issued_a_certificate_it_owns() {
 }
 
 #[tokio::test]
+async fn the_expiry_is_the_earliest_of_the_members_certificates_and_the_ca() {
+    let fake = FakeSecrets::default();
+    let alone = prepare_with(&fake, &[]).await;
+    let ca = cas_of(&fake).current.not_after();
+    let managed = |not_after| {
+        Some(Expiry {
+            not_after,
+            managed: true,
+        })
+    };
+    assert_eq!(alone.expiry, managed(ca), "no member yet: the CA");
+    let prepared = prepare_with(&fake, &[node(Some("10.0.0.1"))]).await;
+    let cert = text(&fake, MEMBER_TLS, TLS_CERT_KEY).expect("issued");
+    let leaf = cert_expiry::not_after(cert.as_bytes()).expect("readable");
+    assert!(leaf < ca);
+    assert_eq!(prepared.expiry, managed(leaf));
+    // Without a usable CA, nothing is known.
+    let gone = prepare_with(&FakeSecrets::default(), &[node(Some("10.0.0.1"))]).await;
+    assert_eq!(gone.expiry, None);
+}
+
+#[tokio::test]
 async fn a_valid_member_certificate_is_kept() {
     let now = SystemTime::now();
     let fake = with_member_issued(now).await;
