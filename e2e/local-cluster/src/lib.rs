@@ -16,6 +16,7 @@ pub mod operator;
 pub mod operator_pods;
 pub mod pki;
 pub mod process;
+pub mod prometheus;
 pub mod ranges;
 
 use std::net::SocketAddr;

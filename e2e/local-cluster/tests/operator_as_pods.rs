@@ -23,6 +23,8 @@ use local_cluster::operator_pods::{self, OperatorImage};
 use local_cluster::{LocalCluster, Options, repo_root};
 use serde_json::json;
 
+#[path = "operator_as_pods/monitoring.rs"]
+mod monitoring;
 #[path = "operator_as_pods/upgrade.rs"]
 mod upgrade;
 

@@ -1,0 +1,232 @@
+//! The monitoring we ship, proven against a real Prometheus: the exporters' PodMonitor
+//! (deploy/components/monitoring) and the chart's ServiceMonitors, translated into the
+//! scrape jobs prometheus-operator would generate, and the alert rules of
+//! deploy/monitoring/alerts.yaml with every `for` cut from minutes to as many seconds
+//! (promtool's unit tests check the real durations; here the expressions meet real series).
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Instant;
+
+use agent_services::ControlClient;
+use crd_types::names::statefulset_pod_name;
+use crd_types::template::Exporter;
+use e2e_kit::cluster_testing::Progress;
+use e2e_kit::replication_testing::{self, valkey_replication};
+use local_cluster::operator::documents;
+use local_cluster::prometheus::{Prometheus, scrape_job};
+use local_cluster::repo_root;
+use serde_json::Value;
+
+use super::{FORM, Installed, NS, OPERATOR_NS, SERIAL, install};
+
+/// The alert a frozen primary must raise, and its `for` here (15m in the rules).
+const NOT_READY: &str = "ValkeyTopologyNotReady";
+
+/// The monitors a user applies, the component's PodMonitor and the chart's ServiceMonitors,
+/// and the chart's Services (the same as the overlay installed).
+fn monitors() -> (Vec<Value>, Vec<Value>) {
+    let root = repo_root();
+    let pod_monitor =
+        std::fs::read_to_string(root.join("deploy/components/monitoring/podmonitor.yaml")).unwrap();
+    let chart = Command::new("helm")
+        .args(["template", "valkey-operator"])
+        .arg(root.join("charts/valkey-operator"))
+        .args(["--namespace", OPERATOR_NS])
+        .args(["--set", "metrics.serviceMonitor.enabled=true"])
+        .output()
+        .expect("helm on PATH (hack/install-tools.sh builds it)");
+    assert!(chart.status.success(), "{chart:?}");
+    let rendered = String::from_utf8(chart.stdout).unwrap();
+    let objects: Vec<Value> = documents(&pod_monitor)
+        .unwrap()
+        .into_iter()
+        .chain(documents(&rendered).unwrap())
+        .map(|o| serde_json::to_value(o).unwrap())
+        .collect();
+    let of_kind = |kinds: &[&str]| -> Vec<Value> {
+        objects
+            .iter()
+            .filter(|o| kinds.contains(&o["kind"].as_str().unwrap_or_default()))
+            .cloned()
+            .collect()
+    };
+    let monitors = of_kind(&["PodMonitor", "ServiceMonitor"]);
+    assert_eq!(monitors.len(), 5, "a PodMonitor and four ServiceMonitors");
+    (monitors, of_kind(&["Service"]))
+}
+
+/// deploy/monitoring/alerts.yaml with each `for: <n>m` as `<n>s` (and hours as minutes).
+fn quick_rules(env: &Installed) -> PathBuf {
+    let rules = std::fs::read_to_string(repo_root().join("deploy/monitoring/alerts.yaml")).unwrap();
+    let quick: Vec<String> = rules
+        .lines()
+        .map(|line| {
+            let Some((indent, duration)) = line.split_once("for: ") else {
+                return line.to_string();
+            };
+            if !indent.trim().is_empty() {
+                return line.to_string();
+            }
+            let (number, unit) = duration.split_at(duration.len() - 1);
+            let seconds = match unit {
+                "m" => number.parse::<u32>().unwrap(),
+                "h" => number.parse::<u32>().unwrap() * 60,
+                _ => panic!("unexpected `for: {duration}`"),
+            };
+            format!("{indent}for: {seconds}s")
+        })
+        .collect();
+    let path = env._run.path().join("alerts-quick.yaml");
+    std::fs::write(&path, quick.join("\n")).unwrap();
+    path
+}
+
+/// The value of the one series `expr` returns, or what it returned instead.
+async fn one_value(prometheus: &Prometheus, expr: &str) -> anyhow::Result<Progress<f64>> {
+    Ok(match prometheus.query(expr).await?.as_slice() {
+        [(_, value)] => Ok(*value),
+        other => Err(format!("{expr}: {other:?}")),
+    })
+}
+
+/// Whether `alert` about the group is firing.
+async fn firing(prometheus: &Prometheus, alert: &str, group: &str) -> anyhow::Result<bool> {
+    Ok(prometheus.alerts().await?.iter().any(|(labels, state)| {
+        labels["alertname"] == alert && labels["name"] == group && state == "firing"
+    }))
+}
+
+/// A ValkeyReplication with exporters on every member, scraped through the shipped
+/// monitors: the exporters' and the controllers' series arrive with the labels the rules
+/// join on; a frozen primary fires ValkeyTopologyNotReady within its `for` plus a few
+/// scrapes; thawed, the group heals and the alert resolves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn prometheus_scrapes_the_monitors_and_a_frozen_primary_fires_its_alert() {
+    let _serial = SERIAL.lock().await;
+    let mut env = install("all").await;
+    env.controllers_run_as_deployed().await;
+    let kubeconfig = env.cluster.admin_kubeconfig.clone();
+    let (monitors, services) = monitors();
+    let jobs = monitors
+        .iter()
+        .flat_map(|m| scrape_job(m, &services, &kubeconfig).unwrap())
+        .collect();
+    let rules = quick_rules(&env);
+    let prometheus = Prometheus::start(&mut env.cluster, jobs, &[rules], 1).unwrap();
+
+    let name = "watched";
+    let groups = replication_testing::ReplicationApis::new(&env.client, NS);
+    let mut group = valkey_replication(name, 2, 3, false);
+    group.spec.common.template.exporter = Some(Exporter::default());
+    groups.create(&group).await.unwrap();
+    env.wait("the group to be Ready", FORM, || {
+        replication_testing::ready_status(&groups, name)
+    })
+    .await;
+
+    // Every target up: 5 exporters, 2 pods of each controller.
+    env.wait("every scrape target up", FORM, || async {
+        let targets = prometheus.targets().await?;
+        let down: Vec<_> = targets.iter().filter(|(_, up, _)| !up).collect();
+        let exporters = targets
+            .iter()
+            .filter(|(job, up, _)| job.starts_with("podmonitor/") && *up)
+            .count();
+        Ok(
+            if down.is_empty() && exporters == 5 && targets.len() == 5 + 8 {
+                Ok(targets.len())
+            } else {
+                Err(format!("{exporters} exporters up; targets {targets:?}"))
+            },
+        )
+    })
+    .await;
+    // The rules' joins: exporters by topology and role, the operator's series by the
+    // object's own namespace, a leader per controller.
+    let topology = format!(r#"namespace="{NS}",topology="{name}""#);
+    for (expr, want) in [
+        (
+            format!(r#"count(redis_instance_info{{{topology},role="master"}})"#),
+            1.0,
+        ),
+        (
+            format!(r#"count(redis_instance_info{{{topology},role="slave"}})"#),
+            1.0,
+        ),
+        (
+            format!(
+                r#"count(redis_sentinel_master_status{{namespace="{NS}",master_name="{name}"}})"#
+            ),
+            3.0,
+        ),
+        (
+            format!(
+                r#"valkey_operator_topology_ready{{namespace="{NS}",kind="ValkeyReplication",name="{name}"}}"#
+            ),
+            1.0,
+        ),
+        (
+            format!(
+                r#"valkey_operator_topology_members_ready{{namespace="{NS}",name="{name}",role="sentinel"}}"#
+            ),
+            3.0,
+        ),
+        (
+            "count(sum by (controller) (valkey_operator_leader) == 1)".into(),
+            4.0,
+        ),
+    ] {
+        env.wait(&format!("{expr} = {want}"), FORM, || async {
+            Ok(match one_value(&prometheus, &expr).await? {
+                Ok(v) if v == want => Ok(()),
+                Ok(v) => Err(format!("{v}")),
+                Err(e) => Err(e),
+            })
+        })
+        .await;
+    }
+    assert!(!firing(&prometheus, NOT_READY, name).await.unwrap());
+
+    // The primary frozen: it keeps its pod and stops answering.
+    let primary = groups.status(name).await.unwrap().current_primary.unwrap();
+    let control = ControlClient::new(env.cluster.control_addr.expect("the node agent runs"));
+    let pod = format!("{NS}/{}", statefulset_pod_name(&primary));
+    control.freeze(&pod).await.unwrap();
+    let frozen = Instant::now();
+    env.wait(&format!("{NOT_READY} to fire"), FORM, || async {
+        Ok(if firing(&prometheus, NOT_READY, name).await? {
+            Ok(())
+        } else {
+            Err(format!("{:?}", prometheus.alerts().await?))
+        })
+    })
+    .await;
+    let fired = frozen.elapsed();
+    let others: Vec<String> = prometheus
+        .alerts()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(labels, state)| format!("{} {state}", labels["alertname"]))
+        .collect();
+    eprintln!("{NOT_READY} fired {fired:?} after the freeze (for: 15s); alerts: {others:?}");
+
+    control.thaw(&pod).await.unwrap();
+    let thawed = Instant::now();
+    env.wait(&format!("{NOT_READY} to resolve"), FORM, || async {
+        let ready = one_value(
+            &prometheus,
+            &format!(r#"valkey_operator_topology_ready{{namespace="{NS}",name="{name}"}}"#),
+        )
+        .await?;
+        let still = firing(&prometheus, NOT_READY, name).await?;
+        Ok(match ready {
+            Ok(v) if v == 1.0 && !still => Ok(()),
+            other => Err(format!("ready {other:?}, firing {still}")),
+        })
+    })
+    .await;
+    eprintln!("{NOT_READY} resolved {:?} after the thaw", thawed.elapsed());
+    env.cluster.stop().unwrap();
+}
