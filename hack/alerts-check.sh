@@ -7,6 +7,8 @@
 #     `promtool test rules` passes for every file in deploy/monitoring/tests;
 #   * the PrometheusRule of deploy/components/monitoring is what alerts.yaml generates, and
 #     kustomize renders it with the same groups;
+#   * the dashboard (deploy/monitoring/dashboard/valkey.json) is what its queries make
+#     (hack/dashboard.py), and every query parses;
 #   * the chart's copies (charts/valkey-operator/files/monitoring/) are alerts.yaml and the
 #     component's PodMonitor, and the chart's PrometheusRule (metrics.prometheusRule.enabled)
 #     has the same groups.
@@ -170,6 +172,13 @@ print(f"{len(alerts)} alerts, each with for, severity, summary, description, a r
       f"a firing and a quiet test; the component and the chart render the same groups")
 PY
 say "ok   rules and component"
+
+# The dashboard: valkey.json is what its queries make, and every query parses.
+python3 "$root/hack/dashboard.py" --check
+python3 "$root/hack/dashboard.py" --rules "$tmp/dashboard-rules.json"
+"$promtool" check rules "$tmp/dashboard-rules.json" >"$tmp/check" 2>&1 ||
+  { cat "$tmp/check"; die "a dashboard query does not parse"; }
+say "ok   dashboard queries parse: $(grep -o '[0-9]* rules found' "$tmp/check")"
 
 (cd "$tests" && "$promtool" test rules ./*.yaml) >"$tmp/test" 2>&1 ||
   { cat "$tmp/test"; die "promtool test rules failed"; }

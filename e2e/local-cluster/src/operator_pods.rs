@@ -216,7 +216,17 @@ pub async fn install(
     overlay: &Path,
     image: &str,
 ) -> Result<Vec<(String, String)>> {
-    let objects = apply_overlay(cluster, overlay, image, &[]).await?;
+    install_with_env(cluster, overlay, image, &[]).await
+}
+
+/// As [`install`], with `env` set in the controllers' containers (see [`set_env`]).
+pub async fn install_with_env(
+    cluster: &LocalCluster,
+    overlay: &Path,
+    image: &str,
+    env: &[(&str, &str, &str)],
+) -> Result<Vec<(String, String)>> {
+    let objects = apply_overlay(cluster, overlay, image, env).await?;
     let deployments: Vec<(String, String)> = objects
         .iter()
         .filter(|o| kind(o) == "Deployment")

@@ -48,20 +48,26 @@ struct Installed {
 }
 
 async fn install(overlay: &str) -> Installed {
+    install_with(overlay, &[]).await
+}
+
+/// As [`install`], with `(binary, name, value)` set in the controllers' environment.
+async fn install_with(overlay: &str, env: &[(&str, &str, &str)]) -> Installed {
     let run = tempfile::tempdir().unwrap();
     let cluster = LocalCluster::start(Options::new(run.path())).await.unwrap();
     let client = cluster.client().await.unwrap();
     let image = operator_pods::push_image(&cluster).await.unwrap();
     let overlay_dir = repo_root().join("deploy/overlays").join(overlay);
-    let deployments = operator_pods::install(&cluster, &overlay_dir, &image.reference)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|(namespace, name)| {
-            assert_eq!(namespace, OPERATOR_NS);
-            name
-        })
-        .collect();
+    let deployments =
+        operator_pods::install_with_env(&cluster, &overlay_dir, &image.reference, env)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|(namespace, name)| {
+                assert_eq!(namespace, OPERATOR_NS);
+                name
+            })
+            .collect();
     Installed {
         cluster,
         client,

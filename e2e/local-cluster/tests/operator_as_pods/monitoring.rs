@@ -10,15 +10,16 @@ use std::time::Instant;
 
 use agent_services::ControlClient;
 use crd_types::names::statefulset_pod_name;
-use crd_types::template::Exporter;
+use crd_types::template::{AutoResize, Exporter, Persistence, ReclaimPolicy, TlsAuthClients};
 use e2e_kit::cluster_testing::Progress;
 use e2e_kit::replication_testing::{self, valkey_replication};
+use e2e_kit::topology::issued;
 use local_cluster::operator::documents;
 use local_cluster::prometheus::{Prometheus, scrape_job};
 use local_cluster::repo_root;
 use serde_json::Value;
 
-use super::{FORM, Installed, NS, OPERATOR_NS, SERIAL, install};
+use super::{FORM, Installed, NS, OPERATOR_NS, SERIAL, install_with};
 
 /// The alert a frozen primary must raise, and its `for` here (15m in the rules).
 const NOT_READY: &str = "ValkeyTopologyNotReady";
@@ -97,14 +98,60 @@ async fn firing(prometheus: &Prometheus, alert: &str, group: &str) -> anyhow::Re
     }))
 }
 
-/// A ValkeyReplication with exporters on every member, scraped through the shipped
+/// Every query of the dashboard (deploy/monitoring/dashboard/queries, on this group)
+/// returns data: Grafana does not run here, its queries do.
+async fn every_panel_has_data(env: &Installed, prometheus: &Prometheus) {
+    let out = Command::new("python3")
+        .arg(repo_root().join("hack/dashboard.py"))
+        .arg("--queries")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let queries = String::from_utf8(out.stdout).unwrap();
+    let mut panels = 0;
+    for line in queries.lines() {
+        let (panel, query) = line.split_once('\t').unwrap();
+        env.wait(&format!("panel {panel} to have data"), FORM, || async {
+            let series = prometheus.query(query).await?;
+            Ok(if series.is_empty() {
+                Err(format!("no series for {query}"))
+            } else {
+                Ok(())
+            })
+        })
+        .await;
+        panels += 1;
+    }
+    assert!(panels >= 15, "{panels} panels");
+}
+
+/// Series per topology and per member, and the exporters' memory and CPU, for
+/// docs/benchmarks.md.
+async fn print_figures(prometheus: &Prometheus, name: &str) {
+    for expr in [
+        format!(r#"count({{__name__=~"valkey_operator_.*",namespace="{NS}",name="{name}"}})"#),
+        format!(r#"count by (pod) ({{namespace="{NS}",topology="{name}"}})"#),
+        format!(r#"process_resident_memory_bytes{{namespace="{NS}",topology="{name}"}}"#),
+        format!(r#"rate(process_cpu_seconds_total{{namespace="{NS}",topology="{name}"}}[1m])"#),
+    ] {
+        let series = prometheus.query(&expr).await.unwrap();
+        let values: Vec<String> = series
+            .iter()
+            .map(|(labels, v)| format!("{} {v}", labels["pod"].as_str().unwrap_or("")))
+            .collect();
+        eprintln!("{expr}: {values:?}");
+    }
+}
+
+/// A ValkeyReplication with exporters, TLS and volumes, scraped through the shipped
 /// monitors: the exporters' and the controllers' series arrive with the labels the rules
-/// join on; a frozen primary fires ValkeyTopologyNotReady within its `for` plus a few
+/// join on; every dashboard query returns data; a frozen primary fires ValkeyTopologyNotReady within its `for` plus a few
 /// scrapes; thawed, the group heals and the alert resolves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn prometheus_scrapes_the_monitors_and_a_frozen_primary_fires_its_alert() {
     let _serial = SERIAL.lock().await;
-    let mut env = install("all").await;
+    // pvc-resizer reads volume usage every 2 s (60 s by default) so the volume panel fills.
+    let mut env = install_with("all", &[("pvc-resizer", "STATS_INTERVAL", "2")]).await;
     env.controllers_run_as_deployed().await;
     let kubeconfig = env.cluster.admin_kubeconfig.clone();
     let (monitors, services) = monitors();
@@ -118,7 +165,23 @@ async fn prometheus_scrapes_the_monitors_and_a_frozen_primary_fires_its_alert() 
     let name = "watched";
     let groups = replication_testing::ReplicationApis::new(&env.client, NS);
     let mut group = valkey_replication(name, 2, 3, false);
+    // Everything the dashboard shows: exporters, the operator's certificates, volumes that
+    // pvc-resizer reads.
     group.spec.common.template.exporter = Some(Exporter::default());
+    group.spec.common.tls = Some(issued::operator_issued(TlsAuthClients::Optional));
+    group.spec.common.template.persistence = Some(Persistence {
+        size: "64Mi".into(),
+        storage_class_name: Some(agent_services::SIZED_STORAGE_CLASS.into()),
+        reclaim_policy: ReclaimPolicy::Delete,
+        auto_resize: Some(AutoResize {
+            used_percent_threshold: 80,
+            increase: "20%".into(),
+            limit: "128Mi".into(),
+            min_increase: "8Mi".into(),
+            cooldown_seconds: 300,
+        }),
+        ..Default::default()
+    });
     groups.create(&group).await.unwrap();
     env.wait("the group to be Ready", FORM, || {
         replication_testing::ready_status(&groups, name)
@@ -187,6 +250,8 @@ async fn prometheus_scrapes_the_monitors_and_a_frozen_primary_fires_its_alert() 
         .await;
     }
     assert!(!firing(&prometheus, NOT_READY, name).await.unwrap());
+    every_panel_has_data(&env, &prometheus).await;
+    print_figures(&prometheus, name).await;
 
     // The primary frozen: it keeps its pod and stops answering.
     let primary = groups.status(name).await.unwrap().current_primary.unwrap();
