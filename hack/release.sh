@@ -5,6 +5,9 @@
 #   install.yaml                      CRDs and the `all` overlay, the image pinned by tag and digest
 #   install-<overlay>.yaml            each other overlay, pinned the same way
 #   crds.yaml                         the CRDs alone
+#   monitoring.yaml                   the PodMonitor and the alerts' PrometheusRule (the
+#                                     monitoring component); alerts.yaml, the same rules plain
+#   dashboard.json                    the Grafana dashboard
 #   valkey-operator-VERSION.tgz       the Helm chart, its image pinned the same way
 #   sbom.cdx.json                     the image's SBOM (CycloneDX, from cargo metadata)
 #   checksums.txt                     sha256 of each file above
@@ -79,6 +82,14 @@ for dir in deploy/overlays/*/; do
   kustomize build "$dir" | pin "$dist/install-$overlay.yaml"
 done
 kustomize build deploy/crds >"$dist/crds.yaml"
+# A Component builds only from a Kustomization that includes it.
+mkdir -p "$work/monitoring"
+printf '%s\n' 'apiVersion: kustomize.config.k8s.io/v1beta1' 'kind: Kustomization' 'components:' \
+  "  - $(realpath --relative-to="$work/monitoring" deploy/components/monitoring)" \
+  >"$work/monitoring/kustomization.yaml"
+kustomize build "$work/monitoring" >"$dist/monitoring.yaml"
+cp deploy/monitoring/alerts.yaml "$dist/alerts.yaml"
+cp deploy/monitoring/dashboard/valkey.json "$dist/dashboard.json"
 
 # The chart, its version and image those of this release.
 cp -r charts/valkey-operator "$work/chart"
