@@ -136,19 +136,26 @@ pub fn certificate_figure(expiry: &Expiry) -> Figure {
     }
 }
 
+/// The [`Common`] parts of either kind's status (the fields have the same names).
+macro_rules! common_of {
+    ($status:expr) => {
+        Common {
+            conditions: &$status.conditions,
+            phase: $status.phase,
+            observed_generation: $status.observed_generation,
+            storage: $status.storage.as_ref(),
+            rotations: &$status.password_rotations,
+            ca_replacement: $status.ca_replacement.as_ref(),
+        }
+    };
+}
+
 /// A ValkeyCluster's figures at `now`.
 pub fn cluster_figures(cluster: &ValkeyCluster, now: Timestamp) -> Vec<Figure> {
     let spec = &cluster.spec;
     let status = cluster.status.clone().unwrap_or_default();
     let members: Vec<_> = status.shards.iter().flat_map(|s| &s.members).collect();
-    let common = Common {
-        conditions: &status.conditions,
-        phase: status.phase,
-        observed_generation: status.observed_generation,
-        storage: status.storage.as_ref(),
-        rotations: &status.password_rotations,
-        ca_replacement: status.ca_replacement.as_ref(),
-    };
+    let common = common_of!(status);
     let mut figures = common.figures(cluster, now);
     let data_desired = spec.shards * (1 + spec.replicas_per_shard);
     figures.extend(members_by_role(
@@ -180,14 +187,7 @@ pub fn cluster_figures(cluster: &ValkeyCluster, now: Timestamp) -> Vec<Figure> {
 pub fn replication_figures(group: &ValkeyReplication, now: Timestamp) -> Vec<Figure> {
     let spec = &group.spec;
     let status = group.status.clone().unwrap_or_default();
-    let common = Common {
-        conditions: &status.conditions,
-        phase: status.phase,
-        observed_generation: status.observed_generation,
-        storage: status.storage.as_ref(),
-        rotations: &status.password_rotations,
-        ca_replacement: status.ca_replacement.as_ref(),
-    };
+    let common = common_of!(status);
     let mut figures = common.figures(group, now);
     let (sentinels, data): (Vec<_>, Vec<_>) = status
         .members
