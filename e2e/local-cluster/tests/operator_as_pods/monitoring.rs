@@ -2,22 +2,32 @@
 //! (deploy/components/monitoring) and the chart's ServiceMonitors, translated into the
 //! scrape jobs prometheus-operator would generate, and the alert rules of
 //! deploy/monitoring/alerts.yaml with every `for` cut from minutes to as many seconds
-//! (promtool's unit tests check the real durations; here the expressions meet real series).
+//! (promtool's unit tests check the real durations; here the expressions meet real series):
+//! a frozen primary and a volume full at its limit fire their alerts, healing resolves them.
 
+use std::io::Write;
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use agent_services::ControlClient;
+use crd_types::ValkeyNode;
 use crd_types::names::statefulset_pod_name;
-use crd_types::template::{AutoResize, Exporter, Persistence, ReclaimPolicy, TlsAuthClients};
+use crd_types::template::{
+    AutoResize, Exporter, Persistence, ReclaimPolicy, TlsAuthClients, WorkloadType,
+};
 use e2e_kit::cluster_testing::Progress;
 use e2e_kit::replication_testing::{self, valkey_replication};
+use e2e_kit::testing::{ready_node, valkey_node};
 use e2e_kit::topology::issued;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
 use local_cluster::operator::documents;
 use local_cluster::prometheus::{Prometheus, scrape_job};
 use local_cluster::repo_root;
 use serde_json::Value;
+use serde_json::json;
 
 use super::{FORM, Installed, NS, OPERATOR_NS, SERIAL, install_with};
 
@@ -93,9 +103,7 @@ async fn one_value(prometheus: &Prometheus, expr: &str) -> anyhow::Result<Progre
 
 /// Whether `alert` about the group is firing.
 async fn firing(prometheus: &Prometheus, alert: &str, group: &str) -> anyhow::Result<bool> {
-    Ok(prometheus.alerts().await?.iter().any(|(labels, state)| {
-        labels["alertname"] == alert && labels["name"] == group && state == "firing"
-    }))
+    firing_about(prometheus, alert, "name", group).await
 }
 
 /// Every query of the dashboard (deploy/monitoring/dashboard/queries, on this group)
@@ -293,5 +301,141 @@ async fn prometheus_scrapes_the_monitors_and_a_frozen_primary_fires_its_alert() 
     })
     .await;
     eprintln!("{NOT_READY} resolved {:?} after the thaw", thawed.elapsed());
+
+    a_volume_full_at_its_limit_fires_until_the_limit_is_raised(&env, &prometheus).await;
     env.cluster.stop().unwrap();
+}
+
+/// The alert a volume full at its autoResize limit raises.
+const VOLUME_FULL: &str = "ValkeyVolumeFullAtLimit";
+
+/// A ValkeyNode whose volume (16Mi) is at its autoResize limit is filled past 90 %: the
+/// volume alert fires (the series pvc-resizer reads from the kubelet every 2 s here). Its
+/// limit raised, pvc-resizer grows the volume and the alert resolves.
+async fn a_volume_full_at_its_limit_fires_until_the_limit_is_raised(
+    env: &Installed,
+    prometheus: &Prometheus,
+) {
+    let name = "brimful";
+    let nodes: Api<ValkeyNode> = Api::namespaced(env.client.clone(), NS);
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), NS);
+    let mut node = valkey_node(
+        name,
+        WorkloadType::StatefulSet,
+        true,
+        Some(agent_services::SIZED_STORAGE_CLASS),
+    );
+    let persistence = node.spec.template.persistence.as_mut().unwrap();
+    persistence.size = "16Mi".into();
+    persistence.auto_resize = Some(AutoResize {
+        used_percent_threshold: 80,
+        increase: "100%".into(),
+        limit: "16Mi".into(),
+        min_increase: "1Mi".into(),
+        cooldown_seconds: 0,
+    });
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    let ip = env
+        .wait("brimful to serve", FORM, || async {
+            Ok(match ready_node(&nodes, &pods, name, None).await? {
+                Some((_, ip)) => Ok(ip),
+                None => Err("not ready".to_string()),
+            })
+        })
+        .await;
+    let used_share = || async {
+        let storage = nodes
+            .get_status(name)
+            .await?
+            .status
+            .unwrap_or_default()
+            .storage;
+        let storage = storage.unwrap_or_default();
+        Ok::<_, anyhow::Error>(
+            storage
+                .used_bytes
+                .zip(storage.available_bytes)
+                .map(|(u, a)| u as f64 / (u + a) as f64),
+        )
+    };
+    // 256 KiB values until the volume reads past 92 % full.
+    let mut written = 0;
+    while used_share().await.unwrap().is_none_or(|share| share < 0.92) {
+        assert!(
+            written < 80,
+            "16Mi never read 92 % full: {:?}",
+            used_share().await
+        );
+        for _ in 0..4 {
+            assert_eq!(set_value(&ip, &format!("fill{written}")), "OK");
+            written += 1;
+        }
+        // The next reading of the kubelet's stats (every 2 s) and of the status.
+        tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    }
+    let full = Instant::now();
+    env.wait(&format!("{VOLUME_FULL} to fire"), FORM, || async {
+        Ok(
+            if firing_about(prometheus, VOLUME_FULL, "claim", &format!("{name}-data")).await? {
+                Ok(())
+            } else {
+                Err(format!("{:?}", prometheus.alerts().await?))
+            },
+        )
+    })
+    .await;
+    eprintln!(
+        "{VOLUME_FULL} fired {:?} after {written} values read past 92 % (for: 15s)",
+        full.elapsed()
+    );
+
+    let raised = json!({"spec": {"persistence": {"autoResize": {"limit": "64Mi"}}}});
+    nodes
+        .patch(name, &PatchParams::default(), &Patch::Merge(&raised))
+        .await
+        .unwrap();
+    env.wait(&format!("{VOLUME_FULL} to resolve"), FORM, || async {
+        let still = firing_about(prometheus, VOLUME_FULL, "claim", &format!("{name}-data")).await?;
+        let share = used_share().await?;
+        Ok(match share {
+            Some(share) if share < 0.9 && !still => Ok(()),
+            other => Err(format!("used {other:?}, firing {still}")),
+        })
+    })
+    .await;
+}
+
+/// Whether `alert` is firing with `label` = `value`.
+async fn firing_about(
+    prometheus: &Prometheus,
+    alert: &str,
+    label: &str,
+    value: &str,
+) -> anyhow::Result<bool> {
+    Ok(prometheus.alerts().await?.iter().any(|(labels, state)| {
+        labels["alertname"] == alert && labels[label] == value && state == "firing"
+    }))
+}
+
+/// `SET <key> <256 KiB>` through valkey-cli's stdin; its answer.
+fn set_value(host: &str, key: &str) -> String {
+    let mut child = Command::new("valkey-cli")
+        .args(["-h", host, "-p", "6379", "-x", "SET", key])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("valkey-cli runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&vec![b'v'; 256 << 10])
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if text.is_empty() {
+        return String::from_utf8_lossy(&out.stderr).trim().to_string();
+    }
+    text
 }
