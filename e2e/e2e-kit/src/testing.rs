@@ -86,6 +86,27 @@ pub fn valkey_cli(host: &str, args: &[&str]) -> String {
     valkey_cli_as(host, None, args)
 }
 
+/// `SET <key> <value>` with `value` on valkey-cli's stdin (`-x`), for values too large for
+/// its command line; its answer, or its error text.
+pub fn set_from_stdin(host: &str, key: &str, value: &[u8]) -> String {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = Command::new("valkey-cli")
+        .args(["-h", host, "-p", "6379", "-x", "SET", key])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("valkey-cli runs");
+    child.stdin.take().unwrap().write_all(value).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if text.is_empty() {
+        return String::from_utf8_lossy(&out.stderr).trim().to_string();
+    }
+    text
+}
+
 /// [`valkey_cli`] logged in as `(user, password)`; `None` as the user means the default
 /// user. The password goes through REDISCLI_AUTH, as in the pods.
 pub fn valkey_cli_as(host: &str, login: Option<(Option<&str>, &str)>, args: &[&str]) -> String {

@@ -15,8 +15,6 @@
 //! - a ValkeyCluster's template growth reaches every member's claim.
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use crd_types::cluster::ValkeyClusterSpec;
@@ -25,7 +23,8 @@ use crd_types::node::{StorageState, StorageStatus};
 use crd_types::template::{AutoResize, WorkloadType};
 use crd_types::{ValkeyCluster, ValkeyNode};
 use e2e_kit::testing::{
-    cluster_with_operator_using, controller, events_about, ready_node, valkey_cli, valkey_node,
+    cluster_with_operator_using, controller, events_about, ready_node, set_from_stdin, valkey_cli,
+    valkey_node,
 };
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
@@ -121,23 +120,9 @@ async fn create_ready(cluster: &LocalCluster, client: &Client, node: ValkeyNode)
     ip
 }
 
-/// `SET <key> <VALUE bytes>` through valkey-cli's stdin; its answer.
+/// `SET <key> <VALUE bytes>`; its answer.
 fn set_value(host: &str, key: &str) -> String {
-    let mut child = Command::new("valkey-cli")
-        .args(["-h", host, "-p", "6379", "-x", "SET", key])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("valkey-cli runs");
-    let payload = vec![b'v'; VALUE];
-    child.stdin.take().unwrap().write_all(&payload).unwrap();
-    let out = child.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    if text.is_empty() {
-        return String::from_utf8_lossy(&out.stderr).trim().to_string();
-    }
-    text
+    set_from_stdin(host, key, &vec![b'v'; VALUE])
 }
 
 /// Writes keys `prefix0..prefix<count>` and checks each was taken.

@@ -5,9 +5,8 @@
 //! (promtool's unit tests check the real durations; here the expressions meet real series):
 //! a frozen primary and a volume full at its limit fire their alerts, healing resolves them.
 
-use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Instant;
 
 use agent_services::ControlClient;
@@ -18,7 +17,7 @@ use crd_types::template::{
 };
 use e2e_kit::cluster_testing::Progress;
 use e2e_kit::replication_testing::{self, valkey_replication};
-use e2e_kit::testing::{ready_node, valkey_node};
+use e2e_kit::testing::{ready_node, set_from_stdin, valkey_node};
 use e2e_kit::topology::issued;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -367,7 +366,10 @@ async fn a_volume_full_at_its_limit_fires_until_the_limit_is_raised(
             used_share().await
         );
         for _ in 0..4 {
-            assert_eq!(set_value(&ip, &format!("fill{written}")), "OK");
+            assert_eq!(
+                set_from_stdin(&ip, &format!("fill{written}"), &vec![b'v'; 256 << 10]),
+                "OK"
+            );
             written += 1;
         }
         // The next reading of the kubelet's stats (every 2 s) and of the status.
@@ -415,27 +417,4 @@ async fn firing_about(
     Ok(prometheus.alerts().await?.iter().any(|(labels, state)| {
         labels["alertname"] == alert && labels[label] == value && state == "firing"
     }))
-}
-
-/// `SET <key> <256 KiB>` through valkey-cli's stdin; its answer.
-fn set_value(host: &str, key: &str) -> String {
-    let mut child = Command::new("valkey-cli")
-        .args(["-h", host, "-p", "6379", "-x", "SET", key])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("valkey-cli runs");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(&vec![b'v'; 256 << 10])
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    if text.is_empty() {
-        return String::from_utf8_lossy(&out.stderr).trim().to_string();
-    }
-    text
 }
