@@ -9,6 +9,9 @@
 #                                     monitoring component); alerts.yaml, the same rules plain
 #   dashboard.json                    the Grafana dashboard
 #   valkey-operator-VERSION.tgz       the Helm chart, its image pinned the same way
+#   kubectl-valkey-VERSION-linux-amd64.tar.gz
+#                                     the kubectl plugin, a static binary (glibc with
+#                                     crt-static, as the controllers are built)
 #   sbom.cdx.json                     the image's SBOM (CycloneDX, from cargo metadata)
 #   checksums.txt                     sha256 of each file above
 # Usage: hack/release.sh VERSION [--image REPOSITORY:TAG@DIGEST]
@@ -102,6 +105,21 @@ helm package "$work/chart" --destination "$dist" >/dev/null
 [[ -f "$dist/valkey-operator-$version.tgz" ]] || die "helm package made no valkey-operator-$version.tgz"
 rendered="$(helm template valkey-operator "$dist/valkey-operator-$version.tgz" --namespace valkey-operator-system)"
 grep -q "image: $image" <<<"$rendered" || die "the packaged chart does not render $image"
+
+# The kubectl plugin: built like the controllers (hack/operator-image.sh), statically linked
+# so it runs on any x86_64 Linux, and checked to run before it is packed.
+say "building the kubectl plugin"
+triple=x86_64-unknown-linux-gnu
+target_dir="${CARGO_TARGET_DIR:-$root/target}"
+CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-C target-feature=+crt-static" \
+  cargo build --quiet --release --locked --target "$triple" -p kubectl-valkey --bin kubectl-valkey
+plugin="$target_dir/$triple/release/kubectl-valkey"
+ldd "$plugin" 2>&1 | grep -qE 'statically linked|not a dynamic executable' || die "kubectl-valkey is not statically linked"
+[[ "$("$plugin" --version)" == "kubectl valkey $version" ]] || die "kubectl-valkey --version does not say $version"
+mkdir -p "$work/plugin"
+cp "$plugin" "$work/plugin/kubectl-valkey"
+tar -C "$work/plugin" -czf "$dist/kubectl-valkey-$version-linux-amd64.tar.gz" --sort=name --mtime=@0 \
+  --owner=0 --group=0 --numeric-owner .
 
 # The SBOM of what the image holds: the four controller binaries and every crate they link
 # (build-time dependencies left out), for the image's target.
