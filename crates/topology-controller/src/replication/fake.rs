@@ -299,6 +299,7 @@ pub async fn observe_all(fake: &FakeGroup, group: &Group) -> (Members, Connectio
             ..Default::default()
         },
         pod: None,
+        told_monitored: true,
     };
     let mut members = Members::default();
     let mut conns = Connections::default();

@@ -8,7 +8,7 @@ use crd_types::cluster::Phase;
 use crd_types::names::{self, components, labels};
 use crd_types::node::{Mode, NodeReplication};
 use crd_types::template::{Auth, Scheduling, ValkeyNodeTemplate};
-use crd_types::{ValkeyNode, ValkeyReplication};
+use crd_types::{ValkeyNode, ValkeyReplication, ValkeyReplicationStatus};
 use kube::ResourceExt;
 
 use crate::replication::model::{At, Facts, Group, data_config};
@@ -36,6 +36,7 @@ pub fn observed(node: &ValkeyNode) -> Option<Facts> {
         ready: workload.is_some_and(|w| w.ready),
         revisions: revisions(node),
         pod: workload.and_then(|w| w.pod_name.clone()),
+        told_monitored: node.spec.replication.as_ref().is_some_and(|r| r.monitored),
     })
 }
 
@@ -54,7 +55,7 @@ pub fn member_labels(replication: &str, index: u32) -> BTreeMap<String, String> 
 
 /// What every member is told of the group (`spec.replication`), from what Kubernetes says:
 /// the primary status last recorded (at creation, data node 0) by its announce address,
-/// whether the group was ever Ready (so sentinels monitor it), the wanted sentinels' and
+/// whether sentinels monitor it ([`monitored`]), the wanted sentinels' and
 /// data nodes' addresses, and the spec's Sentinel options.
 pub fn context(replication: &ValkeyReplication, nodes: &[ValkeyNode]) -> NodeReplication {
     let group = Group::of(replication);
@@ -81,9 +82,7 @@ pub fn context(replication: &ValkeyReplication, nodes: &[ValkeyNode]) -> NodeRep
     NodeReplication {
         primary_name: group.name.clone(),
         primary: address(recorded.unwrap_or(&first)),
-        monitored: status
-            .and_then(|s| s.phase)
-            .is_some_and(|p| p != Phase::Creating),
+        monitored: monitored(&group, status),
         sentinels: addresses(|at| matches!(at, At::Sentinel(_))),
         data_nodes: addresses(|at| matches!(at, At::Data(_))),
         quorum: sentinel.quorum,
@@ -91,6 +90,26 @@ pub fn context(replication: &ValkeyReplication, nodes: &[ValkeyNode]) -> NodeRep
         failover_timeout: sentinel.failover_timeout,
         parallel_syncs: sentinel.parallel_syncs,
     }
+}
+
+/// The sentinels monitor the group: it was Ready once, or the last status saw every wanted
+/// sentinel ready and monitoring the primary. Told during creation, so the first Ready is
+/// never followed by a change to every member's spec (which made Ready flap False).
+fn monitored(group: &Group, status: Option<&ValkeyReplicationStatus>) -> bool {
+    let Some(status) = status else { return false };
+    if status.phase.is_some_and(|p| p != Phase::Creating) {
+        return true;
+    }
+    let sentinels: Vec<String> = (0..group.sentinels)
+        .map(|j| group.member_name(At::Sentinel(j)))
+        .collect();
+    !sentinels.is_empty()
+        && sentinels.iter().all(|name| {
+            status
+                .members
+                .iter()
+                .any(|m| &m.name == name && m.ready && m.link_up == Some(true))
+        })
 }
 
 /// The member at `at`, told `context` (see [`context`]). `allowed_revision` is its roll
@@ -318,8 +337,9 @@ mod tests {
 
     #[test]
     fn the_context_names_the_recorded_primary_and_the_wanted_members() {
+        use crd_types::node::Role;
         use crd_types::node::{EndpointStatus, ValkeyNodeStatus};
-        use crd_types::replication::ValkeyReplicationStatus;
+        use crd_types::replication::{ReplicationMemberStatus, ValkeyReplicationStatus};
         let mut r = replication(2);
         r.spec.sentinel.replicas = 1;
         let mut nodes: Vec<ValkeyNode> = [At::Data(0), At::Data(1), At::Data(2), At::Sentinel(0)]
@@ -344,6 +364,27 @@ mod tests {
             "data node 0 at creation"
         );
         assert!(!c.monitored);
+        let sentinel_seen = |ready, link_up| ReplicationMemberStatus {
+            name: "sessions-sentinel-0".into(),
+            role: Some(Role::Sentinel),
+            ready,
+            link_up,
+            ..Default::default()
+        };
+        for (seen, monitored) in [
+            (sentinel_seen(true, Some(false)), false),
+            (sentinel_seen(false, Some(true)), false),
+            (sentinel_seen(true, Some(true)), true),
+        ] {
+            r.status = Some(ValkeyReplicationStatus {
+                phase: Some(Phase::Creating),
+                members: vec![seen.clone()],
+                ..Default::default()
+            });
+            let told = context(&r, &nodes).monitored;
+            assert_eq!(told, monitored, "creating, the sentinel seen as {seen:?}");
+        }
+        r.status = None;
         assert_eq!(
             c.data_nodes,
             ["10.96.0.0", "10.96.0.1"],

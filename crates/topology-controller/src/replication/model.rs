@@ -206,6 +206,9 @@ pub struct Facts {
     pub revisions: Revisions,
     /// The current pod's name, for its role label.
     pub pod: Option<String>,
+    /// Its spec says the sentinels monitor the group (`spec.replication.monitored`): what
+    /// its scripts follow after a restart. The group is not Ready before every member is told.
+    pub told_monitored: bool,
 }
 
 /// What a data node's Valkey said.

@@ -66,6 +66,7 @@ fn facts(at: At) -> Facts {
         address: Some(address),
         ready: true,
         revisions: settled_revisions(),
+        told_monitored: true,
     }
 }
 

@@ -63,7 +63,7 @@ pub fn replication_status(i: Inputs) -> ValkeyReplicationStatus {
 }
 
 /// Idle, the primary serving, every wanted member there, ready, linked and monitoring,
-/// every sentinel's view exact, nobody leaving.
+/// every sentinel's view exact, nobody leaving, every member told the group is monitored.
 fn is_ready(i: &Inputs) -> bool {
     let h = i.health;
     matches!(i.step, Step::Idle)
@@ -75,6 +75,7 @@ fn is_ready(i: &Inputs) -> bool {
         && h.unlinked.is_none()
         && h.sentinel_view.is_none()
         && h.leaving.is_empty()
+        && h.untold.is_empty()
 }
 
 /// Past Creating once Ready was reached.
@@ -194,6 +195,11 @@ fn unwell_message(h: &Health) -> String {
         s.clone()
     } else if !h.leaving.is_empty() {
         format!("leaving: {}", h.leaving.join(", "))
+    } else if !h.untold.is_empty() {
+        format!(
+            "not yet told that sentinels monitor the group: {}",
+            h.untold.join(", ")
+        )
     } else {
         format!(
             "{} data nodes and {} sentinels play their part",
@@ -363,6 +369,24 @@ mod tests {
             message.contains("g-sentinel-1 knows the replicas"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn a_formed_group_is_not_ready_before_every_member_is_told_it_is_monitored() {
+        let g = group(2, 3);
+        let mut m = formed(2, 3);
+        m.data[1].facts.told_monitored = false;
+        m.sentinels[2].facts.told_monitored = false;
+        let s = status_of(&g, &m, None);
+        assert_eq!(s.phase, Some(Phase::Creating));
+        let ready = conditions::find(&s.conditions, types::READY).unwrap();
+        assert_eq!(ready.status, "False");
+        assert_eq!(
+            ready.message,
+            "not yet told that sentinels monitor the group: g-1, g-sentinel-2"
+        );
+        let sentinel = s.members.iter().find(|m| m.name == "g-sentinel-2").unwrap();
+        assert_eq!(sentinel.link_up, Some(true), "what tells them: {s:?}");
     }
 
     #[test]

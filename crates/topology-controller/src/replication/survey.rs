@@ -126,6 +126,8 @@ pub struct Health {
     pub leaving: Vec<String>,
     /// Some wanted member runs another revision than its spec renders to.
     pub rolling: bool,
+    /// Wanted members whose spec does not yet say that sentinels monitor the group.
+    pub untold: Vec<String>,
 }
 
 impl Health {
@@ -172,6 +174,12 @@ impl Health {
             .map(|d| &d.facts)
             .chain(wanted_sentinels().map(|s| &s.facts))
             .any(|f| f.revisions.desired != f.revisions.running);
+        let untold = wanted_data()
+            .map(|d| &d.facts)
+            .chain(wanted_sentinels().map(|s| &s.facts))
+            .filter(|f| !f.told_monitored)
+            .map(|f| f.name.clone())
+            .collect();
         Health {
             ready_data: wanted_data().filter(|d| serving(d)).count(),
             ready_sentinels: match &primary {
@@ -190,6 +198,7 @@ impl Health {
             sentinel_view,
             leaving,
             rolling,
+            untold,
         }
     }
 }
