@@ -42,6 +42,7 @@ e2e-deps:
     bash e2e/setup-valkey.sh
     bash e2e/k8s/build.sh >/dev/null
     bash e2e/registry/build.sh >/dev/null
+    bash hack/prometheus-operator-crds.sh >/dev/null
 
 # The operator image, without a Docker daemon: static release binaries in an OCI layout.
 image:

@@ -38,7 +38,8 @@ pub const MAX_REPLICAS_PER_SHARD: u32 = 5;
     validation = Rule::new("!has(self.switchover) || self.switchover.shard < self.shards").message("switchover.shard must name an existing shard: shards are numbered from 0 to shards - 1"),
     validation = Rule::new("!has(self.switchover) || self.switchover.member <= self.replicasPerShard").message("switchover.member must name an existing member: members are numbered from 0 to replicasPerShard"),
     validation = crate::template::operator_secret_ref_is_kept(),
-    validation = crate::template::tls_is_set_at_creation()
+    validation = crate::template::tls_is_set_at_creation(),
+    validation = crate::monitoring::pod_monitor_needs_an_exporter()
 )]
 pub struct ValkeyClusterSpec {
     /// Number of shards (primaries), 1 to 500. Changing it moves slots online.

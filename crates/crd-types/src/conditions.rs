@@ -36,6 +36,8 @@ pub mod types {
     pub const SLOTS_ASSIGNED: &str = "SlotsAssigned";
     /// With `spec.users`: every data node has exactly the users the spec asks for.
     pub const USERS_READY: &str = "UsersReady";
+    /// With `spec.monitoring.podMonitor`: the topology's PodMonitor is applied.
+    pub const POD_MONITOR_READY: &str = "PodMonitorReady";
 }
 
 pub const TRUE: &str = "True";

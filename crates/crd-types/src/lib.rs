@@ -12,6 +12,7 @@ pub mod conditions;
 pub mod config;
 pub mod crds;
 pub mod live_config;
+pub mod monitoring;
 pub mod names;
 pub mod network;
 pub mod node;

@@ -41,7 +41,8 @@ pub const MAX_SENTINELS: u32 = 9;
     validation = Rule::new("!has(self.switchover) || self.switchover.member < self.replicas").message("switchover.member must name an existing data node: members are numbered from 0 to replicas - 1 (to scale in below a switchover already done, remove spec.switchover)"),
     validation = Rule::new("!has(self.minReplicasToWrite) || self.minReplicasToWrite < self.replicas").message("minReplicasToWrite must be below replicas: a primary has at most replicas - 1 replicas to count on"),
     validation = crate::template::operator_secret_ref_is_kept(),
-    validation = crate::template::tls_is_set_at_creation()
+    validation = crate::template::tls_is_set_at_creation(),
+    validation = crate::monitoring::pod_monitor_needs_an_exporter()
 )]
 pub struct ValkeyReplicationSpec {
     /// Data nodes, the primary included (1 to 32).

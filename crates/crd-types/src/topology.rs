@@ -1,9 +1,10 @@
 //! What every topology kind's spec has (ValkeyCluster, ValkeyReplication), written once and
-//! flattened into each: the members' pod, authentication, users, NetworkPolicy and TLS.
+//! flattened into each: the members' pod, authentication, users, NetworkPolicy, TLS and monitors.
 
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::monitoring::MonitoringSpec;
 use crate::network::NetworkPolicySpec;
 use crate::template::{Auth, TopologyTls, ValkeyNodeTemplate};
 
@@ -38,4 +39,8 @@ pub struct TopologySpec {
     /// TLS for clients and replication, and on a ValkeyCluster for the cluster bus.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TopologyTls>,
+
+    /// Prometheus monitors topology-controller makes for the topology.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub monitoring: Option<MonitoringSpec>,
 }

@@ -224,7 +224,7 @@ pub async fn install_with_env(
 
 /// Applies the CRDs among `objects`, waits until discovery serves them (controllers read
 /// discovery at start), then applies the rest in order.
-pub(crate) async fn apply_crds_first(
+pub async fn apply_crds_first(
     cluster: &LocalCluster,
     client: &kube::Client,
     objects: &[DynamicObject],

@@ -33,7 +33,18 @@ impl Prometheus {
         rules: &[PathBuf],
         interval_seconds: u32,
     ) -> Result<Self> {
-        let dir = cluster.layout.run_dir.join("prometheus");
+        Self::start_named(cluster, "prometheus", jobs, rules, interval_seconds)
+    }
+
+    /// As [`Prometheus::start`], one of several: `name` is its directory and process.
+    pub fn start_named(
+        cluster: &mut LocalCluster,
+        name: &str,
+        jobs: Vec<Value>,
+        rules: &[PathBuf],
+        interval_seconds: u32,
+    ) -> Result<Self> {
+        let dir = cluster.layout.run_dir.join(name);
         std::fs::create_dir_all(dir.join("data"))?;
         let interval = format!("{interval_seconds}s");
         let config = json!({
@@ -48,7 +59,7 @@ impl Prometheus {
         let addr = format!("127.0.0.1:{port}");
         let binary = binaries()?.join("prometheus");
         cluster.spawn_recorded(
-            "prometheus",
+            name,
             Command::new(binary)
                 .arg(format!("--config.file={}", config_file.display()))
                 .arg(format!(

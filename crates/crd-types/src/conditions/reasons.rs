@@ -404,6 +404,21 @@ reasons! {
 }
 
 reasons! {
+    /// `PodMonitorReady` (topology-controller, with `spec.monitoring.podMonitor`): the
+    /// topology's PodMonitor for its exporters is applied.
+    PodMonitorReady for types::POD_MONITOR_READY {
+        /// The PodMonitor `<topology>-exporters` is applied as the spec asks.
+        PodMonitorApplied,
+        /// The monitoring.coreos.com/v1 PodMonitor CRD is not installed (prometheus-operator
+        /// is absent); nothing is scraped until it is, and the operator looks again.
+        CrdMissing,
+        /// The API server refused the PodMonitor (its message says why: a missing RBAC
+        /// rule, an admission policy), or an object of that name is not the topology's.
+        PodMonitorRefused,
+    }
+}
+
+reasons! {
     /// `SlotsAssigned` (topology-controller): all 16384 slots have an owner and none is open.
     SlotsAssigned for types::SLOTS_ASSIGNED {
         /// Every slot has an owner and no slot is importing or migrating.
@@ -449,6 +464,7 @@ pub fn table() -> Vec<Row> {
         rows(Degraded::ALL, Degraded::meaning),
         rows(SlotsAssigned::ALL, SlotsAssigned::meaning),
         rows(UsersReady::ALL, UsersReady::meaning),
+        rows(PodMonitorReady::ALL, PodMonitorReady::meaning),
     ]
     .concat()
 }

@@ -69,6 +69,7 @@ fn replication(spec: Value) -> Value {
 }
 
 mod credentials;
+mod monitoring;
 mod samples;
 mod valkey_cluster;
 mod valkey_node;

@@ -8,6 +8,10 @@ operator_runtime::event_reasons! {
         /// The topology's NetworkPolicy could not be applied (a peer the API server refuses,
         /// or a missing RBAC rule); the note says why. The members are looked after anyway.
         NetworkPolicyRefused: Warning,
+        /// The PodMonitor `spec.monitoring.podMonitor` asks for cannot be applied (no
+        /// PodMonitor CRD, a missing RBAC rule, a name taken); the note says why. Told once
+        /// per change of reason.
+        PodMonitorNotApplied: Warning,
         /// `spec.users` were set (`ACL SETUSER`) or users it does not list deleted on data
         /// nodes; the note says which, where.
         UsersApplied: Normal,

@@ -25,6 +25,7 @@ pub mod members;
 pub mod network;
 pub mod operator_password;
 pub mod owned;
+pub mod pod_monitor;
 pub mod roll;
 pub mod storage;
 pub mod target;

@@ -11,18 +11,23 @@ use std::time::Instant;
 
 use agent_services::ControlClient;
 use crd_types::ValkeyNode;
+use crd_types::conditions::{self, types};
+use crd_types::monitoring::{
+    MonitoringSpec, POD_MONITOR_GROUP, POD_MONITOR_KIND, POD_MONITOR_PLURAL, POD_MONITOR_VERSION,
+    PodMonitorSpec,
+};
 use crd_types::names::statefulset_pod_name;
 use crd_types::template::{
     AutoResize, Exporter, Persistence, ReclaimPolicy, TlsAuthClients, WorkloadType,
 };
 use e2e_kit::cluster_testing::Progress;
-use e2e_kit::replication_testing::{self, valkey_replication};
+use e2e_kit::replication_testing::{self, ReplicationApis, valkey_replication};
 use e2e_kit::testing::{ready_node, set_from_stdin, valkey_node};
 use e2e_kit::topology::issued;
 use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
-use local_cluster::operator::documents;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use local_cluster::operator::{apply_all, apply_crds_first, documents};
 use local_cluster::prometheus::{Prometheus, scrape_job};
 use local_cluster::repo_root;
 use serde_json::Value;
@@ -189,11 +194,20 @@ async fn prometheus_scrapes_the_monitors_and_a_frozen_primary_fires_its_alert() 
         }),
         ..Default::default()
     });
+    // Its own PodMonitor too, asked for before prometheus-operator's CRDs exist.
+    group.spec.common.monitoring = Some(MonitoringSpec {
+        pod_monitor: Some(PodMonitorSpec {
+            labels: [("release".to_string(), "e2e".to_string())].into(),
+            interval: Some("1s".into()),
+            ..Default::default()
+        }),
+    });
     groups.create(&group).await.unwrap();
     env.wait("the group to be Ready", FORM, || {
         replication_testing::ready_status(&groups, name)
     })
     .await;
+    let own_monitor = its_pod_monitor_once_the_crds_exist(&env, &groups, name, &monitors).await;
 
     // Every target up: 5 exporters, 2 pods of each controller.
     env.wait("every scrape target up", FORM, || async {
@@ -257,6 +271,14 @@ async fn prometheus_scrapes_the_monitors_and_a_frozen_primary_fires_its_alert() 
         .await;
     }
     assert!(!firing(&prometheus, NOT_READY, name).await.unwrap());
+    its_own_pod_monitor_scrapes_it_until_turned_off(
+        &mut env,
+        &groups,
+        name,
+        &own_monitor,
+        &services,
+    )
+    .await;
     every_panel_has_data(&env, &prometheus).await;
     print_figures(&prometheus, name).await;
 
@@ -303,6 +325,148 @@ async fn prometheus_scrapes_the_monitors_and_a_frozen_primary_fires_its_alert() 
 
     a_volume_full_at_its_limit_fires_until_the_limit_is_raised(&env, &prometheus).await;
     env.cluster.stop().unwrap();
+}
+
+/// prometheus-operator's own CRDs for PodMonitor, ServiceMonitor and PrometheusRule
+/// (hack/prometheus-operator-crds.sh).
+fn prometheus_operator_crds() -> Vec<DynamicObject> {
+    let out = Command::new("bash")
+        .arg(repo_root().join("hack/prometheus-operator-crds.sh"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let dir = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
+    ["podmonitors", "servicemonitors", "prometheusrules"]
+        .iter()
+        .flat_map(|plural| {
+            let file = dir.join(format!("monitoring.coreos.com_{plural}.yaml"));
+            documents(&std::fs::read_to_string(file).unwrap()).unwrap()
+        })
+        .collect()
+}
+
+fn pod_monitors(env: &Installed) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk(POD_MONITOR_GROUP, POD_MONITOR_VERSION, POD_MONITOR_KIND);
+    let resource = ApiResource::from_gvk_with_plural(&gvk, POD_MONITOR_PLURAL);
+    Api::namespaced_with(env.client.clone(), NS, &resource)
+}
+
+/// The group's `PodMonitorReady` condition as (status, reason), if it has one.
+async fn pod_monitor_ready(groups: &ReplicationApis, name: &str) -> Option<(String, String)> {
+    let status = groups.status(name).await.unwrap();
+    let found = conditions::find(&status.conditions, types::POD_MONITOR_READY)?;
+    Some((found.status.clone(), found.reason.clone()))
+}
+
+/// The group asked for its own PodMonitor where prometheus-operator's CRDs are not installed:
+/// it is Ready all the same, and the condition and an Event say why there is no monitor.
+/// The real CRDs installed (and the monitors we ship admitted by their schemas), the
+/// PodMonitor is made at the next look; returned as the API server holds it.
+async fn its_pod_monitor_once_the_crds_exist(
+    env: &Installed,
+    groups: &ReplicationApis,
+    name: &str,
+    shipped: &[Value],
+) -> Value {
+    env.wait(
+        "PodMonitorReady to say the CRD is missing",
+        FORM,
+        || async {
+            Ok(match pod_monitor_ready(groups, name).await {
+                Some((status, reason)) if status == "False" && reason == "CrdMissing" => Ok(()),
+                other => Err(format!("{other:?}")),
+            })
+        },
+    )
+    .await;
+    let told = groups
+        .group_events(name, Some("PodMonitorNotApplied"))
+        .await
+        .unwrap();
+    assert!(!told.is_empty(), "no PodMonitorNotApplied Event");
+
+    apply_crds_first(&env.cluster, &env.client, &prometheus_operator_crds())
+        .await
+        .unwrap();
+    let rule = std::fs::read_to_string(
+        repo_root().join("deploy/components/monitoring/prometheusrule.yaml"),
+    )
+    .unwrap();
+    let mut ours: Vec<DynamicObject> = shipped
+        .iter()
+        .map(|m| serde_json::from_value(m.clone()).unwrap())
+        .chain(documents(&rule).unwrap())
+        .collect();
+    for object in &mut ours {
+        object.metadata.namespace = Some(OPERATOR_NS.into());
+    }
+    apply_all(&env.client, &ours)
+        .await
+        .expect("the real CRDs admit the monitors and the rule we ship");
+
+    let installed = Instant::now();
+    env.wait("PodMonitorReady True", FORM, || async {
+        Ok(match pod_monitor_ready(groups, name).await {
+            Some((status, _)) if status == "True" => Ok(()),
+            other => Err(format!("{other:?}")),
+        })
+    })
+    .await;
+    eprintln!(
+        "the group's PodMonitor made {:?} after the CRDs",
+        installed.elapsed()
+    );
+    let monitor = pod_monitors(env)
+        .get(&format!("{name}-exporters"))
+        .await
+        .unwrap();
+    assert_eq!(monitor.labels()["release"], "e2e", "the spec's label");
+    let owner = &monitor.owner_references()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str()),
+        ("ValkeyReplication", name)
+    );
+    serde_json::to_value(monitor).unwrap()
+}
+
+/// A Prometheus of its own, given only the PodMonitor topology-controller made, scrapes the
+/// group's five exporters, their series labelled with the topology as the rules expect.
+/// Turned off, the PodMonitor and its condition are gone.
+async fn its_own_pod_monitor_scrapes_it_until_turned_off(
+    env: &mut Installed,
+    groups: &ReplicationApis,
+    name: &str,
+    monitor: &Value,
+    services: &[Value],
+) {
+    let kubeconfig = env.cluster.admin_kubeconfig.clone();
+    let jobs = scrape_job(monitor, services, &kubeconfig).unwrap();
+    let own = Prometheus::start_named(&mut env.cluster, "prometheus-own", jobs, &[], 1).unwrap();
+    let topology = format!(r#"namespace="{NS}",topology="{name}""#);
+    let primaries = format!(r#"count(redis_instance_info{{{topology},role="master"}})"#);
+    env.wait("the group's own PodMonitor to scrape it", FORM, || async {
+        let targets = own.targets().await?;
+        let up = targets.iter().filter(|(_, up, _)| *up).count();
+        let primary = one_value(&own, &primaries).await?;
+        Ok(match primary {
+            Ok(v) if v == 1.0 && up == 5 && targets.len() == 5 => Ok(()),
+            other => Err(format!("{up} of {} targets up; {other:?}", targets.len())),
+        })
+    })
+    .await;
+
+    let off = json!({"spec": {"monitoring": {"podMonitor": {"enabled": false}}}});
+    groups.patch(name, off).await.unwrap();
+    let monitors = pod_monitors(env);
+    env.wait("the PodMonitor and its condition to go", FORM, || async {
+        let left = monitors.get_opt(&format!("{name}-exporters")).await?;
+        let condition = pod_monitor_ready(groups, name).await;
+        Ok(match (left, condition) {
+            (None, None) => Ok(()),
+            (left, condition) => Err(format!("left: {}; {condition:?}", left.is_some())),
+        })
+    })
+    .await;
 }
 
 /// The alert a volume full at its autoResize limit raises.

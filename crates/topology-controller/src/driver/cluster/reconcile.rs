@@ -376,7 +376,7 @@ fn report(
         now,
     });
     let versions = observed.versions.iter().map(Option::as_deref);
-    stages::finish_status(&mut status, live, versions, credentials, now);
+    stages::finish_status(&mut status, &seen.prepared, versions, credentials, now);
     status
 }
 

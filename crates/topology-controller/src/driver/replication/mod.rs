@@ -478,7 +478,7 @@ fn report(
         now,
     });
     let versions = data_versions.chain(sentinel_versions);
-    stages::finish_status(&mut status, live, versions, credentials, now);
+    stages::finish_status(&mut status, &seen.prepared, versions, credentials, now);
     status
 }
 

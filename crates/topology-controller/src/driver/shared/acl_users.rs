@@ -7,8 +7,8 @@
 use std::fmt::Debug;
 use std::time::Duration;
 
+use crd_types::conditions::ConditionSpec;
 use crd_types::conditions::reasons::UsersReady;
-use crd_types::conditions::{self, ConditionSpec};
 use crd_types::names;
 use crd_types::users::{USERS_KEY, User};
 use k8s_openapi::api::core::v1::Secret;
@@ -174,21 +174,5 @@ impl Pass<'_> {
             condition,
             refused,
         })
-    }
-}
-
-/// Puts the `UsersReady` condition (when the topology has users) into the `conditions`
-/// about to be written; `current` is what is written now.
-pub fn report(
-    conditions: &mut Vec<Condition>,
-    current: Option<&[Condition]>,
-    users: Option<&ConditionSpec>,
-    generation: Option<i64>,
-    now: Timestamp,
-) {
-    if let Some(users) = users {
-        let current = current.unwrap_or_default();
-        let condition = conditions::transition(current, users.clone(), generation, now);
-        conditions::upsert(conditions, condition);
     }
 }

@@ -12,6 +12,7 @@ pub mod operator_rotation;
 pub mod password_look;
 pub mod password_rotation;
 pub mod pipeline;
+pub mod pod_monitors;
 pub mod pulse;
 pub mod secret_store;
 pub mod secrets;

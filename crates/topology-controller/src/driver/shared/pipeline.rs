@@ -35,10 +35,10 @@ use topology_controller::shared::tls::Client;
 
 use crate::driver::shared::error::Error;
 use crate::driver::shared::member_tls::{self, TlsUnusable};
-use crate::driver::shared::secrets;
 use crate::driver::shared::stages::{self, Apis, Common, Credentials, Live};
 use crate::driver::shared::topology::Topology;
 use crate::driver::shared::valkey::Conn;
+use crate::driver::shared::{pod_monitors, secrets};
 
 /// A reconcile's context for kind `K`.
 pub type Ctx<K> = ReconcileContext<<K as Kind>::Shared>;
@@ -204,6 +204,7 @@ pub async fn prepare<K: Kind>(
     let tls = stages::read_tls(&ctx.runtime, apis, &live, certificates).await?;
     let nodes = K::apply_members(apis, &live, tls.as_ref()).await?;
     let policy_refused = K::apply_owned(ctx, apis, &live.topology, &nodes).await?;
+    let pod_monitor = pod_monitors::reconcile(&ctx.runtime, apis, &live.topology).await;
     let data = passwords.as_mut();
     let login = match tls {
         // Nothing is asked of the members: the guard says why.
@@ -222,6 +223,7 @@ pub async fn prepare<K: Kind>(
         login,
         nodes,
         policy_refused,
+        pod_monitor,
     })
 }
 
@@ -269,10 +271,13 @@ async fn decide_and_carry_out<K: Kind>(
         recorded_switchover: topology.recorded_switchover(),
     };
     let decided = K::decide(ctx, apis, seen, credentials, grounds);
+    // A PodMonitor not applied is looked at again like a refused policy: nothing watches
+    // the CRD's installation or an RBAC fix.
+    let monitor_not_applied = prepared.pod_monitor.as_ref().is_some_and(|c| !c.status());
     let idle = stages::idle_look(
         K::common(&ctx.data).idle_look,
         topology,
-        prepared.policy_refused,
+        prepared.policy_refused || monitor_not_applied,
         &credentials.rotations,
     );
     K::carry_out(ctx, apis, seen, credentials, decided, idle).await

@@ -99,6 +99,8 @@ pub struct Prepared<T, P> {
     /// The members as they are after applying.
     pub nodes: Vec<ValkeyNode>,
     pub policy_refused: bool,
+    /// `PodMonitorReady`, with `spec.monitoring.podMonitor` (or one left to delete).
+    pub pod_monitor: Option<ConditionSpec>,
 }
 
 /// Stage 3's output: what the members answered (`O`, the kind's observation), and the open
@@ -363,34 +365,41 @@ pub async fn password_passes<T: Topology>(
 }
 
 /// The longest a topology with nothing to do waits for its next look: `idle`, less while its
-/// NetworkPolicy is refused, while it looks at Secrets nothing watches, or while a previous
-/// password waits only for time to go.
+/// NetworkPolicy or PodMonitor is `refused`, while it looks at Secrets nothing watches, or
+/// while a previous password waits only for time to go.
 pub fn idle_look<T: Topology>(
     idle: Duration,
     topology: &T,
-    policy_refused: bool,
+    refused: bool,
     rotations: &[PasswordRotation],
 ) -> Duration {
-    let look = network::idle_look(idle, policy_refused);
+    let look = network::idle_look(idle, refused);
     let look = users::idle_look(look, topology.looks_at_secrets());
     look.min(password_rotation::next_look(rotations).unwrap_or(Duration::MAX))
 }
 
 /// Sets, on a status a kind's report built, what every kind reports the same way: the
-/// member with the least free space, the `versions` its members run, the `UsersReady`
-/// condition, the rotations under way and the CA replacement.
-pub fn finish_status<'a, T: Topology>(
+/// member with the least free space, the `versions` its members run, the `UsersReady` and
+/// `PodMonitorReady` conditions, the rotations under way and the CA replacement.
+pub fn finish_status<'a, T: Topology, P>(
     status: &mut T::Status,
-    live: &Live<T>,
+    prepared: &Prepared<T, P>,
     versions: impl IntoIterator<Item = Option<&'a str>>,
     credentials: &Credentials,
     now: Timestamp,
 ) {
+    let live = &prepared.live;
     let topology = &live.topology;
     let generation = topology.meta().generation;
     let current = topology.status().map(|s| s.common().conditions);
-    let users = credentials.users.as_ref();
-    acl_users::report(status.conditions_mut(), current, users, generation, now);
+    let current = current.unwrap_or_default();
+    for spec in [&credentials.users, &prepared.pod_monitor]
+        .into_iter()
+        .flatten()
+    {
+        let condition = conditions::transition(current, spec.clone(), generation, now);
+        conditions::upsert(status.conditions_mut(), condition);
+    }
     status.set_credentials(credentials.rotations.clone(), credentials.ca.clone());
     status.set_members(headroom(&live.owned), versions_in_play(versions));
 }

@@ -5,6 +5,7 @@
 use std::fmt::Debug;
 
 use crd_types::cluster::{Phase, SwitchoverStatus};
+use crd_types::monitoring::MonitoringSpec;
 use crd_types::names::{annotations, labels};
 use crd_types::node::StorageHeadroom;
 use crd_types::rotation::{CaReplacement, PasswordRotation};
@@ -39,6 +40,7 @@ pub trait Topology:
     fn auth(&self) -> Option<&Auth>;
     fn users(&self) -> Option<&[User]>;
     fn tls(&self) -> Option<&TopologyTls>;
+    fn monitoring(&self) -> Option<&MonitoringSpec>;
     fn status(&self) -> Option<&Self::Status>;
 
     /// The rotations its status records.
@@ -156,6 +158,10 @@ impl Topology for ValkeyCluster {
         self.spec.common.tls.as_ref()
     }
 
+    fn monitoring(&self) -> Option<&MonitoringSpec> {
+        self.spec.common.monitoring.as_ref()
+    }
+
     fn status(&self) -> Option<&ValkeyClusterStatus> {
         self.status.as_ref()
     }
@@ -177,6 +183,10 @@ impl Topology for ValkeyReplication {
 
     fn tls(&self) -> Option<&TopologyTls> {
         self.spec.common.tls.as_ref()
+    }
+
+    fn monitoring(&self) -> Option<&MonitoringSpec> {
+        self.spec.common.monitoring.as_ref()
     }
 
     fn status(&self) -> Option<&ValkeyReplicationStatus> {
