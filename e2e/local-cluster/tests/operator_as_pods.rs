@@ -25,6 +25,8 @@ use serde_json::json;
 
 #[path = "operator_as_pods/monitoring.rs"]
 mod monitoring;
+#[path = "operator_as_pods/plugin.rs"]
+mod plugin;
 #[path = "operator_as_pods/upgrade.rs"]
 mod upgrade;
 
