@@ -16,6 +16,7 @@ pub mod monitoring;
 pub mod names;
 pub mod network;
 pub mod node;
+pub mod pod_template;
 pub mod quantity;
 pub mod replication;
 pub mod rotation;

@@ -12,6 +12,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::config::ValkeyConfig;
+use crate::pod_template::PodTemplate;
 
 /// The default Valkey image for new nodes.
 pub const DEFAULT_IMAGE: &str = "valkey/valkey:8.1";
@@ -103,6 +104,12 @@ pub struct ValkeyNodeTemplate {
     /// A Prometheus exporter sidecar; absent means none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exporter: Option<Exporter>,
+
+    /// What a platform adds to the pod: labels, annotations, pull secrets, a service
+    /// account, the grace period, env, volumes, sidecars and init containers
+    /// (docs/pod-template.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodTemplate>,
 }
 
 fn default_image() -> String {
@@ -122,6 +129,7 @@ impl Default for ValkeyNodeTemplate {
             resources: None,
             scheduling: None,
             exporter: None,
+            pod: None,
         }
     }
 }

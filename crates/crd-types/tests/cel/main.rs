@@ -70,6 +70,7 @@ fn replication(spec: Value) -> Value {
 
 mod credentials;
 mod monitoring;
+mod pod_template;
 mod samples;
 mod valkey_cluster;
 mod valkey_node;
