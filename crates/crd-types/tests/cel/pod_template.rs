@@ -4,8 +4,11 @@
 
 use super::*;
 
+/// The violations of one kind's rules.
+type Check = fn(&Value) -> Vec<String>;
+
 /// `pod` as a ValkeyNode, a ValkeyCluster and a ValkeyReplication carry it.
-fn on_every_kind(pod: &Value) -> [(Value, fn(&Value) -> Vec<String>); 3] {
+fn on_every_kind(pod: &Value) -> [(Value, Check); 3] {
     [
         (node(json!({"pod": pod})), |o| {
             violations::<ValkeyNode>(o, None)

@@ -16,13 +16,14 @@
 //!
 //! The pod template is built in parts: [`pod`] (the pod spec, its volumes and security),
 //! [`containers`] (valkey, the sentinel init container, the exporter), [`env`], [`probes`]
-//! [`scripts`] (a replication member's role at start) and [`lifecycle`] (a cluster
-//! primary's hand-over before it stops).
+//! [`scripts`] (a replication member's role at start), [`lifecycle`] (a cluster
+//! primary's hand-over before it stops) and [`platform`] (what `template.pod` adds).
 
 pub mod containers;
 pub mod env;
 pub mod layout;
 pub mod lifecycle;
+pub mod platform;
 pub mod pod;
 pub mod probes;
 pub mod scripts;

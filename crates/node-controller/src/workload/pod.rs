@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use crd_types::ValkeyNode;
 use crd_types::names;
 use crd_types::node::Mode;
+use crd_types::pod_template::PodTemplate;
 use crd_types::template::{SecretKeyRef, TLS_CA_KEY, TLS_CERT_KEY, TLS_KEY_KEY, Tls};
 use crd_types::users::USERS_KEY;
 use k8s_openapi::api::core::v1::{
@@ -20,12 +21,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 
 use super::containers::{
-    exporter_auth_init_container, exporter_container, sentinel_init_container, valkey_container,
+    VALKEY_CONTAINER, exporter_auth_init_container, exporter_container, sentinel_init_container,
+    valkey_container,
 };
 use super::layout::{
     DATA_VOLUME, EXPORTER_AUTH_VOLUME, OPERATOR_PASSWORD_VOLUME, TLS_VOLUME, TMP_VOLUME,
     USERS_VOLUME, operator_secret,
 };
+use super::platform::{self, merged};
 use crate::config::replication::CONTEXT_KEY;
 use crate::config::{
     LIVE_FILE, OPERATOR_PASSWORD_FILE, OPERATOR_PASSWORD_FILE_NAME, RenderedConfig,
@@ -37,8 +40,9 @@ use crate::meta;
 /// The `valkey` user and group of the official image.
 pub const VALKEY_UID: i64 = 999;
 /// SIGTERM makes Valkey SHUTDOWN: save the RDB (when `save` is on) and fsync the AOF.
-/// A large dataset takes a while to write; SIGKILL in the middle loses the snapshot.
-pub const TERMINATION_GRACE_SECONDS: i64 = 60;
+/// A large dataset takes a while to write; SIGKILL in the middle loses the snapshot. 60 s
+/// unless `pod.terminationGracePeriodSeconds` says otherwise.
+pub use crd_types::pod_template::DEFAULT_TERMINATION_GRACE_SECONDS as TERMINATION_GRACE_SECONDS;
 
 /// The pod template without its revision annotation.
 pub fn pod_template(node: &ValkeyNode, rendered: &RenderedConfig) -> PodTemplateSpec {
@@ -78,10 +82,12 @@ pub fn pod_template(node: &ValkeyNode, rendered: &RenderedConfig) -> PodTemplate
             OPERATOR_PASSWORD_FILE.to_string(),
         );
     }
+    let extra = t.pod.clone().unwrap_or_default();
+    let annotations = merged(&extra.annotations, annotations);
     let annotations = (!annotations.is_empty()).then_some(annotations);
-    PodTemplateSpec {
+    let mut template = PodTemplateSpec {
         metadata: Some(ObjectMeta {
-            labels: Some(meta::labels(node)),
+            labels: Some(merged(&extra.labels, meta::labels(node))),
             annotations,
             ..Default::default()
         }),
@@ -102,7 +108,9 @@ pub fn pod_template(node: &ValkeyNode, rendered: &RenderedConfig) -> PodTemplate
                 }),
                 ..Default::default()
             }),
-            termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
+            termination_grace_period_seconds: Some(PodTemplate::termination_grace_seconds(
+                t.pod.as_ref(),
+            )),
             // Valkey needs neither Service env vars nor API access.
             enable_service_links: Some(false),
             automount_service_account_token: Some(false),
@@ -115,7 +123,11 @@ pub fn pod_template(node: &ValkeyNode, rendered: &RenderedConfig) -> PodTemplate
             priority_class_name: scheduling.priority_class_name,
             ..Default::default()
         }),
+    };
+    if let Some(spec) = template.spec.as_mut() {
+        platform::apply(spec, VALKEY_CONTAINER, &extra);
     }
+    template
 }
 
 /// The config file under its content's key and, for a replication member, the context
