@@ -131,15 +131,8 @@ fn the_operators_env_names_are_refused() {
 
 #[test]
 fn the_operators_volume_names_and_host_paths_are_refused() {
-    for name in [
-        "config",
-        "data",
-        "tmp",
-        "exporter-auth",
-        "users",
-        "tls",
-        "operator-password",
-    ] {
+    // The list node-controller's tests check against the volumes it renders.
+    for name in crd_types::pod_template::OPERATOR_VOLUMES {
         refused_everywhere(
             json!({"volumes": [{"name": name, "emptyDir": {}}]}),
             "are the operator's own volume names",
