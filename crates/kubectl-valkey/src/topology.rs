@@ -54,7 +54,7 @@ pub fn choose_kind(
             "both a valkeycluster and a valkeyreplication are named {name:?}: choose one with --kind cluster or --kind replication"
         ),
         (None, false, false) => {
-            bail!("no valkeycluster or valkeyreplication named {name:?} in this namespace")
+            bail!("no valkeycluster or valkeyreplication named {name:?}")
         }
     }
 }

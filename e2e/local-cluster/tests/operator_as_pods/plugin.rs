@@ -212,7 +212,7 @@ async fn kubectl_valkey_drives_every_subcommand() {
         Ok(if reply == "PONG" { Ok(()) } else { Err(reply) })
     })
     .await;
-    // A Secret that does not exist is refused, not created.
+    // A user the spec does not list is refused: no Secret is written or created.
     let (code, _, stderr) = plugin(&env, &["rotate-password", name, "--which", "user:nobody"]);
     assert_eq!(code, 1, "{stderr}");
 
