@@ -4,7 +4,8 @@
 //! (Kubernetes restarts it, not the operator); a claim that cannot bind is reported on the
 //! node while a healthy node stays healthy; a container that cannot start for a missing
 //! Secret is reported, warned about and retried with a growing delay; an exporter sidecar
-//! (the real redis_exporter) scrapes as the read-only monitoring user.
+//! (the real redis_exporter) scrapes as the read-only monitoring user; every knob of
+//! `template.pod` reaches the pod, and a change to one rolls it with the data kept.
 
 use crd_types::ValkeyNode;
 use crd_types::conditions::{self, types};
@@ -85,6 +86,180 @@ async fn nodes_run_real_valkey_pods_that_survive_deletion() {
         .filter(|l| !l.contains(&format!(r#"error="{CONTAINER_CONFIG}""#)))
         .collect();
     assert!(failures.is_empty(), "{failures:?}");
+    cluster.check_restarts("the end of the test").await.unwrap();
+    cluster.stop().unwrap();
+}
+
+/// `pod` (docs/pod-template.md): a ValkeyNode with every knob set comes up Ready and its pod,
+/// read from the API server, carries them all; a new pod label rolls the pod (a new uid) and
+/// the key written before is read back from its volume after.
+///
+/// The node agent runs an init container with `restartPolicy: Always` like any init
+/// container (to completion, it says so in its log): the sidecar here is a `sleep` that ends,
+/// so the pod goes on to Valkey, and its status shows it ran. A kubelet keeps it running.
+#[tokio::test]
+async fn pod_template_knobs_reach_the_pod_and_a_change_rolls_it() {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+
+    let run = tempfile::tempdir().unwrap();
+    let (mut cluster, _controllers) = cluster_with_operator(run.path()).await.unwrap();
+    let client = cluster.client().await.unwrap();
+    let apis = Apis::new(&client);
+    let name = "platform";
+
+    // The ServiceAccount the pod names (admission refuses a pod naming a missing one) and
+    // the pull Secret (the local registry needs none; the pod only has to name it).
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), NS);
+    accounts
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "valkey-data"},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+    secrets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "registry-pull"},
+                "type": "kubernetes.io/dockerconfigjson",
+                "stringData": {".dockerconfigjson": "{\"auths\":{}}"},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+
+    let mut node = valkey_node(name, WorkloadType::StatefulSet, true, None);
+    let image = node.spec.template.image.clone();
+    node.spec.template.pod = Some(
+        serde_json::from_value(serde_json::json!({
+            "labels": {"team": "payments"},
+            "annotations": {"backup.example.com/hook": "bgsave"},
+            "imagePullSecrets": [{"name": "registry-pull"}],
+            "serviceAccountName": "valkey-data",
+            "terminationGracePeriodSeconds": 120,
+            "env": [{"name": "TZ", "value": "UTC"}],
+            "volumes": [{"name": "scratch", "emptyDir": {}}],
+            "volumeMounts": [{"name": "scratch", "mountPath": "/mnt/scratch"}],
+            "sidecars": [{"name": "idle", "image": image, "command": ["sleep", "2"]}],
+        }))
+        .unwrap(),
+    );
+    let started = Instant::now();
+    apis.nodes
+        .create(&PostParams::default(), &node)
+        .await
+        .unwrap();
+    let (workload, cluster_ip) = cluster
+        .wait_for_value("the node with every pod knob to be ready", || {
+            ready_node(&apis.nodes, &apis.pods, name, None)
+        })
+        .await
+        .unwrap();
+    eprintln!("ready after {:?}", started.elapsed());
+
+    let pod_name = workload.pod_name.unwrap();
+    let pod = apis.pods.get(&pod_name).await.unwrap();
+    let labels = pod.labels();
+    assert_eq!(labels["team"], "payments");
+    assert_eq!(labels[labels::NODE], name, "ours are there too");
+    assert_eq!(pod.annotations()["backup.example.com/hook"], "bgsave");
+    let spec = pod.spec.clone().unwrap();
+    let pull: Vec<_> = spec
+        .image_pull_secrets
+        .iter()
+        .flatten()
+        .map(|s| s.name.as_str())
+        .collect();
+    assert_eq!(pull, ["registry-pull"]);
+    assert_eq!(spec.service_account_name.as_deref(), Some("valkey-data"));
+    assert_eq!(spec.automount_service_account_token, Some(false));
+    assert_eq!(spec.termination_grace_period_seconds, Some(120));
+    let valkey = spec.containers.iter().find(|c| c.name == "valkey").unwrap();
+    assert!(
+        valkey
+            .env
+            .iter()
+            .flatten()
+            .any(|e| e.name == "TZ" && e.value.as_deref() == Some("UTC"))
+    );
+    assert!(
+        valkey
+            .volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| m.name == "scratch" && m.mount_path == "/mnt/scratch")
+    );
+    assert!(
+        spec.volumes
+            .iter()
+            .flatten()
+            .any(|v| v.name == "scratch" && v.empty_dir.is_some())
+    );
+    // No token volume: automount is off.
+    assert!(
+        !spec
+            .volumes
+            .iter()
+            .flatten()
+            .any(|v| v.name.starts_with("kube-api-access"))
+    );
+    let idle = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .find(|c| c.name == "idle")
+        .unwrap();
+    assert_eq!(idle.restart_policy.as_deref(), Some("Always"));
+    assert_eq!(idle.image.as_deref(), Some(image.as_str()));
+    let idle_status = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.init_container_statuses.as_ref())
+        .and_then(|s| s.iter().find(|c| c.name == "idle"))
+        .cloned()
+        .unwrap();
+    let state = idle_status.state.unwrap_or_default();
+    assert!(
+        state.running.is_some() || state.terminated.as_ref().is_some_and(|t| t.exit_code == 0),
+        "{state:?}"
+    );
+
+    // A new pod label rolls the pod; the key on its volume stays.
+    assert_eq!(valkey_cli(&cluster_ip, &["SET", "kept", "yes"]), "OK");
+    let old_uid = pod.uid().unwrap();
+    let old_revision = workload.revision.clone();
+    apis.nodes
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"pod": {"labels": {"team": "search"}}}})),
+        )
+        .await
+        .unwrap();
+    let rolled = Instant::now();
+    let (after, ip_after) = cluster
+        .wait_for_value("the pod to roll onto the new label", || {
+            ready_node(&apis.nodes, &apis.pods, name, Some(&old_uid))
+        })
+        .await
+        .unwrap();
+    eprintln!("rolled after {:?}", rolled.elapsed());
+    assert_ne!(after.revision, old_revision);
+    let pod = apis
+        .pods
+        .get(after.pod_name.as_deref().unwrap())
+        .await
+        .unwrap();
+    assert_ne!(pod.uid().unwrap(), old_uid);
+    assert_eq!(pod.labels()["team"], "search");
+    assert_eq!(valkey_cli(&ip_after, &["GET", "kept"]), "yes");
+
     cluster.check_restarts("the end of the test").await.unwrap();
     cluster.stop().unwrap();
 }
