@@ -2,16 +2,26 @@
 //! would at admission: each rule once accepting and once rejecting, with its message. One
 //! file per kind, passwords, users and TLS in `credentials`, deploy/samples in `samples`.
 
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
 use kube::CustomResourceExt;
 use kube::core::cel::Validator;
 use serde_json::{Value, json};
 
 use crd_types::{ValkeyCluster, ValkeyNode, ValkeyReplication};
 
+/// The kind's schema, generated once per kind: the template's Container and Volume schemas
+/// make each generation slow.
 fn schema<K: CustomResourceExt>() -> Value {
-    let crd = K::crd();
-    let schema = crd.spec.versions[0].schema.as_ref().unwrap();
-    serde_json::to_value(schema.open_api_v3_schema.as_ref().unwrap()).unwrap()
+    static SCHEMAS: Mutex<BTreeMap<&'static str, Value>> = Mutex::new(BTreeMap::new());
+    let mut schemas = SCHEMAS.lock().unwrap();
+    let schema = schemas.entry(K::crd_name()).or_insert_with(|| {
+        let crd = K::crd();
+        let schema = crd.spec.versions[0].schema.as_ref().unwrap();
+        serde_json::to_value(schema.open_api_v3_schema.as_ref().unwrap()).unwrap()
+    });
+    schema.clone()
 }
 
 /// The messages of every rule the object breaks (on update when `old` is given).
