@@ -4,6 +4,7 @@
 
 mod driver;
 
+use driver::cluster::moved::MovedCounters;
 use driver::cluster::reconcile;
 use driver::replication;
 use driver::shared::pipeline;
@@ -122,6 +123,10 @@ async fn run(ctx: Context, settings: Settings) -> Result<(), std::convert::Infal
     if let Err(error) = figures {
         tracing::warn!(%error, "the topologies' figures are not on /metrics");
     }
+    let moved = MovedCounters::new();
+    if let Err(error) = moved.register(&ctx.metrics) {
+        tracing::warn!(%error, "the slots and keys moved are not on /metrics");
+    }
     controller::ready_when(&ctx, async move {
         cluster_store.wait_until_ready().await?;
         replication_store.wait_until_ready().await
@@ -141,6 +146,7 @@ async fn run(ctx: Context, settings: Settings) -> Result<(), std::convert::Infal
                 },
                 forced_failover,
                 attempts: Default::default(),
+                moved,
             }),
             pipeline::reconcile::<ValkeyCluster>
         ),

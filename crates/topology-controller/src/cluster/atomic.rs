@@ -107,12 +107,14 @@ pub async fn migrate<V: ClusterNode>(
         if !running {
             return Ok(Moved {
                 slots: moved,
+                keys: None,
                 stopped: None,
             });
         }
         if started.elapsed() >= budget {
             return Ok(Moved {
                 slots: moved,
+                keys: None,
                 stopped: Some(Stopped::Budget),
             });
         }
@@ -232,6 +234,7 @@ mod tests {
             moved,
             Moved {
                 slots: 20,
+                keys: None,
                 stopped: None
             }
         );
@@ -271,6 +274,7 @@ mod tests {
             moved,
             Moved {
                 slots: 0,
+                keys: None,
                 stopped: Some(Stopped::Budget)
             }
         );

@@ -42,6 +42,9 @@ pub struct End<'a, V> {
 #[derive(Debug, PartialEq, Eq)]
 pub struct Moved {
     pub slots: usize,
+    /// The keys MIGRATE moved with them; `None` where Valkey moves them itself (atomic slot
+    /// migration reports no count).
+    pub keys: Option<u64>,
     /// Why it stopped before moving every slot asked for; `None` when it moved them all.
     pub stopped: Option<Stopped>,
 }
@@ -70,7 +73,7 @@ pub async fn migrate<V: ClusterNode>(
             .ok_or_else(|| StepError::NotAnswering(name.to_string()))
     };
     let started = Instant::now();
-    let mut moved = 0;
+    let (mut moved, mut keys) = (0, 0);
     for m in moves {
         let (source, target) = (end(&m.from)?, end(&m.to)?);
         let mut slots = m.slots.0..=m.slots.1;
@@ -82,9 +85,12 @@ pub async fn migrate<V: ClusterNode>(
                 in_flight.push(next_slot(slot, source, target, primaries, started, budget));
             }
             match in_flight.next().await {
-                Some(Ok(None)) => moved += 1,
+                Some(Ok(Ok(slot_keys))) => {
+                    moved += 1;
+                    keys += slot_keys;
+                }
                 // Slots already in flight still finish: none is left half open.
-                Some(Ok(Some(why))) => stopped = stopped.or(Some(why)),
+                Some(Ok(Err(why))) => stopped = stopped.or(Some(why)),
                 Some(Err(e)) => return Err(e),
                 None => break,
             }
@@ -92,18 +98,20 @@ pub async fn migrate<V: ClusterNode>(
         if stopped.is_some() {
             return Ok(Moved {
                 slots: moved,
+                keys: Some(keys),
                 stopped,
             });
         }
     }
     Ok(Moved {
         slots: moved,
+        keys: Some(keys),
         stopped: None,
     })
 }
 
-/// Moves `slot` unless the budget is spent or a replica of an end is not online: then says
-/// why it did not start.
+/// Moves `slot` (the keys it held) unless the budget is spent or a replica of an end is not
+/// online: then says why it did not start.
 async fn next_slot<V: ClusterNode>(
     slot: u16,
     source: &End<'_, V>,
@@ -111,15 +119,14 @@ async fn next_slot<V: ClusterNode>(
     primaries: &[&V],
     started: Instant,
     budget: Duration,
-) -> Result<Option<Stopped>, StepError> {
+) -> Result<Result<u64, Stopped>, StepError> {
     if started.elapsed() >= budget {
-        return Ok(Some(Stopped::Budget));
+        return Ok(Err(Stopped::Budget));
     }
     if let Some(why) = not_online(source, target).await? {
-        return Ok(Some(Stopped::ReplicaNotOnline(why)));
+        return Ok(Err(Stopped::ReplicaNotOnline(why)));
     }
-    move_slot(slot, source, target, primaries).await?;
-    Ok(None)
+    Ok(Ok(move_slot(slot, source, target, primaries).await?))
 }
 
 /// Why a replica of `source` or `target` is not online, from each primary's own
@@ -154,14 +161,16 @@ async fn not_online<V: ClusterNode>(
 }
 
 /// One slot: IMPORTING on the target, MIGRATING on the source, the keys in batches with
-/// MIGRATE, then the new owner on the target, the source and every other primary.
+/// MIGRATE, then the new owner on the target, the source and every other primary. The keys
+/// it moved.
 async fn move_slot<V: ClusterNode>(
     slot: u16,
     source: &End<'_, V>,
     target: &End<'_, V>,
     primaries: &[&V],
-) -> Result<(), StepError> {
+) -> Result<u64, StepError> {
     let setslot = |state: SlotState<'_>| format!("SETSLOT {slot} {state}");
+    let mut moved = 0;
     target
         .conn
         .set_slot(slot, SlotState::Importing(source.id))
@@ -181,6 +190,7 @@ async fn move_slot<V: ClusterNode>(
         if keys.is_empty() {
             break;
         }
+        moved += keys.len() as u64;
         source
             .conn
             .migrate(&target.address.ip, target.address.port, keys)
@@ -207,7 +217,7 @@ async fn move_slot<V: ClusterNode>(
     let is_end = |p: &&&V| std::ptr::eq(**p, source.conn) || std::ptr::eq(**p, target.conn);
     let others = primaries.iter().filter(|p| !is_end(p));
     join_all(others.map(|other| other.set_slot(slot, node))).await;
-    Ok(())
+    Ok(moved)
 }
 
 #[cfg(test)]
@@ -284,6 +294,7 @@ mod tests {
             moved,
             Moved {
                 slots: 41,
+                keys: Some(40 * 3 + 1200),
                 stopped: None
             }
         );

@@ -36,6 +36,8 @@ use topology_controller::shared::disruption;
 use topology_controller::shared::network;
 use topology_controller::shared::tls::Client;
 
+use crate::driver::cluster::moved::MovedCounters;
+
 use crate::driver::cluster::connect::{self, Observed};
 use crate::driver::shared::credentials::{self, DataNode, Members, Reached};
 use crate::driver::shared::error::Error;
@@ -65,6 +67,8 @@ pub struct Shared {
     /// The steps taken lately per cluster, for the planner's progress check
     /// ([`topology_controller::cluster::plan::progress`]).
     pub attempts: Mutex<HashMap<(String, String), Attempts>>,
+    /// Slots and keys each cluster's steps moved, for /metrics.
+    pub moved: MovedCounters,
 }
 
 type Ctx = pipeline::Ctx<ValkeyCluster>;
@@ -96,6 +100,7 @@ impl Kind for ValkeyCluster {
     fn forget(shared: &Shared, namespace: &str, name: &str) {
         let key = (namespace.to_string(), name.to_string());
         shared.attempts.lock().unwrap().remove(&key);
+        shared.moved.forget(namespace, name);
     }
 
     async fn read_passwords(apis: &Apis<Self>, live: &Live<Self>) -> Result<Passwords, Error> {
@@ -286,7 +291,10 @@ impl Kind for ValkeyCluster {
         let step_error = done.as_ref().err().map(ToString::to_string);
         match &done {
             Ok(Done { moved: Some(moved) }) => {
-                tracing::info!(cluster = %cluster.name_any(), slots = moved.slots, stopped = ?moved.stopped, "moved slots");
+                tracing::info!(cluster = %cluster.name_any(), slots = moved.slots, keys = ?moved.keys, stopped = ?moved.stopped, "moved slots");
+                ctx.data
+                    .moved
+                    .record(&apis.namespace, &cluster.name_any(), moved);
             }
             Ok(_) => {}
             Err(e) => {
