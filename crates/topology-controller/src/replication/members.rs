@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use crd_types::cluster::Phase;
 use crd_types::names::{self, components, labels};
 use crd_types::node::{Mode, NodeReplication};
+use crd_types::pod_template::PodTemplate;
 use crd_types::template::{Auth, Scheduling, ValkeyNodeTemplate};
 use crd_types::{ValkeyNode, ValkeyReplication, ValkeyReplicationStatus};
 use kube::ResourceExt;
@@ -186,10 +187,26 @@ fn sentinel_template(replication: &ValkeyReplication) -> ValkeyNodeTemplate {
         resources: spec.sentinel.resources.clone(),
         scheduling: t.scheduling.clone(),
         exporter: t.exporter.clone(),
+        pod: t.pod.as_ref().map(sentinel_pod),
         ..Default::default()
     };
     spread(&mut template, replication, components::SENTINEL);
     template
+}
+
+/// What the sentinels take of the data nodes' `template.pod`: what the platform asks of
+/// every pod (labels, annotations, pull secrets, service account, grace period), not the
+/// data nodes' env, volumes and containers.
+fn sentinel_pod(pod: &PodTemplate) -> PodTemplate {
+    PodTemplate {
+        labels: pod.labels.clone(),
+        annotations: pod.annotations.clone(),
+        image_pull_secrets: pod.image_pull_secrets.clone(),
+        service_account_name: pod.service_account_name.clone(),
+        automount_service_account_token: pod.automount_service_account_token,
+        termination_grace_period_seconds: pod.termination_grace_period_seconds,
+        ..Default::default()
+    }
 }
 
 /// Soft spread over hosts and zones among the group's members of one component.
@@ -314,6 +331,42 @@ mod tests {
         });
         let n = member(&r, At::Sentinel(0), None, &Default::default());
         assert_eq!(n.spec.template.exporter, r.spec.common.template.exporter);
+    }
+
+    #[test]
+    fn sentinels_take_the_platforms_pod_knobs_and_not_the_data_nodes_containers() {
+        use k8s_openapi::api::core::v1::{Container, EnvVar, LocalObjectReference};
+        let mut r = replication(2);
+        let pod = PodTemplate {
+            labels: [("team".to_string(), "payments".to_string())].into(),
+            annotations: [("mesh/inject".to_string(), "false".to_string())].into(),
+            image_pull_secrets: vec![LocalObjectReference {
+                name: "registry".into(),
+            }],
+            service_account_name: Some("valkey".into()),
+            termination_grace_period_seconds: Some(300),
+            env: vec![EnvVar {
+                name: "TZ".into(),
+                ..Default::default()
+            }],
+            sidecars: vec![Container {
+                name: "backup".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        r.spec.common.template.pod = Some(pod.clone());
+        let data = member(&r, At::Data(0), None, &Default::default());
+        assert_eq!(data.spec.template.pod.as_ref(), Some(&pod));
+        let sentinel = member(&r, At::Sentinel(0), None, &Default::default());
+        let taken = sentinel.spec.template.pod.unwrap();
+        assert_eq!(
+            (taken.labels, taken.annotations, taken.image_pull_secrets),
+            (pod.labels, pod.annotations, pod.image_pull_secrets)
+        );
+        assert_eq!(taken.service_account_name.as_deref(), Some("valkey"));
+        assert_eq!(taken.termination_grace_period_seconds, Some(300));
+        assert!(taken.env.is_empty() && taken.sidecars.is_empty());
     }
 
     #[test]
