@@ -4,9 +4,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 
 use crate::passwords::Which;
+use crate::topology::Kind;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -43,15 +44,7 @@ pub struct Global {
     pub context: Option<String>,
     /// Which kind the name is, when both a ValkeyCluster and a ValkeyReplication have it.
     #[arg(long, global = true, value_enum)]
-    pub kind: Option<KindArg>,
-}
-
-#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KindArg {
-    /// ValkeyCluster (vkc).
-    Cluster,
-    /// ValkeyReplication (vkr).
-    Replication,
+    pub kind: Option<Kind>,
 }
 
 #[derive(Subcommand, Debug)]

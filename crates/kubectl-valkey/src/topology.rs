@@ -10,12 +10,12 @@ use crd_types::{ValkeyCluster, ValkeyReplication};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 
-use crate::cli::KindArg;
-
-/// Which kind a name is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Which kind a name is (also `--kind`'s values).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
+    /// ValkeyCluster (vkc).
     Cluster,
+    /// ValkeyReplication (vkr).
     Replication,
 }
 
@@ -39,15 +39,15 @@ impl Kind {
 /// The kind `name` is, from which kinds have an object of that name, and `--kind`.
 pub fn choose_kind(
     name: &str,
-    asked: Option<KindArg>,
+    asked: Option<Kind>,
     cluster: bool,
     replication: bool,
 ) -> Result<Kind> {
     match (asked, cluster, replication) {
-        (Some(KindArg::Cluster), true, _) => Ok(Kind::Cluster),
-        (Some(KindArg::Replication), _, true) => Ok(Kind::Replication),
-        (Some(KindArg::Cluster), false, _) => bail!("valkeycluster {name:?} not found"),
-        (Some(KindArg::Replication), _, false) => bail!("valkeyreplication {name:?} not found"),
+        (Some(Kind::Cluster), true, _) => Ok(Kind::Cluster),
+        (Some(Kind::Replication), _, true) => Ok(Kind::Replication),
+        (Some(Kind::Cluster), false, _) => bail!("valkeycluster {name:?} not found"),
+        (Some(Kind::Replication), _, false) => bail!("valkeyreplication {name:?} not found"),
         (None, true, false) => Ok(Kind::Cluster),
         (None, false, true) => Ok(Kind::Replication),
         (None, true, true) => bail!(
@@ -191,14 +191,14 @@ mod tests {
     #[test]
     fn kind_chooses_between_two_of_the_same_name() {
         assert_eq!(
-            choose_kind("a", Some(KindArg::Replication), true, true).unwrap(),
+            choose_kind("a", Some(Kind::Replication), true, true).unwrap(),
             Kind::Replication
         );
         assert_eq!(
-            choose_kind("a", Some(KindArg::Cluster), true, true).unwrap(),
+            choose_kind("a", Some(Kind::Cluster), true, true).unwrap(),
             Kind::Cluster
         );
-        let missing = choose_kind("a", Some(KindArg::Cluster), false, true)
+        let missing = choose_kind("a", Some(Kind::Cluster), false, true)
             .unwrap_err()
             .to_string();
         assert_eq!(missing, "valkeycluster \"a\" not found");
