@@ -3,7 +3,7 @@
 # filesystems of valkey-rootfs.sh, and of redis_exporter from exporter-rootfs.sh, with
 # the `oci-image` CLI.
 #
-# Usage: e2e/images/build.sh [IMAGE...]  (default: 8.0 8.1 9.1 exporter; run as root)
+# Usage: e2e/images/build.sh [IMAGE...]  (default: 8.0 8.1 9.1 8.1-alpine exporter; run as root)
 #
 # stdout: one line per image, "<reference> <layout dir>" (valkey/valkey:<VERSION>,
 # oliver006/redis_exporter:v<upstream version>); progress on stderr.
@@ -29,9 +29,9 @@ die() { say "$*"; exit 1; }
 set -E
 trap 'say "failed (exit $?) at line $LINENO: $BASH_COMMAND"' ERR
 
-if (($#)); then versions=("$@"); else versions=(8.0 8.1 9.1 exporter); fi
+if (($#)); then versions=("$@"); else versions=(8.0 8.1 9.1 8.1-alpine exporter); fi
 for v in "${versions[@]}"; do
-  case "$v" in 8.0 | 8.1 | 9.1 | exporter) ;; *) die "unknown IMAGE '$v' (want 8.0, 8.1, 9.1 or exporter)" ;; esac
+  case "$v" in 8.0 | 8.1 | 9.1 | 8.1-alpine | exporter) ;; *) die "unknown IMAGE '$v' (want 8.0, 8.1, 9.1, 8.1-alpine or exporter)" ;; esac
 done
 
 oci_image="${OCI_IMAGE:-oci-image}"
@@ -62,6 +62,8 @@ for v in "${versions[@]}"; do
     suite="$(cat "$rootfs.suite")"
     ref="valkey/valkey:$v"
     name="valkey-$v"
+    userland=""
+    [[ "$v" == *-alpine ]] && userland=", busybox userland"
     args=(
       --rootfs "$rootfs"
       --tag "$ref"
@@ -71,7 +73,7 @@ for v in "${versions[@]}"; do
       --expose 6379/tcp
       --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
       --label "org.opencontainers.image.version=$pkg_version"
-      --label "org.opencontainers.image.source=Debian $suite valkey-server $pkg_version"
+      --label "org.opencontainers.image.source=Debian $suite valkey-server $pkg_version$userland"
     )
   fi
 

@@ -3,10 +3,17 @@
 # directory on stdout (progress on stderr).
 #
 # Usage: e2e/images/valkey-rootfs.sh VERSION      (run as root: chroot, ownership)
-#   VERSION  Debian suite           valkey-server
-#   8.0      bookworm-backports     8.0.x
-#   8.1      trixie                 8.1.x
-#   9.1      forky                  9.1.x
+#   VERSION     Debian suite           valkey-server
+#   8.0         bookworm-backports     8.0.x
+#   8.1         trixie                 8.1.x
+#   9.1         forky                  9.1.x
+#   8.1-alpine  trixie                 8.1.x, with busybox as the whole userland
+#
+# 8.1-alpine stands in for the official Alpine variant (valkey/valkey:8.1-alpine): the
+# same Valkey binaries, but sh, awk, sed, grep, timeout, sha256sum and the rest are
+# busybox applets (no dash, bash, coreutils, grep, sed, mawk or findutils), so the
+# operator's scripts are proven to need nothing GNU-only (docs/images.md). Its libc stays
+# glibc: what differs for the scripts is the userland, not the C library.
 #
 # How: a private apt state per suite (never the host's) under
 #   ${VALKEY_OPERATOR_CACHE:-$HOME/.cache/valkey-operator}/images/apt/<suite>/
@@ -32,8 +39,10 @@ die() { say "$*"; exit 1; }
 set -E
 trap 'say "failed (exit $?) at line $LINENO: $BASH_COMMAND"' ERR
 
-(($# == 1)) || die "usage: $0 VERSION   (8.0, 8.1 or 9.1)"
+(($# == 1)) || die "usage: $0 VERSION   (8.0, 8.1, 9.1 or 8.1-alpine)"
 version="$1"
+flavor=debian
+case "$version" in 8.1-alpine) flavor=busybox; version=8.1 ;; esac
 # hints: packages that steer apt to the small alternative of an "A | B" dependency
 # (bookworm: usr-is-merged instead of usrmerge, which pulls in all of perl; forky:
 # standalone sysusers/tmpfiles instead of the whole of systemd).
@@ -49,7 +58,12 @@ self="$(readlink -f "${BASH_SOURCE[0]}")"
 cache="${VALKEY_OPERATOR_CACHE:-$HOME/.cache/valkey-operator}"
 # libc-bin: ldconfig and the C.UTF-8 locale (valkey-server exits with "Failed to
 # configure LOCALE" when LANG names a locale the image lacks, e.g. LANG=C.UTF-8).
-pkgs=(valkey-server valkey-sentinel valkey-tools dash bash coreutils grep sed mawk findutils libc-bin "${hints[@]}")
+userland=(dash bash coreutils grep sed mawk findutils)
+if [[ "$flavor" == busybox ]]; then
+  pkgs=(valkey-server valkey-sentinel valkey-tools busybox libc-bin "${hints[@]}")
+else
+  pkgs=(valkey-server valkey-sentinel valkey-tools "${userland[@]}" libc-bin "${hints[@]}")
+fi
 
 # --- The packages (e2e/images/debian.sh: private apt state, closure, download) ------
 # shellcheck source=debian.sh
@@ -59,8 +73,10 @@ debian_closure "$suite" "$suites" "${pkgs[@]}"
 server_deb="$(printf '%s\n' "${debs[@]}" | grep '^valkey-server_')" || die "closure lacks valkey-server"
 pkg_version="$(sed 's/^valkey-server_\(.*\)_[^_]*\.deb$/\1/; s/%3a/:/g' <<<"$server_deb")"
 
-key="$({ printf '%s\n' "${debs[@]}"; cat "$self"; } | sha256sum | cut -c1-12)"
-out="$cache/images/rootfs/valkey-$version-$key"
+name="valkey-$version"
+[[ "$flavor" == busybox ]] && name="valkey-$version-alpine"
+key="$({ printf '%s\n' "${debs[@]}" "$flavor"; cat "$self"; } | sha256sum | cut -c1-12)"
+out="$cache/images/rootfs/$name-$key"
 if [[ -d "$out" ]]; then
   say "cached: valkey-server $pkg_version ($suite)"
   echo "$out"
@@ -78,19 +94,29 @@ say "unpacking ${#debs[@]} packages (valkey-server $pkg_version, $suite)..."
 t0=$SECONDS
 mkdir -p "$root"/usr/{bin,sbin,lib,lib64}
 for l in bin sbin lib lib64; do ln -s "usr/$l" "$root/$l"; done
+# The debian userland (and the tools of the packages that pull it in: adduser, passwd,
+# debianutils) is left out of the busybox flavour, so no GNU tool hides behind an applet.
+skip=" ${userland[*]} adduser passwd debianutils "
 for d in "${debs[@]}"; do
+  if [[ "$flavor" == busybox && "$skip" == *" ${d%%_*} "* ]]; then continue; fi
   dpkg-deb --fsys-tarfile "$archives/$d" | tar -x --keep-directory-symlink -C "$root"
 done
 
 # What maintainer scripts / alternatives would have created.
+if [[ "$flavor" == busybox ]]; then
+  # Every applet as a link, as Alpine's busybox package installs them.
+  for applet in $(chroot "$root" /usr/bin/busybox --list); do
+    [[ -e "$root/usr/bin/$applet" || -e "$root/usr/sbin/$applet" ]] || ln -s busybox "$root/usr/bin/$applet"
+  done
+fi
 [[ -e "$root/usr/bin/sh" ]] || ln -s dash "$root/usr/bin/sh"
 [[ -e "$root/usr/bin/awk" ]] || ln -s mawk "$root/usr/bin/awk"
 if [[ ! -e "$root/usr/lib64/ld-linux-x86-64.so.2" ]]; then
   ln -sf ../lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 "$root/usr/lib64/ld-linux-x86-64.so.2"
 fi
-mkdir -p "$root/etc" "$root/data" "$root/tmp" "$root/root" "$root/run" "$root/var/tmp"
+mkdir -p "$root/etc" "$root/data" "$root/tmp" "$root/root" "$root/run" "$root/var/tmp" "$root/dev"
 cat >"$root/etc/passwd" <<'EOF'
-root:x:0:0:root:/root:/bin/bash
+root:x:0:0:root:/root:/bin/sh
 valkey:x:999:999:Valkey:/data:/usr/sbin/nologin
 nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin
 EOF
@@ -127,6 +153,15 @@ got="$(chroot "$root" /usr/bin/valkey-server --version)" || die "valkey-server d
 [[ "$got" == *"v=$version."* ]] || die "expected valkey $version.x, got: $got"
 chroot "$root" /bin/sh -c 'valkey-cli --version >/dev/null && echo x | awk "{print}" >/dev/null' \
   || die "shell/valkey-cli/awk do not work in the new rootfs"
+if [[ "$flavor" == busybox ]]; then
+  for tool in sh awk sed grep timeout sha256sum date sort head tr wc cut cat tee sleep; do
+    [[ "$(readlink -f "$root/usr/bin/$tool")" == "$root/usr/bin/busybox" ]] \
+      || die "$tool is not busybox's in the busybox rootfs: $(readlink -f "$root/usr/bin/$tool")"
+  done
+  for gnu in bash dash mawk gawk; do
+    [[ ! -e "$root/usr/bin/$gnu" ]] || die "the busybox rootfs has $gnu"
+  done
+fi
 
 printf '%s\n' "$pkg_version" >"$tmp/version"
 printf '%s\n' "$suite" >"$tmp/suite"
@@ -135,5 +170,5 @@ mv -f "$tmp/version" "$out.version"
 mv -f "$tmp/suite" "$out.suite"
 mv -f "$tmp/packages" "$out.packages"
 mv -T "$root" "$out" 2>/dev/null || [[ -d "$out" ]] || die "cannot move rootfs into $out"
-say "built $out in $((SECONDS - t0))s ($(du -sh "$out" | cut -f1)): $got"
+say "built $out in $((SECONDS - t0))s ($(du -sh "$out" | cut -f1), $flavor userland): $got"
 echo "$out"

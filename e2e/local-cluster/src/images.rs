@@ -13,6 +13,10 @@ use crate::{LocalCluster, run_script, workspace_binary};
 /// Valkey versions the local cluster has an image for: `valkey/valkey:<version>`.
 pub const VALKEY_VERSIONS: &[&str] = &["8.0", "8.1", "9.1"];
 
+/// The stand-in for the official Alpine variant: Valkey 8.1 with busybox as its whole
+/// userland (`e2e/images/valkey-rootfs.sh`), for the image contract of docs/images.md.
+pub const BUSYBOX_IMAGE: &str = "valkey/valkey:8.1-alpine";
+
 /// The cache shared by every run: `$VALKEY_OPERATOR_CACHE` or ~/.cache/valkey-operator.
 pub fn cache_dir() -> PathBuf {
     std::env::var_os("VALKEY_OPERATOR_CACHE")
@@ -40,6 +44,7 @@ pub struct LocalImage {
 /// and the exporter's.
 pub fn local_images() -> Result<Vec<LocalImage>> {
     let mut which = VALKEY_VERSIONS.to_vec();
+    which.push(BUSYBOX_IMAGE.trim_start_matches("valkey/valkey:"));
     which.push("exporter");
     build_images(&which)
 }

@@ -249,6 +249,8 @@ while :; do
   waited=$((waited + 5))
 done
 if [ -z "$able" ]; then say "no sentinel could fail over ($why ): stopping"; exit 0; fi
+after=
+[ "$waited" -eq 0 ] || after=" (after $((waited / 10)).$((waited % 10))s for a sentinel that would elect a replica)"
 own CONFIG SET repl-ping-replica-period 2147483647 >/dev/null
 own CLIENT PAUSE 10000 WRITE >/dev/null
 waited=0
@@ -283,7 +285,7 @@ while [ "$waited" -lt 100 ]; do
   if [ -n "$now" ] && [ "$now" != "$self" ]; then
     own REPLICAOF "$now" 6379 >/dev/null
     own CLIENT KILL TYPE normal >/dev/null
-    say "handed over to $now"
+    say "handed over to $now$after"
     exit 0
   fi
   sleep 0.1
@@ -604,7 +606,11 @@ cat $dir/own-$1 2>/dev/null || echo OK
         primary_handing_over(dir.path());
         std::fs::write(dir.path().join("stale"), "3").unwrap();
         let (said, calls) = run_hook(dir.path());
-        assert_eq!(said, "prestop: handed over to 10.0.0.3", "{calls:?}");
+        assert_eq!(
+            said,
+            "prestop: handed over to 10.0.0.3 (after 0.5s for a sentinel that would elect a replica)",
+            "{calls:?}"
+        );
         let asked: Vec<usize> = (0..calls.len())
             .filter(|&i| calls[i].contains("SENTINEL REPLICAS g"))
             .collect();

@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 use kube::api::{EvictParams, ListParams};
+use local_cluster::images::BUSYBOX_IMAGE;
 
 use crate::env::{Env, FAILOVER, FORM, NS, SETTLE};
 
@@ -29,12 +30,15 @@ pub(crate) fn manual_failovers_started(access: &Access, ip: &str) -> u64 {
 /// to the replica with a coordinated `CLUSTER FAILOVER` before the server gets SIGTERM: the replica is
 /// primary by a manual failover (not an election after node-timeout), the other shards keep
 /// their primaries (no failover storm), the old member's new pod rejoins as a replica of
-/// its successor with its identity, and no acknowledged write is lost.
+/// its successor with its identity, and no acknowledged write is lost. On the busybox image
+/// (docs/images.md): the start, probe and hook scripts run under busybox sh and applets.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_deleted_primary_hands_over_before_it_stops() {
     let env = Env::start().await;
     let name = "depart";
-    let access = env.create_ready(valkey_cluster(name, 3, 1, true)).await;
+    let mut cluster = valkey_cluster(name, 3, 1, true);
+    cluster.spec.common.template.image = BUSYBOX_IMAGE.into();
+    let access = env.create_ready(cluster).await;
     let budgets: kube::Api<PodDisruptionBudget> = kube::Api::namespaced(env.client.clone(), NS);
     let mut names: Vec<String> = budgets
         .list(&ListParams::default().labels(&format!("valkey.rs/cluster={name}")))

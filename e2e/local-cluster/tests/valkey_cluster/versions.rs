@@ -1,27 +1,34 @@
 //! Scenario 9: the same ValkeyCluster forms on every Valkey version the local registry has
-//! an image for, and each member runs the version its image carries, with an exporter that
-//! scrapes it as the monitoring user (whose rules differ by version).
+//! an image for, and on the busybox image (docs/images.md), and each member runs the
+//! version its image carries, with an exporter that scrapes it as the monitoring user
+//! (whose rules differ by version).
 
 use crd_types::template::Exporter;
 use e2e_kit::cluster_testing::{DataSet, valkey_cluster};
 use e2e_kit::testing::{events_about, running_version};
 use kube::api::DeleteParams;
-use local_cluster::images::{VALKEY_VERSIONS, exporter_image};
+use local_cluster::images::{BUSYBOX_IMAGE, VALKEY_VERSIONS, exporter_image};
 use local_cluster::operator::http_get;
 
 use crate::env::{Env, SETTLE};
 
-/// Scenario 9: a 3x1 cluster on `valkey/valkey:<version>` for each version in turn: Ready,
-/// healthy, every member reporting that version and scraped by its exporter, no live
-/// directive needing a set, keys written and read back; then deleted.
+/// Scenario 9: a 3x1 cluster on `valkey/valkey:<version>` for each version in turn, then on
+/// the busybox image: Ready, healthy, every member reporting that version and scraped by
+/// its exporter, no live directive needing a set, keys written and read back; then deleted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_same_cluster_forms_on_every_version() {
     let env = Env::start().await;
     let exporter = exporter_image().unwrap();
-    for version in VALKEY_VERSIONS {
-        let name = format!("v{}", version.replace('.', "-"));
+    let images = VALKEY_VERSIONS
+        .iter()
+        .map(|v| format!("valkey/valkey:{v}"))
+        .chain([BUSYBOX_IMAGE.to_string()]);
+    for image in images {
+        let tag = image.trim_start_matches("valkey/valkey:");
+        let version = tag.split('-').next().unwrap();
+        let name = format!("v{}", tag.replace('.', "-"));
         let mut cluster = valkey_cluster(&name, 3, 1, false);
-        cluster.spec.common.template.image = format!("valkey/valkey:{version}");
+        cluster.spec.common.template.image = image.clone();
         cluster.spec.common.template.exporter = Some(Exporter {
             image: exporter.clone(),
             port: 9121,
@@ -35,7 +42,7 @@ async fn the_same_cluster_forms_on_every_version() {
             runs.push(running.to_string());
             assert!(
                 running.starts_with(&format!("{version}.")),
-                "{}: runs {running}, image valkey/valkey:{version}",
+                "{}: runs {running}, image {image}",
                 member.name
             );
         }
@@ -62,7 +69,7 @@ async fn the_same_cluster_forms_on_every_version() {
         let data = DataSet::new(&format!("{name}-key"), 2_000);
         data.load(&access).await.unwrap();
         data.verify(&access).await.unwrap();
-        eprintln!("{name}: 3x1 on valkey {version} Ready and serving");
+        eprintln!("{name}: 3x1 on {image} Ready and serving");
         // Members start with their live directives from their files, so none differs from
         // the spec and none was set: the table's defaults are this version's.
         let set = events_about(&env.apis.events, "ValkeyCluster", &name, "ConfigSetLive")

@@ -7,6 +7,7 @@ use std::time::Instant;
 use agent_services::ControlClient;
 use crd_types::names::statefulset_pod_name;
 use e2e_kit::replication_testing::{self, GroupAccess, GroupWriter, Route, valkey_replication};
+use local_cluster::images::BUSYBOX_IMAGE;
 
 use crate::env::{Env, FAILOVER, NS, SETTLE};
 
@@ -172,12 +173,15 @@ async fn a_deleted_primary_waits_for_the_failover_and_rejoins_as_replica() {
 /// drain or `kubectl delete pod` does): its preStop hook hands over through Sentinel before
 /// the server stops, so when the pod comes back the sentinels already name another primary
 /// and its start script follows it at once, never waiting for a failover. No acknowledged
-/// write is lost.
+/// write is lost. On the busybox image (docs/images.md): the start, probe, hook and sentinel
+/// scripts run under busybox sh and applets.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_deleted_primary_hands_over_through_sentinel_before_it_stops() {
     let env = Env::start().await;
     let name = "leave";
-    let access = env.create_ready(valkey_replication(name, 3, 3, true)).await;
+    let mut group = valkey_replication(name, 3, 3, true);
+    group.spec.common.template.image = BUSYBOX_IMAGE.into();
+    let access = env.create_ready(group).await;
     let old = env.ready(name, SETTLE).await.current_primary.unwrap();
     let writers = two_writers(&access).await;
 
