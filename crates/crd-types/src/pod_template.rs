@@ -14,6 +14,10 @@ use kube::KubeSchema;
 use kube::core::Rule;
 use serde::{Deserialize, Serialize};
 
+/// The UID, GID and fsGroup of every pod without `pod.securityContext`: the official
+/// image's `valkey` user.
+pub const DEFAULT_IDENTITY: i64 = 999;
+
 /// The grace period when `terminationGracePeriodSeconds` is absent.
 pub const DEFAULT_TERMINATION_GRACE_SECONDS: i64 = 60;
 
@@ -170,6 +174,13 @@ pub struct PodTemplate {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub automount_service_account_token: bool,
 
+    /// Who the pod's containers run as. Absent: UID, GID and fsGroup 999 (the official
+    /// image's `valkey` user). Present: exactly what it sets, and a field left out is not set
+    /// on the pod, so a platform that assigns it (OpenShift's restricted-v2 assigns a UID and
+    /// an fsGroup from the namespace's ranges, GID 0) does. docs/pod-template.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security_context: Option<PodIdentity>,
+
     /// Seconds between SIGTERM and SIGKILL (default 60). On SIGTERM Valkey saves its RDB
     /// (with `save` on) and syncs its AOF: a large dataset needs longer, or the final save is
     /// cut short.
@@ -210,6 +221,31 @@ pub struct PodTemplate {
     #[schemars(length(max = 8))]
     #[x_kube(validation = container_name_rule(INIT_NAME_MESSAGE), validation = restricted_rule(INIT_RESTRICTED_MESSAGE))]
     pub init_containers: Vec<Container>,
+}
+
+/// `pod.securityContext`: the identity part of a PodSecurityContext. The rest (non-root,
+/// the RuntimeDefault seccomp profile) is the operator's and always set.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodIdentity {
+    /// The UID of every container; not 0, the pods run as non-root. Unset: the platform's
+    /// (or the image's `USER`, which for the official image is root and is refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 2147483647").message("pod.securityContext.runAsUser is 1 to 2147483647: the pods run as non-root, so not 0"))]
+    pub run_as_user: Option<i64>,
+
+    /// The primary GID of every container (0 is allowed: OpenShift runs containers in
+    /// group 0). Unset: the platform's, else 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 0 && self <= 2147483647").message("pod.securityContext.runAsGroup is 0 to 2147483647"))]
+    pub run_as_group: Option<i64>,
+
+    /// The group that owns the volumes and reads the mounted Secrets (passwords, TLS keys:
+    /// mode 0440), added to every container's groups. Unset where no platform assigns one,
+    /// those Secrets are unreadable and the pod cannot start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 2147483647").message("pod.securityContext.fsGroup is 1 to 2147483647"))]
+    pub fs_group: Option<i64>,
 }
 
 impl PodTemplate {

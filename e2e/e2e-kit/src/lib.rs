@@ -12,12 +12,15 @@
 //!   Secrets, plain connections for writers;
 //! - [`valkey_tls`]: certificates in Secrets and the client side of TLS;
 //! - [`network_policy`]: NetworkPolicies evaluated as a plugin would;
+//! - [`platform`]: pods under a platform-assigned identity in a restricted namespace, and
+//!   what a member's process runs as;
 //! - [`sampler`]: a check kept running while a test changes something underneath;
 //! - [`test_run`]: one test's cluster with the operator, one test at a time, the run
 //!   directory kept after a failure.
 
 pub mod cluster_testing;
 pub mod network_policy;
+pub mod platform;
 pub mod replication_testing;
 pub mod sampler;
 pub mod test_run;

@@ -57,6 +57,7 @@ fn every_knob_at_once_is_accepted() {
         "serviceAccountName": "valkey",
         "automountServiceAccountToken": true,
         "terminationGracePeriodSeconds": 600,
+        "securityContext": {"runAsUser": 1000680000, "runAsGroup": 0, "fsGroup": 1000680000},
         "env": [{"name": "TZ", "value": "UTC"}],
         "volumes": [{"name": "scratch", "emptyDir": {}}],
         "volumeMounts": [{"name": "scratch", "mountPath": "/mnt/scratch"}],
@@ -108,6 +109,38 @@ fn the_grace_period_is_bounded() {
             json!({"terminationGracePeriodSeconds": seconds}),
             "pod.terminationGracePeriodSeconds is 10 to 86400: on stop Valkey writes its final save",
         );
+    }
+}
+
+#[test]
+fn the_identity_is_not_root_and_any_part_may_be_left_to_the_platform() {
+    for identity in [
+        json!({}),
+        json!({"runAsUser": 1}),
+        json!({"runAsUser": 1000680000, "fsGroup": 1000680000}),
+        json!({"runAsUser": 2147483647, "runAsGroup": 0, "fsGroup": 2147483647}),
+    ] {
+        accepted_everywhere(json!({"securityContext": identity}));
+    }
+    for (identity, message) in [
+        (
+            json!({"runAsUser": 0}),
+            "pod.securityContext.runAsUser is 1 to 2147483647: the pods run as non-root, so not 0",
+        ),
+        (
+            json!({"runAsUser": 2147483648_i64}),
+            "pod.securityContext.runAsUser is 1 to 2147483647",
+        ),
+        (
+            json!({"runAsGroup": -1}),
+            "pod.securityContext.runAsGroup is 0 to 2147483647",
+        ),
+        (
+            json!({"fsGroup": 0}),
+            "pod.securityContext.fsGroup is 1 to 2147483647",
+        ),
+    ] {
+        refused_everywhere(json!({"securityContext": identity}), message);
     }
 }
 

@@ -89,7 +89,8 @@ mod tests {
     use crd_types::ValkeyNodeSpec;
     use crd_types::node::Mode;
     use crd_types::pod_template::{
-        OPERATOR_CONTAINERS, OPERATOR_ENV, OPERATOR_PATHS, OPERATOR_VOLUMES, PodTemplate,
+        OPERATOR_CONTAINERS, OPERATOR_ENV, OPERATOR_PATHS, OPERATOR_VOLUMES, PodIdentity,
+        PodTemplate,
     };
     use crd_types::template::{Auth, Exporter, Tls};
     use k8s_openapi::api::core::v1::{
@@ -119,6 +120,7 @@ mod tests {
             service_account_name: Some("valkey".into()),
             automount_service_account_token: false,
             termination_grace_period_seconds: Some(600),
+            security_context: None,
             env: vec![EnvVar {
                 name: "TZ".into(),
                 value: Some("UTC".into()),
@@ -268,7 +270,14 @@ mod tests {
         let base = with_pod(Mode::Standalone, PodTemplate::default()).revision;
         // An empty `pod` is no `pod`: an upgrade rolls nobody.
         assert_eq!(build(&node(Mode::Standalone, |_| {})).revision, base);
-        let changes: [fn(&mut PodTemplate); 11] = [
+        let changes: [fn(&mut PodTemplate); 13] = [
+            |p| p.security_context = Some(PodIdentity::default()),
+            |p| {
+                p.security_context = Some(PodIdentity {
+                    run_as_user: Some(1000680000),
+                    ..Default::default()
+                })
+            },
             |p| {
                 p.labels.insert("team".into(), "x".into());
             },
@@ -290,6 +299,57 @@ mod tests {
             change(&mut p);
             assert_ne!(with_pod(Mode::Standalone, p).revision, base, "change {i}");
         }
+    }
+
+    #[test]
+    fn the_identity_is_999_unless_pod_security_context_says_otherwise() {
+        let identity = |d: &DesiredWorkload| {
+            let s = pod(d).security_context.clone().unwrap();
+            assert_eq!(s.run_as_non_root, Some(true));
+            assert_eq!(s.seccomp_profile.unwrap().type_, "RuntimeDefault");
+            (
+                s.run_as_user,
+                s.run_as_group,
+                s.fs_group,
+                s.fs_group_change_policy,
+            )
+        };
+        let on_root_mismatch = Some("OnRootMismatch".to_string());
+        let plain = build(&node(Mode::Standalone, |_| {}));
+        assert_eq!(
+            identity(&plain),
+            (Some(999), Some(999), Some(999), on_root_mismatch.clone())
+        );
+        // OpenShift's restricted-v2: a UID and an fsGroup from the namespace's ranges, no GID.
+        let assigned = PodIdentity {
+            run_as_user: Some(1000680000),
+            run_as_group: None,
+            fs_group: Some(1000680000),
+        };
+        for mode in [Mode::Cluster, Mode::Sentinel] {
+            let p = PodTemplate {
+                security_context: Some(assigned.clone()),
+                ..Default::default()
+            };
+            assert_eq!(
+                identity(&with_pod(mode, p)),
+                (
+                    Some(1000680000),
+                    None,
+                    Some(1000680000),
+                    on_root_mismatch.clone()
+                )
+            );
+        }
+        // Empty: everything left to the platform.
+        let p = PodTemplate {
+            security_context: Some(PodIdentity::default()),
+            ..Default::default()
+        };
+        assert_eq!(
+            identity(&with_pod(Mode::Standalone, p)),
+            (None, None, None, None)
+        );
     }
 
     /// The names and paths CEL keeps for the operator (crd_types::pod_template) hold every

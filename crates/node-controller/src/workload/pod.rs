@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use crd_types::ValkeyNode;
 use crd_types::names;
 use crd_types::node::Mode;
-use crd_types::pod_template::PodTemplate;
+use crd_types::pod_template::{DEFAULT_IDENTITY, PodIdentity, PodTemplate};
 use crd_types::template::{SecretKeyRef, TLS_CA_KEY, TLS_CERT_KEY, TLS_KEY_KEY, Tls};
 use crd_types::users::USERS_KEY;
 use k8s_openapi::api::core::v1::{
@@ -37,8 +37,32 @@ use crate::config::{
 use crate::configmap::{self, CONFIG_VOLUME};
 use crate::meta;
 
-/// The `valkey` user and group of the official image.
-pub const VALKEY_UID: i64 = 999;
+/// Non-root with the RuntimeDefault seccomp profile, as `pod.securityContext` says (see
+/// [`PodIdentity`]): without it the official image's `valkey` user, 999, for the UID, GID
+/// and fsGroup; with it only what it sets, so a platform assigns the rest.
+fn pod_security(pod: Option<&PodTemplate>) -> PodSecurityContext {
+    let fixed = PodIdentity {
+        run_as_user: Some(DEFAULT_IDENTITY),
+        run_as_group: Some(DEFAULT_IDENTITY),
+        fs_group: Some(DEFAULT_IDENTITY),
+    };
+    let identity = pod
+        .and_then(|p| p.security_context.clone())
+        .unwrap_or(fixed);
+    PodSecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: identity.run_as_user,
+        run_as_group: identity.run_as_group,
+        // Skip the recursive chown of a large volume on every start.
+        fs_group_change_policy: identity.fs_group.map(|_| "OnRootMismatch".into()),
+        fs_group: identity.fs_group,
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".into(),
+            localhost_profile: None,
+        }),
+        ..Default::default()
+    }
+}
 /// SIGTERM makes Valkey SHUTDOWN: save the RDB (when `save` is on) and fsync the AOF.
 /// A large dataset takes a while to write; SIGKILL in the middle loses the snapshot. 60 s
 /// unless `pod.terminationGracePeriodSeconds` says otherwise.
@@ -95,19 +119,7 @@ pub fn pod_template(node: &ValkeyNode, rendered: &RenderedConfig) -> PodTemplate
             init_containers,
             containers,
             volumes: Some(volumes(node, rendered)),
-            security_context: Some(PodSecurityContext {
-                run_as_non_root: Some(true),
-                run_as_user: Some(VALKEY_UID),
-                run_as_group: Some(VALKEY_UID),
-                fs_group: Some(VALKEY_UID),
-                // Skip the recursive chown of a large volume on every start.
-                fs_group_change_policy: Some("OnRootMismatch".into()),
-                seccomp_profile: Some(SeccompProfile {
-                    type_: "RuntimeDefault".into(),
-                    localhost_profile: None,
-                }),
-                ..Default::default()
-            }),
+            security_context: Some(pod_security(t.pod.as_ref())),
             termination_grace_period_seconds: Some(PodTemplate::termination_grace_seconds(
                 t.pod.as_ref(),
             )),

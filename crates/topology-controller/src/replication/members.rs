@@ -195,10 +195,11 @@ fn sentinel_template(replication: &ValkeyReplication) -> ValkeyNodeTemplate {
 }
 
 /// What the sentinels take of the data nodes' `template.pod`: what the platform asks of
-/// every pod (labels, annotations, pull secrets, service account, grace period), not the
-/// data nodes' env, volumes and containers.
+/// every pod (labels, annotations, pull secrets, service account, identity, grace period),
+/// not the data nodes' env, volumes and containers.
 fn sentinel_pod(pod: &PodTemplate) -> PodTemplate {
     PodTemplate {
+        security_context: pod.security_context.clone(),
         labels: pod.labels.clone(),
         annotations: pod.annotations.clone(),
         image_pull_secrets: pod.image_pull_secrets.clone(),
@@ -345,6 +346,11 @@ mod tests {
             }],
             service_account_name: Some("valkey".into()),
             termination_grace_period_seconds: Some(300),
+            security_context: Some(crd_types::pod_template::PodIdentity {
+                run_as_user: Some(1000680000),
+                run_as_group: None,
+                fs_group: Some(1000680000),
+            }),
             env: vec![EnvVar {
                 name: "TZ".into(),
                 ..Default::default()
@@ -366,6 +372,7 @@ mod tests {
         );
         assert_eq!(taken.service_account_name.as_deref(), Some("valkey"));
         assert_eq!(taken.termination_grace_period_seconds, Some(300));
+        assert_eq!(taken.security_context, pod.security_context);
         assert!(taken.env.is_empty() && taken.sidecars.is_empty());
     }
 

@@ -9,11 +9,12 @@ use std::time::Instant;
 use crd_types::names::{self, statefulset_pod_name};
 use crd_types::template::Auth;
 use e2e_kit::cluster_testing::{Access, AckedWriter, valkey_cluster};
+use e2e_kit::platform::{enforce_restricted, runs_as_assigned, with_assigned_identity};
 use e2e_kit::testing::{events_about, valkey_cli_as};
 use e2e_kit::topology::logins;
 use kube::ResourceExt;
 
-use crate::env::{Env, SETTLE};
+use crate::env::{Env, NS, SETTLE};
 
 /// Short: the drop must come when the overlap ends (the reconcile looks again then), well
 /// before the 300 s idle look, within [`SETTLE`].
@@ -48,16 +49,23 @@ async fn wait_pings(
     .await
 }
 
+/// Under a platform-assigned UID and fsGroup in a restricted namespace (as on OpenShift).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_default_password_rotates_on_every_member() {
     let env = Env::start().await;
     let name = "rotate";
+    enforce_restricted(&env.client, NS).await.unwrap();
     let mut cluster = valkey_cluster(name, 3, 1, false);
     cluster.spec.common.auth = Some(Auth {
         password_overlap_seconds: Some(OVERLAP_SECONDS),
         ..Default::default()
     });
+    with_assigned_identity(&mut cluster.spec.common.template);
     let access = env.create_ready(cluster).await;
+    for m in &access.members {
+        let info = access.cli(&m.ip, &["INFO", "server"]);
+        runs_as_assigned(&info).unwrap_or_else(|e| panic!("{}: {e:#}", m.name));
+    }
     let old = access.password.clone().unwrap();
     let new = "a new default password";
     let uids = async || {

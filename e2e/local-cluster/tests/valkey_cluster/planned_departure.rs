@@ -3,6 +3,7 @@
 
 use crd_types::names::statefulset_pod_name;
 use e2e_kit::cluster_testing::{Access, AckedWriter, valkey_cluster};
+use e2e_kit::platform::{enforce_restricted, runs_as_assigned, with_assigned_identity};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
@@ -31,13 +32,17 @@ pub(crate) fn manual_failovers_started(access: &Access, ip: &str) -> u64 {
 /// primary by a manual failover (not an election after node-timeout), the other shards keep
 /// their primaries (no failover storm), the old member's new pod rejoins as a replica of
 /// its successor with its identity, and no acknowledged write is lost. On the busybox image
-/// (docs/images.md): the start, probe and hook scripts run under busybox sh and applets.
+/// (docs/images.md): the start, probe and hook scripts run under busybox sh and applets; and
+/// under a platform-assigned UID and fsGroup in a restricted namespace (as on OpenShift),
+/// so the volumes, written and read back across the restarts, are the fsGroup's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_deleted_primary_hands_over_before_it_stops() {
     let env = Env::start().await;
     let name = "depart";
+    enforce_restricted(&env.client, NS).await.unwrap();
     let mut cluster = valkey_cluster(name, 3, 1, true);
     cluster.spec.common.template.image = BUSYBOX_IMAGE.into();
+    with_assigned_identity(&mut cluster.spec.common.template);
     let access = env.create_ready(cluster).await;
     let budgets: kube::Api<PodDisruptionBudget> = kube::Api::namespaced(env.client.clone(), NS);
     let mut names: Vec<String> = budgets
@@ -142,6 +147,8 @@ async fn a_deleted_primary_hands_over_before_it_stops() {
         assert_eq!(access.node_id(&old_ip).unwrap(), old_id);
         env.rejoined_as_replica(&access, &old_primary, &old_id, &successor_id)
             .await;
+        let info = access.cli(&old_ip, &["INFO", "server"]);
+        runs_as_assigned(&info).unwrap_or_else(|e| panic!("{old_primary}: {e:#}"));
         let mut expected = primaries.clone();
         expected[shard] = Some(successor.clone());
         let now: Vec<Option<String>> = status.shards.iter().map(|s| s.primary.clone()).collect();

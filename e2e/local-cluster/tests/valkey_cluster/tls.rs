@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use crd_types::template::{Exporter, TlsAuthClients, TopologyTls};
 use e2e_kit::cluster_testing::{Access, MemberAddr, valkey_cluster};
+use e2e_kit::platform::{enforce_restricted, runs_as_assigned, with_assigned_identity};
 use e2e_kit::testing::{connection_refused, plain_text_cli, valkey_cli_as};
 use e2e_kit::topology::issued;
 use e2e_kit::valkey_tls::{
@@ -244,20 +245,29 @@ async fn a_cluster_speaks_only_tls_and_loads_a_renewed_certificate_live() {
 /// alone in `<name>-ca`) and issues each member a certificate of its own, for its Service's
 /// DNS names and ClusterIP, which a client checking names accepts on both ports; the cluster forms over TLS with client
 /// certificates required. A member whose Secret is deleted is issued a new certificate,
-/// which it serves with no pod restarted and every key still there.
+/// which it serves with no pod restarted and every key still there. The pods run under a
+/// platform-assigned UID and fsGroup in a namespace that enforces the restricted Pod
+/// Security Standard (as on OpenShift): the private keys (mode 0440) are read through the
+/// fsGroup.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cluster_serves_certificates_the_operator_issues_per_member() {
     let env = Env::start().await;
     let name = "issued";
     let secrets = &env.apis.secrets;
+    enforce_restricted(&env.client, NS).await.unwrap();
     let mut cluster = valkey_cluster(name, 3, 1, false);
     cluster.spec.common.tls = Some(issued::operator_issued(TlsAuthClients::Required));
+    with_assigned_identity(&mut cluster.spec.common.template);
     let created = Instant::now();
     env.apis.create(&cluster).await.unwrap();
     env.ready(name, FORM).await;
     eprintln!("issued: Ready {:?} after creation", created.elapsed());
     let access = env.exact_access(name, 3, 1).await;
     env.healthy(name, &access, 3, 1).await;
+    for m in &access.members {
+        let info = access.cli(&m.ip, &["INFO", "server"]);
+        runs_as_assigned(&info).unwrap_or_else(|e| panic!("{}: {e:#}", m.name));
+    }
     let tls = access.tls.clone().expect("the cluster has tls");
     // Clients trust the CA of `<name>-ca`: every member's Secret carries the same one.
     let ca = issued::assert_ca_published(secrets, name).await;

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use agent_services::ControlClient;
 use crd_types::names::statefulset_pod_name;
+use e2e_kit::platform::{enforce_restricted, runs_as_assigned, with_assigned_identity};
 use e2e_kit::replication_testing::{self, GroupAccess, GroupWriter, Route, valkey_replication};
 use local_cluster::images::BUSYBOX_IMAGE;
 
@@ -174,14 +175,25 @@ async fn a_deleted_primary_waits_for_the_failover_and_rejoins_as_replica() {
 /// the server stops, so when the pod comes back the sentinels already name another primary
 /// and its start script follows it at once, never waiting for a failover. No acknowledged
 /// write is lost. On the busybox image (docs/images.md): the start, probe, hook and sentinel
-/// scripts run under busybox sh and applets.
+/// scripts run under busybox sh and applets; and under a platform-assigned UID and fsGroup
+/// in a restricted namespace (as on OpenShift), data nodes and sentinels alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_deleted_primary_hands_over_through_sentinel_before_it_stops() {
     let env = Env::start().await;
     let name = "leave";
+    enforce_restricted(&env.client, NS).await.unwrap();
     let mut group = valkey_replication(name, 3, 3, true);
     group.spec.common.template.image = BUSYBOX_IMAGE.into();
+    with_assigned_identity(&mut group.spec.common.template);
     let access = env.create_ready(group).await;
+    for m in &access.data {
+        let info = access.cli(&m.ip, &["INFO", "server"]);
+        runs_as_assigned(&info).unwrap_or_else(|e| panic!("{}: {e:#}", m.name));
+    }
+    for s in &access.sentinels {
+        let info = access.sentinel_cli(&s.ip, &["INFO", "server"]);
+        runs_as_assigned(&info).unwrap_or_else(|e| panic!("{}: {e:#}", s.name));
+    }
     let old = env.ready(name, SETTLE).await.current_primary.unwrap();
     let writers = two_writers(&access).await;
 
