@@ -51,13 +51,14 @@ helm template valkey-operator "$chart" --namespace "$namespace" -f "$chart/ci/ev
   >"$tmp/everything.yaml"
 python3 "$root/hack/chart-compare.py" --check-everything "$tmp/everything.yaml" || failures=$((failures + 1))
 
-# A namespace watch with pvc-resizer on is refused with a sentence, not rendered.
-if helm template valkey-operator "$chart" --set watchNamespace=apps >/dev/null 2>"$tmp/err"; then
-  say "FAIL watchNamespace with pvc-resizer on rendered"; failures=$((failures + 1))
-elif ! grep -q "pvc-resizer reads every Node" "$tmp/err"; then
-  cat "$tmp/err"; say "FAIL watchNamespace with pvc-resizer on: unexpected error"; failures=$((failures + 1))
+# A list of namespaces (and the older single watchNamespace, added to it): each
+# controller's role bound in each namespace, none cluster-wide, and the list in its env.
+helm template valkey-operator "$chart" --namespace "$namespace" \
+  --set 'watchNamespaces={team-b,team-a}' --set watchNamespace=team-c >"$tmp/listed.yaml"
+if python3 "$root/hack/chart-compare.py" --check-watched team-a,team-b,team-c "$tmp/listed.yaml"; then
+  say "ok   watchNamespaces binds every controller in each namespace only"
 else
-  say "ok   watchNamespace with pvc-resizer on is refused"
+  say "FAIL watchNamespaces (above)"; failures=$((failures + 1))
 fi
 
 # values.schema.json: a misspelt or malformed value is refused by name.

@@ -8,6 +8,9 @@ chart-compare.py OVERLAY.yaml CHART.yaml
 chart-compare.py --check-everything CHART.yaml
     A render with every switch on: the switches show up where they should and the pods
     stay restricted.
+chart-compare.py --check-watched NS1,NS2,... CHART.yaml
+    A render watching those namespaces: each controller's role bound by a RoleBinding in
+    each of them, by no ClusterRoleBinding, and WATCH_NAMESPACES listing them.
 """
 
 import difflib
@@ -125,7 +128,36 @@ def check_everything(chart_path):
     return not problems
 
 
+CONTROLLERS = ["node-controller", "service-controller", "topology-controller", "pvc-resizer"]
+
+
+def check_watched(namespaces, chart_path):
+    docs = load(chart_path)
+    problems = []
+    bound = {(d["metadata"]["namespace"], d["roleRef"]["name"])
+             for d in docs if d.get("kind") == "RoleBinding"}
+    cluster_bound = {d["roleRef"]["name"] for d in docs if d.get("kind") == "ClusterRoleBinding"}
+    for c in CONTROLLERS:
+        role = f"valkey-operator-{c}"
+        for ns in namespaces:
+            if (ns, role) not in bound:
+                problems.append(f"{role} not bound in {ns}")
+        if role in cluster_bound:
+            problems.append(f"{role} bound cluster-wide")
+    for d in docs:
+        if d.get("kind") != "Deployment":
+            continue
+        env = {e["name"]: e.get("value") for e in d["spec"]["template"]["spec"]["containers"][0].get("env") or []}
+        if env.get("WATCH_NAMESPACES") != ",".join(namespaces):
+            problems.append(f"{d['metadata']['name']}: WATCH_NAMESPACES {env.get('WATCH_NAMESPACES')!r}")
+    for p in problems:
+        print(f"  - {p}")
+    return not problems
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--check-everything"]:
         sys.exit(0 if check_everything(sys.argv[2]) else 1)
+    if sys.argv[1:2] == ["--check-watched"]:
+        sys.exit(0 if check_watched(sys.argv[2].split(","), sys.argv[3]) else 1)
     sys.exit(0 if compare(sys.argv[1], sys.argv[2]) else 1)

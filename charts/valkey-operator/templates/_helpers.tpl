@@ -10,6 +10,14 @@ app.kubernetes.io/name: valkey-operator
 app.kubernetes.io/component: {{ . }}
 {{- end }}
 
+{{/* The watched namespaces, comma-separated and sorted (watchNamespaces and the older
+single watchNamespace); empty for all. */}}
+{{- define "valkey-operator.watched" -}}
+{{- $all := .Values.watchNamespaces | default list -}}
+{{- with .Values.watchNamespace }}{{ $all = append $all . }}{{ end -}}
+{{- $all | uniq | sortAlpha | join "," -}}
+{{- end }}
+
 {{/* repository:tag, with @digest when pinned. */}}
 {{- define "valkey-operator.image" -}}
 {{- $tag := .Values.image.tag | default .Chart.AppVersion -}}
@@ -18,11 +26,10 @@ app.kubernetes.io/component: {{ . }}
 
 {{/*
 A controller's ServiceAccount, its ClusterRole (rules from the controller's file) granted
-cluster-wide or in the watched namespace only, its leader-election Lease rights, Deployment
+cluster-wide or in each watched namespace only, its leader-election Lease rights, Deployment
 and metrics Service.
 Arguments: root (the chart's context), name (e.g. node-controller), values (its values),
-rules (its ClusterRole rules, YAML), clusterWide (granted cluster-wide even when a namespace
-is watched).
+rules (its ClusterRole rules, YAML).
 */}}
 {{- define "valkey-operator.controller" -}}
 {{- $root := .root -}}
@@ -46,23 +53,14 @@ metadata:
 rules:
   {{- .rules | nindent 2 }}
 ---
-{{- if or .clusterWide (not $root.Values.watchNamespace) }}
+{{- $watched := include "valkey-operator.watched" $root }}
+{{- if not $watched }}
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
 metadata:
   name: {{ $full }}
   labels:
     {{- include "valkey-operator.labels" $name | nindent 4 }}
-{{- else }}
-# The ClusterRole granted in the watched namespace only.
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata:
-  name: {{ $full }}
-  namespace: {{ $root.Values.watchNamespace }}
-  labels:
-    {{- include "valkey-operator.labels" $name | nindent 4 }}
-{{- end }}
 roleRef:
   apiGroup: rbac.authorization.k8s.io
   kind: ClusterRole
@@ -72,6 +70,27 @@ subjects:
     name: {{ $full }}
     namespace: {{ $ns }}
 ---
+{{- else }}
+{{- range splitList "," $watched }}
+# The ClusterRole granted in a watched namespace only.
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {{ $full }}
+  namespace: {{ . }}
+  labels:
+    {{- include "valkey-operator.labels" $name | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: {{ $full }}
+subjects:
+  - kind: ServiceAccount
+    name: {{ $full }}
+    namespace: {{ $ns }}
+---
+{{- end }}
+{{- end }}
 # Leader election: the Lease lives in the operator namespace.
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
@@ -247,9 +266,9 @@ spec:
               valueFrom:
                 fieldRef:
                   fieldPath: metadata.name
-            {{- if and $root.Values.watchNamespace (not .clusterWide) }}
-            - name: WATCH_NAMESPACE
-              value: {{ $root.Values.watchNamespace | quote }}
+            {{- with include "valkey-operator.watched" $root }}
+            - name: WATCH_NAMESPACES
+              value: {{ . | quote }}
             {{- end }}
             {{- with .env }}
             {{- . | nindent 12 }}

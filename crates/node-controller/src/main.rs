@@ -61,22 +61,22 @@ async fn run(ctx: Context) -> Result<(), std::convert::Infallible> {
     // Pods: readiness, IP and restarts go into status.workload as they change.
     let node_pods = watcher::Config::default().labels(labels::NODE);
     let (statefulsets, deployments, config_maps, claims, pods) = (
-        ctx.watch_api::<StatefulSet>(),
-        ctx.watch_api::<Deployment>(),
-        ctx.watch_api::<ConfigMap>(),
-        ctx.watch_api::<PersistentVolumeClaim>(),
-        ctx.watch_api::<Pod>(),
+        ctx.touched::<StatefulSet>(ours.clone()),
+        ctx.touched::<Deployment>(ours.clone()),
+        ctx.touched::<ConfigMap>(ours.clone()),
+        ctx.touched::<PersistentVolumeClaim>(ours),
+        ctx.touched::<Pod>(node_pods),
     );
     controller::run_watching::<ValkeyNode, _, _, _, _>(
         &ctx,
         |nodes| {
             nodes
-                .owns(statefulsets, ours.clone())
-                .owns(deployments, ours.clone())
-                .owns(config_maps, ours.clone())
+                .owns_stream(statefulsets)
+                .owns_stream(deployments)
+                .owns_stream(config_maps)
                 // By label, not owner: a Retain claim has no owner reference.
-                .watches(claims, ours, labelled_node)
-                .watches(pods, node_pods, labelled_node)
+                .watches_stream(claims, labelled_node)
+                .watches_stream(pods, labelled_node)
         },
         Arc::new(()),
         reconcile::reconcile,

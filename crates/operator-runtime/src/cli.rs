@@ -4,6 +4,8 @@ use std::net::SocketAddr;
 
 use clap::{Args, ValueEnum};
 
+use crate::scope::Scope;
+
 /// Flags shared by every controller; `#[command(flatten)]` this into the binary's `Parser`.
 ///
 /// Each flag can also be set from the environment so the Deployment manifests only need
@@ -27,16 +29,27 @@ pub struct CommonArgs {
     #[arg(long, env = "POD_NAMESPACE", default_value = "valkey-operator-system")]
     pub lease_namespace: String,
 
-    /// Watch only this namespace; unset or empty watches all namespaces.
+    /// Watch only these namespaces (comma-separated); unset or empty watches all.
+    #[arg(long, env = "WATCH_NAMESPACES")]
+    pub watch_namespaces: Option<String>,
+
+    /// One namespace to watch, as releases before WATCH_NAMESPACES took it; added to
+    /// `--watch-namespaces`.
     #[arg(long, env = "WATCH_NAMESPACE")]
     pub watch_namespace: Option<String>,
 }
 
 impl CommonArgs {
-    /// The namespace to restrict watches to, treating an empty value as "all namespaces"
-    /// (an empty WATCH_NAMESPACE is the usual way manifests say "cluster-wide").
-    pub fn watch_namespace(&self) -> Option<&str> {
-        self.watch_namespace.as_deref().filter(|ns| !ns.is_empty())
+    /// The namespaces to restrict watches to, treating empty values as "all namespaces"
+    /// (an empty value is the usual way manifests say "cluster-wide").
+    pub fn scope(&self) -> Scope {
+        let listed = [&self.watch_namespaces, &self.watch_namespace]
+            .into_iter()
+            .flatten()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join(",");
+        Scope::parse(&listed)
     }
 }
 
@@ -87,7 +100,7 @@ mod tests {
         assert_eq!(args.http_addr, "0.0.0.0:8080".parse().unwrap());
         assert!(!args.leader_elect);
         assert_eq!(args.lease_namespace, "valkey-operator-system");
-        assert_eq!(args.watch_namespace(), None);
+        assert_eq!(args.scope(), Scope::All);
     }
 
     #[test]
@@ -100,21 +113,41 @@ mod tests {
             "--leader-elect",
             "--lease-namespace",
             "ops",
-            "--watch-namespace",
-            "team-a",
+            "--watch-namespaces",
+            "team-b,team-a",
         ])
         .unwrap();
         assert_eq!(args.log_format, LogFormat::Json);
         assert_eq!(args.http_addr, "127.0.0.1:9090".parse().unwrap());
         assert!(args.leader_elect);
         assert_eq!(args.lease_namespace, "ops");
-        assert_eq!(args.watch_namespace(), Some("team-a"));
+        assert_eq!(
+            args.scope(),
+            Scope::Namespaces(vec!["team-a".into(), "team-b".into()])
+        );
     }
 
     #[test]
-    fn empty_watch_namespace_means_all_namespaces() {
-        let args = parse(&["--watch-namespace", ""]).unwrap();
-        assert_eq!(args.watch_namespace(), None);
+    fn empty_watch_namespaces_mean_all_namespaces() {
+        let args = parse(&["--watch-namespaces", "", "--watch-namespace", ""]).unwrap();
+        assert_eq!(args.scope(), Scope::All);
+    }
+
+    #[test]
+    fn the_single_namespace_of_older_manifests_joins_the_list() {
+        let args = parse(&["--watch-namespace", "team-c"]).unwrap();
+        assert_eq!(args.scope(), Scope::Namespaces(vec!["team-c".into()]));
+        let args = parse(&[
+            "--watch-namespace",
+            "team-c",
+            "--watch-namespaces",
+            "team-a",
+        ])
+        .unwrap();
+        assert_eq!(
+            args.scope(),
+            Scope::Namespaces(vec!["team-a".into(), "team-c".into()])
+        );
     }
 
     #[test]

@@ -211,8 +211,8 @@ pub async fn run<K, T, R, Fut, E>(
         .await;
 }
 
-/// The common case: one controller for the namespaced resource `K` (honouring
-/// `--watch-namespace`). `configure` adds what it owns or watches besides `K`; the process
+/// The common case: one controller for the namespaced resource `K` (in the watched
+/// namespaces). `configure` adds what it owns or watches besides `K`; the process
 /// reports ready once the watch on `K` has listed. See [`run`] for what is added around
 /// `reconcile`.
 pub async fn run_watching<K, T, R, Fut, E>(
@@ -239,8 +239,8 @@ pub async fn run_watching<K, T, R, Fut, E>(
     run(ctx, controller, data, reconcile).await;
 }
 
-/// A controller for the namespaced resource `K`, watched through [`Guarded`] and honouring
-/// `--watch-namespace`; for [`run`].
+/// A controller for the namespaced resource `K`, watched through [`Guarded`] in the watched
+/// namespaces (`--watch-namespaces`, see [`crate::scope`]); for [`run`].
 pub fn watching<K>(ctx: &Context) -> Controller<Guarded<K>>
 where
     K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
@@ -251,7 +251,8 @@ where
         + Sync
         + 'static,
 {
-    Controller::new(ctx.watch_api::<Guarded<K>>(), watcher::Config::default())
+    ctx.scope
+        .controller::<Guarded<K>>(&ctx.client, watcher::Config::default())
 }
 
 /// The Warning Event for a failed run. Best effort: an Event that cannot be published is
@@ -396,7 +397,7 @@ mod tests {
             client,
             metrics: Arc::new(crate::Metrics::new().unwrap()),
             readiness: crate::Readiness::new(),
-            watch_namespace: None,
+            scope: crate::scope::Scope::All,
             shutdown: crate::Shutdown::new(),
         }
     }

@@ -33,7 +33,8 @@
 //!   `Controller` for one namespaced resource and waits for its first list; use
 //!   [`controller::run`] directly when one binary runs several controllers;
 //! - [`controller::ready_when`] turns `/readyz` to 200 once the watches have listed;
-//! - [`Context::watch_api`] is the `Api` to watch, honouring `--watch-namespace`;
+//! - [`Context::scope`] is the namespaces watched (`--watch-namespaces`); [`Context::touched`]
+//!   their objects of a kind as they change, for `owns_stream` and `watches_stream`;
 //! - [`apply()`] / [`apply_status()`] with `ctx.field_manager` for every write, each API
 //!   call's error named with [`ApiResultExt::on`] (an [`ApiError`]: operation, object,
 //!   cause);
@@ -101,18 +102,24 @@ pub mod http;
 mod leader;
 pub mod metrics;
 pub mod preflight;
+pub mod scope;
 pub mod shutdown;
 pub mod telemetry;
 
-use std::fmt::Display;
+use std::fmt::{Debug, Display};
 use std::future::Future;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::stream::BoxStream;
 use k8s_openapi::NamespaceResourceScope;
-use kube::{Api, Client, Resource};
+use kube::runtime::watcher;
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
 use tokio::net::TcpListener;
+
+use crate::scope::Scope;
 
 pub use apply::{apply, apply_status, first_difference, is_applied};
 pub use cli::{CommonArgs, LogFormat};
@@ -150,23 +157,28 @@ pub struct Context {
     pub events: Publisher,
     pub metrics: Arc<Metrics>,
     pub readiness: Readiness,
-    /// Restrict watches to this namespace; `None` means all namespaces.
-    pub watch_namespace: Option<String>,
+    /// The namespaces watched (`WATCH_NAMESPACES`).
+    pub scope: Scope,
     /// Triggered on SIGTERM/SIGINT; pass `shutdown.wait()` to `graceful_shutdown_on`.
     pub shutdown: Shutdown,
 }
 
 impl Context {
-    /// The `Api` to watch a namespaced resource with: the watch namespace if one is set,
-    /// all namespaces otherwise.
-    pub fn watch_api<K>(&self) -> Api<K>
+    /// The watched namespaces' objects of `K` as they change: for `Controller::owns_stream`
+    /// and `watches_stream` (see [`Scope::touched`]).
+    pub fn touched<K>(
+        &self,
+        config: watcher::Config,
+    ) -> BoxStream<'static, Result<K, watcher::Error>>
     where
-        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>,
+        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + DeserializeOwned
+            + Debug
+            + Send
+            + 'static,
     {
-        match &self.watch_namespace {
-            Some(namespace) => Api::namespaced(self.client.clone(), namespace),
-            None => Api::all(self.client.clone()),
-        }
+        self.scope.touched(&self.client, config)
     }
 }
 
@@ -325,7 +337,7 @@ where
         client,
         metrics,
         readiness,
-        watch_namespace: args.watch_namespace().map(str::to_owned),
+        scope: args.scope(),
         shutdown: shutdown.clone(),
     };
     let result = lead_and_run(&config, &args, context, controller).await;

@@ -6,6 +6,7 @@
 use std::net::SocketAddr;
 
 use clap::Parser;
+use operator_runtime::scope::Scope;
 use operator_runtime::{CommonArgs, LogFormat};
 
 #[derive(Debug, Parser)]
@@ -34,7 +35,7 @@ fn environment_variables_set_every_flag_and_flags_win() {
         ("HTTP_ADDR", "127.0.0.1:9443"),
         ("LEADER_ELECT", "true"),
         ("POD_NAMESPACE", "ops"),
-        ("WATCH_NAMESPACE", "team-a"),
+        ("WATCH_NAMESPACES", "team-a,team-b"),
     ]);
     let from_env = parse(&[]);
     assert_eq!(from_env.log_format, LogFormat::Json);
@@ -44,15 +45,22 @@ fn environment_variables_set_every_flag_and_flags_win() {
     );
     assert!(from_env.leader_elect);
     assert_eq!(from_env.lease_namespace, "ops");
-    assert_eq!(from_env.watch_namespace(), Some("team-a"));
+    assert_eq!(
+        from_env.scope(),
+        Scope::Namespaces(vec!["team-a".into(), "team-b".into()])
+    );
 
-    let flags_win = parse(&["--log-format", "text", "--watch-namespace", "team-b"]);
+    let flags_win = parse(&["--log-format", "text", "--watch-namespaces", "team-c"]);
     assert_eq!(flags_win.log_format, LogFormat::Text);
-    assert_eq!(flags_win.watch_namespace(), Some("team-b"));
+    assert_eq!(flags_win.scope(), Scope::Namespaces(vec!["team-c".into()]));
 
     // Manifests commonly render booleans as "false" and unset namespaces as "".
-    set(&[("LEADER_ELECT", "false"), ("WATCH_NAMESPACE", "")]);
+    set(&[
+        ("LEADER_ELECT", "false"),
+        ("WATCH_NAMESPACES", ""),
+        ("WATCH_NAMESPACE", ""),
+    ]);
     let off = parse(&[]);
     assert!(!off.leader_elect);
-    assert_eq!(off.watch_namespace(), None);
+    assert_eq!(off.scope(), Scope::All);
 }

@@ -259,7 +259,7 @@ fn fake_api_server(plurals: &'static [&'static str]) -> (SocketAddr, LeaseStore)
                     get(move || async move { json_response(StatusCode::OK, &discovery) }),
                 )
                 .route(
-                    "/api/v1/namespaces/team-a/configmaps",
+                    "/api/v1/namespaces/{namespace}/configmaps",
                     get(list_or_watch_config_maps),
                 )
                 .route(leases, post(create_lease))
@@ -275,8 +275,15 @@ fn fake_api_server(plurals: &'static [&'static str]) -> (SocketAddr, LeaseStore)
     (addr, lease)
 }
 
-/// One ConfigMap in namespace team-a; watches stay open without events.
-async fn list_or_watch_config_maps(uri: axum::http::Uri) -> Response {
+/// One ConfigMap in each of the namespaces team-a and team-b, none elsewhere (so watching
+/// all namespaces never lists); watches stay open without events.
+async fn list_or_watch_config_maps(
+    Path(namespace): Path<String>,
+    uri: axum::http::Uri,
+) -> Response {
+    if !["team-a", "team-b"].contains(&namespace.as_str()) {
+        return not_found();
+    }
     if uri.query().unwrap_or_default().contains("watch=true") {
         let silence = futures::stream::pending::<Result<String, std::io::Error>>();
         return (
@@ -289,7 +296,7 @@ async fn list_or_watch_config_maps(uri: axum::http::Uri) -> Response {
         "apiVersion": "v1", "kind": "ConfigMapList", "metadata": {"resourceVersion": "7"},
         "items": [{
             "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "config", "namespace": "team-a", "resourceVersion": "7"},
+            "metadata": {"name": "config", "namespace": namespace, "resourceVersion": "7"},
         }],
     });
     json_response(StatusCode::OK, &list)
@@ -643,27 +650,40 @@ fn losing_the_lease_exits_1() {
     assert!(started.elapsed() < Duration::from_secs(10));
 }
 
-#[test]
-fn drives_a_kube_runtime_controller_in_the_watch_namespace() {
+/// The controller binaries' loop over `namespaces` (a `--watch-namespaces` value): ready
+/// once every namespace listed, then each namespace's ConfigMap reconciled once.
+fn drives_a_kube_runtime_controller_in(flag: &str, namespaces: &str, reconciles: usize) {
     let (api, _) = fake_api_server(&["valkeynodes", "valkeyclusters"]);
     let http = free_loopback_port();
-    // The fake serves ConfigMaps only in team-a: watching all namespaces would never list.
     let scenario = Scenario::new("kube-controller", Some(api))
-        .args(&format!("--watch-namespace team-a --http-addr {http}"));
+        .args(&format!("{flag} {namespaces} --http-addr {http}"));
     let mut child = scenario.spawn();
 
     wait_until("/readyz is 200", &mut child, || {
         status_of(http, "/readyz") == Some(200)
     });
-    wait_until("the ConfigMap has been reconciled", &mut child, || {
-        http_get(http, "/metrics").is_some_and(|m| {
-            m.contains(r#"valkey_operator_reconcile_runs_total{controller="test-controller"} 1"#)
-                && m.contains(r#"valkey_operator_reconcile_duration_seconds_count{controller="test-controller"} 1"#)
-        })
+    let runs = format!(
+        r#"valkey_operator_reconcile_runs_total{{controller="test-controller"}} {reconciles}"#
+    );
+    let durations = format!(
+        r#"valkey_operator_reconcile_duration_seconds_count{{controller="test-controller"}} {reconciles}"#
+    );
+    wait_until("every ConfigMap has been reconciled", &mut child, || {
+        http_get(http, "/metrics").is_some_and(|m| m.contains(&runs) && m.contains(&durations))
     });
 
     sigterm(&child);
     let output = child.wait_with_output().unwrap();
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     assert!(stderr_lines(&output).is_empty(), "{output:?}");
+}
+
+#[test]
+fn drives_a_kube_runtime_controller_in_the_watch_namespace() {
+    drives_a_kube_runtime_controller_in("--watch-namespace", "team-a", 1);
+}
+
+#[test]
+fn drives_a_kube_runtime_controller_over_a_list_of_namespaces() {
+    drives_a_kube_runtime_controller_in("--watch-namespaces", "team-a,team-b", 2);
 }

@@ -95,17 +95,18 @@ async fn run(ctx: Context, kubelets: kubelet::Settings, interval: Duration) -> R
         wake,
         interval,
         readiness: ctx.readiness.clone(),
+        scope: ctx.scope.clone(),
     };
     let reader = tokio::spawn(reader.run(ctx.shutdown.clone()));
-    let claims = ctx.watch_api::<PersistentVolumeClaim>();
     let ours = watcher::Config::default().labels(&format!(
         "{}={}",
         labels::MANAGED_BY,
         labels::MANAGED_BY_VALUE
     ));
+    let claims = ctx.touched::<PersistentVolumeClaim>(ours);
     let nodes = nodes
         // By label, not owner: a Retain claim has no owner reference.
-        .watches(claims, ours, labelled_node)
+        .watches_stream(claims, labelled_node)
         .reconcile_on(woken);
     controller::ready_when(&ctx, async move { store.wait_until_ready().await });
     let data = Arc::new(reconcile::Data { book, metrics });

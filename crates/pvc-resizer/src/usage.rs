@@ -15,6 +15,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use operator_runtime::Shutdown;
 use operator_runtime::controller::Guarded;
+use operator_runtime::scope::Scope;
 use pvc_resizer::decide::Usage;
 use pvc_resizer::stats::{self, VolumeUsage};
 
@@ -84,6 +85,9 @@ pub struct Reader {
     pub interval: Duration,
     /// Ready once the ValkeyNode store has listed.
     pub readiness: operator_runtime::Readiness,
+    /// The watched namespaces: a kubelet's summary covers every pod of its Node, and the
+    /// claims of other namespaces are dropped as read.
+    pub scope: Scope,
 }
 
 impl Reader {
@@ -158,6 +162,7 @@ impl Reader {
                 .map(|claims| {
                     claims
                         .into_iter()
+                        .filter(|c| self.scope.includes(&c.namespace))
                         .map(|c| ((c.namespace, c.claim), c.usage))
                         .collect()
                 })

@@ -51,15 +51,15 @@ async fn main() -> ExitCode {
 async fn run(ctx: Context) -> Result<(), std::convert::Infallible> {
     // Owning the Services means a deleted or edited Service reconciles its ValkeyNode at
     // once (and gets recreated or put back); only the operator's Services are watched.
-    let services = ctx.watch_api::<Service>();
     let ours = watcher::Config::default().labels(&format!(
         "{}={}",
         labels::MANAGED_BY,
         labels::MANAGED_BY_VALUE
     ));
+    let services = ctx.touched::<Service>(ours);
     controller::run_watching::<ValkeyNode, _, _, _, _>(
         &ctx,
-        |nodes| nodes.owns(services, ours),
+        |nodes| nodes.owns_stream(services),
         Arc::new(()),
         reconcile::reconcile,
     )

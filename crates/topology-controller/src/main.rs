@@ -100,7 +100,7 @@ async fn run(ctx: Context, settings: Settings) -> Result<(), std::convert::Infal
     // A changed default password Secret, looked at (not watched).
     let (password_look, looks) = password_look::PasswordLook::new();
     let clusters = controller::watching::<ValkeyCluster>(&ctx)
-        .owns(ctx.watch_api::<Guarded<ValkeyNode>>(), members)
+        .owns_stream(ctx.touched::<Guarded<ValkeyNode>>(members))
         .reconcile_all_on(futures::stream::select(beats, looks));
     let group_members = watcher::Config::default().labels(labels::REPLICATION);
     // A group's: the sentinels announcing a failover, and the data nodes' pulse.
@@ -109,7 +109,7 @@ async fn run(ctx: Context, settings: Settings) -> Result<(), std::convert::Infal
     let (group_password_look, group_looks) = password_look::PasswordLook::new();
     let group_wakes = futures::stream::select(group_beats, group_looks);
     let replications = controller::watching::<ValkeyReplication>(&ctx)
-        .owns(ctx.watch_api::<Guarded<ValkeyNode>>(), group_members)
+        .owns_stream(ctx.touched::<Guarded<ValkeyNode>>(group_members))
         .reconcile_all_on(futures::stream::select(wakes, group_wakes));
     let (cluster_store, replication_store) = (clusters.store(), replications.store());
     // Both kinds' reconciles record their certificates' expiry here; /metrics reads it.
