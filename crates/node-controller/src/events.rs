@@ -17,6 +17,8 @@ operator_runtime::event_reasons! {
         ConfigInvalid: Warning,
         /// The claim's StorageClass does not exist, so the claim never binds.
         ClaimNotBound: Warning,
+        /// The image lacks a program the operator's scripts run (docs/images.md).
+        ImageIncomplete: Warning,
     }
 }
 

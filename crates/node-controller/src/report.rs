@@ -176,6 +176,16 @@ fn transition_events(
             workload.map(Workload::object_ref),
         ));
     }
+    if let Some(c) = now(types::WORKLOAD_READY)
+        && c.reason == WorkloadReady::ImageIncomplete.as_str()
+        && changed(types::WORKLOAD_READY)
+    {
+        events.push(NodeEvent::new(
+            NodeEventReason::ImageIncomplete,
+            c.message.clone(),
+            None,
+        ));
+    }
     if storage_class_missing
         && let Some(c) = now(types::WORKLOAD_READY)
         && c.reason == WorkloadReady::ClaimNotBound.as_str()
@@ -470,6 +480,61 @@ mod tests {
         let (_, again) = reconcile(live, at(30));
         assert_eq!(again.status, None);
         assert_eq!(again.blocked, Some(blocked));
+    }
+
+    #[test]
+    fn a_start_that_lacks_a_program_names_it_and_warns_once() {
+        use k8s_openapi::api::core::v1::{
+            ContainerState, ContainerStateTerminated, ContainerStateWaiting,
+        };
+        let (mut live, _) = reconcile(live(node(|_| {})), at(10));
+        let mut pod = running_pod(live.workload.as_ref().unwrap(), false);
+        let container = &mut pod
+            .status
+            .as_mut()
+            .unwrap()
+            .container_statuses
+            .as_mut()
+            .unwrap()[0];
+        container.image = "valkey/valkey:8.1-slim".into();
+        container.state = Some(ContainerState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some("CrashLoopBackOff".into()),
+                message: Some("back-off 10s restarting failed container".into()),
+            }),
+            ..Default::default()
+        });
+        container.last_state = Some(ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: 127,
+                message: Some("sh: 1: awk: not found\n".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        live.pods = vec![pod];
+        let (live, first) = reconcile(live, at(20));
+        let status = first.status.unwrap();
+        let ready = conditions::find(&status.conditions, types::WORKLOAD_READY).unwrap();
+        assert_eq!(ready.reason, "ImageIncomplete");
+        assert!(
+            ready
+                .message
+                .contains("its image valkey/valkey:8.1-slim has no `awk`"),
+            "{}",
+            ready.message
+        );
+        assert!(
+            ready
+                .message
+                .ends_with("last exit 127: sh: 1: awk: not found")
+        );
+        assert_eq!(first.events.len(), 1, "{:?}", first.events);
+        assert_eq!(first.events[0].reason, NodeEventReason::ImageIncomplete);
+        assert_eq!(first.events[0].note, ready.message);
+        // The same crash loop again: nothing new to write or tell.
+        let (_, again) = reconcile(live, at(30));
+        assert!(again.events.is_empty(), "{:?}", again.events);
     }
 
     #[test]

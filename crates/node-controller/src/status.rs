@@ -54,6 +54,32 @@ fn waiting_container(pod: &Pod) -> Option<&ContainerStatus> {
     blocking_init.or_else(|| valkey_status(pod))
 }
 
+/// The program a failed start says it could not find: the runtime's `exec: "sh":
+/// executable file not found in $PATH`, or a shell's `sh: 1: awk: not found` (dash),
+/// `sh: awk: not found` (busybox), `awk: command not found` (bash). `None` otherwise.
+pub fn missing_program(message: &str) -> Option<String> {
+    let plain = |name: &str| {
+        let name = name.trim().trim_matches('"');
+        (!name.is_empty() && !name.contains(char::is_whitespace)).then(|| name.to_string())
+    };
+    for line in message.lines() {
+        if let Some(at) = line.find("executable file not found") {
+            let before = line[..at].trim_end().trim_end_matches(':');
+            if let Some(name) = before.rsplit(':').next().and_then(plain) {
+                return Some(name);
+            }
+        }
+        for marker in [": not found", ": command not found"] {
+            if let Some(rest) = line.trim_end().strip_suffix(marker)
+                && let Some(name) = rest.rsplit(": ").next().and_then(plain)
+            {
+                return Some(name);
+            }
+        }
+    }
+    None
+}
+
 /// Whether the valkey container passes its readiness probe. The pod's Ready condition is not
 /// used: a sidecar (the exporter) must not make the node look down.
 pub fn is_ready(pod: &Pod) -> bool {
@@ -261,15 +287,28 @@ fn workload_ready(o: &Observed<'_>) -> ConditionSpec {
     if let (Some(w), Some(c)) = (waiting, container) {
         // A crash loop's own message is only the back-off; why it exited is in the last
         // termination (its message, or its last log lines with FallbackToLogsOnError).
-        let last_exit = c
+        let last = c
             .last_state
             .as_ref()
             .and_then(|s| s.terminated.as_ref())
-            .and_then(|t| {
-                let message = t.message.as_deref()?.trim();
-                (!message.is_empty()).then(|| format!("; last exit {}: {message}", t.exit_code))
-            })
+            .and_then(|t| Some((t.exit_code, t.message.as_deref()?.trim())))
+            .filter(|(_, message)| !message.is_empty());
+        let last_exit = last
+            .map(|(code, message)| format!("; last exit {code}: {message}"))
             .unwrap_or_default();
+        if let Some(tool) = last.and_then(|(_, message)| missing_program(message)) {
+            return not_ready(
+                WorkloadReady::ImageIncomplete,
+                format!(
+                    "container {} of pod {}: its image {} has no `{tool}`, which the operator's \
+                     scripts run (docs/images.md lists what an image must hold): use an image \
+                     that has it{last_exit}",
+                    c.name,
+                    pod.name_any(),
+                    c.image
+                ),
+            );
+        }
         return not_ready(
             WorkloadReady::ContainerWaiting,
             format!(

@@ -4,7 +4,8 @@
 //! (Kubernetes restarts it, not the operator); a claim that cannot bind is reported on the
 //! node while a healthy node stays healthy; a container that cannot start for a missing
 //! Secret is reported, warned about and retried with a growing delay; an exporter sidecar
-//! (the real redis_exporter) scrapes as the read-only monitoring user; every knob of
+//! (the real redis_exporter) scrapes as the read-only monitoring user; a node whose image
+//! lacks Valkey is reported as such (ImageIncomplete), not as a bare crash loop; every knob of
 //! `template.pod` reaches the pod, and a change to one rolls it with the data kept.
 
 use crd_types::ValkeyNode;
@@ -69,6 +70,7 @@ async fn nodes_run_real_valkey_pods_that_survive_deletion() {
     owned_directive_in_another_case(&cluster, &client, &apis).await;
     authenticated_node(&cluster, &client, &apis).await;
     exporter_node(&cluster, &apis).await;
+    incomplete_image(&cluster, &apis).await;
 
     // --- The controller never failed a reconcile on the way, but for the node that waited
     // for its Secrets (f), which is reported as a failure on purpose.
@@ -676,6 +678,74 @@ async fn unbound_claim(cluster: &LocalCluster, client: &Client, apis: &Apis) {
         .cluster_ip
         .unwrap();
     assert_eq!(valkey_cli(&cluster_ip, &["GET", "greeting"]), "hello");
+}
+
+/// (i) A node on an image without Valkey (the exporter's): WorkloadReady False with
+/// ImageIncomplete naming the program its start could not run and the image, a Warning
+/// Event saying the same; the healthy nodes are untouched. Deleted after.
+async fn incomplete_image(cluster: &LocalCluster, apis: &Apis) {
+    let name = "no-valkey";
+    let mut node = valkey_node(name, WorkloadType::StatefulSet, false, None);
+    node.spec.template.image = DEFAULT_EXPORTER_IMAGE.into();
+    apis.nodes
+        .create(&PostParams::default(), &node)
+        .await
+        .unwrap();
+    let condition = cluster
+        .wait_for_value("WorkloadReady False/ImageIncomplete", || async {
+            let status = apis
+                .nodes
+                .get_status(name)
+                .await?
+                .status
+                .unwrap_or_default();
+            Ok(conditions::find(&status.conditions, types::WORKLOAD_READY)
+                .filter(|c| c.status == "False" && c.reason == "ImageIncomplete")
+                .cloned())
+        })
+        .await
+        .unwrap();
+    // Without auth the command is the server itself; with it, `sh` first.
+    assert!(
+        ["`valkey-server`", "`sh`"]
+            .iter()
+            .any(|p| condition.message.contains(&format!("has no {p}"))),
+        "{}",
+        condition.message
+    );
+    assert!(
+        condition.message.contains(DEFAULT_EXPORTER_IMAGE),
+        "{}",
+        condition.message
+    );
+    let event = cluster
+        .wait_for_value("an ImageIncomplete Event", || async {
+            Ok(
+                events_about(&apis.events, "ValkeyNode", name, "ImageIncomplete")
+                    .await?
+                    .into_iter()
+                    .next(),
+            )
+        })
+        .await
+        .unwrap();
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert_eq!(event.note.as_deref(), Some(condition.message.as_str()));
+    let status = apis
+        .nodes
+        .get_status("cache")
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    assert!(conditions::is_true(
+        &status.conditions,
+        types::WORKLOAD_READY
+    ));
+    apis.nodes
+        .delete(name, &DeleteParams::default())
+        .await
+        .unwrap();
 }
 
 /// (e) `Port` slips past the admission rule (CEL map keys are matched exactly), so the

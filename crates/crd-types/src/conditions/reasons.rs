@@ -99,6 +99,9 @@ reasons! {
         ClaimNotBound,
         /// The valkey container is waiting (image pull, missing Secret, crash loop back-off).
         ContainerWaiting,
+        /// The valkey container's last start failed for a program its image lacks (`sh`,
+        /// `awk`, `valkey-cli`...; docs/images.md): the message names it.
+        ImageIncomplete,
         /// The pod is not scheduled or not started yet.
         PodPending,
         /// The pod runs but does not answer PING yet (starting or loading its data).

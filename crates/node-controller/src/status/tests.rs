@@ -554,3 +554,28 @@ fn roll_pending_follows_the_gate() {
     );
     assert_eq!(rp.last_transition_time, Time(at(5)));
 }
+
+#[test]
+fn a_missing_program_is_read_from_the_runtime_or_the_shell() {
+    for (message, program) in [
+        (
+            "failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create failed: unable to start container process: exec: \"sh\": executable file not found in $PATH: unknown",
+            Some("sh"),
+        ),
+        (
+            "exec: \"valkey-server\": executable file not found in $PATH",
+            Some("valkey-server"),
+        ),
+        ("sh: 1: awk: not found", Some("awk")),
+        ("loading\nsh: timeout: not found\n", Some("timeout")),
+        (
+            "sh: line 3: sha256sum: command not found",
+            Some("sha256sum"),
+        ),
+        ("secret \"cache-auth\" not found", None),
+        ("the password from auth.passwordSecretRef is empty", None),
+        ("cat: /data/x: No such file or directory", None),
+    ] {
+        assert_eq!(missing_program(message).as_deref(), program, "{message}");
+    }
+}
