@@ -133,10 +133,6 @@ const DATA_ROLE: &str = r#"if [ -n "$name" ]; then
     done
   fi
   rm -f /data/handed-over
-  if [ -s /data/last-stop ]; then
-    echo "its last preStop hook said: $(cat /data/last-stop)" >&2
-  fi
-  rm -f /data/last-stop
   follow=
   while :; do
     now=$(named)
@@ -174,16 +170,13 @@ fi
 "#;
 
 /// A data node's preStop hook: a primary about to stop hands over through Sentinel first,
-/// the way topology-controller's hand-over does (see docs/replication.md): a sentinel that
-/// names this node primary and could elect one of its replicas (up to
-/// [`ELECTABLE_WAIT_TENTHS`]), the replication PING out of reach (so no PING leaves a
-/// replica ahead of the new primary), writes paused, every replica online at the primary's
-/// offset (up to 5 s), `SENTINEL FAILOVER` through that sentinel, then once it names another
-/// (up to 10 s) `REPLICAOF` it and `CLIENT KILL TYPE normal`, so paused clients reconnect to
-/// the new primary. Best effort: on any miss the server just stops and the sentinels fail
-/// over after down-after-milliseconds as before. Nothing is restored: the server stops. Its
-/// outcome is kept in `/data/last-stop` for the next start to log: a kubelet drops the
-/// output of a hook that succeeds.
+/// the way topology-controller's hand-over does (see docs/replication.md): the replication
+/// PING out of reach (so no PING leaves a replica ahead of the new primary), writes paused,
+/// every replica online at the primary's offset (up to 5 s), `SENTINEL FAILOVER` through a
+/// sentinel that names this node primary, then once that sentinel names another (up to
+/// 10 s) `REPLICAOF` it and `CLIENT KILL TYPE normal`, so paused clients reconnect to the new
+/// primary. Best effort: on any miss the server just stops, still paused, and the sentinels
+/// fail over after down-after-milliseconds as before. Nothing is restored: the server stops.
 pub fn data_pre_stop() -> String {
     data_pre_stop_reading(crate::config::OPERATOR_PASSWORD_FILE)
 }
@@ -191,15 +184,8 @@ pub fn data_pre_stop() -> String {
 /// [`data_pre_stop`] reading the operator password from `file` (tests use their own).
 fn data_pre_stop_reading(file: &str) -> String {
     let read = read_operator_password(file, crd_types::names::ports::VALKEY);
-    format!("{READ_CONTEXT}{read}electable_wait={ELECTABLE_WAIT_TENTHS}\n{DATA_PRE_STOP}")
+    format!("{READ_CONTEXT}{read}{DATA_PRE_STOP}")
 }
-
-/// How long (in tenths of a second) the hook waits for a sentinel that could elect a
-/// replica. Sentinel elects only a replica whose `replica-priority` it read above 0, and
-/// once a replica's link is up it reads it every 10 s: a replica that just completed its
-/// first sync (it starts at priority 0, see [`RESTORE_PRIORITY`]) stays unelectable that
-/// long, and `SENTINEL FAILOVER` answers NOGOODSLAVE.
-pub const ELECTABLE_WAIT_TENTHS: u32 = 120;
 
 /// `$op` is the operator password, read at the hook's start (see
 /// [`read_operator_password`]).
@@ -214,8 +200,6 @@ guide() {
   host=$1; shift
   REDISCLI_AUTH="$op" timeout 3 valkey-cli --no-auth-warning     -h "$host" -p 26379 ${op:+--user operator} --raw "$@"
 }
-# The outcome, also kept for the next start to log.
-say() { echo "prestop: $*" | tee /data/last-stop; }
 [ "$(own ROLE 2>/dev/null | head -n 1)" = master ] || exit 0
 # The context file reaches a running pod only at the kubelet's next volume sync, so a pod
 # started before the sentinels had addresses may not list them yet: then they are learnt
@@ -226,31 +210,6 @@ if [ -z "$sentinels" ]; then
     SUBSCRIBE __sentinel__:hello 2>/dev/null |
     awk -F, -v n="$name" 'NF >= 8 && $5 == n { print $1 }' | sort -u)
 fi
-# SENTINEL REPLICAS as key/value lines: a replica Sentinel would elect (see
-# ELECTABLE_WAIT_TENTHS) has a priority above 0 and is neither down nor disconnected.
-electable() {
-  guide "$1" SENTINEL REPLICAS "$name" 2>/dev/null | tr -d '\r' | awk '
-    NR % 2 { k = $0; next }
-    k == "flags" { f = $0 }
-    k == "slave-priority" && $0 + 0 > 0 && f !~ /s_down|o_down|disconnected/ { n++ }
-    END { exit !n }'
-}
-waited=0
-while :; do
-  able= why= naming=
-  for s in $sentinels; do
-    named=$(guide "$s" SENTINEL GET-MASTER-ADDR-BY-NAME "$name" 2>/dev/null | head -n 1)
-    if [ "$named" != "$self" ]; then why="$why $s names ${named:-nothing};"; continue; fi
-    naming=yes
-    if electable "$s"; then able="$able $s"; else why="$why $s sees no electable replica;"; fi
-  done
-  if [ -n "$able" ] || [ -z "$naming" ] || [ "$waited" -ge "$electable_wait" ]; then break; fi
-  sleep 0.5
-  waited=$((waited + 5))
-done
-if [ -z "$able" ]; then say "no sentinel could fail over ($why ): stopping"; exit 0; fi
-after=
-[ "$waited" -eq 0 ] || after=" (after $((waited / 10)).$((waited % 10))s for a sentinel that would elect a replica)"
 own CONFIG SET repl-ping-replica-period 2147483647 >/dev/null
 own CLIENT PAUSE 10000 WRITE >/dev/null
 waited=0
@@ -261,7 +220,7 @@ while :; do
   behind=$(echo "$info" | grep '^slave[0-9]*:' | grep -vc "state=online,offset=$at,")
   if [ "$total" -gt 0 ] && [ "$behind" -eq 0 ]; then break; fi
   if [ "$waited" -ge 50 ]; then
-    say "no replica caught up within 5s: stopping without a hand-over"; exit 0
+    echo "prestop: no replica caught up within 5s: stopping without a hand-over"; exit 0
   fi
   sleep 0.1
   waited=$((waited + 1))
@@ -269,15 +228,17 @@ done
 # Kept only if a failover started: at its next start this node must not take the primary
 # role back on its own (see DATA_ROLE), the new primary may hold writes it lacks.
 touch /data/handed-over
-via=
-for s in $able; do
+via= why=
+for s in $sentinels; do
+  named=$(guide "$s" SENTINEL GET-MASTER-ADDR-BY-NAME "$name" 2>/dev/null | head -n 1)
+  if [ "$named" != "$self" ]; then why="$why $s names ${named:-nothing};"; continue; fi
   answer=$(guide "$s" SENTINEL FAILOVER "$name" 2>&1)
   if [ "$answer" = OK ]; then via=$s; break; fi
   why="$why $s: $answer;"
 done
 if [ -z "$via" ]; then
   rm -f /data/handed-over
-  say "no sentinel started a failover ($why ): stopping"; exit 0
+  echo "prestop: no sentinel started a failover ($why ): stopping"; exit 0
 fi
 waited=0
 while [ "$waited" -lt 100 ]; do
@@ -285,13 +246,13 @@ while [ "$waited" -lt 100 ]; do
   if [ -n "$now" ] && [ "$now" != "$self" ]; then
     own REPLICAOF "$now" 6379 >/dev/null
     own CLIENT KILL TYPE normal >/dev/null
-    say "handed over to $now$after"
+    echo "prestop: handed over to $now"
     exit 0
   fi
   sleep 0.1
   waited=$((waited + 1))
 done
-say "no promotion within 10s: stopping anyway"
+echo "prestop: no promotion within 10s: stopping anyway"
 "#;
 
 /// A sentinel's init container: the rendered sentinel.conf, the state it had, and, for a
@@ -390,9 +351,8 @@ a=$(echo "$list" | tr ',' '\n' | sed -n "${{n}}p")
 
     /// A `valkey-cli` for the preStop hook: the node itself at 10.9.9.9:6379 answers from
     /// `own-<first word>` files; a sentinel names `named` until it was asked to fail over,
-    /// then 10.0.0.3, and lists the replicas 10.0.0.1 (down) and 10.0.0.3, at priority 0
-    /// for the first `stale` (a file) times it is asked. Every call is appended to `calls`,
-    /// with the password it was given (`auth=`).
+    /// then 10.0.0.3. Every call is appended to `calls`, with the password it was given
+    /// (`auth=`).
     fn fake_hook_cli(dir: &Path, named: &str) {
         let cli = format!(
             r#"#!/bin/sh
@@ -404,11 +364,6 @@ while :; do case "$1" in --raw) shift ;; --user) shift 2 ;; *) break ;; esac; do
 if [ "$port" = 26379 ]; then
   case "$2" in
     FAILOVER) touch $dir/failed-over; echo OK ;;
-    REPLICAS)
-      n=$(cat $dir/replicas-asked 2>/dev/null || echo 0); echo $((n + 1)) > $dir/replicas-asked
-      priority=100; [ "$n" -lt "$(cat $dir/stale 2>/dev/null || echo 0)" ] && priority=0
-      printf 'name\n10.0.0.1:6379\nrunid\n\nflags\ns_down,slave\nslave-priority\n100\n'
-      printf 'name\n10.0.0.3:6379\nrunid\nr3\nflags\nslave\nslave-priority\n%s\n' $priority ;;
     GET-MASTER-ADDR-BY-NAME)
       if [ -f $dir/failed-over ]; then printf '10.0.0.3\n6379\n'; else printf '{named}\n6379\n'; fi ;;
   esac
@@ -428,20 +383,11 @@ cat $dir/own-$1 2>/dev/null || echo OK
 
     /// Runs the hook with the operator password file at `dir/operator-password`.
     fn run_hook_with(dir: &Path, context: &str) -> (String, Vec<String>) {
-        run_hook_waiting(dir, context, ELECTABLE_WAIT_TENTHS)
-    }
-
-    /// [`run_hook_with`] waiting `tenths` for an electable replica.
-    fn run_hook_waiting(dir: &Path, context: &str, tenths: u32) -> (String, Vec<String>) {
         std::fs::write(dir.join("replication"), context).unwrap();
         let file = dir.join("operator-password");
         let script = data_pre_stop_reading(file.to_str().unwrap())
             .replace(CONTEXT_PATH, dir.join("replication").to_str().unwrap())
-            .replace("/data/", &format!("{}/", dir.display()))
-            .replace(
-                &format!("electable_wait={ELECTABLE_WAIT_TENTHS}\n"),
-                &format!("electable_wait={tenths}\n"),
-            );
+            .replace("/data/", &format!("{}/", dir.display()));
         let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap());
         let out = Command::new("sh")
             .args(["-c", &script])
@@ -520,20 +466,14 @@ cat $dir/own-$1 2>/dev/null || echo OK
                 .position(|c| c.contains(what))
                 .unwrap_or_else(|| panic!("no {what} in {calls:?}"))
         };
-        assert!(at("SENTINEL REPLICAS g") < at("repl-ping-replica-period 2147483647"));
         assert!(at("repl-ping-replica-period 2147483647") < at("CLIENT PAUSE 10000 WRITE"));
         assert!(at("CLIENT PAUSE") < at("INFO replication"));
         assert!(at("INFO replication") < at("SENTINEL FAILOVER g"));
         assert!(calls[at("SENTINEL FAILOVER g")].contains("-h 10.1.0.1 -p 26379"));
         assert!(at("SENTINEL FAILOVER g") < at("REPLICAOF 10.0.0.3 6379"));
         assert!(at("REPLICAOF") < at("CLIENT KILL TYPE normal"));
-        // Its next start must not take the primary role back on its own, and logs the
-        // outcome.
+        // Its next start must not take the primary role back on its own.
         assert!(dir.path().join("handed-over").exists());
-        assert_eq!(
-            std::fs::read_to_string(dir.path().join("last-stop")).unwrap(),
-            "prestop: handed over to 10.0.0.3\n"
-        );
         assert!(
             calls.iter().all(|c| c.contains("--user operator")),
             "{calls:?}"
@@ -588,59 +528,13 @@ cat $dir/own-$1 2>/dev/null || echo OK
         )
         .unwrap();
         let (said, calls) = run_hook(dir.path());
-        assert!(said.contains("no sentinel could fail over"), "{said}");
-        assert!(said.contains("10.1.0.1 names 10.0.0.1;"), "{said}");
+        assert!(said.contains("no sentinel started a failover"), "{said}");
         assert!(!dir.path().join("handed-over").exists());
         assert!(
             !calls
                 .iter()
-                .any(|c| c.contains("PAUSE") || c.contains("FAILOVER") || c.contains("REPLICAOF"))
+                .any(|c| c.contains("FAILOVER") || c.contains("REPLICAOF"))
         );
-    }
-
-    #[test]
-    fn a_hand_over_waits_until_a_sentinel_could_elect_a_replica() {
-        // The sentinels read the just synced replica's priority as 0 in their first round
-        // (three sentinels), then its restored one: the pause comes after that.
-        let dir = tempfile::tempdir().unwrap();
-        primary_handing_over(dir.path());
-        std::fs::write(dir.path().join("stale"), "3").unwrap();
-        let (said, calls) = run_hook(dir.path());
-        assert_eq!(
-            said,
-            "prestop: handed over to 10.0.0.3 (after 0.5s for a sentinel that would elect a replica)",
-            "{calls:?}"
-        );
-        let asked: Vec<usize> = (0..calls.len())
-            .filter(|&i| calls[i].contains("SENTINEL REPLICAS g"))
-            .collect();
-        // Two rounds of three.
-        assert_eq!(asked.len(), 6, "{calls:?}");
-        let pause = calls
-            .iter()
-            .position(|c| c.contains("CLIENT PAUSE"))
-            .unwrap();
-        assert!(asked[5] < pause, "{calls:?}");
-
-        // Never electable (a down replica does not count): it stops without pausing.
-        let dir = tempfile::tempdir().unwrap();
-        primary_handing_over(dir.path());
-        std::fs::write(dir.path().join("stale"), "1000").unwrap();
-        let (said, calls) = run_hook_waiting(dir.path(), CONTEXT, 10);
-        assert!(
-            said.starts_with(
-                "prestop: no sentinel could fail over ( 10.1.0.1 sees no electable replica;"
-            ),
-            "{said}"
-        );
-        assert!(
-            !calls
-                .iter()
-                .any(|c| c.contains("PAUSE") || c.contains("FAILOVER"))
-        );
-        assert!(!dir.path().join("handed-over").exists());
-        let kept = std::fs::read_to_string(dir.path().join("last-stop")).unwrap();
-        assert_eq!(kept.trim(), said);
     }
 
     const CONTEXT: &str = "name g\nself 10.0.0.2\nprimary 10.0.0.1\nmonitored yes\n\
@@ -747,19 +641,6 @@ cat $dir/own-$1 2>/dev/null || echo OK
         assert!(said.contains("handed the primary role over"), "{said}");
         // The marker holds for one start only.
         assert!(!dir.path().join("data/handed-over").exists());
-    }
-
-    #[test]
-    fn a_start_logs_what_the_last_prestop_hook_said_once() {
-        let dir = tempfile::tempdir().unwrap();
-        fake_cli(dir.path(), "10.1.0.1=10.0.0.3\n10.1.0.2=10.0.0.3\n");
-        let (args, said) = run_with_data(dir.path(), &[("last-stop", -5)], CONTEXT);
-        assert_eq!(
-            args,
-            "started --replicaof 10.0.0.3 6379 --replica-priority 0"
-        );
-        assert!(said.contains("its last preStop hook said: x\n"), "{said}");
-        assert!(!dir.path().join("data/last-stop").exists());
     }
 
     /// Runs [`RESTORE_PRIORITY`]'s loop against a fake server whose `INFO replication`

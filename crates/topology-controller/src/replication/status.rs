@@ -340,6 +340,40 @@ mod tests {
     }
 
     #[test]
+    fn not_ready_while_a_sentinel_would_elect_no_replica() {
+        // Just formed: one sentinel's copy of every replica's priority is still the 0 they
+        // started with. SENTINEL FAILOVER would answer NOGOODSLAVE through it.
+        let g = group(3, 3);
+        let mut m = formed(3, 3);
+        for r in &mut monitored_mut(&mut m, 1).replicas {
+            r.priority = Some(0);
+        }
+        let s = status_of(&g, &m, None);
+        assert_eq!(condition(&s, types::READY).0, "False");
+        let ready = conditions::find(&s.conditions, types::READY).unwrap();
+        assert!(
+            ready
+                .message
+                .contains("g-sentinel-1 would elect no replica yet"),
+            "{}",
+            ready.message
+        );
+        // One electable replica is enough: Sentinel elects among those it can.
+        monitored_mut(&mut m, 1).replicas[0].priority = Some(100);
+        assert_eq!(condition(&status_of(&g, &m, None), types::READY).0, "True");
+        // A group whose replicas are never to be elected (replica-priority 0) is not held
+        // back by it.
+        let mut never = group(3, 3);
+        never.replica_priority = 0;
+        monitored_mut(&mut m, 1).replicas[0].priority = Some(0);
+        let view = crate::replication::survey::view_problem(&g, &m, &m.data[0], &m.sentinels[1]);
+        assert!(view.is_some_and(|v| v.contains("would elect no replica")));
+        let view =
+            crate::replication::survey::view_problem(&never, &m, &m.data[0], &m.sentinels[1]);
+        assert_eq!(view, None);
+    }
+
+    #[test]
     fn creating_until_ready_then_degraded_when_a_sentinel_misses_a_replica() {
         let g = group(3, 3);
         let s = status_of(&g, &formed_unmonitored(3, 3), None);

@@ -246,6 +246,16 @@ pub fn view_problem(
     if let Some(down) = m.replicas.iter().find(|r| r.is_down()) {
         return Some(format!("{name} counts replica {} down", down.ip));
     }
+    // SENTINEL FAILOVER (a hand-over, a primary's preStop hook) answers NOGOODSLAVE while
+    // the sentinel's copy of every replica's priority is 0: a replica starts at 0 until its
+    // first sync, and Sentinel reads the restored one only at its next INFO, 10 s later.
+    let electable = m.replicas.iter().any(|r| r.priority.is_some_and(|p| p > 0));
+    if group.replica_priority > 0 && !m.replicas.is_empty() && !electable {
+        return Some(format!(
+            "{name} would elect no replica yet: it last read every replica-priority as 0 \
+             (a replica's is 0 until its first sync; Sentinel reads it every 10 s)"
+        ));
+    }
     let want_sentinels: BTreeSet<&str> = members
         .sentinels
         .iter()
