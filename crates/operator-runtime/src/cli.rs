@@ -29,6 +29,12 @@ pub struct CommonArgs {
     #[arg(long, env = "POD_NAMESPACE", default_value = "valkey-operator-system")]
     pub lease_namespace: String,
 
+    /// Seconds to wait at start for required CRDs that are not served yet, before exiting
+    /// with code 3: an install applies the CRDs together with the controllers (Helm does),
+    /// and a CRD is served a moment after it is created.
+    #[arg(long, env = "CRD_WAIT_SECONDS", default_value_t = 30)]
+    pub crd_wait_seconds: u64,
+
     /// Watch only these namespaces (comma-separated); unset or empty watches all.
     #[arg(long, env = "WATCH_NAMESPACES")]
     pub watch_namespaces: Option<String>,

@@ -6,8 +6,9 @@
 //!
 //! 1. sets up logging ([`telemetry::init`]; RUST_LOG, text or JSON on stdout);
 //! 2. builds a Kubernetes client from KUBECONFIG or the in-cluster service account;
-//! 3. runs the [`preflight`] checks: API server reachable, required CRDs served
-//!    (bounded by [`preflight::PREFLIGHT_TIMEOUT`]);
+//! 3. runs the [`preflight`] checks: API server reachable, required CRDs served (each
+//!    try bounded by [`preflight::PREFLIGHT_TIMEOUT`]; missing CRDs are waited for up to
+//!    `--crd-wait-seconds`, as an install may apply them together with the controllers);
 //! 4. serves `/healthz`, `/readyz` and `/metrics` on `--http-addr`;
 //! 5. with `--leader-elect`, waits until it holds the Lease `<lease-namespace>/<name>`;
 //! 6. runs the controller until it ends, SIGTERM/SIGINT arrives, or leadership is lost;
@@ -308,7 +309,11 @@ where
     })?;
 
     tokio::select! {
-        checked = preflight::check(&client, required_crds) => checked?,
+        checked = preflight::check(
+            &client,
+            required_crds,
+            Duration::from_secs(args.crd_wait_seconds),
+        ) => checked?,
         () = shutdown.wait() => return Ok(()),
     }
 

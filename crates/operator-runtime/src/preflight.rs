@@ -94,6 +94,33 @@ fn crd_list(names: &[String]) -> String {
     format!("{} {verb}", names.join(", "))
 }
 
+/// [`check_once`] until every required type is served, for up to `crd_wait` while only
+/// CRDs are missing (an install that applies CRDs and controllers together races them).
+pub async fn check(
+    client: &Client,
+    required: &[RequiredCrd],
+    crd_wait: Duration,
+) -> Result<(), PreflightError> {
+    let started = tokio::time::Instant::now();
+    let mut told = false;
+    loop {
+        match check_once(client, required).await {
+            Err(PreflightError::MissingCrds(missing)) if started.elapsed() < crd_wait => {
+                if !told {
+                    tracing::info!(
+                        crds = missing.join(", "),
+                        wait_seconds = crd_wait.as_secs(),
+                        "waiting for CRDs to be served"
+                    );
+                    told = true;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            result => return result,
+        }
+    }
+}
+
 /// Checks that the API server answers and serves every `required` type, within
 /// [`PREFLIGHT_TIMEOUT`].
 ///
@@ -101,7 +128,7 @@ fn crd_list(names: &[String]) -> String {
 /// client may read, rather than reading CustomResourceDefinitions, which would need
 /// cluster-wide RBAC for no benefit. A CRD that is installed but does not serve the
 /// required version counts as missing.
-pub async fn check(client: &Client, required: &[RequiredCrd]) -> Result<(), PreflightError> {
+pub async fn check_once(client: &Client, required: &[RequiredCrd]) -> Result<(), PreflightError> {
     tokio::time::timeout(PREFLIGHT_TIMEOUT, check_unbounded(client, required))
         .await
         .map_err(|_| PreflightError::Timeout(PREFLIGHT_TIMEOUT))?

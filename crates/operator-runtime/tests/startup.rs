@@ -490,9 +490,12 @@ fn silent_api_server_times_out_after_10s() {
 #[test]
 fn missing_crd_exits_3_and_json_logs_keep_stderr_plain() {
     let (api, _) = fake_api_server(&["valkeynodes"]);
+    let started = Instant::now();
     let (output, _) = Scenario::new("missing-crd", Some(api))
-        .args("--log-format json")
+        .args("--log-format json --crd-wait-seconds 2")
         .run();
+    // It waited for the CRD to be served (an install racing its CRDs) before giving up.
+    assert!(started.elapsed() >= Duration::from_secs(2), "{output:?}");
     assert_eq!(output.status.code(), Some(3), "{output:?}");
     let message = "CRD valkeyclusters.valkey.rs is not installed: apply deploy/crds first (kubectl apply -k deploy/crds)";
     assert_eq!(
