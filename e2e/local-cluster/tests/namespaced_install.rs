@@ -216,9 +216,14 @@ async fn the_namespaced_overlay_serves_its_namespaces_and_reads_nothing_elsewher
         .unwrap()
         .items
         .into_iter()
+        // By what they regard: Kubernetes' own node lifecycle controller also reports as
+        // `node-controller` (RegisteredNode, in this namespace).
         .filter(|e| {
-            let by = e.reporting_controller.as_deref().unwrap_or_default();
-            controllers.iter().any(|c| c.binary == by)
+            let kind = e.regarding.as_ref().and_then(|r| r.kind.as_deref());
+            matches!(
+                kind,
+                Some("ValkeyNode" | "ValkeyCluster" | "ValkeyReplication")
+            )
         })
         .map(|e| format!("{:?} {:?}", e.reason, e.note))
         .collect();
