@@ -703,8 +703,21 @@ async fn incomplete_image(cluster: &LocalCluster, apis: &Apis) {
                 .filter(|c| c.status == "False" && c.reason == "ImageIncomplete")
                 .cloned())
         })
-        .await
-        .unwrap();
+        .await;
+    let condition = match condition {
+        Ok(c) => c,
+        Err(e) => {
+            let node = apis
+                .nodes
+                .get_status(name)
+                .await
+                .ok()
+                .and_then(|n| n.status);
+            let pod = apis.pods.get_status(&format!("{name}-0")).await.ok();
+            let containers = pod.and_then(|p| p.status).map(|s| s.container_statuses);
+            panic!("{e:#}\nnode status: {node:?}\ncontainers: {containers:?}");
+        }
+    };
     // Without auth the command is the server itself; with it, `sh` first.
     assert!(
         ["`valkey-server`", "`sh`"]

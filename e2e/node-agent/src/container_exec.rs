@@ -97,13 +97,23 @@ pub fn run_container_main(args: &[String]) -> ! {
             std::process::exit(SETUP_FAILED);
         }
     };
+    // Opened before the chroot: a failure after it (the program not found in the image)
+    // could not name a host path any more. Close-on-exec, so the program never holds it.
+    let error_out = fs::File::create(&spec.error_file);
     let err = match setup_and_exec(&spec) {
         Ok(never) => match never {},
         Err(e) => e,
     };
     let msg = format!("{err:#}");
     eprintln!("node-agent: container start failed: {msg}");
-    let _ = fs::write(&spec.error_file, &msg);
+    match error_out {
+        Ok(mut file) => {
+            let _ = std::io::Write::write_all(&mut file, msg.as_bytes());
+        }
+        Err(_) => {
+            let _ = fs::write(&spec.error_file, &msg);
+        }
+    }
     std::process::exit(SETUP_FAILED);
 }
 

@@ -642,7 +642,10 @@ impl Runner {
                 RunEnd::Exited(s, m) => (s, m, false),
                 RunEnd::Stopped(s) => (s, None, true),
             };
-            let start_error = std::fs::read_to_string(self.dir.join("exec-error")).ok();
+            // Empty when the container started (the file is opened before its setup).
+            let start_error = std::fs::read_to_string(self.dir.join("exec-error"))
+                .ok()
+                .filter(|m| !m.trim().is_empty());
             let exit_code = status
                 .code()
                 .or_else(|| std::os::unix::process::ExitStatusExt::signal(&status).map(|s| 128 + s))
