@@ -58,7 +58,10 @@ mod tests {
             .filter(|r| r.is_warning())
             .map(|r| r.as_str())
             .collect();
-        assert_eq!(warnings, ["ConfigInvalid", "ClaimNotBound"]);
+        assert_eq!(
+            warnings,
+            ["ConfigInvalid", "ClaimNotBound", "ImageIncomplete"]
+        );
         assert_eq!(NodeEventReason::RollHeld.as_str(), "RollHeld");
     }
 }
