@@ -27,6 +27,7 @@ use kube::runtime::{Controller, watcher};
 use serde::de::DeserializeOwned;
 
 use crate::events::RuntimeEvent;
+use crate::scope::Watched;
 use crate::{Context, ErrorKind};
 
 /// A watched object that may not deserialize as `K`; see the module docs.
@@ -241,16 +242,7 @@ pub async fn run_watching<K, T, R, Fut, E>(
 
 /// A controller for the namespaced resource `K`, watched through [`Guarded`] in the watched
 /// namespaces (`--watch-namespaces`, see [`crate::scope`]); for [`run`].
-pub fn watching<K>(ctx: &Context) -> Controller<Guarded<K>>
-where
-    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + Debug
-        + Send
-        + Sync
-        + 'static,
-{
+pub fn watching<K: Watched>(ctx: &Context) -> Controller<Guarded<K>> {
     ctx.scope
         .controller::<Guarded<K>>(&ctx.client, watcher::Config::default())
 }

@@ -114,13 +114,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::BoxStream;
-use k8s_openapi::NamespaceResourceScope;
+use kube::Client;
 use kube::runtime::watcher;
-use kube::{Client, Resource};
-use serde::de::DeserializeOwned;
 use tokio::net::TcpListener;
 
-use crate::scope::Scope;
+use crate::scope::{Scope, Watched};
 
 pub use apply::{apply, apply_status, first_difference, is_applied};
 pub use cli::{CommonArgs, LogFormat};
@@ -167,18 +165,10 @@ pub struct Context {
 impl Context {
     /// The watched namespaces' objects of `K` as they change: for `Controller::owns_stream`
     /// and `watches_stream` (see [`Scope::touched`]).
-    pub fn touched<K>(
+    pub fn touched<K: Watched>(
         &self,
         config: watcher::Config,
-    ) -> BoxStream<'static, Result<K, watcher::Error>>
-    where
-        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
-            + Clone
-            + DeserializeOwned
-            + Debug
-            + Send
-            + 'static,
-    {
+    ) -> BoxStream<'static, Result<K, watcher::Error>> {
         self.scope.touched(&self.client, config)
     }
 }

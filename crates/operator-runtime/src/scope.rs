@@ -16,6 +16,29 @@ use kube::runtime::{Controller, WatchStreamExt};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
+/// A namespaced kind a controller watches: what kube-runtime's watches and caches need of it.
+pub trait Watched:
+    Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + DeserializeOwned
+    + Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Watched for K where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// The namespaces watched: every one, or those listed (sorted, without duplicates, never
 /// empty).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,19 +90,11 @@ impl Scope {
     /// Every watched namespace's objects of `K` that `config` selects, as they change
     /// (created, updated, deleted, relisted): what `Controller::owns_stream` and
     /// `watches_stream` take.
-    pub fn touched<K>(
+    pub fn touched<K: Watched>(
         &self,
         client: &Client,
         config: watcher::Config,
-    ) -> BoxStream<'static, Result<K, watcher::Error>>
-    where
-        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
-            + Clone
-            + DeserializeOwned
-            + Debug
-            + Send
-            + 'static,
-    {
+    ) -> BoxStream<'static, Result<K, watcher::Error>> {
         let watches = self.apis::<K>(client).into_iter().map(|api| {
             watcher::watcher(api, config.clone())
                 .touched_objects()
@@ -90,16 +105,11 @@ impl Scope {
 
     /// The controller of the main resource `K`: kube-runtime's own for all namespaces or
     /// one; for several, one watch per namespace into a cache that is their union.
-    pub fn controller<K>(&self, client: &Client, config: watcher::Config) -> Controller<K>
-    where
-        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
-            + Clone
-            + DeserializeOwned
-            + Debug
-            + Send
-            + Sync
-            + 'static,
-    {
+    pub fn controller<K: Watched>(
+        &self,
+        client: &Client,
+        config: watcher::Config,
+    ) -> Controller<K> {
         let mut apis = self.apis::<K>(client);
         if apis.len() == 1 {
             return Controller::new(apis.remove(0), config);
@@ -147,18 +157,13 @@ where
             .enumerate()
             .map(|(i, watch)| watch.map(move |event| (i, event)).boxed()),
     );
-    tagged
-        .scan((parts, writer), |(parts, writer), (i, event)| {
-            let applied = event.map(|event| apply(parts, writer, i, event));
-            futures::future::ready(Some(applied))
+    let (mut parts, mut writer) = (parts, writer);
+    tagged.filter_map(move |(i, event)| {
+        futures::future::ready(match event {
+            Ok(event) => apply(&mut parts, &mut writer, i, event).map(Ok),
+            Err(error) => Some(Err(error)),
         })
-        .filter_map(|applied| {
-            futures::future::ready(match applied {
-                Ok(Some(object)) => Some(Ok(object)),
-                Ok(None) => None,
-                Err(error) => Some(Err(error)),
-            })
-        })
+    })
 }
 
 /// One namespace's event into the union; the object it applies, if any.
@@ -169,22 +174,22 @@ where
     let part = &mut parts[i];
     match event {
         Event::Apply(object) => {
-            if let Some(listed) = part.listed.as_mut() {
-                listed.insert(ObjectRef::from_obj(&object), object.clone());
-            }
-            if let Some(relisting) = part.relisting.as_mut() {
-                relisting.insert(ObjectRef::from_obj(&object), object.clone());
+            for map in [part.listed.as_mut(), part.relisting.as_mut()]
+                .into_iter()
+                .flatten()
+            {
+                map.insert(ObjectRef::from_obj(&object), object.clone());
             }
             writer.apply_watcher_event(&Event::Apply(object.clone()));
             Some(object)
         }
         Event::Delete(object) => {
             let key = ObjectRef::from_obj(&object);
-            if let Some(listed) = part.listed.as_mut() {
-                listed.remove(&key);
-            }
-            if let Some(relisting) = part.relisting.as_mut() {
-                relisting.remove(&key);
+            for map in [part.listed.as_mut(), part.relisting.as_mut()]
+                .into_iter()
+                .flatten()
+            {
+                map.remove(&key);
             }
             writer.apply_watcher_event(&Event::Delete(object));
             None

@@ -27,7 +27,7 @@ use e2e_kit::testing::{
 };
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use local_cluster::controller_pods::PodController;
@@ -609,18 +609,7 @@ async fn unbound_claim(cluster: &LocalCluster, client: &Client, apis: &Apis) {
         )
         .await
         .unwrap();
-    let condition = cluster
-        .wait_for_value("WorkloadReady False/ClaimNotBound", || async {
-            let status = apis
-                .nodes
-                .get_status(name)
-                .await?
-                .status
-                .unwrap_or_default();
-            Ok(conditions::find(&status.conditions, types::WORKLOAD_READY)
-                .filter(|c| c.status == "False" && c.reason == "ClaimNotBound")
-                .cloned())
-        })
+    let condition = condition_false(cluster, apis, name, types::WORKLOAD_READY, "ClaimNotBound")
         .await
         .unwrap();
     assert!(
@@ -630,17 +619,7 @@ async fn unbound_claim(cluster: &LocalCluster, client: &Client, apis: &Apis) {
         "{}",
         condition.message
     );
-    let event = cluster
-        .wait_for_value("a ClaimNotBound Event", || async {
-            Ok(
-                events_about(&apis.events, "ValkeyNode", name, "ClaimNotBound")
-                    .await?
-                    .into_iter()
-                    .next(),
-            )
-        })
-        .await
-        .unwrap();
+    let event = first_event(cluster, apis, name, "ClaimNotBound").await;
     assert_eq!(event.type_.as_deref(), Some("Warning"));
     assert_eq!(
         event.reporting_controller.as_deref(),
@@ -691,19 +670,14 @@ async fn incomplete_image(cluster: &LocalCluster, apis: &Apis) {
         .create(&PostParams::default(), &node)
         .await
         .unwrap();
-    let condition = cluster
-        .wait_for_value("WorkloadReady False/ImageIncomplete", || async {
-            let status = apis
-                .nodes
-                .get_status(name)
-                .await?
-                .status
-                .unwrap_or_default();
-            Ok(conditions::find(&status.conditions, types::WORKLOAD_READY)
-                .filter(|c| c.status == "False" && c.reason == "ImageIncomplete")
-                .cloned())
-        })
-        .await;
+    let condition = condition_false(
+        cluster,
+        apis,
+        name,
+        types::WORKLOAD_READY,
+        "ImageIncomplete",
+    )
+    .await;
     let condition = match condition {
         Ok(c) => c,
         Err(e) => {
@@ -731,17 +705,7 @@ async fn incomplete_image(cluster: &LocalCluster, apis: &Apis) {
         "{}",
         condition.message
     );
-    let event = cluster
-        .wait_for_value("an ImageIncomplete Event", || async {
-            Ok(
-                events_about(&apis.events, "ValkeyNode", name, "ImageIncomplete")
-                    .await?
-                    .into_iter()
-                    .next(),
-            )
-        })
-        .await
-        .unwrap();
+    let event = first_event(cluster, apis, name, "ImageIncomplete").await;
     assert_eq!(event.type_.as_deref(), Some("Warning"));
     assert_eq!(event.note.as_deref(), Some(condition.message.as_str()));
     let status = apis
@@ -761,6 +725,44 @@ async fn incomplete_image(cluster: &LocalCluster, apis: &Apis) {
         .unwrap();
 }
 
+/// Node `name`'s condition `type_` once it is False with `reason`.
+async fn condition_false(
+    cluster: &LocalCluster,
+    apis: &Apis,
+    name: &str,
+    type_: &str,
+    reason: &str,
+) -> anyhow::Result<Condition> {
+    let what = format!("{type_} False/{reason}");
+    cluster
+        .wait_for_value(&what, || async {
+            let status = apis
+                .nodes
+                .get_status(name)
+                .await?
+                .status
+                .unwrap_or_default();
+            Ok(conditions::find(&status.conditions, type_)
+                .filter(|c| c.status == "False" && c.reason == reason)
+                .cloned())
+        })
+        .await
+}
+
+/// The first Event `reason` about node `name`, once there is one.
+async fn first_event(cluster: &LocalCluster, apis: &Apis, name: &str, reason: &str) -> Event {
+    let what = format!("a {reason} Event");
+    cluster
+        .wait_for_value(&what, || async {
+            Ok(events_about(&apis.events, "ValkeyNode", name, reason)
+                .await?
+                .into_iter()
+                .next())
+        })
+        .await
+        .unwrap()
+}
+
 /// (e) `Port` slips past the admission rule (CEL map keys are matched exactly), so the
 /// node-controller refuses it: ConfigValid False/OwnedDirective, a Warning Event, no
 /// workload; the healthy node keeps serving.
@@ -776,32 +778,11 @@ async fn owned_directive_in_another_case(cluster: &LocalCluster, client: &Client
         .create(&PostParams::default(), &node)
         .await
         .unwrap();
-    let condition = cluster
-        .wait_for_value("ConfigValid False/OwnedDirective", || async {
-            let status = apis
-                .nodes
-                .get_status(name)
-                .await?
-                .status
-                .unwrap_or_default();
-            Ok(conditions::find(&status.conditions, types::CONFIG_VALID)
-                .filter(|c| c.status == "False" && c.reason == "OwnedDirective")
-                .cloned())
-        })
+    let condition = condition_false(cluster, apis, name, types::CONFIG_VALID, "OwnedDirective")
         .await
         .unwrap();
     assert!(condition.message.contains("Port"), "{}", condition.message);
-    let event = cluster
-        .wait_for_value("a ConfigInvalid Event", || async {
-            Ok(
-                events_about(&apis.events, "ValkeyNode", name, "ConfigInvalid")
-                    .await?
-                    .into_iter()
-                    .next(),
-            )
-        })
-        .await
-        .unwrap();
+    let event = first_event(cluster, apis, name, "ConfigInvalid").await;
     assert_eq!(event.type_.as_deref(), Some("Warning"));
     let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), NS);
     assert!(statefulsets.get_opt(name).await.unwrap().is_none());
