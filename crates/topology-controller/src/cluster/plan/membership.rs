@@ -298,6 +298,32 @@ mod tests {
         );
     }
 
+    /// A primary that came back with an empty data directory before Valkey failed its old
+    /// identity over: the replica still following the old identity holds the shard's data
+    /// and is never attached to the empty one (a full sync from it would wipe the shard),
+    /// whatever the views say of the old identity yet.
+    #[test]
+    fn a_primary_back_empty_before_its_failover_never_gets_the_shards_replica() {
+        for flags in ["", "fail?", "noaddr", "fail"] {
+            let d = shape(1, 1);
+            let mut sims = formed(1, 1);
+            let mut old = sims[0].clone();
+            old.member = 9; // not a member any more: only a line in the views
+            old.flags = flags;
+            sims[0].id = Some("f".repeat(40));
+            sims[0].slots = vec![];
+            sims.push(old);
+            let mut m = members(&sims);
+            m.pop();
+            let (reason, message) = wait_of(next_step(&d, &m, None));
+            assert_eq!(reason, Waiting::ShardWithoutPrimary, "{flags:?}: {message}");
+            assert!(
+                message.contains("c-0-1 follows 00000000") && message.contains("no empty primary"),
+                "{flags:?}: {message}"
+            );
+        }
+    }
+
     #[test]
     fn a_returning_empty_member_rejoins_as_replica_and_its_old_identity_is_forgotten() {
         let d = shape(1, 1);

@@ -20,7 +20,10 @@ pub(super) fn attach_replicas(s: &Snapshot) -> Option<Step> {
     for shard in 0..s.shape.shards {
         let primary = match s.shard_primary(shard) {
             Ok(Some(p)) => p,
-            Ok(None) => continue,
+            Ok(None) => {
+                first_wait = first_wait.or_else(|| old_identity_wait(s, shard));
+                continue;
+            }
             Err(why) => return Some(Step::wait(Waiting::TwoPrimariesInShard, why.to_string())),
         };
         let Some(primary_node) = s.node_of(primary) else {
@@ -39,6 +42,28 @@ pub(super) fn attach_replicas(s: &Snapshot) -> Option<Step> {
     } else {
         Some(Step::Replicate(attaches))
     }
+}
+
+/// The wait while `shard`'s slots are held by a member's old identity (see
+/// [`Snapshot::old_identity_follower`]): Valkey fails it over to that identity's replica.
+fn old_identity_wait(s: &Snapshot, shard: u32) -> Option<Step> {
+    let (replica, old) = s.old_identity_follower(shard)?;
+    Some(Step::wait(
+        Waiting::ShardWithoutPrimary,
+        format!(
+            "shard {shard}: {} follows {}, an identity no member has any more (a member that \
+             came back with an empty data directory), which holds the shard's slots; {} holds \
+             the shard's data, so it is attached to no empty primary: Valkey fails the old \
+             identity over to it",
+            replica.name,
+            short(&old.id),
+            replica.name
+        ),
+    ))
+}
+
+fn short(id: &str) -> &str {
+    id.get(..8).unwrap_or(id)
 }
 
 /// Adds to `attaches` each of `others` that is an empty primary or follows someone else

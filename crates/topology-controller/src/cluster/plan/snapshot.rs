@@ -59,7 +59,9 @@ impl<'a> Snapshot<'a> {
 
     /// The member serving `shard`'s slots: the one primary of the shard holding slots (even
     /// a failing one: Valkey promotes its replica by itself), else member 0 while it is an
-    /// empty primary (a shard being formed or added). `Err` when two members hold slots.
+    /// empty primary (a shard being formed or added), unless a member of the shard follows
+    /// a slot holder that is no member (see [`Self::old_identity_follower`]). `Err` when
+    /// two members hold slots.
     pub fn shard_primary(&self, shard: u32) -> Result<Option<&'a Member>, SlotsHeldTwice> {
         let holding: Vec<&Member> = self
             .shard_members(shard)
@@ -70,6 +72,7 @@ impl<'a> Snapshot<'a> {
             .collect();
         match holding.as_slice() {
             [one] => Ok(Some(one)),
+            [] if self.old_identity_follower(shard).is_some() => Ok(None),
             [] => Ok(self.shard_members(shard).find(|m| {
                 m.at.member == 0 && self.node_of(m).is_some_and(ClusterNode::is_empty_primary)
             })),
@@ -78,6 +81,22 @@ impl<'a> Snapshot<'a> {
                 members: many.iter().map(|m| m.name.clone()).collect(),
             }),
         }
+    }
+}
+
+impl<'a> Snapshot<'a> {
+    /// A member of `shard` that follows a primary holding slots that is no member: the old
+    /// identity of a member that came back with an empty data directory (a new node id)
+    /// before Valkey failed the old one over. That replica holds the shard's data; it must
+    /// never be attached to an empty primary, which would wipe it with a full sync.
+    pub fn old_identity_follower(&self, shard: u32) -> Option<(&'a Member, &'a ClusterNode)> {
+        self.shard_members(shard).find_map(|m| {
+            let me = m.reply.as_ref()?.view.myself();
+            let primary = self.view.by_id(me.primary_id.as_deref()?)?;
+            let holds = primary.flags.primary && !primary.slots.is_empty();
+            (me.flags.replica && holds && self.member_with_id(&primary.id).is_none())
+                .then_some((m, primary))
+        })
     }
 }
 
