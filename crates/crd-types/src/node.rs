@@ -106,6 +106,22 @@ pub struct ValkeyNodeSpec {
     /// every failover and must not restart anything.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replication: Option<NodeReplication>,
+
+    /// What a memory-only ValkeyCluster member needs to know at start (set by
+    /// topology-controller): a member that starts empty asks these peers whether one still
+    /// replicates from its address. Not part of the pod's revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<NodeCluster>,
+}
+
+/// What a memory-only cluster member is told of its shard.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeCluster {
+    /// Addresses (port 6379) of the other members of the member's shard.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub shard_peers: Vec<String>,
 }
 
 impl ValkeyNodeSpec {

@@ -60,6 +60,10 @@ pub enum ReclaimPolicy {
 /// The parts of a ValkeyNode that describe its pod; a topology's `template`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("!has(self.memoryOnly) || !has(self.persistence)").message("memoryOnly and persistence exclude each other: a memory-only node keeps no data on disk; remove one of them"),
+    validation = Rule::new("!has(self.memoryOnly) || !has(self.config) || !('appendonly' in self.config || 'save' in self.config)").message("config cannot set appendonly or save with memoryOnly: a memory-only node writes no append-only file and no RDB (the operator renders appendonly no and save \"\"); remove them")
+)]
 pub struct ValkeyNodeTemplate {
     /// Container image running valkey-server / valkey-sentinel (for example valkey/valkey:8.1).
     #[serde(default = "default_image")]
@@ -92,6 +96,12 @@ pub struct ValkeyNodeTemplate {
     /// as long as the pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub persistence: Option<Persistence>,
+
+    /// A cache: Valkey writes no append-only file and no RDB, /data is scratch (the
+    /// volume named here), and a member that restarts empty never leads while another holds
+    /// its data (docs/memory-only.md). Excludes `persistence`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_only: Option<MemoryOnly>,
 
     /// CPU and memory for the Valkey container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -126,6 +136,7 @@ impl Default for ValkeyNodeTemplate {
             announce: Announce::default(),
             config: ValkeyConfig::default(),
             persistence: None,
+            memory_only: None,
             resources: None,
             scheduling: None,
             exporter: None,
@@ -137,6 +148,34 @@ impl Default for ValkeyNodeTemplate {
 impl ValkeyConfig {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+}
+
+/// A memory-only node (`memoryOnly`): the dataset lives in memory alone.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemoryOnly {
+    /// What backs /data, which holds no dataset (a cluster member's nodes.conf, a replica's
+    /// sync scratch): EmptyDir (the Kubernetes node's disk) or Memory (tmpfs, counted
+    /// against the pod's memory limit). No default: say which.
+    #[x_kube(validation = Rule::new("self in ['EmptyDir', 'Memory']").message("memoryOnly.volume must be EmptyDir (the node's disk) or Memory (tmpfs, counted against the memory limit)"))]
+    pub volume: ScratchVolume,
+}
+
+/// What backs a memory-only node's /data.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ScratchVolume {
+    /// An emptyDir on the Kubernetes node's disk.
+    #[default]
+    EmptyDir,
+    /// An emptyDir with `medium: Memory` (tmpfs): counted against the pod's memory limit.
+    Memory,
+}
+
+impl ValkeyNodeTemplate {
+    /// Whether the node keeps its dataset in memory alone (`memoryOnly`).
+    pub fn is_memory_only(&self) -> bool {
+        self.memory_only.is_some()
     }
 }
 

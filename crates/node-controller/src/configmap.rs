@@ -16,6 +16,7 @@ use kube::ResourceExt;
 
 use crate::config::LIVE_FILE;
 use crate::config::RenderedConfig;
+use crate::config::cluster_context::CLUSTER_CONTEXT_KEY;
 use crate::config::replication::CONTEXT_KEY;
 use crate::{meta, revision};
 
@@ -64,13 +65,21 @@ pub fn config_map(
         }
     }
     data.insert(config_key(rendered), rendered.text.clone());
-    // Under a fixed key, always the current content: it is no part of any revision.
+    // Under fixed keys, always the current content: they are no part of any revision.
     match &rendered.replication {
         Some(context) => {
             data.insert(CONTEXT_KEY.to_string(), context.clone());
         }
         None => {
             data.remove(CONTEXT_KEY);
+        }
+    }
+    match &rendered.cluster {
+        Some(context) => {
+            data.insert(CLUSTER_CONTEXT_KEY.to_string(), context.clone());
+        }
+        None => {
+            data.remove(CLUSTER_CONTEXT_KEY);
         }
     }
     // Likewise: live directives are set on the running server, not rolled. Kept while a
@@ -122,6 +131,7 @@ mod tests {
             text: text.into(),
             args: vec![],
             replication: None,
+            cluster: None,
             live: None,
         }
     }

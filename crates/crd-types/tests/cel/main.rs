@@ -79,6 +79,7 @@ fn replication(spec: Value) -> Value {
 }
 
 mod credentials;
+mod memory_only;
 mod monitoring;
 mod pod_template;
 mod samples;

@@ -15,6 +15,7 @@
 
 pub mod args;
 mod auth;
+pub mod cluster_context;
 mod nodes_conf;
 pub mod replication;
 pub mod tls;
@@ -152,6 +153,9 @@ pub struct RenderedConfig {
     /// The replication context (`spec.replication`), kept apart from the config: it is not
     /// part of the revision (see [`replication`]).
     pub replication: Option<String>,
+    /// A memory-only cluster member's context (`spec.cluster`, see [`cluster_context`]),
+    /// outside the revision like the replication context.
+    pub cluster: Option<String>,
     /// For a topology's data node (`rolloutPolicy: Gated`, Cluster mode or with a replication
     /// context), the user's directives that change live (see [`crd_types::live_config`]):
     /// topology-controller sets them with CONFIG SET, and the server reads this file
@@ -196,6 +200,15 @@ pub fn validate(spec: &ValkeyNodeSpec) -> Result<(), ConfigError> {
         .into_iter()
         .map(str::to_string)
         .collect();
+    if spec.template.is_memory_only() && spec.mode != Mode::Sentinel {
+        owned.extend(
+            config
+                .0
+                .keys()
+                .filter(|k| MEMORY_ONLY_OWNED.contains(&k.to_ascii_lowercase().as_str()))
+                .cloned(),
+        );
+    }
     let mut invalid = Vec::new();
     let mut seen = std::collections::BTreeMap::<String, &str>::new();
     for (name, value) in &config.0 {
@@ -265,6 +278,15 @@ fn unknown_to_image(spec: &ValkeyNodeSpec) -> Result<(), ConfigError> {
 
 use crd_types::config::SERVER_DEFAULTS;
 
+/// What a memory-only data node (`memoryOnly`) renders itself: no append-only file, no RDB
+/// snapshots. Admission refuses them in its config.
+pub const MEMORY_ONLY_OWNED: &[&str] = &["appendonly", "save"];
+
+/// A memory-only data node's defaults besides [`SERVER_DEFAULTS`]: a replica that starts
+/// empty (as every restarted one does) loads its first sync straight from the socket rather
+/// than through an RDB file in /data, which may be tmpfs counted against its memory.
+const MEMORY_ONLY_DEFAULTS: &[(&str, &str)] = &[("repl-diskless-load", "on-empty-db")];
+
 /// Renders the node's config, or says it must wait for its Service's ClusterIP.
 ///
 /// `cluster_ip` is `status.endpoint.clusterIP` (see [`cluster_ip`]); it is only used with
@@ -290,11 +312,15 @@ pub fn render(spec: &ValkeyNodeSpec, cluster_ip: Option<&str>) -> Result<Rendere
         .as_ref()
         .map(|r| replication::render_context(r, announce_ip))
         .transpose()?;
+    let cluster = (spec.mode == Mode::Cluster && spec.template.is_memory_only())
+        .then(|| cluster_context::render(spec.cluster.as_ref(), announce_ip))
+        .transpose()?;
     Ok(Rendered::Config(RenderedConfig {
         file_name: file_name(spec.mode),
         text,
         args,
         replication,
+        cluster,
         live,
     }))
 }
@@ -315,7 +341,12 @@ fn user_directives(spec: &ValkeyNodeSpec) -> (String, Option<String>) {
         text.push_str("\n# Defaults (spec.config overrides them)\n");
         // A live default goes with the live directives: naming it in the spec later then
         // changes no revision.
-        for (name, value) in SERVER_DEFAULTS {
+        let memory_only = spec.template.is_memory_only();
+        let defaults = SERVER_DEFAULTS
+            .iter()
+            .filter(|(name, _)| !(memory_only && MEMORY_ONLY_OWNED.contains(name)))
+            .chain(MEMORY_ONLY_DEFAULTS.iter().filter(|_| memory_only));
+        for (name, value) in defaults {
             if !spec.template.config.0.contains_key(*name) {
                 match is_live(name) {
                     true => push(&mut live, name, value),
@@ -355,6 +386,10 @@ fn push_server_owned(
     }
     push(text, "dir", DATA_DIR);
     push(text, "protected-mode", "no");
+    if spec.template.is_memory_only() {
+        push(text, "appendonly", "no");
+        push_line(text, "save", &[]);
+    }
     let (ip_directive, port_directive) = if spec.mode == Mode::Cluster {
         push(text, "cluster-enabled", "yes");
         push(text, "cluster-config-file", CLUSTER_CONFIG_FILE);

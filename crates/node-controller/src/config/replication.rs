@@ -65,7 +65,7 @@ pub fn render_context(
 
 /// Letters, digits and what names and IPv4/IPv6 addresses hold: nothing a shell `read` or a
 /// config line could take for something else.
-fn is_plain(b: u8) -> bool {
+pub(super) fn is_plain(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'.' | b':' | b'-')
 }
 

@@ -449,3 +449,70 @@ fn rendering_is_deterministic() {
         render(&s.clone(), Some("10.0.0.1"))
     );
 }
+
+#[test]
+fn a_memory_only_node_writes_no_append_only_file_and_no_rdb() {
+    use crd_types::node::NodeCluster;
+    use crd_types::template::{MemoryOnly, ScratchVolume};
+
+    let memory_only = |mut s: ValkeyNodeSpec| {
+        s.template.memory_only = Some(MemoryOnly {
+            volume: ScratchVolume::EmptyDir,
+        });
+        s
+    };
+    let mut member = memory_only(spec(Mode::Cluster, Announce::Service, &[]));
+    member.cluster = Some(NodeCluster {
+        shard_peers: vec!["10.96.0.9".into()],
+    });
+    let c = config(render(&member, Some("10.96.0.8")));
+    let text = lines(&c.text);
+    let of = |name: &str| -> Vec<&str> {
+        text.iter()
+            .copied()
+            .filter(|l| l.split(' ').next() == Some(name))
+            .collect()
+    };
+    assert_eq!(of("appendonly"), ["appendonly no"]);
+    assert_eq!(of("save"), ["save \"\""]);
+    assert_eq!(of("repl-diskless-load"), ["repl-diskless-load on-empty-db"]);
+    let context = c.cluster.expect("a memory-only member's cluster context");
+    assert!(
+        context.contains("self 10.96.0.8\npeer 10.96.0.9\n"),
+        "{context}"
+    );
+
+    // Not told any peer yet, the context is there all the same: the template never changes
+    // when it is told. Any other node has none.
+    member.cluster = None;
+    assert!(config(render(&member, Some("10.96.0.8"))).cluster.is_some());
+    let plain = spec(Mode::Cluster, Announce::Service, &[]);
+    assert_eq!(config(render(&plain, Some("10.96.0.8"))).cluster, None);
+
+    // The user's own durability directives are the operator's here, in any spelling.
+    let user = memory_only(spec(
+        Mode::Standalone,
+        Announce::Service,
+        &[
+            ("APPENDONLY", "yes"),
+            ("save", "60 1"),
+            ("repl-diskless-load", "swapdb"),
+        ],
+    ));
+    let err = render(&user, Some("10.96.0.8")).unwrap_err();
+    assert_eq!(
+        err,
+        ConfigError::OwnedDirectives(vec!["APPENDONLY".into(), "save".into()])
+    );
+    let user = memory_only(spec(
+        Mode::Standalone,
+        Announce::Service,
+        &[("repl-diskless-load", "swapdb")],
+    ));
+    let text = config(render(&user, Some("10.96.0.8"))).text;
+    assert!(
+        lines(&text).contains(&"repl-diskless-load swapdb"),
+        "{text}"
+    );
+    assert!(!text.contains("on-empty-db"), "{text}");
+}

@@ -182,10 +182,17 @@ fn server_command(node: &ValkeyNode, program: &str) -> Vec<String> {
     if let Some(script) = crate::config::sentinel_auth_script(&node.spec, &sentinel_config) {
         checks.push(script);
     }
+    let memory_only = node.spec.template.is_memory_only();
     if node.spec.replication.is_some() && node.spec.mode != Mode::Sentinel {
-        checks.push(scripts::data_role());
+        checks.push(match memory_only {
+            true => scripts::memory_only_data_role(),
+            false => scripts::data_role(),
+        });
     }
     if node.spec.mode == Mode::Cluster {
+        if memory_only {
+            checks.push(super::memory_only::cluster_start());
+        }
         checks.push(crate::config::shard_id_repair_script());
     }
     if node.spec.tls.is_some() {

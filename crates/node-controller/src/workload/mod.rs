@@ -23,6 +23,7 @@ pub mod containers;
 pub mod env;
 pub mod layout;
 pub mod lifecycle;
+pub mod memory_only;
 pub mod platform;
 pub mod pod;
 pub mod probes;

@@ -9,7 +9,9 @@ use crd_types::ValkeyNode;
 use crd_types::names;
 use crd_types::node::Mode;
 use crd_types::pod_template::{DEFAULT_IDENTITY, PodIdentity, PodTemplate};
-use crd_types::template::{SecretKeyRef, TLS_CA_KEY, TLS_CERT_KEY, TLS_KEY_KEY, Tls};
+use crd_types::template::{
+    ScratchVolume, SecretKeyRef, TLS_CA_KEY, TLS_CERT_KEY, TLS_KEY_KEY, Tls,
+};
 use crd_types::users::USERS_KEY;
 use k8s_openapi::api::core::v1::{
     ConfigMapVolumeSource, Container, EmptyDirVolumeSource, KeyToPath,
@@ -29,6 +31,7 @@ use super::layout::{
     USERS_VOLUME, operator_secret,
 };
 use super::platform::{self, merged};
+use crate::config::cluster_context::CLUSTER_CONTEXT_KEY;
 use crate::config::replication::CONTEXT_KEY;
 use crate::config::{
     LIVE_FILE, OPERATOR_PASSWORD_FILE, OPERATOR_PASSWORD_FILE_NAME, RenderedConfig,
@@ -158,6 +161,13 @@ fn config_items(rendered: &RenderedConfig) -> Vec<KeyToPath> {
             mode: None,
         });
     }
+    if rendered.cluster.is_some() {
+        items.push(KeyToPath {
+            key: CLUSTER_CONTEXT_KEY.into(),
+            path: CLUSTER_CONTEXT_KEY.into(),
+            mode: None,
+        });
+    }
     if rendered.live.is_some() {
         items.push(KeyToPath {
             key: LIVE_FILE.into(),
@@ -180,6 +190,7 @@ pub(super) fn volumes(node: &ValkeyNode, rendered: &RenderedConfig) -> Vec<Volum
         }),
         ..Default::default()
     };
+    let memory_only = node.spec.template.memory_only.as_ref();
     let data = match &node.spec.template.persistence {
         Some(_) => Volume {
             name: DATA_VOLUME.into(),
@@ -191,7 +202,12 @@ pub(super) fn volumes(node: &ValkeyNode, rendered: &RenderedConfig) -> Vec<Volum
         },
         None => Volume {
             name: DATA_VOLUME.into(),
-            empty_dir: Some(EmptyDirVolumeSource::default()),
+            empty_dir: Some(EmptyDirVolumeSource {
+                medium: memory_only
+                    .filter(|m| m.volume == ScratchVolume::Memory)
+                    .map(|_| "Memory".into()),
+                size_limit: None,
+            }),
             ..Default::default()
         },
     };

@@ -26,6 +26,7 @@
 
 use crd_types::template::OPERATOR_USER;
 
+use super::memory_only::GROUP_GUARD;
 use crate::config::{OPERATOR_PASSWORD_ENV, POD_IP_ENV};
 
 /// Where the replication context is mounted.
@@ -89,6 +90,24 @@ fi
 pub fn data_role() -> String {
     format!("{READ_CONTEXT}{RESTORE_PRIORITY}{DATA_ROLE}")
 }
+
+/// [`data_role`] for a memory-only data node: it starts empty, and never as primary while
+/// another data node holds keys (see [`super::memory_only`]).
+pub fn memory_only_data_role() -> String {
+    let guarded = DATA_ROLE
+        .replace(
+            LEADS_AS_LAST_SEEN,
+            &format!("{GROUP_GUARD}{LEADS_AS_LAST_SEEN}"),
+        )
+        .replace(LEADS_UNFAILED, &format!("{GROUP_GUARD}{LEADS_UNFAILED}"));
+    let prelude = super::memory_only::group_prelude();
+    format!("{READ_CONTEXT}{RESTORE_PRIORITY}{prelude}{guarded}")
+}
+
+/// [`DATA_ROLE`]'s decisions to start as primary, which [`memory_only_data_role`] guards.
+const LEADS_AS_LAST_SEEN: &str =
+    "          echo \"no sentinel names a primary: starting as primary, the last seen\" >&2\n";
+const LEADS_UNFAILED: &str = "      echo \"the sentinels still name this node primary and fail nobody over: starting as primary\" >&2\n";
 
 /// A replica starts with `replica-priority 0`, so Sentinel cannot elect it while what it
 /// holds is unknown (after a restart that loaded its append-only file every member reports

@@ -5,13 +5,13 @@
 use std::collections::BTreeMap;
 
 use crd_types::names::{self, labels};
-use crd_types::node::Mode;
+use crd_types::node::{Mode, NodeCluster};
 use crd_types::template::Scheduling;
 use crd_types::{ValkeyCluster, ValkeyNode};
 use k8s_openapi::api::core::v1::{Pod, TopologySpreadConstraint};
 use kube::ResourceExt;
 
-use crate::cluster::model::{Member, Position, member_config};
+use crate::cluster::model::{Member, Position, Shape, member_config};
 
 use crate::shared::members::{MemberOf, announced_address, member_node, revisions, spread_softly};
 
@@ -81,12 +81,47 @@ pub fn member_labels(cluster: &str, at: Position) -> BTreeMap<String, String> {
     ])
 }
 
-/// The member at `at`. `allowed_revision` is the roll gate's current value (see
-/// [`crate::cluster::plan::roll`]): it must be sent on every apply, or the field would be dropped.
+/// The addresses members announce, by position, read from their ValkeyNodes: what a
+/// memory-only member is told of its shard ([`ShardPeers::of`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ShardPeers(BTreeMap<Position, String>);
+
+impl ShardPeers {
+    pub fn from_nodes(nodes: &[ValkeyNode]) -> Self {
+        Self(
+            nodes
+                .iter()
+                .filter_map(|n| Some((position_of(n)?, announced_address(n)?.ip)))
+                .collect(),
+        )
+    }
+
+    /// The context of the member at `at` of a memory-only cluster: the other wanted
+    /// members of its shard that have an address; `None` for any other cluster, so its
+    /// members' specs never change with an address.
+    pub fn of(&self, cluster: &ValkeyCluster, at: Position) -> Option<NodeCluster> {
+        if !cluster.spec.common.template.is_memory_only() {
+            return None;
+        }
+        let shape = Shape::of(cluster);
+        let shard_peers = self
+            .0
+            .iter()
+            .filter(|(p, _)| p.shard == at.shard && **p != at && shape.wants(**p))
+            .map(|(_, ip)| ip.clone())
+            .collect();
+        Some(NodeCluster { shard_peers })
+    }
+}
+
+/// The member at `at`, told `peers` when the cluster is memory-only. `allowed_revision` is
+/// the roll gate's current value (see [`crate::cluster::plan::roll`]): it must be sent on
+/// every apply, or the field would be dropped.
 pub fn member(
     cluster: &ValkeyCluster,
     at: Position,
     allowed_revision: Option<String>,
+    peers: &ShardPeers,
 ) -> ValkeyNode {
     let cluster_name = cluster.name_any();
     let mut template = cluster.spec.common.template.clone();
@@ -105,6 +140,7 @@ pub fn member(
         labels: member_labels(&cluster_name, at),
         data: true,
         replication: None,
+        cluster: peers.of(cluster, at),
     };
     member_node(cluster, &cluster.spec.common, member, allowed_revision)
 }
@@ -198,7 +234,7 @@ mod tests {
             shard: 2,
             member: 1,
         };
-        let n = member(&c, at, Some("abc".into()));
+        let n = member(&c, at, Some("abc".into()), &ShardPeers::default());
         assert_eq!(n.name_any(), "cache-2-1");
         assert_eq!(n.namespace().as_deref(), Some("prod"));
         assert_eq!(n.spec.mode, Mode::Cluster);
@@ -222,6 +258,7 @@ mod tests {
                 member: 0,
             },
             None,
+            &ShardPeers::default(),
         );
         let spread = spread_of(&n);
         let keys: Vec<&str> = spread.iter().map(|c| c.topology_key.as_str()).collect();
@@ -259,6 +296,7 @@ mod tests {
                 member: 0,
             },
             None,
+            &ShardPeers::default(),
         );
         let spread = spread_of(&n);
         assert_eq!(spread.len(), 2);
@@ -272,7 +310,7 @@ mod tests {
             shard: 0,
             member: 0,
         };
-        let n = member(&cluster(1, 1), at, None);
+        let n = member(&cluster(1, 1), at, None, &ShardPeers::default());
         assert_eq!(
             n.spec.template.config.0["cluster-allow-replica-migration"],
             "no"
@@ -284,7 +322,11 @@ mod tests {
             .config
             .0
             .insert("Cluster-Allow-Replica-Migration".into(), "yes".into());
-        let config = member(&c, at, None).spec.template.config.0;
+        let config = member(&c, at, None, &ShardPeers::default())
+            .spec
+            .template
+            .config
+            .0;
         assert_eq!(config.len(), 1, "{config:?}");
         assert_eq!(config["Cluster-Allow-Replica-Migration"], "yes");
     }
@@ -308,10 +350,16 @@ mod tests {
             shard: 0,
             member: 0,
         };
-        let live = member(&c, at, None);
-        assert!(!needs_apply(&member(&c, at, None), &live));
+        let live = member(&c, at, None, &ShardPeers::default());
+        assert!(!needs_apply(
+            &member(&c, at, None, &ShardPeers::default()),
+            &live
+        ));
         c.spec.common.template.config.0.remove("maxmemory");
-        assert!(needs_apply(&member(&c, at, None), &live));
+        assert!(needs_apply(
+            &member(&c, at, None, &ShardPeers::default()),
+            &live
+        ));
         let mut unowned = live.clone();
         unowned.metadata.owner_references = None;
         assert!(needs_apply(&live, &unowned));
@@ -327,7 +375,7 @@ mod tests {
             shard: 0,
             member: 0,
         };
-        let mut node = member(&c, at, Some("r1".into()));
+        let mut node = member(&c, at, Some("r1".into()), &ShardPeers::default());
         node.metadata.generation = Some(2);
         assert_eq!(observed(&node).unwrap().address, None, "no Service IP yet");
         node.status = Some(ValkeyNodeStatus {
@@ -352,5 +400,44 @@ mod tests {
         assert_eq!(m.revisions.allowed.as_deref(), Some("r1"));
         node.spec.template.announce = Announce::PodIP;
         assert_eq!(observed(&node).unwrap().address.unwrap().ip, "10.1.0.3");
+    }
+
+    #[test]
+    fn a_memory_only_member_is_told_its_shards_other_wanted_members() {
+        use crd_types::ValkeyNodeStatus;
+        use crd_types::node::EndpointStatus;
+        use crd_types::template::{MemoryOnly, ScratchVolume};
+
+        let mut c = cluster(2, 2);
+        let none = ShardPeers::default();
+        let mut nodes = vec![];
+        for shard in 0..2 {
+            for m in 0..4 {
+                let at = Position { shard, member: m };
+                let mut node = member(&c, at, None, &none);
+                node.status = Some(ValkeyNodeStatus {
+                    endpoint: Some(EndpointStatus {
+                        cluster_ip: Some(format!("10.96.{shard}.{m}")),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                });
+                nodes.push(node);
+            }
+        }
+        let peers = ShardPeers::from_nodes(&nodes);
+        let at = Position {
+            shard: 1,
+            member: 0,
+        };
+        assert_eq!(peers.of(&c, at), None, "a cluster with a dataset on disk");
+        assert_eq!(member(&c, at, None, &peers).spec.cluster, None);
+
+        c.spec.common.template.memory_only = Some(MemoryOnly {
+            volume: ScratchVolume::Memory,
+        });
+        // Member 3 of each shard is not wanted (2 replicas): it is leaving.
+        let told = member(&c, at, None, &peers).spec.cluster.unwrap();
+        assert_eq!(told.shard_peers, ["10.96.1.1", "10.96.1.2"]);
     }
 }

@@ -153,6 +153,7 @@ pub fn member(
         labels: member_labels(&name, index),
         data: matches!(at, At::Data(_)),
         replication: Some(context.clone()),
+        cluster: None,
     };
     member_node(replication, &spec.common, member, allowed_revision)
 }

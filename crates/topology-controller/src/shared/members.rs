@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use crd_types::names::{self, ports};
-use crd_types::node::{Mode, NodeReplication, RolloutPolicy};
+use crd_types::node::{Mode, NodeCluster, NodeReplication, RolloutPolicy};
 use crd_types::template::{Announce, Tls, TopologyTls};
 use crd_types::template::{Auth, ValkeyNodeTemplate};
 use crd_types::topology::TopologySpec;
@@ -118,6 +118,8 @@ pub struct MemberOf {
     pub data: bool,
     /// What a ValkeyReplication's member is told of its group.
     pub replication: Option<NodeReplication>,
+    /// What a memory-only ValkeyCluster's member is told of its shard.
+    pub cluster: Option<NodeCluster>,
 }
 
 /// The member's ValkeyNode: owned by `topology`, gated (`allowed_revision` is its roll gate's
@@ -149,6 +151,7 @@ pub fn member_node<K: Resource<DynamicType = ()>>(
             rollout_policy: RolloutPolicy::Gated,
             allowed_revision,
             replication: member.replication,
+            cluster: member.cluster,
             users_secret_name: spec
                 .users
                 .as_ref()

@@ -35,6 +35,7 @@ mod env;
 mod failover;
 mod forced_failover;
 mod full_restart;
+mod memory_only;
 mod mid_migration;
 mod operator_password;
 mod partition;

@@ -43,6 +43,29 @@ pub(crate) async fn successor(env: &Env, name: &str, old: &str) -> String {
     .await
 }
 
+/// After `what` happened to the primary `old` at `since`: the successor Sentinel names,
+/// once the group is Ready and healthy again, fresh access, and what `old`'s start script
+/// said of the sentinels with its log ([`said_at_start`]).
+pub(crate) async fn failed_over(
+    env: &Env,
+    name: &str,
+    old: &str,
+    what: &str,
+    since: Instant,
+) -> (String, GroupAccess, Vec<String>, String) {
+    let new = successor(env, name, old).await;
+    eprintln!(
+        "{name}: {new} named primary {:?} after the {what}",
+        since.elapsed()
+    );
+    env.ready(name, FAILOVER).await;
+    eprintln!("{name}: Ready again {:?} after the {what}", since.elapsed());
+    let access = replication_testing::access(&env.apis, name).await.unwrap();
+    env.healthy(&access, &new).await;
+    let (said, log) = said_at_start(env, name, old).await;
+    (new, access, said, log)
+}
+
 /// What the start script of `member`'s restarted pod said of the sentinels, and its log.
 pub(crate) async fn said_at_start(env: &Env, name: &str, member: &str) -> (Vec<String>, String) {
     let log = env
@@ -151,16 +174,7 @@ async fn a_deleted_primary_waits_for_the_failover_and_rejoins_as_replica() {
         .await
         .unwrap();
     let killed = Instant::now();
-    let new = successor(&env, name, &old).await;
-    eprintln!(
-        "{name}: {new} named primary {:?} after the kill",
-        killed.elapsed()
-    );
-    env.ready(name, FAILOVER).await;
-    eprintln!("{name}: Ready again {:?} after the kill", killed.elapsed());
-    let access = replication_testing::access(&env.apis, name).await.unwrap();
-    env.healthy(&access, &new).await;
-    let (said, log) = said_at_start(&env, name, &old).await;
+    let (_, access, said, log) = failed_over(&env, name, &old, "kill", killed).await;
     assert!(
         said.last()
             .is_some_and(|l| l.contains("starting as its replica")),
@@ -203,15 +217,7 @@ async fn a_deleted_primary_hands_over_through_sentinel_before_it_stops() {
         .await
         .unwrap();
     let deleted = Instant::now();
-    let new = successor(&env, name, &old).await;
-    eprintln!(
-        "{name}: {new} named primary {:?} after the delete",
-        deleted.elapsed()
-    );
-    env.ready(name, FAILOVER).await;
-    let access = replication_testing::access(&env.apis, name).await.unwrap();
-    env.healthy(&access, &new).await;
-    let (said, log) = said_at_start(&env, name, &old).await;
+    let (_, access, said, log) = failed_over(&env, name, &old, "delete", deleted).await;
     assert!(
         !said.is_empty() && said.iter().all(|l| l.contains("starting as its replica")),
         "the sentinels named another primary before {old} stopped: {log}"

@@ -25,6 +25,7 @@ mod env;
 mod failover;
 mod forming;
 mod full_restart;
+mod memory_only;
 mod operator_password;
 mod partition;
 mod passwords;

@@ -124,7 +124,8 @@ impl Kind for ValkeyCluster {
             .positions()
             .into_iter()
             .map(|at| (names::cluster_member_name(&name, at.shard, at.member), at));
-        let build = |at, allowed| members::member(cluster, at, allowed);
+        let peers = members::ShardPeers::from_nodes(&live.owned);
+        let build = |at, allowed| members::member(cluster, at, allowed, &peers);
         stages::apply_members(apis, live, tls, wanted, build).await
     }
 
@@ -275,9 +276,10 @@ impl Kind for ValkeyCluster {
             |old: Option<&ValkeyClusterStatus>, new: &ValkeyClusterStatus| old != Some(new);
         stages::write_status(apis, cluster, &planned, changed).await?;
 
+        let peers = members::ShardPeers::from_nodes(&observed.nodes);
         let objects = MemberNodes::new(apis, |member: &str, revision| {
             let at = observed.members.iter().find(|m| m.name == member)?.at;
-            Some(members::member(cluster, at, Some(revision)))
+            Some(members::member(cluster, at, Some(revision), &peers))
         });
         let done = execute(&step, &observed.members, &seen.connections, &objects).await;
         let key = (apis.namespace.clone(), cluster.name_any());

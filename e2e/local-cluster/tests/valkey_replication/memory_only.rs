@@ -1,0 +1,84 @@
+//! Scenario: a memory-only group loses its primary's pod while its sentinels are frozen.
+
+use std::time::Instant;
+
+use agent_services::ControlClient;
+use crd_types::names::{sentinel_member_name, statefulset_pod_name};
+use crd_types::template::{MemoryOnly, ScratchVolume};
+use e2e_kit::replication_testing::{GroupWriter, Route, valkey_replication};
+
+use crate::env::{Env, FAILOVER, NS, SETTLE};
+use crate::failover::{failed_over, said_at_start};
+
+/// With a writer through the read-write Service, the three sentinels are frozen (SIGSTOP)
+/// and the primary's pod is deleted (grace 0). The new primary pod starts empty; no sentinel
+/// answers for 15 s, and the last primary the operator saw is itself, so a group with a
+/// dataset on disk would start it as primary. Memory-only, it would serve nothing, and its
+/// replicas, still pointed at its address, would full-sync that nothing. It waits instead
+/// while another data node holds keys; once the sentinels thaw they fail over to a replica,
+/// and it follows. No acknowledged write is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_primary_back_empty_never_leads_the_replicas_holding_the_data() {
+    let env = Env::start().await;
+    let name = "memo";
+    let mut group = valkey_replication(name, 3, 3, false);
+    group.spec.common.template.memory_only = Some(MemoryOnly {
+        volume: ScratchVolume::EmptyDir,
+    });
+    let access = env.create_ready(group).await;
+    for m in &access.data {
+        let info = access.cli(&m.ip, &["INFO", "persistence"]);
+        assert!(info.contains("aof_enabled:0"), "{}: {info}", m.name);
+    }
+    let old = env.ready(name, SETTLE).await.current_primary.unwrap();
+    let service = access.service_ip.clone().unwrap();
+    let writer = GroupWriter::start(&access, Route::Service(service), "svc");
+    writer.progressed(200, SETTLE).await.unwrap();
+
+    let control = ControlClient::new(env.cluster.control_addr.unwrap());
+    let sentinels: Vec<String> = (0..3)
+        .map(|j| {
+            format!(
+                "{NS}/{}",
+                statefulset_pod_name(&sentinel_member_name(name, j))
+            )
+        })
+        .collect();
+    for pod in &sentinels {
+        control.freeze(pod).await.unwrap();
+    }
+    env.apis
+        .kill_pod(&statefulset_pod_name(&old))
+        .await
+        .unwrap();
+    let killed = Instant::now();
+    env.wait(
+        &format!("{old}'s start script to refuse to lead"),
+        FAILOVER,
+        || async {
+            let (_, log) = said_at_start(&env, name, &old).await;
+            Ok(match log.contains("it never leads them") {
+                true => Ok(()),
+                false => Err(log.lines().last().unwrap_or_default().to_string()),
+            })
+        },
+    )
+    .await;
+    eprintln!(
+        "{name}: {old} refused to lead {:?} after the kill",
+        killed.elapsed()
+    );
+    for pod in &sentinels {
+        control.thaw(pod).await.unwrap();
+    }
+    let (_, access, said, log) = failed_over(&env, name, &old, "kill", killed).await;
+    assert!(
+        said.last()
+            .is_some_and(|l| l.contains("starting as its replica")),
+        "{log}"
+    );
+    assert!(!log.contains("starting as primary"), "{log}");
+    writer.progressed(200, SETTLE).await.unwrap();
+    crate::env::nothing_lost(name, [writer], &access).await;
+    env.finish().await;
+}
