@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cluster::{ConfigPaths, Phase, SwitchoverStatus};
 use crate::node::Role;
+use crate::pod_template::PodTemplate;
 use crate::template::SecretKeyRef;
 use crate::topology::TopologySpec;
 
@@ -136,6 +137,13 @@ pub struct SentinelSpec {
     /// `<name>-sentinel-auth` when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password_secret_ref: Option<SecretKeyRef>,
+    /// What a platform adds to each sentinel's pod, in place of what sentinels take from
+    /// `template.pod` when this is absent (its labels, annotations, pull secrets, service
+    /// account, identity and grace period, never the data nodes' env, volumes and
+    /// containers). Here a sentinel may have env, volumes, sidecars and init containers of
+    /// its own (docs/pod-template.md). A change rolls the sentinels one at a time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodTemplate>,
 }
 
 impl Default for SentinelSpec {
@@ -149,6 +157,7 @@ impl Default for SentinelSpec {
             failover_timeout: default_failover_timeout(),
             parallel_syncs: default_parallel_syncs(),
             password_secret_ref: None,
+            pod: None,
         }
     }
 }

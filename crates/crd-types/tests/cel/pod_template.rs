@@ -7,8 +7,9 @@ use super::*;
 /// The violations of one kind's rules.
 type Check = fn(&Value) -> Vec<String>;
 
-/// `pod` as a ValkeyNode, a ValkeyCluster and a ValkeyReplication carry it.
-fn on_every_kind(pod: &Value) -> [(Value, Check); 3] {
+/// `pod` as a ValkeyNode, a ValkeyCluster and a ValkeyReplication carry it, and as a
+/// ValkeyReplication's `sentinel.pod`.
+fn on_every_kind(pod: &Value) -> [(Value, Check); 4] {
     [
         (node(json!({"pod": pod})), |o| {
             violations::<ValkeyNode>(o, None)
@@ -19,6 +20,10 @@ fn on_every_kind(pod: &Value) -> [(Value, Check); 3] {
         ),
         (
             replication(json!({"replicas": 3, "template": {"pod": pod}})),
+            |o| violations::<ValkeyReplication>(o, None),
+        ),
+        (
+            replication(json!({"replicas": 3, "sentinel": {"pod": pod}})),
             |o| violations::<ValkeyReplication>(o, None),
         ),
     ]

@@ -172,7 +172,8 @@ fn data_template(replication: &ValkeyReplication) -> ValkeyNodeTemplate {
 /// A sentinel's pod: the template's image (or `sentinel.image`), announce, workload type,
 /// placement and exporter (which then reports what the sentinel monitors, logged in as its
 /// read-only monitoring user), the sentinel's resources, no volume (its state is small and
-/// found again from its peers) and no user config.
+/// found again from its peers), no user config, and `sentinel.pod` (else the platform's
+/// part of `template.pod`, see [`sentinel_pod`]).
 fn sentinel_template(replication: &ValkeyReplication) -> ValkeyNodeTemplate {
     let spec = &replication.spec;
     let t = &spec.common.template;
@@ -188,7 +189,11 @@ fn sentinel_template(replication: &ValkeyReplication) -> ValkeyNodeTemplate {
         resources: spec.sentinel.resources.clone(),
         scheduling: t.scheduling.clone(),
         exporter: t.exporter.clone(),
-        pod: t.pod.as_ref().map(sentinel_pod),
+        pod: spec
+            .sentinel
+            .pod
+            .clone()
+            .or_else(|| t.pod.as_ref().map(sentinel_pod)),
         ..Default::default()
     };
     spread(&mut template, replication, components::SENTINEL);
@@ -369,12 +374,35 @@ mod tests {
         let taken = sentinel.spec.template.pod.unwrap();
         assert_eq!(
             (taken.labels, taken.annotations, taken.image_pull_secrets),
-            (pod.labels, pod.annotations, pod.image_pull_secrets)
+            (
+                pod.labels.clone(),
+                pod.annotations.clone(),
+                pod.image_pull_secrets.clone()
+            )
         );
         assert_eq!(taken.service_account_name.as_deref(), Some("valkey"));
         assert_eq!(taken.termination_grace_period_seconds, Some(300));
         assert_eq!(taken.security_context, pod.security_context);
         assert!(taken.env.is_empty() && taken.sidecars.is_empty());
+
+        // Their own template, when given, is theirs alone; the data nodes keep theirs.
+        let own = PodTemplate {
+            labels: [("team".to_string(), "quorum".to_string())].into(),
+            env: vec![EnvVar {
+                name: "SENTINEL_ZONE".into(),
+                ..Default::default()
+            }],
+            sidecars: vec![Container {
+                name: "watcher".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        r.spec.sentinel.pod = Some(own.clone());
+        let sentinel = member(&r, At::Sentinel(0), None, &Default::default());
+        assert_eq!(sentinel.spec.template.pod.as_ref(), Some(&own));
+        let data = member(&r, At::Data(0), None, &Default::default());
+        assert_eq!(data.spec.template.pod.as_ref(), Some(&pod));
     }
 
     #[test]

@@ -28,7 +28,17 @@ async fn three_data_nodes_and_three_sentinels_form() {
         port: EXPORTER_PORT,
         resources: None,
     });
+    let image = group.spec.common.template.image.clone();
+    group.spec.sentinel.pod = Some(
+        serde_json::from_value(json!({
+            "labels": {"team": "quorum"},
+            "env": [{"name": "TZ", "value": "UTC"}],
+            "sidecars": [{"name": "idle", "image": image, "command": ["sleep", "2"]}],
+        }))
+        .unwrap(),
+    );
     let access = env.create_ready(group).await;
+    sentinels_have_their_own_pod_template(&env, name).await;
     let status = env.ready(name, SETTLE).await;
     let primary = status.current_primary.clone().unwrap();
     assert_eq!(primary, "form-0", "data node 0 is the first primary");
@@ -82,6 +92,47 @@ async fn three_data_nodes_and_three_sentinels_form() {
     );
     network_policy_follows_the_spec(&env, name).await;
     env.finish().await;
+}
+
+/// `sentinel.pod` reaches the sentinels' pods alone: the label, the env of the sentinel's
+/// container and the sidecar, running or done (the e2e node agent runs a sidecar to
+/// completion).
+async fn sentinels_have_their_own_pod_template(env: &Env, name: &str) {
+    use crd_types::names::{replication_member_name, sentinel_member_name, statefulset_pod_name};
+    let pod = |member: String| async move {
+        env.apis
+            .pods
+            .get(&statefulset_pod_name(&member))
+            .await
+            .unwrap()
+    };
+    let sentinel = pod(sentinel_member_name(name, 0)).await;
+    assert_eq!(sentinel.metadata.labels.as_ref().unwrap()["team"], "quorum");
+    let spec = sentinel.spec.unwrap();
+    let valkey = spec.containers.iter().find(|c| c.name == "valkey").unwrap();
+    assert!(
+        valkey.env.iter().flatten().any(|e| e.name == "TZ"),
+        "{valkey:?}"
+    );
+    assert!(
+        spec.init_containers
+            .iter()
+            .flatten()
+            .any(|c| c.name == "idle")
+    );
+    let ran = sentinel
+        .status
+        .unwrap()
+        .init_container_statuses
+        .unwrap_or_default();
+    let idle = ran.iter().find(|c| c.name == "idle").unwrap();
+    let state = idle.state.clone().unwrap_or_default();
+    assert!(
+        state.running.is_some() || state.terminated.as_ref().is_some_and(|t| t.exit_code == 0),
+        "{state:?}"
+    );
+    let data = pod(replication_member_name(name, 0)).await;
+    assert!(!data.metadata.labels.unwrap().contains_key("team"));
 }
 
 /// Each replica was made one exactly once, by one of the two ways a new group attaches
