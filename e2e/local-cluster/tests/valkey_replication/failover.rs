@@ -68,12 +68,7 @@ pub(crate) async fn failed_over(
 
 /// What the start script of `member`'s restarted pod said of the sentinels, and its log.
 pub(crate) async fn said_at_start(env: &Env, name: &str, member: &str) -> (Vec<String>, String) {
-    let log = env
-        .apis
-        .pods
-        .logs(&statefulset_pod_name(member), &Default::default())
-        .await
-        .unwrap();
+    let log = start_log(env, member).await.unwrap();
     let said: Vec<String> = log
         .lines()
         .filter(|l| l.contains("sentinels"))
@@ -81,6 +76,15 @@ pub(crate) async fn said_at_start(env: &Env, name: &str, member: &str) -> (Vec<S
         .collect();
     eprintln!("{name}: {member} at start: {said:?}");
     (said, log)
+}
+
+/// The log of `member`'s pod: an error while the pod is gone (killed, not yet recreated)
+/// or its container has not started.
+pub(crate) async fn start_log(env: &Env, member: &str) -> kube::Result<String> {
+    env.apis
+        .pods
+        .logs(&statefulset_pod_name(member), &Default::default())
+        .await
 }
 
 /// Each writer past 200 more writes, then stopped; every acknowledged write reads back.

@@ -8,7 +8,7 @@ use crd_types::template::{MemoryOnly, ScratchVolume};
 use e2e_kit::replication_testing::{GroupWriter, Route, valkey_replication};
 
 use crate::env::{Env, FAILOVER, NS, SETTLE};
-use crate::failover::{failed_over, said_at_start};
+use crate::failover::{failed_over, start_log};
 
 /// With a writer through the read-write Service, the three sentinels are frozen (SIGSTOP)
 /// and the primary's pod is deleted (grace 0). The new primary pod starts empty; no sentinel
@@ -25,6 +25,12 @@ async fn a_primary_back_empty_never_leads_the_replicas_holding_the_data() {
     group.spec.common.template.memory_only = Some(MemoryOnly {
         volume: ScratchVolume::EmptyDir,
     });
+    // Sentinel elects no replica whose link to the primary has been down for more than ten
+    // times down-after-milliseconds before the primary's s_down. Here that gap is the pod's
+    // 15 s wait for a sentinel answer, then the thawed sentinels' 30 s of tilt: about 50 s,
+    // which is the default's limit exactly (seen: -failover-abort-no-good-slave, and no
+    // failover ever after). 10 s leaves the gap half the limit.
+    group.spec.sentinel.down_after_milliseconds = 10_000;
     let access = env.create_ready(group).await;
     for m in &access.data {
         let info = access.cli(&m.ip, &["INFO", "persistence"]);
@@ -56,7 +62,8 @@ async fn a_primary_back_empty_never_leads_the_replicas_holding_the_data() {
         &format!("{old}'s start script to refuse to lead"),
         FAILOVER,
         || async {
-            let (_, log) = said_at_start(&env, name, &old).await;
+            // Until the StatefulSet recreates the pod, its log is an error: not yet.
+            let log = start_log(&env, &old).await?;
             Ok(match log.contains("it never leads them") {
                 true => Ok(()),
                 false => Err(log.lines().last().unwrap_or_default().to_string()),
