@@ -109,7 +109,9 @@ async fn restart_every_pod(
         },
     )
     .await;
-    // The status may still say Ready from before: Valkey's own check must pass as well.
+    // The status may still say Ready from before: Valkey's own check must pass as well,
+    // and every member must serve (a primary that just started says cluster_state:fail
+    // for 2 s, and the client that reads the writes back refuses to connect until then).
     env.wait(
         "the cluster to be Ready as Valkey sees it",
         FORM,
@@ -117,7 +119,7 @@ async fn restart_every_pod(
             if let Err(why) = ready_status(&env.apis, name).await? {
                 return Ok(Err(why));
             }
-            Ok(access.check().map(drop))
+            Ok(access.check().and_then(|_| access.serving()))
         },
     )
     .await;
