@@ -6,6 +6,9 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 say() { printf 'deny: %s\n' "$*"; }
 
+# cargo-deny reads every package of Cargo.lock, those of other platforms too, which no
+# build here downloads: on a new machine they are not in cargo's cache yet.
+cargo fetch --locked --quiet
 cargo deny --locked --offline check licenses bans sources
 if cargo deny --locked fetch db >/dev/null 2>&1; then
   cargo deny --locked check advisories
