@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the e2e test binaries (e2e/local-cluster/tests) in two lanes at once, each binary's
-# tests one at a time. Each test's local cluster takes a slot of its own (ports, pod and
-# Service addresses, network namespace), so two run side by side; the lanes hold about
-# the same time of tests. A lane stops at its first failing binary; the other finishes.
+# tests one at a time. Each local cluster takes a slot of its own (ports, pod and Service
+# addresses, network namespace), so two run side by side; the lanes hold about the same
+# time of tests. The topology suites share a cluster per binary (e2e-kit's test_run); every
+# binary's time is printed ("took"), and hack/e2e-times.py tabulates a log. A lane stops at its first failing binary; the other finishes.
 # Every binary runs: lane "replication" takes the ones named below, lane "cluster" the
 # rest, found from the tests directory, so a new suite cannot be left out.
 set -euo pipefail
@@ -36,10 +37,12 @@ cargo test -p local-cluster --lib --bins
 
 run_lane() {
     for name in "$@"; do
+        local began=$(date +%s)
         cargo test -p local-cluster --test "$name" -- --test-threads=1 || {
-            echo "e2e-lanes: $name failed" >&2
+            echo "e2e-lanes: $name failed after $(( $(date +%s) - began ))s" >&2
             return 1
         }
+        echo "e2e-lanes: $name took $(( $(date +%s) - began ))s"
     done
 }
 

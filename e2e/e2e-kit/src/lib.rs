@@ -15,8 +15,8 @@
 //! - [`platform`]: pods under a platform-assigned identity in a restricted namespace, and
 //!   what a member's process runs as;
 //! - [`sampler`]: a check kept running while a test changes something underneath;
-//! - [`test_run`]: one test's cluster with the operator, one test at a time, the run
-//!   directory kept after a failure.
+//! - [`test_run`]: a test's namespace on the cluster its binary's tests share (or on its
+//!   own), one test at a time, the run directory kept after a failure.
 
 pub mod cluster_testing;
 pub mod network_policy;

@@ -409,6 +409,12 @@ impl LocalCluster {
         }
     }
 
+    /// Drops the clients this value keeps: their connections belong to the async runtime
+    /// they were made in (a test's), and a cluster shared by the next test polls with new ones.
+    pub fn forget_clients(&mut self) {
+        self.watch_client = tokio::sync::OnceCell::new();
+    }
+
     /// The admin client of [`LocalCluster::check_restarts`] and the controller logs.
     async fn watch_client(&self) -> Result<&kube::Client> {
         self.watch_client.get_or_try_init(|| self.client()).await

@@ -55,7 +55,7 @@ fn no_open_slot(access: &Access, seen: &RefCell<BTreeSet<String>>) {
 /// and `--cluster check` passes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn atomic_slot_migration_survives_a_killed_controller() {
-    let env = Env::start().await;
+    let env = Env::start_own().await;
     let name = "atomic";
     let mut cluster = valkey_cluster(name, 3, 1, false);
     cluster.spec.common.template.image = "valkey/valkey:9.1".into();

@@ -17,24 +17,25 @@ use kube::api::{ApiResource, DynamicObject, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use crate::env::{Env, FORM, NS, ROLL, SETTLE};
+use crate::env::{Env, FORM, ROLL, SETTLE};
 
 /// Creates `spec` as a ValkeyCluster, untyped, so values the Rust types would refuse still
 /// reach the API server; the rejection message on failure.
 async fn create_untyped(
     client: &kube::Client,
+    ns: &str,
     name: &str,
     spec: serde_json::Value,
 ) -> Result<(), String> {
     let api: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
-        NS,
+        ns,
         &ApiResource::erase::<ValkeyCluster>(&()),
     );
     let object: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "valkey.rs/v1alpha1",
         "kind": "ValkeyCluster",
-        "metadata": {"name": name, "namespace": NS},
+        "metadata": {"name": name, "namespace": ns},
         "spec": spec,
     }))
     .unwrap();
@@ -66,12 +67,13 @@ fn assert_rejected(result: Result<(), String>, message_part: &str) {
 async fn bad_input() {
     let env = Env::start().await;
     assert_rejected(
-        create_untyped(&env.client, "zero", json!({"shards": 0})).await,
+        create_untyped(&env.client, &env.namespace, "zero", json!({"shards": 0})).await,
         "shards must be at least 1",
     );
     assert_rejected(
         create_untyped(
             &env.client,
+            &env.namespace,
             "negative",
             json!({"shards": 3, "replicasPerShard": -1}),
         )
@@ -81,6 +83,7 @@ async fn bad_input() {
     assert_rejected(
         create_untyped(
             &env.client,
+            &env.namespace,
             "nobody",
             json!({"shards": 3, "replicasPerShard": 1,
                    "switchover": {"id": "s1", "shard": 0, "member": 2}}),

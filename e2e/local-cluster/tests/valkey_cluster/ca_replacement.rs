@@ -26,7 +26,7 @@ const BUS_PORT: u16 = 16379;
 /// is refused at the end, and the previous keys read back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_operators_ca_is_replaced_under_a_writer_with_no_restart() {
-    let env = Env::start().await;
+    let env = Env::start_own().await;
     let name = "newca";
     let secrets = &env.apis.secrets;
     let mut cluster = valkey_cluster(name, 2, 1, false);

@@ -32,7 +32,7 @@ struct Leaving {
 /// members come back as replicas of their successors, and no acknowledged write is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn draining_a_node_with_two_primaries_hands_each_over_first() {
-    let env = Env::start().await;
+    let env = Env::start_own().await;
     let name = "drain";
     let access = env.create_ready(valkey_cluster(name, 3, 1, true)).await;
 

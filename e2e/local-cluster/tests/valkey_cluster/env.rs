@@ -19,8 +19,6 @@ use kube::ResourceExt;
 use local_cluster::controller_pods::Outage;
 use serde_json::json;
 
-pub(crate) const NS: &str = "default";
-
 /// A cluster member as a test names it: its ValkeyNode, announce address and node id.
 pub(crate) struct Member {
     pub(crate) name: String,
@@ -39,7 +37,7 @@ pub(crate) const FAILOVER: Duration = Duration::from_secs(120);
 pub(crate) const SETTLE: Duration = Duration::from_secs(60);
 
 /// A local cluster with the operator ([`TestRun`], whose fields it shows) and the cluster
-/// APIs of [`NS`]. The run drops last: its processes stop, its run directory goes, then the
+/// APIs of the test's namespace. The run drops last: its processes stop, its run directory goes, then the
 /// next test starts.
 pub(crate) struct Env {
     pub(crate) apis: ClusterApis,
@@ -55,10 +53,20 @@ impl Deref for Env {
 }
 
 impl Env {
+    /// The test's namespace on the binary's shared cluster ([`TestRun::start`]).
     pub(crate) async fn start() -> Self {
-        let run = TestRun::start().await;
+        Self::on(TestRun::start().await)
+    }
+
+    /// On a cluster of the test's own ([`TestRun::start_own`]): for a test that stops the
+    /// operator's controllers or changes the Nodes.
+    pub(crate) async fn start_own() -> Self {
+        Self::on(TestRun::start_own().await)
+    }
+
+    fn on(run: TestRun) -> Self {
         Self {
-            apis: ClusterApis::new(&run.client, NS),
+            apis: ClusterApis::new(&run.client, &run.namespace),
             run,
         }
     }

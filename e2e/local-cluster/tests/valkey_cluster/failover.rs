@@ -16,7 +16,7 @@ use crate::env::{Env, FAILOVER, FORM, SETTLE};
 /// write is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_killed_primary_is_replaced_and_rejoins_as_replica() {
-    let env = Env::start().await;
+    let env = Env::start_own().await;
     let name = "heal";
     let access = env.create_ready(valkey_cluster(name, 3, 1, true)).await;
     let writer = AckedWriter::start(&access).await.unwrap();

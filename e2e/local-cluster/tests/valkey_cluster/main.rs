@@ -23,9 +23,9 @@
 //! Valkey is always asked directly too (`CLUSTER NODES`, `valkey-cli --cluster check`, reads
 //! of every key), so a status that claims more than Valkey shows fails the tests.
 //!
-//! Each test starts its own local cluster; they run one at a time (`SERIAL`), about 8
-//! minutes in all on the 2-core development machine (scenario 1, with its two moves of 4096
-//! slots, takes 2.5 of them).
+//! The tests share one local cluster, each in a namespace of its own, and run one at a time;
+//! those that stop the operator's controllers or cordon a Node start their own
+//! (`Env::start_own`, see `e2e_kit::test_run`).
 
 mod atomic_migration;
 mod bad_input;

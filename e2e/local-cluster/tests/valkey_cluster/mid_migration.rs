@@ -43,7 +43,7 @@ fn scale_out_state(access: &Access) -> anyhow::Result<(bool, String)> {
 /// new leader waits out the dead one's Lease) the controller finishes the move.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn operator_restart_mid_migration_completes() {
-    let env = Env::start().await;
+    let env = Env::start_own().await;
     let name = "move";
     let access = env.create_ready(valkey_cluster(name, 3, 0, false)).await;
     let data = DataSet::new("key", 50_000);
@@ -143,7 +143,7 @@ fn importing_from(access: &Access, source_id: &str) -> anyhow::Result<Vec<(Strin
 /// the scale-in: Ready, `--cluster check` clean, no slot open anywhere, every key read back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn operator_killed_between_importing_and_migrating_in_a_scale_in_converges() {
-    let env = Env::start().await;
+    let env = Env::start_own().await;
     let name = "shrink";
     let access = env.create_ready(valkey_cluster(name, 3, 1, false)).await;
     let data = DataSet::new("key", 20_000);

@@ -7,7 +7,7 @@ use agent_services::ControlClient;
 use crd_types::names::statefulset_pod_name;
 use e2e_kit::cluster_testing::{AckedWriter, valkey_cluster};
 
-use crate::env::{Env, FAILOVER, FORM, NS, SETTLE};
+use crate::env::{Env, FAILOVER, FORM, SETTLE};
 
 /// With a writer running, shard 0's primary pod is cut from every other member's pod (the
 /// node agent's service proxy tears down their connections, bus and replication, and
@@ -20,6 +20,7 @@ use crate::env::{Env, FAILOVER, FORM, NS, SETTLE};
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_primary_cut_off_but_alive_is_failed_over_by_valkey_not_the_operator() {
     let env = Env::start().await;
+    let ns = env.namespace.as_str();
     let name = "cut";
     let access = env.create_ready(valkey_cluster(name, 3, 1, true)).await;
     let writer = AckedWriter::start(&access).await.unwrap();
@@ -31,12 +32,12 @@ async fn a_primary_cut_off_but_alive_is_failed_over_by_valkey_not_the_operator()
     let events_before = env.apis.topology_events(name).await.unwrap().len();
 
     let control = ControlClient::new(env.cluster.control_addr.expect("the node agent runs"));
-    let cut_pod = format!("{NS}/{}", statefulset_pod_name(&old_primary));
+    let cut_pod = format!("{ns}/{}", statefulset_pod_name(&old_primary));
     let others: Vec<String> = access
         .members
         .iter()
         .filter(|m| m.ip != old_ip)
-        .map(|m| format!("{NS}/{}", statefulset_pod_name(&m.name)))
+        .map(|m| format!("{ns}/{}", statefulset_pod_name(&m.name)))
         .collect();
     for other in &others {
         control.cut(&cut_pod, other).await.unwrap();

@@ -14,7 +14,7 @@ use e2e_kit::testing::{events_about, valkey_cli_as};
 use e2e_kit::topology::logins;
 use kube::ResourceExt;
 
-use crate::env::{Env, NS, SETTLE};
+use crate::env::{Env, SETTLE};
 
 /// Short: the drop must come when the overlap ends (the reconcile looks again then), well
 /// before the 300 s idle look, within [`SETTLE`].
@@ -53,8 +53,9 @@ async fn wait_pings(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_default_password_rotates_on_every_member() {
     let env = Env::start().await;
+    let ns = env.namespace.as_str();
     let name = "rotate";
-    enforce_restricted(&env.client, NS).await.unwrap();
+    enforce_restricted(&env.client, ns).await.unwrap();
     let mut cluster = valkey_cluster(name, 3, 1, false);
     cluster.spec.common.auth = Some(Auth {
         password_overlap_seconds: Some(OVERLAP_SECONDS),

@@ -10,7 +10,7 @@ use kube::ResourceExt;
 use kube::api::{EvictParams, ListParams};
 use local_cluster::images::BUSYBOX_IMAGE;
 
-use crate::env::{Env, FAILOVER, FORM, NS, SETTLE};
+use crate::env::{Env, FAILOVER, FORM, SETTLE};
 
 /// Manual failovers a member has started (`CLUSTER FAILOVER` without FORCE sends MFSTART
 /// to its primary); CLUSTER INFO lists the counter once it is non-zero.
@@ -38,13 +38,14 @@ pub(crate) fn manual_failovers_started(access: &Access, ip: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_deleted_primary_hands_over_before_it_stops() {
     let env = Env::start().await;
+    let ns = env.namespace.as_str();
     let name = "depart";
-    enforce_restricted(&env.client, NS).await.unwrap();
+    enforce_restricted(&env.client, ns).await.unwrap();
     let mut cluster = valkey_cluster(name, 3, 1, true);
     cluster.spec.common.template.image = BUSYBOX_IMAGE.into();
     with_assigned_identity(&mut cluster.spec.common.template);
     let access = env.create_ready(cluster).await;
-    let budgets: kube::Api<PodDisruptionBudget> = kube::Api::namespaced(env.client.clone(), NS);
+    let budgets: kube::Api<PodDisruptionBudget> = kube::Api::namespaced(env.client.clone(), ns);
     let mut names: Vec<String> = budgets
         .list(&ListParams::default().labels(&format!("valkey.rs/cluster={name}")))
         .await
@@ -60,7 +61,7 @@ async fn a_deleted_primary_hands_over_before_it_stops() {
     );
     // Evictions through a client that shows the budget's 429 instead of retrying it.
     let evictions: kube::Api<Pod> =
-        kube::Api::namespaced(env.cluster.client_without_retry().await.unwrap(), NS);
+        kube::Api::namespaced(env.cluster.client_without_retry().await.unwrap(), ns);
     let writer = AckedWriter::start(&access).await.unwrap();
     writer.progressed(200, SETTLE).await.unwrap();
 

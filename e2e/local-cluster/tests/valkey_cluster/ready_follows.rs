@@ -9,7 +9,7 @@ use e2e_kit::cluster_testing::{AckedWriter, valkey_cluster};
 
 use e2e_kit::topology::freeze;
 
-use crate::env::{Env, FAILOVER, FORM, NS, SETTLE};
+use crate::env::{Env, FAILOVER, FORM, SETTLE};
 
 /// With a writer running, shard 0's primary is frozen (SIGSTOP): it keeps its pod, its
 /// connections and its Ready pod condition, and only stops answering. The cluster's Ready
@@ -21,6 +21,7 @@ use crate::env::{Env, FAILOVER, FORM, NS, SETTLE};
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn ready_goes_false_while_a_primary_is_frozen_and_true_after() {
     let env = Env::start().await;
+    let ns = env.namespace.as_str();
     let name = "pulse";
     let access = env.create_ready(valkey_cluster(name, 3, 1, true)).await;
     let writer = AckedWriter::start(&access).await.unwrap();
@@ -31,7 +32,7 @@ async fn ready_goes_false_while_a_primary_is_frozen_and_true_after() {
     let ip = access.ip(&primary).unwrap().to_string();
     let id = access.node_id(&ip).unwrap();
     let control = ControlClient::new(env.cluster.control_addr.expect("the node agent runs"));
-    let pod = format!("{NS}/{}", statefulset_pod_name(&primary));
+    let pod = format!("{ns}/{}", statefulset_pod_name(&primary));
 
     control.freeze(&pod).await.unwrap();
     let frozen = Instant::now();

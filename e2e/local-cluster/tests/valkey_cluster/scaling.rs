@@ -8,7 +8,7 @@ use e2e_kit::network_policy::{self, admits, applies_to, controller_pod, endpoint
 use e2e_kit::testing::valkey_cli_as;
 use serde_json::json;
 
-use crate::env::{Env, NS, SETTLE};
+use crate::env::{Env, SETTLE};
 
 /// Keys of scenario 1 (loading them takes a few seconds here).
 const KEYS: usize = 100_000;
@@ -120,10 +120,11 @@ async fn a_cluster_forms_scales_and_keeps_every_key() {
 /// none): clients from the namespace and topology-controller's pods on 6379, the bus
 /// between members only.
 async fn network_policy_keeps_the_bus_to_members(env: &Env, name: &str) {
+    let ns = env.namespace.as_str();
     let client = env.cluster.client().await.unwrap();
     let live = network_policy::live(
         &client,
-        NS,
+        ns,
         &format!("{name}-cluster"),
         &format!("valkey.rs/cluster={name}"),
     )
@@ -137,7 +138,7 @@ async fn network_policy_keeps_the_bus_to_members(env: &Env, name: &str) {
             assert!(admits(&live.policy, member, port), "{pod} -> {port}");
         }
     }
-    let neighbour = endpoint(&client, NS, &[("app", "web")]).await.unwrap();
+    let neighbour = endpoint(&client, ns, &[("app", "web")]).await.unwrap();
     let stranger = endpoint(&client, "kube-system", &[]).await.unwrap();
     let operator = controller_pod(&client, "topology-controller")
         .await

@@ -19,7 +19,7 @@ use e2e_kit::testing::{events_about, ready_node};
 use kube::ResourceExt;
 use local_cluster::controller_pods::Outage;
 
-use crate::env::{Env, FORM, NS, SETTLE};
+use crate::env::{Env, FORM, SETTLE};
 
 /// `field:value` of an INFO reply.
 fn info<'a>(text: &'a str, field: &str) -> Option<&'a str> {
@@ -136,7 +136,8 @@ async fn a_replica_importing_a_slot_another_shard_kept_is_healed() {
 }
 
 async fn stale_marker_healed(end: MoveEnd) {
-    let env = Env::start().await;
+    let env = Env::start_own().await;
+    let ns = env.namespace.as_str();
     let name = match end {
         MoveEnd::Finished => "stale",
         MoveEnd::Abandoned => "abandoned",
@@ -220,7 +221,7 @@ async fn stale_marker_healed(end: MoveEnd) {
     // B' is frozen (SIGSTOP) so it cannot reconnect before its offset has left B's backlog:
     // its link is cut, then more is written to B than the backlog keeps.
     let control = ControlClient::new(env.cluster.control_addr.expect("the node agent runs"));
-    let pod = format!("{NS}/{}", statefulset_pod_name(&replica));
+    let pod = format!("{ns}/{}", statefulset_pod_name(&replica));
     let full_syncs = info_number(&access, &b_ip, "stats", "sync_full");
     control.freeze(&pod).await.unwrap();
     let killed = access.admin_cli(&b_ip, &["CLIENT", "KILL", "TYPE", "replica"]);

@@ -17,7 +17,7 @@ use local_cluster::images::exporter_image;
 
 use rustls::pki_types::CertificateDer;
 
-use crate::env::{Env, FORM, NS, ROLL, SETTLE};
+use crate::env::{Env, FORM, ROLL, SETTLE};
 
 const CLIENT_PORT: u16 = 6379;
 const BUS_PORT: u16 = 16379;
@@ -252,9 +252,10 @@ async fn a_cluster_speaks_only_tls_and_loads_a_renewed_certificate_live() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cluster_serves_certificates_the_operator_issues_per_member() {
     let env = Env::start().await;
+    let ns = env.namespace.as_str();
     let name = "issued";
     let secrets = &env.apis.secrets;
-    enforce_restricted(&env.client, NS).await.unwrap();
+    enforce_restricted(&env.client, ns).await.unwrap();
     let mut cluster = valkey_cluster(name, 3, 1, false);
     cluster.spec.common.tls = Some(issued::operator_issued(TlsAuthClients::Required));
     with_assigned_identity(&mut cluster.spec.common.template);
@@ -280,8 +281,8 @@ async fn a_cluster_serves_certificates_the_operator_issues_per_member() {
         let names = [
             m.ip.clone(),
             service.clone(),
-            format!("{service}.{NS}.svc"),
-            format!("{service}.{NS}.svc.cluster.local"),
+            format!("{service}.{ns}.svc"),
+            format!("{service}.{ns}.svc.cluster.local"),
         ];
         let at = (m.name.as_str(), m.ip.as_str());
         let own = issued::assert_serves_own(secrets, &tls, at, &ca, CLIENT_PORT, &names).await;
@@ -399,8 +400,9 @@ async fn plain_text_clients(env: &Env, name: &str, access: &Access, on: bool) {
 
 /// The (name, port) pairs of the Service `name`.
 async fn service_ports(env: &Env, name: &str) -> Vec<(String, i32)> {
+    let ns = env.namespace.as_str();
     let service: k8s_openapi::api::core::v1::Service =
-        kube::Api::namespaced(env.client.clone(), NS)
+        kube::Api::namespaced(env.client.clone(), ns)
             .get(name)
             .await
             .unwrap();

@@ -12,7 +12,6 @@ use e2e_kit::replication_testing::{
 use e2e_kit::test_run::TestRun;
 use kube::ResourceExt;
 
-pub(crate) const NS: &str = "default";
 /// A new group: members created, pods started, replicas attached, sentinels monitoring.
 pub(crate) const FORM: Duration = Duration::from_secs(180);
 /// A failover: down-after-milliseconds, the election, the operator following.
@@ -23,7 +22,7 @@ pub(crate) const SETTLE: Duration = Duration::from_secs(60);
 const POD_LOG_LINES: i64 = 12;
 
 /// A local cluster with the operator ([`TestRun`], whose fields it shows) and the
-/// replication APIs of [`NS`]. The run drops last: its processes stop, its run directory
+/// replication APIs of the test's namespace. The run drops last: its processes stop, its run directory
 /// goes, then the next test starts.
 pub(crate) struct Env {
     pub(crate) apis: ReplicationApis,
@@ -39,10 +38,20 @@ impl Deref for Env {
 }
 
 impl Env {
+    /// The test's namespace on the binary's shared cluster ([`TestRun::start`]).
     pub(crate) async fn start() -> Self {
-        let run = TestRun::start().await;
+        Self::on(TestRun::start().await)
+    }
+
+    /// On a cluster of the test's own ([`TestRun::start_own`]): for a test that stops the
+    /// operator's controllers or changes the Nodes.
+    pub(crate) async fn start_own() -> Self {
+        Self::on(TestRun::start_own().await)
+    }
+
+    fn on(run: TestRun) -> Self {
         Self {
-            apis: ReplicationApis::new(&run.client, NS),
+            apis: ReplicationApis::new(&run.client, &run.namespace),
             run,
         }
     }
@@ -59,14 +68,14 @@ impl Env {
         }
     }
 
-    /// The last `lines` of each pod's log in [`NS`] (through the API server, as `kubectl
+    /// The last `lines` of each pod's log in the test's namespace (through the API server, as `kubectl
     /// logs`): what Sentinel and Valkey did is half of any failed wait.
     async fn pod_log_tails(&self, lines: i64) -> String {
         let Ok(client) = self.cluster.client().await else {
             return "(no client for the pod logs)".into();
         };
         let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
-            kube::Api::namespaced(client.clone(), NS);
+            kube::Api::namespaced(client.clone(), &self.namespace);
         let Ok(list) = pods.list(&Default::default()).await else {
             return "(the pods could not be listed)".into();
         };

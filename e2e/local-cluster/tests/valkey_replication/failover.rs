@@ -10,7 +10,7 @@ use e2e_kit::platform::{enforce_restricted, runs_as_assigned, with_assigned_iden
 use e2e_kit::replication_testing::{self, GroupAccess, GroupWriter, Route, valkey_replication};
 use local_cluster::images::BUSYBOX_IMAGE;
 
-use crate::env::{Env, FAILOVER, NS, SETTLE};
+use crate::env::{Env, FAILOVER, SETTLE};
 
 /// A writer through the read-write Service and one asking the sentinels, each past 200
 /// acknowledged writes.
@@ -102,6 +102,7 @@ async fn nothing_lost(name: &str, writers: [GroupWriter; 2], access: &GroupAcces
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_frozen_primary_is_replaced_and_rejoins_as_replica() {
     let env = Env::start().await;
+    let ns = env.namespace.as_str();
     let name = "freeze";
     let access = env
         .create_ready(valkey_replication(name, 3, 3, false))
@@ -118,7 +119,7 @@ async fn a_frozen_primary_is_replaced_and_rejoins_as_replica() {
     let [through_service, sentinel_aware] = two_writers(&access).await;
 
     let control = ControlClient::new(env.cluster.control_addr.unwrap());
-    let pod = format!("{NS}/{}", statefulset_pod_name(&old));
+    let pod = format!("{ns}/{}", statefulset_pod_name(&old));
     control.freeze(&pod).await.unwrap();
     let frozen = Instant::now();
     let new = successor(&env, name, &old).await;
@@ -198,8 +199,9 @@ async fn a_deleted_primary_waits_for_the_failover_and_rejoins_as_replica() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_deleted_primary_hands_over_through_sentinel_before_it_stops() {
     let env = Env::start().await;
+    let ns = env.namespace.as_str();
     let name = "leave";
-    enforce_restricted(&env.client, NS).await.unwrap();
+    enforce_restricted(&env.client, ns).await.unwrap();
     let mut group = valkey_replication(name, 3, 3, true);
     group.spec.common.template.image = BUSYBOX_IMAGE.into();
     with_assigned_identity(&mut group.spec.common.template);

@@ -11,7 +11,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use local_cluster::images::exporter_image;
 use serde_json::json;
 
-use crate::env::{Env, NS, SETTLE};
+use crate::env::{Env, SETTLE};
 
 const EXPORTER_PORT: i32 = 9121;
 
@@ -265,10 +265,11 @@ async fn replication_user(env: &Env, name: &str, access: &GroupAccess, primary: 
 /// none): the members reach each other, a pod of the namespace and topology-controller's
 /// pods reach them, nothing else does; the spec narrows the clients, then turns it off.
 async fn network_policy_follows_the_spec(env: &Env, name: &str) {
+    let ns = env.namespace.as_str();
     let client = env.cluster.client().await.unwrap();
     let policy_name = format!("{name}-replication");
     let members = format!("valkey.rs/replication={name}");
-    let live = network_policy::live(&client, NS, &policy_name, &members)
+    let live = network_policy::live(&client, ns, &policy_name, &members)
         .await
         .unwrap()
         .expect("the group's NetworkPolicy");
@@ -279,7 +280,7 @@ async fn network_policy_follows_the_spec(env: &Env, name: &str) {
             assert!(admits(&live.policy, member, port), "{pod} -> {port}");
         }
     }
-    let neighbour = endpoint(&client, NS, &[("app", "web")]).await.unwrap();
+    let neighbour = endpoint(&client, ns, &[("app", "web")]).await.unwrap();
     let stranger = endpoint(&client, "kube-system", &[("app", "web")])
         .await
         .unwrap();
@@ -307,7 +308,7 @@ async fn network_policy_follows_the_spec(env: &Env, name: &str) {
         "the policy to drop the namespace's pods",
         SETTLE,
         || async {
-            let live = network_policy::live(&client, NS, &policy_name, &members).await?;
+            let live = network_policy::live(&client, ns, &policy_name, &members).await?;
             Ok(match live {
                 Some(l) if !admits(&l.policy, &neighbour, 6379) => {
                     let (pod, member) = &l.members[0];
@@ -322,14 +323,14 @@ async fn network_policy_follows_the_spec(env: &Env, name: &str) {
     .await;
     patch(json!({"spec": {"networkPolicy": {"enabled": false}}})).await;
     env.wait("the policy to go", SETTLE, || async {
-        let live = network_policy::live(&client, NS, &policy_name, &members).await?;
+        let live = network_policy::live(&client, ns, &policy_name, &members).await?;
         Ok(live.map_or(Ok(()), |_| Err("still there".to_string())))
     })
     .await;
 
     // A policy of the user's own under the group's name is not taken over: it stays as it
     // is, and a Warning Event says why there is no policy of the group's.
-    let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), NS);
+    let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), ns);
     let users: NetworkPolicy = serde_json::from_value(json!({
         "metadata": {"name": policy_name},
         "spec": {"podSelector": {"matchLabels": {"app": "mine"}}, "policyTypes": ["Ingress"]},
@@ -365,7 +366,7 @@ async fn network_policy_follows_the_spec(env: &Env, name: &str) {
         .await
         .unwrap();
     env.wait("the group's policy to return", SETTLE, || async {
-        let live = network_policy::live(&client, NS, &policy_name, &members).await?;
+        let live = network_policy::live(&client, ns, &policy_name, &members).await?;
         Ok(live
             .filter(|l| l.policy.metadata.owner_references.is_some())
             .map(drop)

@@ -17,7 +17,9 @@
 //! Valkey and Sentinel are always asked directly too (`ROLE`, `SENTINEL REPLICAS` and
 //! `SENTINELS`), so a status that claims more than they show fails the tests.
 //!
-//! Each test starts its own local cluster; they run one at a time (`SERIAL`).
+//! The tests share one local cluster, each in a namespace of its own, and run one at a time;
+//! those that stop the operator's controllers start their own (`Env::start_own`, see
+//! `e2e_kit::test_run`).
 
 mod bad_input;
 mod ca_replacement;

@@ -7,7 +7,7 @@ use crd_types::names::{sentinel_member_name, statefulset_pod_name};
 use crd_types::template::{MemoryOnly, ScratchVolume};
 use e2e_kit::replication_testing::{GroupWriter, Route, valkey_replication};
 
-use crate::env::{Env, FAILOVER, NS, SETTLE};
+use crate::env::{Env, FAILOVER, SETTLE};
 use crate::failover::{failed_over, start_log};
 
 /// With a writer through the read-write Service, the three sentinels are frozen (SIGSTOP)
@@ -20,6 +20,7 @@ use crate::failover::{failed_over, start_log};
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_primary_back_empty_never_leads_the_replicas_holding_the_data() {
     let env = Env::start().await;
+    let ns = env.namespace.as_str();
     let name = "memo";
     let mut group = valkey_replication(name, 3, 3, false);
     group.spec.common.template.memory_only = Some(MemoryOnly {
@@ -45,7 +46,7 @@ async fn a_primary_back_empty_never_leads_the_replicas_holding_the_data() {
     let sentinels: Vec<String> = (0..3)
         .map(|j| {
             format!(
-                "{NS}/{}",
+                "{ns}/{}",
                 statefulset_pod_name(&sentinel_member_name(name, j))
             )
         })

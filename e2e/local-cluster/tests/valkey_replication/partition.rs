@@ -8,7 +8,7 @@ use agent_services::ControlClient;
 use crd_types::names::statefulset_pod_name;
 use e2e_kit::replication_testing::{self, GroupWriter, Route, valkey_replication};
 
-use crate::env::{Env, FAILOVER, NS, SETTLE, nothing_lost};
+use crate::env::{Env, FAILOVER, SETTLE, nothing_lost};
 
 /// With two writers running, the primary's pod is cut from every other member's pod (the
 /// agent's service proxy tears their connections down and refuses new ones): the primary
@@ -18,6 +18,7 @@ use crate::env::{Env, FAILOVER, NS, SETTLE, nothing_lost};
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_primary_cut_off_stops_taking_writes_and_rejoins_as_replica() {
     let env = Env::start().await;
+    let ns = env.namespace.as_str();
     let name = "cut";
     let access = env
         .create_ready(valkey_replication(name, 3, 3, false))
@@ -41,13 +42,13 @@ async fn a_primary_cut_off_stops_taking_writes_and_rejoins_as_replica() {
     }
 
     let control = ControlClient::new(env.cluster.control_addr.unwrap());
-    let primary_pod = format!("{NS}/{}", statefulset_pod_name(&old));
+    let primary_pod = format!("{ns}/{}", statefulset_pod_name(&old));
     let others: Vec<String> = access
         .data
         .iter()
         .chain(&access.sentinels)
         .filter(|m| m.name != old)
-        .map(|m| format!("{NS}/{}", statefulset_pod_name(&m.name)))
+        .map(|m| format!("{ns}/{}", statefulset_pod_name(&m.name)))
         .collect();
     for other in &others {
         control.cut(&primary_pod, other).await.unwrap();

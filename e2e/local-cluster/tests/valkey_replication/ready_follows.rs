@@ -9,7 +9,7 @@ use e2e_kit::replication_testing::{self, GroupWriter, Route, valkey_replication}
 
 use e2e_kit::topology::freeze;
 
-use crate::env::{Env, FAILOVER, FORM, NS, SETTLE, nothing_lost};
+use crate::env::{Env, FAILOVER, FORM, SETTLE, nothing_lost};
 
 /// Sentinel's `down-after-milliseconds` here: long enough that no sentinel judges the frozen
 /// primary while the test watches Ready (the default, 5 s, would race the assertion).
@@ -25,6 +25,7 @@ const DOWN_AFTER_MS: i64 = 30_000;
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn ready_goes_false_while_the_primary_is_frozen_and_true_after() {
     let env = Env::start().await;
+    let ns = env.namespace.as_str();
     let name = "pulse";
     let mut group = valkey_replication(name, 3, 3, false);
     group.spec.sentinel.down_after_milliseconds = DOWN_AFTER_MS;
@@ -39,7 +40,7 @@ async fn ready_goes_false_while_the_primary_is_frozen_and_true_after() {
     writer.progressed(200, SETTLE).await.unwrap();
 
     let control = ControlClient::new(env.cluster.control_addr.expect("the node agent runs"));
-    let pod = format!("{NS}/{}", statefulset_pod_name(&primary));
+    let pod = format!("{ns}/{}", statefulset_pod_name(&primary));
     control.freeze(&pod).await.unwrap();
     let frozen = Instant::now();
     let degraded = env

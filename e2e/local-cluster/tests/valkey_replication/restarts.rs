@@ -76,7 +76,7 @@ fn sentinels_name(access: &GroupAccess) -> Result<String, String> {
 /// up and no member rolls.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn without_controllers_members_restart_in_their_roles_and_nothing_rolls_after() {
-    let env = Env::start().await;
+    let env = Env::start_own().await;
     let name = "alone";
     let access = env.create_ready(valkey_replication(name, 3, 3, true)).await;
     let old = env.ready(name, SETTLE).await.current_primary.unwrap();

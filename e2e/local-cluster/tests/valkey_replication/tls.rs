@@ -11,7 +11,7 @@ use e2e_kit::topology::issued;
 use e2e_kit::valkey_tls::{create_secret, renew_secret, secret_text};
 use local_cluster::images::exporter_image;
 
-use crate::env::{Env, FORM, NS, SETTLE, nothing_lost};
+use crate::env::{Env, FORM, SETTLE, nothing_lost};
 use crate::restarts::pod_uids;
 
 const EXPORTER_PORT: i32 = 9121;
@@ -237,6 +237,7 @@ async fn a_group_speaks_only_tls_and_loads_a_renewed_certificate_live() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_group_serves_certificates_the_operator_issues_per_member() {
     let env = Env::start().await;
+    let ns = env.namespace.as_str();
     let name = "issued";
     let secrets = &env.apis.secrets;
     let mut group = valkey_replication(name, 2, 3, false);
@@ -248,16 +249,16 @@ async fn a_group_serves_certificates_the_operator_issues_per_member() {
     // Clients trust the CA of `<name>-ca`: every member's Secret carries the same one.
     let ca = issued::assert_ca_published(secrets, name).await;
     let shared = [
-        format!("{name}.{NS}.svc"),
-        format!("{name}-replicas.{NS}.svc"),
+        format!("{name}.{ns}.svc"),
+        format!("{name}-replicas.{ns}.svc"),
     ];
     for m in &access.data {
-        let names = [m.ip.clone(), format!("{}.{NS}.svc", m.name)];
+        let names = [m.ip.clone(), format!("{}.{ns}.svc", m.name)];
         let names: Vec<String> = names.into_iter().chain(shared.clone()).collect();
         let at = (m.name.as_str(), m.ip.as_str());
         issued::assert_serves_own(secrets, &tls, at, &ca, 6379, &names).await;
     }
-    let sentinel_service = format!("{name}-sentinel.{NS}.svc");
+    let sentinel_service = format!("{name}-sentinel.{ns}.svc");
     for s in &access.sentinels {
         let names = [s.ip.clone(), sentinel_service.clone()];
         let at = (s.name.as_str(), s.ip.as_str());

@@ -109,7 +109,7 @@ pub(crate) async fn on_every(
 /// of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn users_follow_the_spec_on_every_data_node() {
-    let env = Env::start().await;
+    let env = Env::start_own().await;
     let name = "users";
     let secrets = &env.apis.secrets;
     let reader_secret = "reader-password";
