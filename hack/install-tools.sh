@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs the tools `just test` needs, into a cache outside the clone so a warm run installs
-# nothing: rustfmt and clippy (rustup), just and cargo-deny (crates.io), kustomize, helm and
-# actionlint (Go module proxy), promtool and prometheus (Debian forky's packages, through
-# e2e/images/prometheus.sh; needs root), and kubectl (built from the pinned Kubernetes sources)
+# nothing: rustfmt and clippy (rustup), just and cargo-deny (crates.io), kustomize, helm,
+# actionlint and kubeconform (Go module proxy), promtool and prometheus (Debian forky's
+# packages, through e2e/images/prometheus.sh; needs root), and kubectl (built from the pinned Kubernetes sources)
 # when the machine has none within one minor version of the local cluster's API server. With
 # --release, also what `just release` needs: cargo-cyclonedx (crates.io).
 # Prints the directory to put on PATH. Idempotent.
@@ -14,6 +14,7 @@ just_version="1.43.1"
 kustomize_version="v5.7.1"
 helm_version="v4.3.2"
 actionlint_version="v1.7.12"
+kubeconform_version="v0.7.0"
 cyclonedx_version="0.5.9"
 deny_version="0.20.2"
 mkdir -p "$bin"
@@ -49,6 +50,11 @@ fi
 if ! go version -m "$bin/actionlint" 2>/dev/null | grep -q "mod[[:space:]]*github.com/rhysd/actionlint[[:space:]]*$actionlint_version"; then
   say "building actionlint $actionlint_version (about a minute, once)"
   GOBIN="$bin" GOFLAGS=-mod=mod go install "github.com/rhysd/actionlint/cmd/actionlint@$actionlint_version" >&2
+fi
+
+if ! go version -m "$bin/kubeconform" 2>/dev/null | grep -q "mod[[:space:]]*github.com/yannh/kubeconform[[:space:]]*$kubeconform_version"; then
+  say "building kubeconform $kubeconform_version (about a minute, once)"
+  GOBIN="$bin" GOFLAGS=-mod=mod go install "github.com/yannh/kubeconform/cmd/kubeconform@$kubeconform_version" >&2
 fi
 
 # promtool for hack/alerts-check.sh, prometheus for the e2e: the script caches them by its
