@@ -3,7 +3,8 @@
 # tests one at a time. Each local cluster takes a slot of its own (ports, pod and Service
 # addresses, network namespace), so two run side by side; the lanes hold about the same
 # time of tests. The topology suites share a cluster per binary (e2e-kit's test_run); every
-# binary's time is printed ("took"), and hack/e2e-times.py tabulates a log. A lane stops at its first failing binary; the other finishes.
+# binary's time is printed ("took"), and hack/e2e-times.py tabulates a log. A lane stops at
+# its first failing binary; the other finishes.
 # Every binary runs: lane "replication" takes the ones named below, lane "cluster" the
 # rest, found from the tests directory, so a new suite cannot be left out.
 set -euo pipefail

@@ -13,12 +13,12 @@
 
 use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
-use kube::{Api, ResourceExt};
 use local_cluster::LocalCluster;
 use local_cluster::controller_pods::PodController;
 
@@ -35,18 +35,15 @@ static SHARED: std::sync::Mutex<Option<Running>> = std::sync::Mutex::new(None);
 /// Numbers the test namespaces of this binary.
 static NAMESPACES: AtomicUsize = AtomicUsize::new(0);
 
-/// How long a test namespace may take to go once its pods are gone (the namespace
-/// controller deletes what is left in it).
-const NAMESPACE_GONE: Duration = Duration::from_secs(120);
-
 /// A local cluster with the operator ([`cluster_with_operator`]). Fields drop in order: the
 /// processes stop before the run directory goes.
 pub struct Running {
     pub cluster: LocalCluster,
     pub controllers: Vec<PodController>,
     run: tempfile::TempDir,
-    /// Namespaces of earlier tests whose deletion may still be under way.
-    deleted_namespaces: Vec<String>,
+    /// The namespace of the test before, whose deletion may still be under way (every
+    /// earlier one is gone: each test waits for the one before it).
+    previous_namespace: Option<String>,
     /// How many tests it has served.
     served: usize,
 }
@@ -146,13 +143,10 @@ impl TestRun {
             ));
             return;
         }
-        let running = self.running.as_mut().expect("the test's cluster");
+        let running = self.running.as_ref().expect("the test's cluster");
         let cleared = async {
-            running
-                .gone(&self.client)
-                .await
-                .context("an earlier test's namespace")?;
-            clear_namespace(&self.client, &self.namespace).await
+            running.previous_namespace_gone(&self.client).await?;
+            clear_namespace(&running.cluster, &self.client, &self.namespace).await
         }
         .await;
         if let Err(error) = cleared {
@@ -160,7 +154,7 @@ impl TestRun {
             panic!("ending {}: {error:#}", self.namespace);
         }
         let mut running = self.running.take().expect("the test's cluster");
-        running.deleted_namespaces.push(self.namespace.clone());
+        running.previous_namespace = Some(self.namespace.clone());
         running.served += 1;
         // Clients hold connections of this test's runtime, which ends with the test.
         running.cluster.forget_clients();
@@ -209,7 +203,7 @@ impl Running {
             cluster,
             controllers,
             run,
-            deleted_namespaces: Vec::new(),
+            previous_namespace: None,
             served: 0,
         }
     }
@@ -222,23 +216,18 @@ impl Running {
         keep.then(|| self.run.keep())
     }
 
-    /// Fails when a namespace of an earlier test is still there: its deletion had the
-    /// whole test to finish.
-    async fn gone(&mut self, client: &kube::Client) -> Result<()> {
+    /// Waits until the test before's namespace is gone: its deletion had the whole test
+    /// to finish.
+    async fn previous_namespace_gone(&self, client: &kube::Client) -> Result<()> {
+        let Some(name) = &self.previous_namespace else {
+            return Ok(());
+        };
         let namespaces: Api<Namespace> = Api::all(client.clone());
-        let deadline = Instant::now() + NAMESPACE_GONE;
-        while let Some(name) = self.deleted_namespaces.first() {
-            match namespaces.get_opt(name).await? {
-                None => {
-                    self.deleted_namespaces.remove(0);
-                }
-                Some(ns) if Instant::now() > deadline => {
-                    bail!("namespace {name} is still there: {:?}", ns.status)
-                }
-                Some(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-            }
-        }
-        Ok(())
+        self.cluster
+            .wait_for(&format!("namespace {name} to be gone"), || async {
+                Ok(namespaces.get_opt(name).await?.is_none())
+            })
+            .await
     }
 }
 
@@ -279,35 +268,25 @@ async fn create_namespace(client: &kube::Client, name: &str) -> Result<()> {
 /// Deletes the namespace, then its pods at once (grace 0: the test is over, and a member's
 /// preStop hand-over would only take the next test's CPU), and waits until none is left.
 /// The namespace's deletion keeps new pods out; the rest of it goes in the background.
-async fn clear_namespace(client: &kube::Client, name: &str) -> Result<()> {
+async fn clear_namespace(cluster: &LocalCluster, client: &kube::Client, name: &str) -> Result<()> {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces
         .delete(name, &DeleteParams::default())
         .await
         .with_context(|| format!("deleting namespace {name}"))?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), name);
-    let deadline = Instant::now() + NAMESPACE_GONE;
-    loop {
-        let left = pods.list(&ListParams::default()).await?;
-        if left.items.is_empty() {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            let names: Vec<String> = left.items.iter().map(|p| p.name_any()).collect();
-            bail!("pods of namespace {name} still there: {names:?}");
-        }
-        for pod in left
-            .items
-            .iter()
-            .filter(|p| p.metadata.deletion_grace_period_seconds != Some(0))
-        {
-            // A pod gone meanwhile is what we want.
-            let _ = pods
-                .delete(&pod.name_any(), &DeleteParams::default().grace_period(0))
-                .await;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    pods.delete_collection(
+        &DeleteParams::default().grace_period(0),
+        &ListParams::default(),
+    )
+    .await
+    .with_context(|| format!("deleting the pods of namespace {name}"))?;
+    cluster
+        .wait_for(
+            &format!("the pods of namespace {name} to be gone"),
+            || async { Ok(pods.list(&ListParams::default()).await?.items.is_empty()) },
+        )
+        .await
 }
 
 /// `E2E_KEEP_RUN_DIRS` asks to keep every run directory, not only a failed test's.
