@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Runs the e2e test binaries (e2e/local-cluster/tests) in two lanes at once, each binary's
-# tests one at a time. Each local cluster takes a slot of its own (ports, pod and Service
-# addresses, network namespace), so two run side by side; the lanes hold about the same
-# time of tests. The topology suites share a cluster per binary (e2e-kit's test_run); every
-# binary's time is printed ("took"), and hack/e2e-times.py tabulates a log. A lane stops at
-# its first failing binary; the other finishes.
+# Runs the e2e test binaries (e2e/local-cluster/tests) in two lanes at once. Each local
+# cluster takes a slot of its own (ports, pod and Service addresses, network namespace), so
+# two run side by side; the lanes hold about the same time of tests. A binary's tests run
+# one at a time, but for the topology suites': they share a cluster per binary (e2e-kit's
+# test_run), E2E_SHARED_TESTS of them at once on it (default 2), each in its own
+# namespace. Every binary's time is printed ("took"), and hack/e2e-times.py tabulates a
+# log. A lane stops at its first failing binary; the other finishes.
 # Every binary runs: lane "replication" takes the ones named below, lane "cluster" the
 # rest, found from the tests directory, so a new suite cannot be left out.
 set -euo pipefail
@@ -13,6 +14,9 @@ cd "$(dirname "$0")/.."
 # Measured on the CI of 1af9670: valkey_replication 1755 s, operator_as_pods 479 s,
 # node_controller 161 s; valkey_cluster 1721 s and the small binaries 241 s in the other.
 replication_lane=(valkey_replication operator_as_pods)
+# The suites on e2e-kit's TestRun, whose tests may share their cluster at once.
+shared_suites=" valkey_cluster valkey_replication "
+export E2E_SHARED_TESTS="${E2E_SHARED_TESTS:-2}"
 
 cluster_lane=()
 for path in e2e/local-cluster/tests/*.rs e2e/local-cluster/tests/*/main.rs; do
@@ -38,8 +42,9 @@ cargo test -p local-cluster --lib --bins
 
 run_lane() {
     for name in "$@"; do
-        local began=$(date +%s)
-        cargo test -p local-cluster --test "$name" -- --test-threads=1 || {
+        local began=$(date +%s) threads=1
+        case "$shared_suites" in *" $name "*) threads="$E2E_SHARED_TESTS" ;; esac
+        cargo test -p local-cluster --test "$name" -- --test-threads="$threads" || {
             echo "e2e-lanes: $name failed after $(( $(date +%s) - began ))s" >&2
             return 1
         }

@@ -1,18 +1,21 @@
 //! One e2e test's local cluster with the operator and its namespace, as the topology suites
-//! (`tests/valkey_cluster`, `tests/valkey_replication`) start them: one test at a time in a
-//! test binary, each in a namespace of its own.
+//! (`tests/valkey_cluster`, `tests/valkey_replication`) start them: each test in a namespace
+//! of its own.
 //!
 //! Starting a local cluster and installing the operator takes about 25 s on the 2-core
 //! machine, more than many tests take themselves. So the tests of a binary share one
-//! cluster ([`TestRun::start`]): a test hands it on at [`TestRun::finish`] with its
-//! namespace deleted and that namespace's pods gone. A test that stops or restarts the
-//! operator's controllers, or cordons or drains a Node, changes what every namespace sees,
-//! and starts a cluster of its own ([`TestRun::start_own`]). A test that fails takes the
-//! shared cluster down with it (its run directory kept for the post-mortem); the next test
-//! starts a fresh one.
+//! cluster ([`TestRun::start`]), up to [`SHARED_TESTS_VAR`] of them at once (most of a
+//! test's time is spent waiting on Valkey and the controllers): a test leaves it at
+//! [`TestRun::finish`] with its namespace deleted and that namespace's pods gone. A test
+//! that stops or restarts the operator's controllers, or cordons or drains a Node, changes
+//! what every namespace sees, and starts a cluster of its own ([`TestRun::start_own`]) with
+//! no other test of the binary running. A test that fails takes the shared cluster out of
+//! service: it stops (its run directory kept for the post-mortem) once a test still on it
+//! has ended, and the next test starts a fresh one.
 
 use std::io::Write;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
@@ -21,31 +24,41 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use local_cluster::LocalCluster;
 use local_cluster::controller_pods::PodController;
+use tokio::sync::{Semaphore, SemaphorePermit};
 
 use crate::testing::{cluster_with_operator, controller};
 
-/// The tests of one binary run one at a time even without `--test-threads=1`: two at once
-/// would starve the 2-core machine, and the shared cluster serves one test at a time.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// How many tests of a binary may run at once on its shared cluster (default 1). Give
+/// libtest as many threads (`--test-threads`): `hack/e2e-lanes.sh` sets both.
+pub const SHARED_TESTS_VAR: &str = "E2E_SHARED_TESTS";
 
-/// The cluster the binary's tests share, between two tests. A static is never dropped, so
+/// Test slots: a test on the shared cluster takes one, a test on a cluster of its own takes
+/// them all (it would starve the 2-core machine's other tests, and they its faults).
+static SLOTS: OnceLock<(Semaphore, u32)> = OnceLock::new();
+
+/// The cluster the binary's tests share. A static is never dropped, so
 /// [`stop_shared_at_exit`] stops its processes when the binary exits.
-static SHARED: std::sync::Mutex<Option<Running>> = std::sync::Mutex::new(None);
+static SHARED: std::sync::Mutex<Option<Arc<Running>>> = std::sync::Mutex::new(None);
+
+/// Held while the shared cluster starts, so two tests do not start one each.
+static STARTING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Numbers the test namespaces of this binary.
 static NAMESPACES: AtomicUsize = AtomicUsize::new(0);
 
-/// A local cluster with the operator ([`cluster_with_operator`]). Fields drop in order: the
-/// processes stop before the run directory goes.
+/// A local cluster with the operator ([`cluster_with_operator`]). Its processes stop when
+/// the last test on it lets go. Fields drop in order: the processes stop before the run
+/// directory goes.
 pub struct Running {
     pub cluster: LocalCluster,
     pub controllers: Vec<PodController>,
     run: tempfile::TempDir,
-    /// The namespace of the test before, whose deletion may still be under way (every
-    /// earlier one is gone: each test waits for the one before it).
-    previous_namespace: Option<String>,
-    /// How many tests it has served.
-    served: usize,
+    /// A test on it failed: it takes no more tests, and its run directory stays.
+    failed: AtomicBool,
+    /// Namespaces of ended tests whose deletion may still be under way.
+    deleting: std::sync::Mutex<Vec<String>>,
+    /// How many tests it has taken.
+    taken: AtomicUsize,
 }
 
 /// A test's cluster with the operator (shared or its own, see the module) and the
@@ -55,11 +68,11 @@ pub struct TestRun {
     pub client: kube::Client,
     /// The test's own namespace, created empty.
     pub namespace: String,
-    running: Option<Running>,
+    running: Option<Arc<Running>>,
     shared: bool,
     /// When the test got its cluster and namespace.
     started: Instant,
-    _serial: tokio::sync::MutexGuard<'static, ()>,
+    _slots: SemaphorePermit<'static>,
 }
 
 impl std::ops::Deref for TestRun {
@@ -71,49 +84,49 @@ impl std::ops::Deref for TestRun {
 }
 
 impl TestRun {
-    /// Waits for the test before it in this binary to end, then takes the binary's shared
-    /// cluster (starting it when there is none) and creates the test's namespace. Panics
-    /// when the cluster does not start.
+    /// Waits for a test slot, then takes the binary's shared cluster (starting it when
+    /// there is none) and creates the test's namespace. Panics when the cluster does not
+    /// start.
     pub async fn start() -> Self {
         Self::begin(true).await
     }
 
     /// [`TestRun::start`] on a cluster of the test's own, for a test that stops the
-    /// operator's controllers or changes the Nodes.
+    /// operator's controllers or changes the Nodes: it runs alone.
     pub async fn start_own() -> Self {
         Self::begin(false).await
     }
 
     async fn begin(shared: bool) -> Self {
-        let serial = SERIAL.lock().await;
+        let (slots, all) = SLOTS.get_or_init(|| {
+            let n = shared_tests();
+            (Semaphore::new(n as usize), n)
+        });
+        let permit = slots
+            .acquire_many(if shared { 1 } else { *all })
+            .await
+            .expect("the test slots are never closed");
         let started = Instant::now();
-        let reused = match shared {
-            true => SHARED.lock().unwrap().take(),
-            false => None,
+        let running = match shared {
+            true => shared_cluster().await,
+            false => Arc::new(Running::start().await),
         };
-        let running = match reused {
-            Some(running) => running,
-            None => Running::start().await,
-        };
+        let taken = running.taken.fetch_add(1, Ordering::Relaxed) + 1;
         let client = running.cluster.client().await.unwrap();
         let namespace = test_namespace();
         create_namespace(&client, &namespace).await.unwrap();
         timing(&format!(
-            "{namespace}: {} cluster ready in {:.1}s (test {} on it)",
+            "{namespace}: {} cluster ready in {:.1}s (test {taken} on it)",
             if shared { "shared" } else { "own" },
             started.elapsed().as_secs_f64(),
-            running.served + 1
         ));
-        if shared {
-            register_exit_hook();
-        }
         Self {
             client,
             namespace,
             running: Some(running),
             shared,
             started: Instant::now(),
-            _serial: serial,
+            _slots: permit,
         }
     }
 
@@ -122,9 +135,9 @@ impl TestRun {
         controller(&self.controllers, "topology-controller")
     }
 
-    /// Ends the test: no controller restarted on the way. A cluster of its own stops; the
-    /// shared one is handed on once the test's namespace is being deleted and its pods
-    /// are gone, and the namespaces of earlier tests are gone entirely.
+    /// Ends the test: no controller restarted on the way. A cluster of its own stops; on
+    /// the shared one, the test's namespace is deleted and its pods are gone, and the
+    /// namespaces of the tests that ended before it are gone entirely.
     pub async fn finish(mut self) {
         let test_took = self.started.elapsed();
         self.cluster
@@ -133,8 +146,7 @@ impl TestRun {
             .unwrap();
         let ending = Instant::now();
         if !self.shared {
-            let running = self.running.take().expect("the test's cluster");
-            running.stop(keep_run_dirs());
+            drop(self.running.take());
             timing(&format!(
                 "{}: test took {:.1}s, own cluster stopped in {:.1}s",
                 self.namespace,
@@ -145,7 +157,7 @@ impl TestRun {
         }
         let running = self.running.as_ref().expect("the test's cluster");
         let cleared = async {
-            running.previous_namespace_gone(&self.client).await?;
+            running.earlier_namespaces_gone(&self.client).await?;
             clear_namespace(&running.cluster, &self.client, &self.namespace).await
         }
         .await;
@@ -153,35 +165,59 @@ impl TestRun {
             // A namespace that does not go is a failure: the cluster stops, its logs kept.
             panic!("ending {}: {error:#}", self.namespace);
         }
-        let mut running = self.running.take().expect("the test's cluster");
-        running.previous_namespace = Some(self.namespace.clone());
-        running.served += 1;
-        // Clients hold connections of this test's runtime, which ends with the test.
-        running.cluster.forget_clients();
+        running
+            .deleting
+            .lock()
+            .unwrap()
+            .push(self.namespace.clone());
+        drop(self.running.take());
         timing(&format!(
             "{}: test took {:.1}s, namespace cleared in {:.1}s",
             self.namespace,
             test_took.as_secs_f64(),
             ending.elapsed().as_secs_f64()
         ));
-        *SHARED.lock().unwrap() = Some(running);
     }
 }
 
 impl Drop for TestRun {
-    /// A cluster not handed on (the test failed, or it was its own) stops with its run
-    /// directory kept after a failure or when asked: its logs (the controllers', each
-    /// container's) are the post-mortem.
+    /// A test that fails takes its cluster out of service with its run directory kept: its
+    /// logs (the controllers', each container's) are the post-mortem. A cluster stops when
+    /// its last test lets go of it.
     fn drop(&mut self) {
         let Some(running) = self.running.take() else {
             return;
         };
-        let failed = std::thread::panicking();
-        let keep = failed || keep_run_dirs();
-        let dir = running.stop(keep);
-        if failed && let Some(dir) = dir {
-            eprintln!("run dir kept after the failure: {}", dir.display());
+        if std::thread::panicking() {
+            running.failed.store(true, Ordering::Relaxed);
+            let mut shared = SHARED.lock().unwrap_or_else(|p| p.into_inner());
+            if shared.as_ref().is_some_and(|s| Arc::ptr_eq(s, &running)) {
+                *shared = None;
+            }
         }
+    }
+}
+
+impl Drop for Running {
+    /// Stops the processes; the run directory stays after a failure or when asked.
+    fn drop(&mut self) {
+        let started = Instant::now();
+        if let Err(error) = self.cluster.stop() {
+            eprintln!("local-cluster: teardown: {error:#}");
+        }
+        let failed = self.failed.load(Ordering::Relaxed);
+        self.run.disable_cleanup(failed || keep_run_dirs());
+        if failed {
+            eprintln!(
+                "run dir kept after a failure: {}",
+                self.run.path().display()
+            );
+        }
+        timing(&format!(
+            "cluster stopped after {} tests in {:.1}s",
+            self.taken.load(Ordering::Relaxed),
+            started.elapsed().as_secs_f64()
+        ));
     }
 }
 
@@ -203,32 +239,51 @@ impl Running {
             cluster,
             controllers,
             run,
-            previous_namespace: None,
-            served: 0,
+            failed: AtomicBool::new(false),
+            deleting: Default::default(),
+            taken: AtomicUsize::new(0),
         }
     }
 
-    /// Stops the processes; the run directory goes unless `keep` (then its path).
-    fn stop(mut self, keep: bool) -> Option<std::path::PathBuf> {
-        if let Err(error) = self.cluster.stop() {
-            eprintln!("local-cluster: teardown: {error:#}");
-        }
-        keep.then(|| self.run.keep())
-    }
-
-    /// Waits until the test before's namespace is gone: its deletion had the whole test
-    /// to finish.
-    async fn previous_namespace_gone(&self, client: &kube::Client) -> Result<()> {
-        let Some(name) = &self.previous_namespace else {
-            return Ok(());
-        };
+    /// Waits until the namespaces of the tests that ended before are gone: each one's
+    /// deletion had at least the rest of this test to finish.
+    async fn earlier_namespaces_gone(&self, client: &kube::Client) -> Result<()> {
+        let earlier = self.deleting.lock().unwrap().clone();
         let namespaces: Api<Namespace> = Api::all(client.clone());
-        self.cluster
-            .wait_for(&format!("namespace {name} to be gone"), || async {
-                Ok(namespaces.get_opt(name).await?.is_none())
-            })
-            .await
+        for name in &earlier {
+            self.cluster
+                .wait_for(&format!("namespace {name} to be gone"), || async {
+                    Ok(namespaces.get_opt(name).await?.is_none())
+                })
+                .await?;
+        }
+        self.deleting
+            .lock()
+            .unwrap()
+            .retain(|name| !earlier.contains(name));
+        Ok(())
     }
+}
+
+/// The binary's shared cluster, started when there is none (or the last one failed).
+async fn shared_cluster() -> Arc<Running> {
+    let _starting = STARTING.lock().await;
+    if let Some(running) = SHARED.lock().unwrap().clone() {
+        return running;
+    }
+    let running = Arc::new(Running::start().await);
+    *SHARED.lock().unwrap() = Some(running.clone());
+    register_exit_hook();
+    running
+}
+
+/// [`SHARED_TESTS_VAR`], at least 1.
+fn shared_tests() -> u32 {
+    std::env::var(SHARED_TESTS_VAR)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+        .max(1)
 }
 
 /// The test's namespace: its module's name (libtest names the thread after the test's
@@ -309,20 +364,11 @@ fn register_exit_hook() {
     });
 }
 
-/// Stops the shared cluster when the test binary exits.
+/// Stops the shared cluster when the test binary exits (every test has let go of it).
 extern "C" fn stop_shared_at_exit() {
     let running = match SHARED.lock() {
         Ok(mut shared) => shared.take(),
         Err(poisoned) => poisoned.into_inner().take(),
     };
-    if let Some(running) = running {
-        let started = Instant::now();
-        let served = running.served;
-        let keep = keep_run_dirs();
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| running.stop(keep)));
-        timing(&format!(
-            "shared cluster stopped after {served} tests in {:.1}s",
-            started.elapsed().as_secs_f64()
-        ));
-    }
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(running)));
 }

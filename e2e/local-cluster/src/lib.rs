@@ -80,8 +80,6 @@ pub struct LocalCluster {
     /// Pods whose containers must not restart (see [`LocalCluster::fail_on_restarts`]).
     watched_pods: Vec<(String, String)>,
     restart_check: std::sync::Mutex<RestartCheck>,
-    /// The admin client the restart check polls with: built once, not on every poll.
-    watch_client: tokio::sync::OnceCell<kube::Client>,
 }
 
 /// When the watched pods were last looked at, and the pods a test crashed on purpose.
@@ -175,7 +173,6 @@ impl LocalCluster {
             last_controller_port: None,
             watched_pods: Vec::new(),
             restart_check: Default::default(),
-            watch_client: Default::default(),
         };
         cluster.spawn("etcd", &mut layout.etcd())?;
         wait_for_tcp(layout.etcd_client_port, "etcd", &cluster).await?;
@@ -409,15 +406,12 @@ impl LocalCluster {
         }
     }
 
-    /// Drops the clients this value keeps: their connections belong to the async runtime
-    /// they were made in (a test's), and a cluster shared by the next test polls with new ones.
-    pub fn forget_clients(&mut self) {
-        self.watch_client = tokio::sync::OnceCell::new();
-    }
-
-    /// The admin client of [`LocalCluster::check_restarts`] and the controller logs.
-    async fn watch_client(&self) -> Result<&kube::Client> {
-        self.watch_client.get_or_try_init(|| self.client()).await
+    /// The admin client of [`LocalCluster::check_restarts`] and the controller logs, new on
+    /// each call (at most every [`RESTART_CHECK_EVERY`] per wait): a client's connections
+    /// belong to the async runtime that made them, and the tests sharing a cluster each
+    /// run in a runtime of their own, at the same time.
+    async fn watch_client(&self) -> Result<kube::Client> {
+        self.client().await
     }
 
     /// What [`LocalCluster::check_restarts`] fails with, if anything.
@@ -470,7 +464,7 @@ impl LocalCluster {
         };
         let mut out = Vec::new();
         for (namespace, _) in &self.watched_pods {
-            out.push(controller_pods::leader_log(client, namespace, binary, lines as i64).await);
+            out.push(controller_pods::leader_log(&client, namespace, binary, lines as i64).await);
         }
         out.join("\n")
     }
