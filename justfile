@@ -44,7 +44,8 @@ e2e-deps:
     bash e2e/registry/build.sh >/dev/null
     bash hack/prometheus-operator-crds.sh >/dev/null
 
-# The operator image, without a Docker daemon: static release binaries in an OCI layout.
+# The operator image the e2e tests and `just up` run, without a Docker daemon: static binaries
+# (cargo profile image-test; a release builds with `release`) in an OCI layout.
 image:
     bash hack/operator-image.sh
 
@@ -92,7 +93,7 @@ full-restart-loop ITERATIONS="20" FAULT="behind": e2e-deps build
     cargo run --quiet -p bench --bin full-restart-loop -- {{ITERATIONS}} {{FAULT}}
 
 # Image sizes, push and pull/unpack times (Valkey images and the operator image).
-bench-images: e2e-deps build image
+bench-images: e2e-deps build
     bash hack/bench-images.sh
 
 # Every benchmark.

@@ -3,7 +3,8 @@
 # to push it to an empty local registry, and the time the node agent's store takes to pull,
 # verify and unpack it (cold: empty store; warm: already unpacked).
 #
-# Usage: hack/bench-images.sh   (after `just build image`; prints a markdown table)
+# Usage: hack/bench-images.sh   (after `just build`; builds the release image; prints a
+# markdown table)
 # Environment: OCI_IMAGE (default: the debug oci-image of CARGO_TARGET_DIR or target/).
 set -euo pipefail
 
@@ -33,7 +34,8 @@ images=()
 while read -r ref layout; do
   images+=("$ref $layout ${ref%:*} ${ref##*:}")
 done < <(bash "$root/e2e/images/build.sh")
-read -r op_ref op_layout < <(bash "$root/hack/operator-image.sh" --no-build)
+# The image a release ships (hack/release.sh builds it so), not the e2e tests' build.
+read -r op_ref op_layout < <(bash "$root/hack/operator-image.sh" --profile release)
 op_name="${op_ref%@*}"
 images+=("$op_name $op_layout valkey-operator/valkey-operator ${op_name##*:}")
 

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Builds the operator image without a Docker daemon: the four controllers for release,
-# statically linked (glibc with crt-static), in an OCI image layout whose file tree and config
-# come from the Dockerfile's own declarations (--bin list, COPY destination, USER, EXPOSE,
-# LABEL), so the two cannot drift apart. Then runs every binary from the image's root and
-# checks its version output.
+# Builds the operator image without a Docker daemon: the four controllers, statically
+# linked (glibc with crt-static), in an OCI image layout whose file tree and config come from
+# the Dockerfile's own declarations (--bin list, COPY destination, USER, EXPOSE, LABEL), so the
+# two cannot drift apart. Then runs every binary from the image's root and checks its version
+# output.
 #
-# Usage: hack/operator-image.sh [--no-build] [--push REGISTRY_URL] [--tag TAG]
+# Usage: hack/operator-image.sh [--no-build] [--push REGISTRY_URL] [--tag TAG] [--profile P]
 #   Prints one line: <image name>:<tag>@<manifest digest> <layout dir>
 #   --no-build takes the binaries a previous run built (the local cluster passes it: `just
 #   up` and `just e2e` build first, and a cargo started from a test would see the test's
@@ -13,6 +13,8 @@
 #   With --push, the image is pushed to REGISTRY_URL (e.g. http://127.0.0.1:5000) under the
 #   same repository path, as a registry mirror would serve it.
 #   --tag names the image (a release's version); default <version>-<commit>[-dirty].
+#   --profile is cargo's: `release` for a release (hack/release.sh); default `image-test`,
+#   the image the e2e tests and `just up` run (Cargo.toml says how it differs).
 # Environment: OCI_IMAGE (the oci-image binary; default: built with cargo), CARGO_TARGET_DIR.
 set -euo pipefail
 
@@ -25,12 +27,14 @@ say() { printf 'operator-image: %s\n' "$*" >&2; }
 push=""
 build=1
 tag=""
+profile=image-test
 while (($#)); do
   case "$1" in
     --push) push="${2:?--push needs a registry URL}"; shift 2 ;;
     --no-build) build=0; shift ;;
     --tag) tag="${2:?--tag needs a tag}"; shift 2 ;;
-    *) echo "usage: $0 [--no-build] [--push REGISTRY_URL] [--tag TAG]" >&2; exit 2 ;;
+    --profile) profile="${2:?--profile needs a cargo profile}"; shift 2 ;;
+    *) echo "usage: $0 [--no-build] [--push REGISTRY_URL] [--tag TAG] [--profile P]" >&2; exit 2 ;;
   esac
 done
 
@@ -61,14 +65,14 @@ mapfile -t labels < <(
     | sed -e 's/="\(.*\)"[[:space:]]*$/=\1/'
 )
 
-out="$target_dir/$triple/release"
+out="$target_dir/$triple/$profile"
 oci_image="${OCI_IMAGE:-$target_dir/debug/oci-image}"
 if ((build)); then
-  say "building ${bins[*]} for release ($triple, crt-static)"
+  say "building ${bins[*]} with profile $profile ($triple, crt-static)"
   (
     cd "$root"
     CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-C target-feature=+crt-static" \
-      cargo build --quiet --release --locked --target "$triple" $(printf -- '--bin %s ' "${bins[@]}")
+      cargo build --quiet --profile "$profile" --locked --target "$triple" $(printf -- '--bin %s ' "${bins[@]}")
     [[ -n "${OCI_IMAGE:-}" ]] || cargo build --quiet -p oci-image --bin oci-image
   )
 fi

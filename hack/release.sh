@@ -61,7 +61,7 @@ if [[ -n "$pushed" ]]; then
   image="$pushed"
 else
   say "building the operator image $tag"
-  read -r image layout < <(bash hack/operator-image.sh --tag "$tag")
+  read -r image layout < <(bash hack/operator-image.sh --tag "$tag" --profile release)
   tar -C "$layout" -cf "$dist/valkey-operator-$tag.oci.tar" --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner .
 fi
 digest="${image##*@}"
