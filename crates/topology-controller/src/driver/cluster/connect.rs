@@ -1,13 +1,14 @@
 //! Observe: connect to every member's Valkey (fred, logged in as `operator`) and ask it
-//! what it sees, all members at once. The connections are kept for the step and closed by
-//! the caller in one place.
+//! what it sees, all members at once, each within
+//! [`LOOK_BOUND`](crate::driver::shared::valkey::LOOK_BOUND). The connections are kept for
+//! the step and closed by the caller in one place.
 
 use crd_types::ValkeyNode;
 use futures::future::join_all;
 use topology_controller::cluster::members;
 use topology_controller::cluster::model::Member;
 use topology_controller::cluster::observe::ask;
-use topology_controller::shared::commands::{ErrorKind, Server};
+use topology_controller::shared::commands::ErrorKind;
 use topology_controller::shared::connections::Connections;
 
 use crate::driver::shared::valkey::{Conn, Login};
@@ -75,29 +76,18 @@ async fn ask_member(node: ValkeyNode, mut member: Member, login: Option<&Login>)
     let (Some(address), Some(login)) = (&member.address, login) else {
         return asked;
     };
-    let conn = match Conn::connect(&address.ip, address.port, login).await {
-        Ok(conn) => conn,
-        Err(e) if e.kind == ErrorKind::Login => {
-            tracing::warn!(member = %member.name, error = %e, "member refuses the operator's login");
-            asked.login_refused = true;
-            return asked;
-        }
-        Err(e) => {
-            tracing::debug!(member = %member.name, error = %e, "member does not answer");
-            return asked;
-        }
-    };
-    match ask(&conn).await {
-        Ok(answer) => {
+    match Conn::look(&address.ip, address.port, login, async |c| ask(c).await).await {
+        Ok((conn, answer)) => {
             member.reply = Some(answer.reply);
             asked.member = member;
             asked.version = answer.version;
             asked.conn = Some(conn);
         }
-        Err(e) => {
-            tracing::debug!(member = %member.name, error = %e, "member answered badly");
-            conn.close().await;
+        Err(e) if e.kind == ErrorKind::Login => {
+            tracing::warn!(member = %member.name, error = %e, "member refuses the operator's login");
+            asked.login_refused = true;
         }
+        Err(e) => tracing::debug!(member = %member.name, error = %e, "member does not answer"),
     }
     asked
 }

@@ -11,15 +11,10 @@ use topology_controller::replication::model::{
 };
 use topology_controller::replication::observe::{ask_data, ask_sentinel};
 use topology_controller::replication::{PORT, SENTINEL_PORT};
-use topology_controller::shared::commands::{ErrorKind, Server, ValkeyError};
+use topology_controller::shared::commands::{ErrorKind, ValkeyError};
 use topology_controller::shared::connections::Connections;
 
 use crate::driver::shared::valkey::{Conn, Login};
-
-/// Bound on connecting to one member and asking it: a healthy member answers in
-/// milliseconds, and a frozen one must not hold up a reconcile that follows a failover
-/// (the read-write Service's label waits for it).
-const ASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The members with what they answered, in position order.
 pub struct Observed {
@@ -101,42 +96,27 @@ async fn ask(name: &str, facts: Facts, login: Option<&Login>) -> Asked {
         return asked;
     };
     let port = if sentinel { SENTINEL_PORT } else { PORT };
-    // Half the bound for the connection and half for the login, both inside fred.
-    let conn = match Conn::connect_quickly(&ip, port, login, ASK_TIMEOUT / 2).await {
-        Ok(conn) => conn,
-        Err(e) => {
-            note_refusal(&mut asked, &e);
-            return asked;
-        }
-    };
-    let answered = tokio::time::timeout(ASK_TIMEOUT, async {
+    let answered = Conn::look(&ip, port, login, async |conn| {
         if sentinel {
-            ask_sentinel(&conn, name)
+            ask_sentinel(conn, name)
                 .await
                 .map(|a| Answer::Sentinel(Some(a)))
         } else {
-            ask_data(&conn).await.map(|a| Answer::Data(Some(a)))
+            ask_data(conn).await.map(|a| Answer::Data(Some(a)))
         }
     })
     .await;
     match answered {
-        Ok(Ok(answer)) => {
+        Ok((conn, answer)) => {
             asked.answer = answer;
             asked.conn = Some(conn);
         }
-        Ok(Err(e)) => {
-            tracing::debug!(member = %asked.facts.name, error = %e, "member answered badly");
-            conn.close().await;
-        }
-        Err(_) => {
-            tracing::debug!(member = %asked.facts.name, "member does not answer in time");
-            drop(conn);
-        }
+        Err(e) => note_unanswered(&mut asked, &e),
     }
     asked
 }
 
-fn note_refusal(asked: &mut Asked, e: &ValkeyError) {
+fn note_unanswered(asked: &mut Asked, e: &ValkeyError) {
     if e.kind == ErrorKind::Login {
         tracing::warn!(member = %asked.facts.name, error = %e, "member refuses the operator's login");
         asked.login_refused = true;

@@ -22,6 +22,11 @@ use topology_controller::shared::users::AclMember;
 
 /// Bound on connecting and on each command.
 const TIMEOUT: Duration = Duration::from_secs(5);
+/// Bound on connecting to one member and asking it what it sees, in a look: a healthy
+/// member answers in milliseconds, and a frozen one must not hold up the look that reports
+/// it (Ready goes False about a second after the pulse finds it silent) or a reconcile that
+/// follows a failover (the read-write Service's label waits for it).
+pub const LOOK_BOUND: Duration = Duration::from_secs(2);
 /// MIGRATE's own timeout (milliseconds): the source waits this long on the target per call.
 const MIGRATE_TIMEOUT_MS: u64 = 10_000;
 
@@ -115,6 +120,30 @@ impl Conn {
         connecting: Duration,
     ) -> Result<Self, ValkeyError> {
         Self::connect_bounded(ip, port, login, connecting, TIMEOUT).await
+    }
+
+    /// Connects to `ip:port` and asks it `ask`, within [`LOOK_BOUND`]: half of it for the
+    /// connection and half for the login (both inside fred), then the whole bound for the
+    /// asking. The connection comes back with the answer. After a failure it is closed:
+    /// with QUIT when the member answered badly, dropped when it did not answer in time.
+    pub async fn look<T>(
+        ip: &str,
+        port: u16,
+        login: &Login,
+        ask: impl AsyncFnOnce(&Conn) -> Result<T, ValkeyError>,
+    ) -> Result<(Self, T), ValkeyError> {
+        let conn = Self::connect_quickly(ip, port, login, LOOK_BOUND / 2).await?;
+        match tokio::time::timeout(LOOK_BOUND, ask(&conn)).await {
+            Ok(Ok(answer)) => Ok((conn, answer)),
+            Ok(Err(e)) => {
+                conn.close().await;
+                Err(e)
+            }
+            Err(_) => Err(ValkeyError::new(
+                ErrorKind::Unreachable,
+                format!("no answer within {LOOK_BOUND:?}"),
+            )),
+        }
     }
 
     async fn connect_bounded(
