@@ -11,9 +11,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Measured on the CI of 1af9670: valkey_replication 1755 s, operator_as_pods 479 s,
-# node_controller 161 s; valkey_cluster 1721 s and the small binaries 241 s in the other.
-replication_lane=(valkey_replication operator_as_pods)
+# Measured on the CI of bc9cfc8 (docs/benchmarks.md): valkey_replication 866 s,
+# operator_as_pods 518 s, pvc_resizer 53 s, namespaced_install 44 s; valkey_cluster 1148 s
+# and the other small binaries about 350 s in the other.
+replication_lane=(valkey_replication operator_as_pods pvc_resizer namespaced_install)
 # The suites on e2e-kit's TestRun, whose tests may share their cluster at once.
 shared_suites=" valkey_cluster valkey_replication "
 export E2E_SHARED_TESTS="${E2E_SHARED_TESTS:-2}"
