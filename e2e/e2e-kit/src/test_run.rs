@@ -145,27 +145,13 @@ impl TestRun {
             .await
             .unwrap();
         let ending = Instant::now();
-        if !self.shared {
-            // Its pods first, at once: the cluster's stop would otherwise wait out each
-            // member's own stop (about 6 s more).
-            let running = self.running.as_ref().expect("the test's cluster");
-            if let Err(error) =
-                clear_namespace(&running.cluster, &self.client, &self.namespace).await
-            {
-                panic!("ending {}: {error:#}", self.namespace);
-            }
-            drop(self.running.take());
-            timing(&format!(
-                "{}: test took {:.1}s, own cluster stopped in {:.1}s",
-                self.namespace,
-                test_took.as_secs_f64(),
-                ending.elapsed().as_secs_f64()
-            ));
-            return;
-        }
         let running = self.running.as_ref().expect("the test's cluster");
+        // A cluster of its own loses its pods first too: its stop would otherwise wait out
+        // each member's own stop (about 6 s more).
         let cleared = async {
-            running.earlier_namespaces_gone(&self.client).await?;
+            if self.shared {
+                running.earlier_namespaces_gone(&self.client).await?;
+            }
             clear_namespace(&running.cluster, &self.client, &self.namespace).await
         }
         .await;
@@ -173,16 +159,24 @@ impl TestRun {
             // A namespace that does not go is a failure: the cluster stops, its logs kept.
             panic!("ending {}: {error:#}", self.namespace);
         }
-        running
-            .deleting
-            .lock()
-            .unwrap()
-            .push(self.namespace.clone());
+        if self.shared {
+            running
+                .deleting
+                .lock()
+                .unwrap()
+                .push(self.namespace.clone());
+        }
+        // The last test to let go of a cluster stops it: a cluster of its own stops here.
         drop(self.running.take());
         timing(&format!(
-            "{}: test took {:.1}s, namespace cleared in {:.1}s",
+            "{}: test took {:.1}s, {} in {:.1}s",
             self.namespace,
             test_took.as_secs_f64(),
+            if self.shared {
+                "namespace cleared"
+            } else {
+                "own cluster stopped"
+            },
             ending.elapsed().as_secs_f64()
         ));
     }

@@ -113,7 +113,7 @@ impl Conn {
     /// login, and the usual bound on each command. Bound here, not by a timeout around the
     /// call: fred's connection task, spawned inside, would outlive a cancelled call and keep
     /// the connection open once a slow (frozen) server answers.
-    pub async fn connect_quickly(
+    async fn connect_quickly(
         ip: &str,
         port: u16,
         login: &Login,
