@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the operator image of the release named in release/previous, for the upgrade e2e:
 # a checkout of that commit (from this clone's history) under the cache, its four controllers
-# built for release in a target directory of their own (so a warm run builds nothing), and its
-# own hack/operator-image.sh run there, so the image is the one that release shipped.
+# built in a target directory of their own (so a warm run builds nothing), and its own
+# hack/operator-image.sh run there, so the image holds that release's code.
 # Prints one line: <version> <image name>:<tag>@<digest> <layout dir> <checkout dir>
 # Usage: hack/previous-image.sh [--no-build]
 #   --no-build takes what an earlier run built (the e2e test passes it: `just e2e` builds
@@ -35,5 +35,15 @@ else
   say "building $version's controllers for release (once per release)"
 fi
 # Its own script, its own target directory: the binaries of this checkout stay untouched.
-line="$(cd "$src" && CARGO_TARGET_DIR="$dir/target" bash hack/operator-image.sh "${build[@]}")"
+# The upgrade test checks that release's behaviour, not its code generation, so its release
+# profile is built like image-test, without link-time optimisation, and dependencies at
+# opt-level 1 too (they are built only here): the cold build of a new machine takes a third
+# of the time (docs/benchmarks.md). The image tool is this checkout's (e2e/oci has not
+# changed since 0.1.0; `just build` made it), so the old tree's is not built as well.
+oci_image="${OCI_IMAGE:-${CARGO_TARGET_DIR:-$root/target}/debug/oci-image}"
+[[ -x "$oci_image" ]] || { say "no $oci_image: run 'just build' first"; exit 1; }
+line="$(cd "$src" && CARGO_TARGET_DIR="$dir/target" OCI_IMAGE="$oci_image" \
+  CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_OPT_LEVEL=1 \
+  CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
+  bash hack/operator-image.sh "${build[@]}")"
 echo "$version $line $src"
