@@ -229,6 +229,56 @@ impl Access {
             .collect()
     }
 
+    /// Failover elections the members started so far, summed (CLUSTER INFO's
+    /// `failover_auth_request_sent`, listed once a replica sent one): a primary the cluster
+    /// never judged failed leaves it unchanged.
+    pub fn elections_started(&self) -> u64 {
+        self.members
+            .iter()
+            .map(|m| {
+                let info = self.cli(&m.ip, &["CLUSTER", "INFO"]);
+                info.lines()
+                    .find_map(|l| {
+                        l.strip_prefix("cluster_stats_messages_failover_auth_request_sent:")
+                    })
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .unwrap_or(0)
+            })
+            .sum()
+    }
+
+    /// Starts a BGSAVE on `ip` whose child takes about `length` (each key's save delayed with
+    /// `rdb-key-save-delay`, in microseconds): a long fork beside a serving primary. Put the
+    /// delay back with [`Access::end_slow_save`] once `INFO persistence` shows it done.
+    pub fn start_slow_save(&self, ip: &str, length: Duration) -> Result<()> {
+        let keys: u64 = self.cli(ip, &["DBSIZE"]).trim().parse()?;
+        let delay = (length.as_micros() / u128::from(keys.max(1))).to_string();
+        let set = self.admin_cli(ip, &["CONFIG", "SET", "rdb-key-save-delay", &delay]);
+        if set != "OK" {
+            bail!("CONFIG SET rdb-key-save-delay {delay} on {ip}: {set}");
+        }
+        let reply = self.admin_cli(ip, &["BGSAVE", "SCHEDULE"]);
+        if !reply.starts_with("Background saving") {
+            bail!("BGSAVE on {ip}: {reply}");
+        }
+        Ok(())
+    }
+
+    /// Whether `ip` has a BGSAVE running.
+    pub fn saving(&self, ip: &str) -> bool {
+        self.cli(ip, &["INFO", "persistence"])
+            .contains("rdb_bgsave_in_progress:1")
+    }
+
+    /// Puts `rdb-key-save-delay` back to 0 after [`Access::start_slow_save`].
+    pub fn end_slow_save(&self, ip: &str) -> Result<()> {
+        let set = self.admin_cli(ip, &["CONFIG", "SET", "rdb-key-save-delay", "0"]);
+        if set != "OK" {
+            bail!("CONFIG SET rdb-key-save-delay 0 on {ip}: {set}");
+        }
+        Ok(())
+    }
+
     /// The member's own cluster node id (`CLUSTER MYID`).
     pub fn node_id(&self, ip: &str) -> Result<String> {
         let id = self.cli(ip, &["CLUSTER", "MYID"]);

@@ -43,10 +43,11 @@ pub(crate) async fn apply_cluster(
     shards: i32,
     replicas: i32,
 ) -> Result<Duration> {
-    apply_cluster_with(apis, name, shards, replicas, None, &[]).await
+    apply_cluster_with(apis, name, shards, replicas, None, &[], &[]).await
 }
 
-/// [`apply_cluster`] on `image` (the default image if `None`) with `annotations`.
+/// [`apply_cluster`] on `image` (the default image if `None`) with `annotations` and the
+/// template's `config`.
 pub(crate) async fn apply_cluster_with(
     apis: &ClusterApis,
     name: &str,
@@ -54,6 +55,7 @@ pub(crate) async fn apply_cluster_with(
     replicas: i32,
     image: Option<&str>,
     annotations: &[(&str, &str)],
+    config: &[(&str, &str)],
 ) -> Result<Duration> {
     let mut object = json!({
         "apiVersion": "valkey.rs/v1alpha1", "kind": "ValkeyCluster",
@@ -63,6 +65,13 @@ pub(crate) async fn apply_cluster_with(
     });
     if let Some(image) = image {
         object["spec"]["template"]["image"] = json!(image);
+    }
+    if !config.is_empty() {
+        let config: serde_json::Map<String, serde_json::Value> = config
+            .iter()
+            .map(|(k, v)| (k.to_string(), json!(v)))
+            .collect();
+        object["spec"]["template"]["config"] = serde_json::Value::Object(config);
     }
     if !annotations.is_empty() {
         let annotations: serde_json::Map<String, serde_json::Value> = annotations

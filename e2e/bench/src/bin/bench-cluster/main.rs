@@ -23,6 +23,9 @@
 //!   records every write a replica acknowledged: each step's time per member, the writer's
 //!   longest pause per shard, and that no acknowledged write is lost.
 //!
+//! `bench-cluster node-timeout [MS ...]` measures cluster-node-timeout values instead
+//! ([`node_timeout`]).
+//!
 //! `bench-cluster formation [ROUNDS]` runs only the formation pair, ROUNDS times (default
 //! 3), each on a cleared cluster: the figure varies by a second or more from run to run.
 //!
@@ -35,6 +38,7 @@ mod clusters;
 mod faults;
 mod floor;
 mod migration;
+mod node_timeout;
 mod report;
 mod upgrade;
 
@@ -103,6 +107,13 @@ async fn main() -> Result<()> {
     let client = cluster.client().await?;
     let apis = ClusterApis::new(&client, NS);
 
+    if let Some(timeouts) = node_timeout::requested()? {
+        let measured = node_timeout::run(&apis, &timeouts, keys).await;
+        drop(cluster);
+        measured?;
+        let _ = std::fs::remove_dir_all(&run);
+        return Ok(());
+    }
     if let Some(rounds) = formation_only()? {
         formation_rounds(&apis, rounds).await?;
         drop(cluster);
@@ -330,7 +341,7 @@ fn formation_only() -> Result<Option<usize>> {
         [mode, rounds] if mode == "formation" => Ok(Some(
             rounds.parse().context("ROUNDS is a positive integer")?,
         )),
-        _ => bail!("usage: bench-cluster [formation [ROUNDS]]"),
+        _ => bail!("usage: bench-cluster [formation [ROUNDS] | node-timeout [MS ...]]"),
     }
 }
 

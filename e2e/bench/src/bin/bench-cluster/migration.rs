@@ -292,7 +292,7 @@ pub(crate) async fn operator_scale_out_on(
     annotations: &[(&str, &str)],
 ) -> Result<Scaled> {
     let image = image(V91);
-    apply_cluster_with(apis, name, 3, 0, Some(&image), annotations).await?;
+    apply_cluster_with(apis, name, 3, 0, Some(&image), annotations, &[]).await?;
     let access = cluster_access(apis, name).await?;
     load_keys(&access, name, keys).await?;
     let migration = operator_scale_out(apis, &access, name).await?;

@@ -44,7 +44,7 @@ pub(crate) struct Upgrade {
 /// every member rolled ([`RollWatch`]), the cluster is Ready and `status.versions` lists only
 /// the new version.
 pub(crate) async fn upgrade(apis: &ClusterApis, name: &str, keys: usize) -> Result<Upgrade> {
-    apply_cluster_with(apis, name, 3, 1, Some(&image(V80)), &[]).await?;
+    apply_cluster_with(apis, name, 3, 1, Some(&image(V80)), &[], &[]).await?;
     let access = cluster_access(apis, name).await?;
     load_keys(&access, name, keys).await?;
     let writer = AckedWriter::start(&access).await?;
