@@ -198,7 +198,9 @@ reasons! {
         Creating,
         /// Shards or members are being added or removed.
         Scaling,
-        /// Members are rolling to a new template.
+        /// Members are rolling to a new template. (Directives set live, `CONFIG SET`, keep
+        /// a Ready topology Ready: its members serve throughout, and an operator upgrade that
+        /// brings a new default runs the same step.)
         Updating,
         /// Serving, but a member, a shard or the slot map is not healthy.
         Degraded,
@@ -341,7 +343,9 @@ impl Progressing {
             Progressing::Idle => "Everything is as the spec asks.",
             Progressing::Step(Phase::Creating) => "A step forming the topology runs.",
             Progressing::Step(Phase::Scaling) => "A step adding or removing members or slots runs.",
-            Progressing::Step(Phase::Updating) => "A step of a roll or switchover runs.",
+            Progressing::Step(Phase::Updating) => {
+                "A step of a roll or switchover runs, or one setting directives live (Ready stays True for those)."
+            }
             Progressing::Step(_) => "A step runs.",
             Progressing::Waiting(w) => w.meaning(),
         }

@@ -16,6 +16,7 @@ use crate::cluster::plan::Step;
 use crate::cluster::slots::{self, SLOTS};
 use crate::cluster::survey::{NotAMember, ShardSurvey, Survey, TargetServes};
 use crate::shared::conditions::{PhaseFacts, not_ready, progressing, topology_phase, transitioned};
+use crate::shared::guard::PlannedStep;
 use crate::shared::roll::FailoverReason;
 
 /// Everything the cluster status is computed from.
@@ -106,7 +107,7 @@ impl<'a> Health<'a> {
             || i.members.iter().any(|m| !i.shape.wants(m.at))
             || !i.survey.strangers.is_empty();
         let all_there = wanted_members.count() == i.shape.member_count();
-        let ready = matches!(i.step, Step::Idle)
+        let ready = i.step.keeps_ready()
             && complete
             && i.survey.strangers.is_empty()
             && i.survey.disagreement.is_none()
@@ -453,6 +454,38 @@ mod tests {
     fn reason<'a>(s: &'a ValkeyClusterStatus, type_: &str) -> (&'a str, &'a str) {
         let c = conditions::find(&s.conditions, type_).unwrap();
         (c.status.as_str(), c.reason.as_str())
+    }
+
+    #[test]
+    fn a_live_directive_step_keeps_a_ready_cluster_ready() {
+        let d = sim::shape(1, 1);
+        let m = members(&formed(1, 1));
+        let survey = survey(&d, &m);
+        let current = ValkeyClusterStatus {
+            phase: Some(Phase::Ready),
+            ..Default::default()
+        };
+        let set = Step::SetConfig(vec![(
+            "c-0-0".into(),
+            vec![("cluster-node-timeout".into(), "3000".into())],
+        )]);
+        let s = cluster_status(Inputs {
+            members: &m,
+            ..inputs(&d, &survey, &set, Some(&current))
+        });
+        assert_eq!(s.phase, Some(Phase::Ready));
+        assert_eq!(reason(&s, types::READY), ("True", "ClusterReady"));
+        assert_eq!(reason(&s, types::PROGRESSING), ("True", "Updating"));
+        // A step a member restarts for does take Ready away.
+        let roll = Step::AllowRoll {
+            member: "c-0-1".into(),
+            revision: "r2".into(),
+        };
+        let s = cluster_status(Inputs {
+            members: &m,
+            ..inputs(&d, &survey, &roll, Some(&current))
+        });
+        assert_eq!(reason(&s, types::READY).0, "False");
     }
 
     #[test]

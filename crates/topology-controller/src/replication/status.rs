@@ -15,6 +15,7 @@ use crate::replication::model::{DataNode, Group, Members, Sentinel};
 use crate::replication::plan::Step;
 use crate::replication::survey::Health;
 use crate::shared::conditions::{PhaseFacts, not_ready, progressing, topology_phase, transitioned};
+use crate::shared::guard::PlannedStep;
 use crate::shared::roll::FailoverReason;
 
 /// Everything the status is computed from.
@@ -66,7 +67,7 @@ pub fn replication_status(i: Inputs) -> ValkeyReplicationStatus {
 /// every sentinel's view exact, nobody leaving, every member told the group is monitored.
 fn is_ready(i: &Inputs) -> bool {
     let h = i.health;
-    matches!(i.step, Step::Idle)
+    i.step.keeps_ready()
         && i.step_error.is_none()
         && h.primary.is_ok()
         && h.ready_data == i.group.data_nodes as usize
@@ -337,6 +338,33 @@ mod tests {
         assert_eq!(s.members[1].link_up, Some(true));
         assert_eq!(s.members[3].role, Some(Role::Sentinel));
         assert_eq!(s.members[3].link_up, Some(true), "monitors the primary");
+    }
+
+    #[test]
+    fn a_live_directive_step_keeps_a_ready_group_ready() {
+        let (g, m) = (group(3, 3), formed(3, 3));
+        let health = Health::of(&g, &m, None);
+        let status_during = |step: &Step| {
+            replication_status(Inputs {
+                group: &g,
+                members: &m,
+                health: &health,
+                step,
+                step_error: None,
+                current: None,
+                generation: Some(2),
+                now: Timestamp::UNIX_EPOCH,
+            })
+        };
+        let set = Step::SetConfig(vec![("g-1".into(), vec![("maxmemory".into(), "1".into())])]);
+        let s = status_during(&set);
+        assert_eq!(condition(&s, types::READY), ("True", "ReplicationReady"));
+        assert_eq!(condition(&s, types::PROGRESSING), ("True", "Updating"));
+        let roll = Step::AllowRoll {
+            member: "g-1".into(),
+            revision: "r2".into(),
+        };
+        assert_eq!(condition(&status_during(&roll), types::READY).0, "False");
     }
 
     #[test]

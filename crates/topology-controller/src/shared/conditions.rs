@@ -68,6 +68,9 @@ pub fn progressing<S: PlannedStep>(step: &S, error: Option<&str>, phase: Phase) 
     let (reason, running) = match step.state() {
         StepState::Idle => (Progressing::Idle, false),
         StepState::Waiting(reason, _) => (Progressing::Waiting(reason), false),
+        // A live directive step keeps the topology Ready (PlannedStep::keeps_ready): it
+        // updates the members' config.
+        StepState::Running if phase == Phase::Ready => (Progressing::Step(Phase::Updating), true),
         StepState::Running => (Progressing::Step(phase), true),
     };
     ConditionSpec::new(reason, running, progress_message(step, error))
@@ -132,6 +135,10 @@ mod tests {
 
         fn lets_member_restart(&self) -> bool {
             false
+        }
+
+        fn keeps_ready(&self) -> bool {
+            matches!(self, Fake::Idle)
         }
 
         fn needs_default_password(&self) -> bool {

@@ -69,6 +69,10 @@ pub trait PlannedStep: StepStates + Sized + std::fmt::Display {
     fn is_update(&self) -> bool;
     /// Lets a member restart: a roll, or the hand-over before one.
     fn lets_member_restart(&self) -> bool;
+    /// Idle, or a step the members serve through as before, so Ready need not go False
+    /// for it: live directives (`CONFIG SET`), which an operator upgrade bringing a new
+    /// default also runs.
+    fn keeps_ready(&self) -> bool;
 
     /// Idle, or a step that lets a member restart: held while the default user's password
     /// cannot be read (a member that restarts would not start again, and nothing is Ready).

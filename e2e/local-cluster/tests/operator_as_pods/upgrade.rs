@@ -294,7 +294,8 @@ async fn upgrade_under_writers(how: Upgrade) {
     assert!(failed.is_empty(), "Ready was not True: {failed:#?}");
 
     // The new controllers write status: a live change to both specs is observed and served
-    // (a ValkeyCluster reads Ready False, Updating, while it sets the directive).
+    // (Ready stays True while the directive is set, as it did for the members' new defaults
+    // the new controllers set on their first look).
     for (generation, what) in [
         (
             clusters

@@ -34,6 +34,10 @@ impl PlannedStep for Step {
         )
     }
 
+    fn keeps_ready(&self) -> bool {
+        matches!(self, Step::Idle | Step::SetConfig(_))
+    }
+
     fn lets_member_restart(&self) -> bool {
         matches!(
             self,
