@@ -305,30 +305,52 @@ mod tests {
     }
 
     #[test]
-    fn replica_migration_is_off_unless_the_user_says() {
+    fn member_defaults_apply_unless_the_user_says() {
         let at = Position {
             shard: 0,
             member: 0,
         };
         let n = member(&cluster(1, 1), at, None, &ShardPeers::default());
-        assert_eq!(
-            n.spec.template.config.0["cluster-allow-replica-migration"],
-            "no"
-        );
+        let config = &n.spec.template.config.0;
+        assert_eq!(config["cluster-allow-replica-migration"], "no");
+        assert_eq!(config["cluster-node-timeout"], "3000");
+        assert_eq!(config["busy-reply-threshold"], "2000");
         let mut c = cluster(1, 1);
-        c.spec
-            .common
-            .template
-            .config
-            .0
-            .insert("Cluster-Allow-Replica-Migration".into(), "yes".into());
+        let template = &mut c.spec.common.template.config.0;
+        template.insert("Cluster-Allow-Replica-Migration".into(), "yes".into());
+        template.insert("CLUSTER-NODE-TIMEOUT".into(), "15000".into());
+        template.insert("busy-reply-threshold".into(), "5000".into());
         let config = member(&c, at, None, &ShardPeers::default())
             .spec
             .template
             .config
             .0;
-        assert_eq!(config.len(), 1, "{config:?}");
+        assert_eq!(config.len(), 3, "{config:?}");
         assert_eq!(config["Cluster-Allow-Replica-Migration"], "yes");
+        assert_eq!(config["CLUSTER-NODE-TIMEOUT"], "15000");
+    }
+
+    #[test]
+    fn a_full_template_gets_no_default() {
+        let mut c = cluster(1, 0);
+        let template = &mut c.spec.common.template.config.0;
+        for i in 0..crd_types::config::MAX_CONFIG_DIRECTIVES {
+            template.insert(format!("d{i:03}"), "x".into());
+        }
+        let at = Position {
+            shard: 0,
+            member: 0,
+        };
+        let config = member(&c, at, None, &ShardPeers::default())
+            .spec
+            .template
+            .config
+            .0;
+        assert_eq!(
+            config.len() as u64,
+            crd_types::config::MAX_CONFIG_DIRECTIVES
+        );
+        assert!(!config.contains_key("cluster-node-timeout"));
     }
 
     #[test]

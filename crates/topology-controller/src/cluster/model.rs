@@ -88,20 +88,43 @@ impl Shape {
     }
 }
 
-/// Valkey's own replica migration moves a replica to another shard's orphaned primary; the
-/// planner, which places every replica by its position, would move it back, a full sync each
-/// way. So it is off unless the user's config says otherwise.
-const REPLICA_MIGRATION: (&str, &str) = ("cluster-allow-replica-migration", "no");
+/// What every member runs unless the template's config sets it (or is full: a member must
+/// stay within the directive limit). All are live directives: adding them rolls nothing.
+/// - Replica migration off: Valkey's own moves a replica to another shard's orphaned
+///   primary; the planner, which places every replica by its position, would move it back,
+///   a full sync each way.
+/// - [`NODE_TIMEOUT_MS`] rather than Valkey's 15 s, and [`BUSY_REPLY_MS`] below it.
+const MEMBER_DEFAULTS: [(&str, &str); 3] = [
+    ("cluster-allow-replica-migration", "no"),
+    ("cluster-node-timeout", NODE_TIMEOUT_MS),
+    ("busy-reply-threshold", BUSY_REPLY_MS),
+];
 
-/// The config every member gets: the template's, with replica migration off unless the
-/// template sets it (or is full: a member must stay within the directive limit).
+/// How long members miss a peer before they flag it failing. A frozen or cut-off primary
+/// is failed over by Valkey only after that, and its shard takes no write meanwhile: for
+/// 19-20 s at Valkey's 15 s, 5.7-6.9 s at 4 s, 4.7-5.1 s at 3 s. Load that is no fault (a
+/// writer, a scale-out, a primary stopped for 1 s of every 2, a 30 s BGSAVE) made no member
+/// flag a peer even at 3 s (docs/benchmarks.md, `bench-cluster node-timeout`). Kubernetes
+/// knows later (a frozen pod's readiness probe fails after 10-15 s), so the operator adds
+/// no failover of its own here.
+const NODE_TIMEOUT_MS: &str = "3000";
+
+/// How long a script (or a module command) runs before other clients get BUSY. Until then
+/// the server answers nobody, its peers included; after it, it serves the cluster bus
+/// between script steps. Valkey's 5 s is above [`NODE_TIMEOUT_MS`]: an 8 s script had its
+/// primary flagged `fail` after 3.5 s; at 2 s it never was (measured on 8.0).
+const BUSY_REPLY_MS: &str = "2000";
+
+/// The config every member gets: the template's, with [`MEMBER_DEFAULTS`] where it says
+/// nothing.
 pub fn member_config(template: &ValkeyConfig) -> ValkeyConfig {
     let mut config = template.clone();
-    let (directive, value) = REPLICA_MIGRATION;
-    if !config.0.keys().any(|k| k.eq_ignore_ascii_case(directive))
-        && (config.0.len() as u64) < MAX_CONFIG_DIRECTIVES
-    {
-        config.0.insert(directive.to_string(), value.to_string());
+    for (directive, value) in MEMBER_DEFAULTS {
+        if !config.0.keys().any(|k| k.eq_ignore_ascii_case(directive))
+            && (config.0.len() as u64) < MAX_CONFIG_DIRECTIVES
+        {
+            config.0.insert(directive.to_string(), value.to_string());
+        }
     }
     config
 }

@@ -31,10 +31,19 @@ pub(crate) const FORM: Duration = Duration::from_secs(180);
 pub(crate) const RESHAPE: Duration = Duration::from_secs(300);
 /// A roll of every member, one at a time (readiness is probed every 5 s).
 pub(crate) const ROLL: Duration = Duration::from_secs(300);
-/// A failover: Valkey's cluster-node-timeout (15 s) plus the election.
+/// A failover: cluster-node-timeout (the operator's 3 s, or Valkey's 15 s) plus the election.
 pub(crate) const FAILOVER: Duration = Duration::from_secs(120);
 /// Something that follows promptly from a state already reached.
 pub(crate) const SETTLE: Duration = Duration::from_secs(60);
+
+/// `cluster` at Valkey's own cluster-node-timeout (15 s) rather than the operator's 3 s: for
+/// a test of what the operator does before Valkey judges a member, which the short default
+/// would make a race.
+pub(crate) fn at_valkeys_node_timeout(mut cluster: ValkeyCluster) -> ValkeyCluster {
+    let config = &mut cluster.spec.common.template.config.0;
+    config.insert("cluster-node-timeout".into(), "15000".into());
+    cluster
+}
 
 /// A local cluster with the operator ([`TestRun`], whose fields it shows) and the cluster
 /// APIs of the test's namespace. The run drops last: its processes stop, its run directory goes, then the
@@ -418,6 +427,38 @@ impl Env {
         for m in &access.members {
             assert_eq!(as_replication(&m.ip, &["PING"]), "PONG", "{}", m.ip);
         }
+    }
+
+    /// Waits until every member lists `old_id` (`member`, back after `successor` took
+    /// over) as a replica of `primary_id`.
+    pub(crate) async fn wait_rejoined(
+        &self,
+        access: &Access,
+        member: &str,
+        old_id: &str,
+        successor: &str,
+        primary_id: &str,
+    ) {
+        self.wait(
+            &format!("{member} to rejoin as a replica of {successor}"),
+            FAILOVER,
+            || async {
+                let views = access.views()?;
+                let rejoined = views.values().all(|view| {
+                    view.iter().any(|n| {
+                        n.id == old_id
+                            && n.is_replica()
+                            && n.primary_id.as_deref() == Some(primary_id)
+                    })
+                });
+                Ok(if rejoined {
+                    Ok(())
+                } else {
+                    Err("not every member lists it as the successor's replica".to_string())
+                })
+            },
+        )
+        .await;
     }
 
     /// `member` (node id `old_id`) is a replica of `primary_id` in every member's

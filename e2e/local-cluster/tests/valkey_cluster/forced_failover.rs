@@ -8,7 +8,7 @@ use crd_types::names::statefulset_pod_name;
 use e2e_kit::cluster_testing::{AckedWriter, valkey_cluster};
 use e2e_kit::testing::{signal, valkey_server_pid};
 
-use crate::env::{Env, FAILOVER, FORM, SETTLE};
+use crate::env::{Env, FAILOVER, FORM, SETTLE, at_valkeys_node_timeout};
 
 /// Kills the valkey-server of `pod_ip` with SIGKILL whenever one runs, until dropped: a
 /// container that crashes at every start. Dropping stops it even when the test panics, so
@@ -60,14 +60,17 @@ impl Drop for Killer {
 /// at every restart (a crash loop). The kubelet reports its container waiting after it
 /// exited, and topology-controller has the replica take over with `CLUSTER FAILOVER FORCE`
 /// instead of waiting for Valkey, which promotes a replica only after a majority flagged the
-/// primary `fail` (cluster-node-timeout, 15 s): when the replica is seen primary, no member
+/// primary `fail` (cluster-node-timeout, set to Valkey's 15 s here: at the operator's 3 s
+/// the two would race): when the replica is seen primary, no member
 /// flags the old one `fail`. Once the crashes stop, the old member rejoins as a replica of
 /// its successor, and no acknowledged write is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_crash_looping_primary_is_replaced_by_force_before_node_timeout() {
     let env = Env::start().await;
     let name = "crash";
-    let access = env.create_ready(valkey_cluster(name, 3, 1, true)).await;
+    let access = env
+        .create_ready(at_valkeys_node_timeout(valkey_cluster(name, 3, 1, true)))
+        .await;
     let writer = AckedWriter::start(&access).await.unwrap();
     writer.progressed(200, SETTLE).await.unwrap();
 

@@ -7,7 +7,9 @@
 //! over first; a crash-looping primary is replaced by force before
 //! Valkey's node-timeout, while a primary only cut off from its peers is left to Valkey's
 //! own failover; a frozen primary takes Ready away before Valkey judges it, and
-//! Ready returns once it thaws; a full restart reforms the cluster with its data;
+//! Ready returns once it thaws; at the operator's 3 s cluster-node-timeout Valkey fails a
+//! frozen primary over, while a primary only slow (stopped 1 s of every 2, a long BGSAVE and
+//! a 5 s script beside it) never is; a full restart reforms the cluster with its data;
 //! a template change rolls one member at a time without losing an acknowledged write; a
 //! topology-controller killed in the middle of a slot migration finishes it on restart; a
 //! replica that missed the end of a slot move while syncing keeps a stale slot marker, which
@@ -34,6 +36,7 @@ mod drain;
 mod env;
 mod failover;
 mod forced_failover;
+mod frozen_primary;
 mod full_restart;
 mod memory_only;
 mod mid_migration;

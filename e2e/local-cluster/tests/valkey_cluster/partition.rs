@@ -123,26 +123,8 @@ async fn a_primary_cut_off_but_alive_is_failed_over_by_valkey_not_the_operator()
     for other in &others {
         control.heal(&cut_pod, other).await.unwrap();
     }
-    env.wait(
-        &format!("{old_primary} to rejoin as a replica of {successor}"),
-        FAILOVER,
-        || async {
-            let views = access.views()?;
-            let rejoined = views.values().all(|view| {
-                view.iter().any(|n| {
-                    n.id == old_id
-                        && n.is_replica()
-                        && n.primary_id.as_deref() == Some(successor_id.as_str())
-                })
-            });
-            Ok(if rejoined {
-                Ok(())
-            } else {
-                Err("not every member lists it as the successor's replica".to_string())
-            })
-        },
-    )
-    .await;
+    env.wait_rejoined(&access, &old_primary, &old_id, &successor, &successor_id)
+        .await;
     env.ready(name, FORM).await;
     env.healthy(name, &access, 3, 1).await;
     env.rejoined_as_replica(&access, &old_primary, &old_id, &successor_id)

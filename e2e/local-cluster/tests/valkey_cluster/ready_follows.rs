@@ -9,13 +9,14 @@ use e2e_kit::cluster_testing::{AckedWriter, valkey_cluster};
 
 use e2e_kit::topology::freeze;
 
-use crate::env::{Env, FAILOVER, FORM, SETTLE};
+use crate::env::{Env, FAILOVER, FORM, SETTLE, at_valkeys_node_timeout};
 
 /// With a writer running, shard 0's primary is frozen (SIGSTOP): it keeps its pod, its
 /// connections and its Ready pod condition, and only stops answering. The cluster's Ready
 /// goes False, Degraded naming the frozen member, while every other member still lists it
 /// as a primary without the `fail` flag: the operator saw it first (its pulse asks each
-/// member every second), not after Valkey's cluster-node-timeout (15 s) and not at an idle
+/// member every second), not after Valkey's cluster-node-timeout (set to its 15 s here, as
+/// the operator's 3 s would make it a race) and not at an idle
 /// look. Thawed, the member serves again and Ready comes back True, and the operator holds
 /// one connection to it (none left over from the freeze). No acknowledged write is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -23,7 +24,9 @@ async fn ready_goes_false_while_a_primary_is_frozen_and_true_after() {
     let env = Env::start().await;
     let ns = env.namespace.as_str();
     let name = "pulse";
-    let access = env.create_ready(valkey_cluster(name, 3, 1, true)).await;
+    let access = env
+        .create_ready(at_valkeys_node_timeout(valkey_cluster(name, 3, 1, true)))
+        .await;
     let writer = AckedWriter::start(&access).await.unwrap();
     writer.progressed(200, SETTLE).await.unwrap();
 

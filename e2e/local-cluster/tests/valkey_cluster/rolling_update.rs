@@ -97,8 +97,16 @@ async fn rolling_update_keeps_acknowledged_writes() {
     );
     let status = env.apis.clusters.get(name).await.unwrap().status.unwrap();
     let paths = status.config.unwrap();
-    // The replica-migration pin every member gets is a live directive too.
-    assert_eq!(paths.live, ["cluster-allow-replica-migration", "maxmemory"]);
+    // The defaults every member gets (model::member_config) are live directives too.
+    assert_eq!(
+        paths.live,
+        [
+            "busy-reply-threshold",
+            "cluster-allow-replica-migration",
+            "cluster-node-timeout",
+            "maxmemory"
+        ]
+    );
     assert!(paths.restart.is_empty(), "{paths:?}");
     let events = events_about(&env.apis.events, "ValkeyCluster", name, "ConfigSetLive")
         .await
@@ -208,7 +216,9 @@ async fn rolling_update_keeps_acknowledged_writes() {
         (paths.live, paths.restart),
         (
             vec![
+                "busy-reply-threshold".to_string(),
                 "cluster-allow-replica-migration".to_string(),
+                "cluster-node-timeout".to_string(),
                 "maxmemory".to_string()
             ],
             vec!["tcp-backlog".to_string()]

@@ -31,12 +31,14 @@ mod tests {
     use crd_types::live_config::Version;
 
     /// Members of a formed cluster running every live directive at its default, but for
-    /// the replica migration every member's config turns off.
+    /// the ones every member's config sets (model::member_config).
     fn at_defaults(shards: u32, replicas: u32, version: Version) -> Vec<Member> {
         let mut members = members(&formed(shards, replicas));
         for m in &mut members {
             let mut values = live_defaults(version);
             values.insert("cluster-allow-replica-migration".into(), "no".into());
+            values.insert("cluster-node-timeout".into(), "3000".into());
+            values.insert("busy-reply-threshold".into(), "2000".into());
             m.reply.as_mut().unwrap().live_config = Some(LiveConfig { version, values });
         }
         members
@@ -44,8 +46,8 @@ mod tests {
 
     #[test]
     fn the_members_own_config_is_the_reference_not_the_template_alone() {
-        // Members get replica migration off (model::member_config): a server at Valkey's
-        // default "yes" is set to "no", one at "no" is left alone.
+        // Members get replica migration off and shorter timeouts (model::member_config): a
+        // server at Valkey's defaults is set, one already there is left alone.
         let mut members = at_defaults(1, 0, Version::new(8, 0));
         assert_eq!(set_live_config(&shape(1, 0), &members), None);
         let running = members[0]
@@ -58,11 +60,17 @@ mod tests {
         running
             .values
             .insert("cluster-allow-replica-migration".into(), "yes".into());
+        running
+            .values
+            .insert("cluster-node-timeout".into(), "15000".into());
         assert_eq!(
             set_live_config(&shape(1, 0), &members),
             Some(Step::SetConfig(vec![(
                 "c-0-0".into(),
-                vec![("cluster-allow-replica-migration".into(), "no".into())]
+                vec![
+                    ("cluster-allow-replica-migration".into(), "no".into()),
+                    ("cluster-node-timeout".into(), "3000".into())
+                ]
             )]))
         );
     }
