@@ -288,6 +288,24 @@ async fn upgrade_under_writers(how: Upgrade) {
     eprintln!("upgraded ({how:?}) to {}", env.image.reference);
     // Writes go on while the new leaders take their first looks.
     both_write(&cluster_writer, &group_writer).await;
+    // The cluster members run this build's live defaults (docs/upgrades.md), set while the
+    // Ready watch runs: a release that brings a new one keeps Ready True.
+    for m in &cluster_access.members {
+        env.wait(
+            "cluster-node-timeout 3000 on every member",
+            FORM,
+            || async {
+                let got =
+                    cluster_access.admin_cli(&m.ip, &["CONFIG", "GET", "cluster-node-timeout"]);
+                Ok(if got.ends_with("\n3000") {
+                    Ok(())
+                } else {
+                    Err(got)
+                })
+            },
+        )
+        .await;
+    }
     let Samples { taken, failed } = watch.stop();
     eprintln!("Ready read {taken} times per topology during the upgrade");
     assert!(taken > 10, "the Ready watch ran {taken} times");
