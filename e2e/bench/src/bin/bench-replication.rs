@@ -13,6 +13,8 @@
 //!   hand on the floor (`CONFIG SET replica-priority 1` on the target, `SENTINEL FAILOVER`
 //!   once every sentinel has read it).
 //!
+//! `BENCH_DOWN_AFTER=<ms>` sets Sentinel's down-after-milliseconds on both groups.
+//!
 //! The operator's group requires passwords (read through [`access`]); the floor serves
 //! without (no `spec.auth`), as bench-cluster's floor does. A hand-made sentinel needs
 //! nothing topology-controller fills in (`spec.replication` only tells a restarting member
@@ -57,7 +59,10 @@ async fn main() -> Result<()> {
     let (cluster, _controllers) = cluster_with_local_controllers(Options::new(&run), &[]).await?;
     let client = cluster.client().await?;
     let apis = ReplicationApis::new(&client, NS);
-    let group = valkey_replication(GROUP, 3, 3, false);
+    let mut group = valkey_replication(GROUP, 3, 3, false);
+    if let Some(ms) = down_after()? {
+        group.spec.sentinel.down_after_milliseconds = ms;
+    }
     let sentinel = group.spec.sentinel.clone();
     let min_replicas = (
         group.spec.min_replicas_to_write(),
@@ -138,6 +143,17 @@ async fn main() -> Result<()> {
         figure(&operator_switchover, &|s| secs(s.succeeded))
     );
     Ok(())
+}
+
+/// `BENCH_DOWN_AFTER` (ms): Sentinel's down-after-milliseconds for the operator's group and
+/// the floor alike; the CRD's default when unset.
+fn down_after() -> Result<Option<i64>> {
+    match std::env::var("BENCH_DOWN_AFTER") {
+        Ok(v) => Ok(Some(
+            v.parse().context("BENCH_DOWN_AFTER is a number of ms")?,
+        )),
+        Err(_) => Ok(None),
+    }
 }
 
 fn secs(d: Duration) -> String {
