@@ -201,6 +201,15 @@ impl Conn {
         command: &'static str,
         args: Vec<Value>,
     ) -> Result<R, ValkeyError> {
+        // A connection the server closed (Sentinel's CLIENT KILL when it promotes a
+        // replica, say) is never reopened (no reconnect policy); fred would hold the command
+        // until its timeout.
+        if !self.client.is_connected() {
+            return Err(ValkeyError::new(
+                ErrorKind::Unreachable,
+                format!("{command}: the connection is closed"),
+            ));
+        }
         self.client
             .custom(
                 CustomCommand::new_static(command, ClusterHash::Random, false),
